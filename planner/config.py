@@ -1,0 +1,99 @@
+"""From files and names to a resolved `Job` (model, hardware, GPUs, training) and a `Layout`.
+
+`load_config(path)` reads our YAML config; `resolve_hardware` finds a profile by name or path;
+`default_training` fills the `plan` defaults (the model's sequence length, ~4M tokens a step).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from planner.errors import SpecError
+from planner.layout import Layout, layout_from_spec
+from planner.presets import resolve_model
+from planner.specs import ConfigSpec, HardwareSpec, ModelSpec, TrainingSpec, parse_spec, read_yaml
+
+__all__ = ["Job", "load_config", "config_from_data", "resolve_hardware", "profile_dir",
+           "profile_names", "default_training"]
+
+TOKENS_PER_STEP = 4 * 2**20   # "about 4M tokens" per step (Llama 3 paper: 4M tokens at 8k)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What to train (model, training) on what (hardware, num_gpus)."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    num_gpus: int
+    training: TrainingSpec
+
+
+def profile_dir() -> Path:
+    """hardware_profiles/ beside the package (a source checkout or an editable install)."""
+    return Path(__file__).resolve().parent.parent / "hardware_profiles"
+
+
+def profile_names() -> list[str]:
+    d = profile_dir()
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+@lru_cache(maxsize=64)
+def _load_profile(path: str) -> HardwareSpec:
+    return parse_spec(HardwareSpec, read_yaml(path, what="hardware profile"), where="hardware")
+
+
+def resolve_hardware(ref: str | dict | HardwareSpec, *, base: Path | None = None) -> HardwareSpec:
+    """A profile name (hardware_profiles/NAME.yaml), a path to a profile YAML, or a mapping."""
+    if isinstance(ref, HardwareSpec):
+        return ref
+    if isinstance(ref, dict):
+        return parse_spec(HardwareSpec, ref, where="hardware")
+    text = str(ref)
+    path = Path(text)
+    if base is not None and not path.is_absolute() and not path.exists():
+        path = base / path
+    if text.endswith((".yaml", ".yml")) or "/" in text:
+        return _load_profile(str(path))
+    named = profile_dir() / f"{text}.yaml"
+    if named.exists():
+        return _load_profile(str(named))
+    names = profile_names()
+    close = difflib.get_close_matches(text, names, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise SpecError(f"hardware {text!r} is not a profile or a file; {hint}"
+                    f"profiles: {', '.join(names) or '(none found in ' + str(profile_dir()) + ')'}")
+
+
+def default_training(model: ModelSpec, *, seq_length: int | None = None,
+                     global_batch_size: int | None = None, precision: str = "bf16",
+                     **extra) -> TrainingSpec:
+    """Fill the plan defaults: seq = the model's training length (else 4096), batch = about
+    4M tokens rounded to a whole number of sequences."""
+    seq = seq_length or model.seq_length or 4096
+    gbs = global_batch_size or max(1, round(TOKENS_PER_STEP / seq))
+    return parse_spec(TrainingSpec, dict(seq_length=seq, global_batch_size=gbs,
+                                         precision=precision, **extra), where="training")
+
+
+def config_from_data(data, *, base: Path | None = None, source: str = "config") -> tuple[Job, Layout]:
+    spec: ConfigSpec = parse_spec(ConfigSpec, data, where="")
+    model = resolve_model(spec.model, base=base)
+    hardware = resolve_hardware(spec.hardware, base=base)
+    t = spec.training
+    training = default_training(model, seq_length=t.seq_length,
+                                global_batch_size=t.global_batch_size, precision=t.precision,
+                                flash_attention=t.flash_attention, accounting=t.accounting)
+    job = Job(model=model, hardware=hardware, num_gpus=spec.num_gpus, training=training)
+    return job, layout_from_spec(spec.parallel, num_gpus=spec.num_gpus)
+
+
+def load_config(path: str | Path) -> tuple[Job, Layout]:
+    """Read a planner config YAML into a Job and a Layout."""
+    p = Path(path)
+    data = read_yaml(p, what="config")
+    return config_from_data(data, base=p.parent, source=str(p))

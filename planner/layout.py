@@ -1,0 +1,137 @@
+"""`Layout`: one way to split a job over the GPUs, with its derived sizes.
+
+Axes in Megatron's rank order, innermost first: tp, cp, ep, dp, pp (+ vpp, etp).
+`world_size = tp*cp*dp*pp`; EP borrows ranks from dp*cp*tp, ETP from there too (the expert
+grid is etp*ep*edp*pp = world). A plain frozen dataclass (not pydantic): the search builds
+hundreds of thousands of these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.specs import ParallelSpec
+
+__all__ = ["Layout", "layout_from_spec", "stage_layer_counts"]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    dp: int = 1
+    pp: int = 1
+    vpp: int = 1
+    etp: int = 1
+    sp: bool = False
+    zero: int = 1
+    micro_batch_size: int = 1
+    recompute: str = "none"
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    cp_comm_type: str = "p2p"
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    tp_comm_overlap: bool = False
+
+    # derived sizes -------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tp * self.cp * self.pp
+
+    @property
+    def edp(self) -> int:
+        """Expert-data-parallel size: world / (etp*ep*pp) (Megatron)."""
+        return max(1, self.world_size // (self.etp * self.ep * self.pp))
+
+    @property
+    def optimizer_shard(self) -> int:
+        """Ranks the distributed optimizer shards dense states over: dp*cp (what Megatron does)."""
+        return self.dp * self.cp
+
+    @property
+    def uneven(self) -> bool:
+        return self.first_stage_layers is not None or self.last_stage_layers is not None
+
+    def num_microbatches(self, global_batch_size: int) -> int:
+        """m = B / (b*dp), floored (the rules report a remainder)."""
+        return global_batch_size // (self.micro_batch_size * self.dp)
+
+    @property
+    def name(self) -> str:
+        parts = [f"tp{self.tp}"]
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        parts += [f"dp{self.dp}", f"pp{self.pp}"]
+        if self.vpp > 1:
+            parts.append(f"vpp{self.vpp}")
+        return "-".join(parts)
+
+    def with_(self, **changes) -> "Layout":
+        return replace(self, **changes)
+
+    def as_dict(self, global_batch_size: int | None = None) -> dict:
+        d = {
+            "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
+            "etp": self.etp, "vpp": self.vpp, "micro_batch_size": self.micro_batch_size,
+        }
+        if global_batch_size is not None:
+            d["num_microbatches"] = self.num_microbatches(global_batch_size)
+        d.update({
+            "sequence_parallel": self.sp, "zero_stage": self.zero, "recompute": self.recompute,
+            "first_stage_layers": self.first_stage_layers,
+            "last_stage_layers": self.last_stage_layers, "cp_comm_type": self.cp_comm_type,
+            "overlap_grad_reduce": self.overlap_grad_reduce,
+            "overlap_param_gather": self.overlap_param_gather,
+            "tp_comm_overlap": self.tp_comm_overlap,
+        })
+        return d
+
+
+def layout_from_spec(spec: ParallelSpec, *, num_gpus: int) -> Layout:
+    """The layout a config describes. dp defaults to num_gpus/(tp*pp*cp), floored; the
+    `world-size` and `dp-matches-world` rules report what does not divide."""
+    dp = spec.dp if spec.dp is not None else max(1, num_gpus // (spec.tp * spec.pp * spec.cp))
+    sp = spec.sequence_parallel if spec.sequence_parallel is not None else spec.tp > 1
+    return Layout(
+        tp=spec.tp, cp=spec.cp, ep=spec.ep, dp=dp, pp=spec.pp, vpp=spec.vpp,
+        etp=spec.etp if spec.etp is not None else spec.tp, sp=sp, zero=spec.zero_stage,
+        micro_batch_size=spec.micro_batch_size, recompute=spec.recompute,
+        first_stage_layers=spec.first_stage_layers, last_stage_layers=spec.last_stage_layers,
+        cp_comm_type=spec.cp_comm_type, overlap_grad_reduce=spec.overlap_grad_reduce,
+        overlap_param_gather=spec.overlap_param_gather, tp_comm_overlap=spec.tp_comm_overlap,
+    )
+
+
+def stage_layer_counts(num_layers: int, layout: Layout) -> tuple[int, float, int]:
+    """Transformer layers on the (first, each middle, last) pipeline rank.
+
+    Even split: L/p each. With first/last given (Megatron --decoder-first/last-pipeline-num-
+    layers) the middle ranks share the rest evenly. A non-whole middle count is returned as a
+    float; the `layers-divisible` rule reports it.
+    """
+    p = layout.pp
+    if p == 1:
+        return num_layers, float(num_layers), num_layers
+    if not layout.uneven:
+        even = num_layers / p
+        return int(even), even, int(even)
+    first = layout.first_stage_layers
+    last = layout.last_stage_layers
+    if first is None or last is None:
+        # one side given: the other ranks share the rest evenly
+        known = first if first is not None else last
+        rest = (num_layers - known) / (p - 1)
+        first = known if first is not None else int(rest)
+        last = known if last is not None else int(rest)
+        middle = rest
+    else:
+        middle = (num_layers - first - last) / (p - 2) if p > 2 else float(first)
+    return first, middle, last

@@ -1,0 +1,376 @@
+"""Rules: small pure checks of a layout for a job, each returning Violations.
+
+Hard rules (errors) are the frameworks' own (../shared/reference/frameworks.md, Megatron-LM
+numbering in the docstrings); guidance from the reference chapters comes as warnings. Rules
+are listed in the seven-step order so the search can prune cheapest-first and count what
+each rule removed. Messages follow Megatron: the values, then the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+from planner.cost.pipeline import bubble_fraction
+from planner.errors import Violation
+from planner.layout import Layout, stage_layer_counts
+from planner.specs import HardwareSpec, ModelSpec, TrainingSpec
+from planner.units import GiB, divisors
+
+__all__ = ["Context", "RULES", "WARNINGS", "check", "rule_ids", "DEFAULT_HEADROOM",
+           "USUAL_MAX_BATCH_TOKENS"]
+
+DEFAULT_HEADROOM = 0.05
+"""Fraction of GPU memory kept free on top of the modelled overheads (fits-in-memory)."""
+USUAL_MAX_BATCH_TOKENS = 2**24
+"""16.8M tokens: the largest global batch of published dense pre-training (Llama 3 405B: 16M)."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a rule looks at. `memory` (a MemoryBreakdown) is set when it was computed."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    training: TrainingSpec
+    num_gpus: int
+    layout: Layout
+    memory: object = None
+    headroom: float = DEFAULT_HEADROOM
+
+    @property
+    def m(self) -> int:
+        return self.layout.num_microbatches(self.training.global_batch_size)
+
+
+Rule = Callable[[Context], Optional[str]]
+
+
+def _try(values: Iterable[int], name: str) -> str:
+    vals = sorted(set(values))
+    if not vals:
+        return ""
+    if len(vals) == 1:
+        return f"; try {name} {vals[0]}"
+    return f"; try {name} " + ", ".join(map(str, vals[:-1])) + f" or {vals[-1]}"
+
+
+# -- step 1: the world and the model's shape -------------------------------------------------
+
+def world_size(c: Context) -> Optional[str]:
+    """Megatron 1: world % (tp*pp*cp) == 0 and dp = world/(tp*pp*cp)."""
+    lay = c.layout
+    mp = lay.tp * lay.pp * lay.cp
+    if c.num_gpus % mp:
+        ok = [p for p in divisors(c.num_gpus) if p % 1 == 0 and c.num_gpus % (lay.tp * p * lay.cp) == 0]
+        return (f"num_gpus ({c.num_gpus}) must be divisible by tp*pp*cp "
+                f"({lay.tp}*{lay.pp}*{lay.cp} = {mp})" + _try(ok[:8], "pp"))
+    if lay.world_size != c.num_gpus:
+        return (f"dp ({lay.dp}) must equal num_gpus / (tp*pp*cp) = {c.num_gpus} / {mp} = "
+                f"{c.num_gpus // mp}; set dp {c.num_gpus // mp} or leave it out")
+    return None
+
+
+def heads_divisible_by_tp(c: Context) -> Optional[str]:
+    """Megatron 4: num_attention_heads % tp == 0."""
+    a, t = c.model.num_attention_heads, c.layout.tp
+    if a % t:
+        return (f"num_attention_heads ({a}) must be divisible by tp ({t})"
+                + _try([d for d in divisors(a) if d <= 64], "tp"))
+    return None
+
+
+def kv_heads_vs_tp(c: Context) -> Optional[str]:
+    """Megatron 5: num_query_groups % tp == 0 or tp % num_query_groups == 0."""
+    if c.model.is_mla:
+        return None
+    g, t = c.model.kv_heads, c.layout.tp
+    if g % t and t % g:
+        ok = [d for d in divisors(c.model.num_attention_heads) if (g % d == 0 or d % g == 0)]
+        return (f"num_kv_heads ({g}) and tp ({t}) must divide one another" + _try(ok[:8], "tp"))
+    return None
+
+
+def precision_supported(c: Context) -> Optional[str]:
+    if c.training.precision == "fp8" and c.hardware.peak_tflops.fp8 is None:
+        return (f"precision fp8 needs FP8 tensor cores, which {c.hardware.name} lacks; "
+                "use precision bf16")
+    return None
+
+
+def layers_divisible(c: Context) -> Optional[str]:
+    """Megatron 10/11: layers split whole over pp (and vpp): L % pp == 0, or the uneven split
+    first + middle*(pp-2) + last == L with whole middle counts; each rank's count % vpp == 0."""
+    lay, L = c.layout, c.model.num_layers
+    p, v = lay.pp, lay.vpp
+    first, mid, last = stage_layer_counts(L, lay)
+    if not lay.uneven:
+        if L % p:
+            near = [q for q in divisors(L) if q <= 4 * p][-3:]
+            return (f"num_layers ({L}) must be divisible by pp ({p})" + _try(near, "pp")
+                    + f", or set first_stage_layers/last_stage_layers (e.g. "
+                    f"{_uneven_hint(L, p)})")
+        per = L // p
+        if per % v:
+            return (f"layers per pipeline rank ({per} = {L}/{p}) must be divisible by vpp ({v})"
+                    + _try([d for d in divisors(per) if d <= 16], "vpp"))
+        return None
+    if p == 1:
+        return "first_stage_layers/last_stage_layers need pp > 1; remove them or raise pp"
+    if first < 0 or last < 0 or first + last > L or mid != int(mid) or mid < 0:
+        return (f"num_layers ({L}) does not split as first {first} + {p - 2} x middle + last "
+                f"{last} with whole middle counts; try {_uneven_hint(L, p)}")
+    for name, n in (("first_stage_layers", first), ("middle stage layers", int(mid)),
+                    ("last_stage_layers", last)):
+        if p > 2 or name != "middle stage layers":
+            if n % v:
+                return f"{name} ({n}) must be divisible by vpp ({v}); each rank's layers split into vpp chunks"
+    return None
+
+
+def _uneven_hint(L: int, p: int) -> str:
+    if p < 2:
+        return "pp > 1"
+    # the embedding and the loss each take a layer's place (Llama 3 405B: 7 + 14x8 + 7)
+    if p > 2 and (L + 2) % p == 0:
+        k = (L + 2) // p
+        return f"first_stage_layers {k - 1}, last_stage_layers {k - 1}"
+    base = L // p
+    extra = L - base * p
+    return f"first_stage_layers {base + extra - extra // 2}, last_stage_layers {base + extra // 2}"
+
+
+def vpp_needs_pp(c: Context) -> Optional[str]:
+    """Megatron 11: virtual stages need pp > 1."""
+    if c.layout.vpp > 1 and c.layout.pp == 1:
+        return f"vpp ({c.layout.vpp}) needs pp > 1; set vpp 1 or raise pp"
+    return None
+
+
+# -- step 2-4: batch and sequence -----------------------------------------------------------
+
+def batch_divisible(c: Context) -> Optional[str]:
+    """Megatron 9: global_batch_size % (micro_batch_size*dp) == 0, at least one micro-batch."""
+    lay, B = c.layout, c.training.global_batch_size
+    unit = lay.micro_batch_size * lay.dp
+    if B % unit or B < unit:
+        lo = max(unit, B // unit * unit)
+        hi = lo + unit if B > lo else lo
+        return (f"global_batch_size ({B}) must be a multiple of micro_batch_size*dp "
+                f"({lay.micro_batch_size}*{lay.dp} = {unit}); try global_batch_size {lo}"
+                + (f" or {hi}" if hi != lo else ""))
+    return None
+
+
+def vpp_needs_microbatches(c: Context) -> Optional[str]:
+    """Megatron 11: the interleaved schedule needs num_microbatches >= pp."""
+    lay = c.layout
+    if lay.vpp > 1 and lay.pp > 1 and c.m < lay.pp:
+        return (f"interleaved schedule (vpp {lay.vpp}) needs num_microbatches ({c.m}) >= pp "
+                f"({lay.pp}); raise global_batch_size or lower micro_batch_size, or set vpp 1")
+    return None
+
+
+def seq_divisible_by_cp(c: Context) -> Optional[str]:
+    """Megatron 8: cp > 1 => seq_length % (2*cp) == 0 (causal load balancing)."""
+    cp, s = c.layout.cp, c.training.seq_length
+    if cp > 1 and s % (2 * cp):
+        return (f"seq_length ({s}) must be divisible by 2*cp ({2 * cp}); "
+                + _try([d for d in divisors(s // 2) if d <= 64], "cp").lstrip("; "))
+    return None
+
+
+def seq_divisible_by_tp(c: Context) -> Optional[str]:
+    """With sequence parallelism each TP rank takes seq/(cp*tp) tokens: (seq/cp) % tp == 0."""
+    lay, s = c.layout, c.training.seq_length
+    if lay.sp and lay.tp > 1 and (s // lay.cp) % lay.tp:
+        return (f"seq_length/cp ({s}/{lay.cp}) must be divisible by tp ({lay.tp}) with "
+                "sequence_parallel; change seq_length or tp")
+    return None
+
+
+def overlap_flags(c: Context) -> Optional[str]:
+    """Megatron 13: --tp-comm-overlap needs SP; --overlap-param-gather needs the distributed
+    optimizer and --overlap-grad-reduce."""
+    lay = c.layout
+    if lay.tp_comm_overlap and not (lay.sp and lay.tp > 1):
+        return "tp_comm_overlap needs sequence_parallel with tp > 1; turn one on or the other off"
+    if lay.overlap_param_gather and lay.zero >= 1 and not lay.overlap_grad_reduce:
+        return "overlap_param_gather needs overlap_grad_reduce; set overlap_grad_reduce true"
+    return None
+
+
+# -- step 5: experts ---------------------------------------------------------------------------
+
+def experts_divisible_by_ep(c: Context) -> Optional[str]:
+    """Megatron 3: ep > 1 => num_experts % ep == 0 (and ep > 1 needs an MoE model)."""
+    ep, E = c.layout.ep, c.model.num_experts
+    if ep > 1 and not E:
+        return f"ep ({ep}) > 1 needs an MoE model ({c.model.name} has no experts); set ep 1"
+    if E and E % ep:
+        return f"num_experts ({E}) must be divisible by ep ({ep})" + _try(divisors(E)[:10], "ep")
+    return None
+
+
+def expert_grid(c: Context) -> Optional[str]:
+    """Megatron 2: world % (etp*ep*pp) == 0; EP borrows ranks from dp*cp*tp."""
+    lay = c.layout
+    grid = lay.etp * lay.ep * lay.pp
+    if c.num_gpus % grid:
+        return (f"num_gpus ({c.num_gpus}) must be divisible by etp*ep*pp "
+                f"({lay.etp}*{lay.ep}*{lay.pp} = {grid}); lower ep or etp")
+    if (lay.tp * lay.cp * lay.dp) % (lay.etp * lay.ep):
+        return (f"etp*ep ({lay.etp}*{lay.ep}) must divide tp*cp*dp ({lay.tp}*{lay.cp}*{lay.dp}); "
+                "EP borrows ranks from data, context and tensor parallelism")
+    return None
+
+
+def moe_needs_sp(c: Context) -> Optional[str]:
+    """Megatron 14: training MoE layers with ep > 1 and tp > 1 needs sequence parallelism."""
+    lay = c.layout
+    if c.model.is_moe and lay.ep > 1 and lay.tp > 1 and not lay.sp:
+        return "MoE with ep > 1 and tp > 1 needs sequence_parallel true"
+    return None
+
+
+# -- memory --------------------------------------------------------------------------------------
+
+def fits_in_memory(c: Context) -> Optional[str]:
+    """The most loaded rank fits in (1 - headroom) of the GPU's memory."""
+    mem = c.memory
+    if mem is None:
+        return None
+    cap = mem.capacity * (1 - c.headroom)
+    if mem.total > cap:
+        return (f"memory per GPU ({mem.total / GiB:.1f} GiB on the {mem.stage} pipeline rank) "
+                f"exceeds {mem.capacity / GiB:.1f} GiB less {c.headroom:.0%} headroom "
+                f"({cap / GiB:.1f} GiB) by {(mem.total - cap) / GiB:.1f} GiB; raise tp or pp, "
+                "use recompute full, a higher zero_stage, or a smaller micro_batch_size")
+    return None
+
+
+# -- warnings: the reference chapters' guidance ------------------------------------------------
+
+def sp_needs_tp(c: Context) -> Optional[str]:
+    """Megatron 12 (warning): SP with tp = 1 is switched off by Megatron-LM (NeMo 2 rejects it)."""
+    if c.layout.sp and c.layout.tp == 1:
+        return "sequence_parallel with tp 1 does nothing (Megatron-LM turns it off; NeMo 2 rejects it); set it false"
+    return None
+
+
+def tp_crosses_node(c: Context) -> Optional[str]:
+    hw, t = c.hardware, c.layout.tp
+    if t > hw.nvlink_domain_size:
+        return (f"tp ({t}) spans more than one NVLink domain ({hw.nvlink_domain_size} GPUs on "
+                f"{hw.name}): its per-layer all-reduces then cross the network, ~10x slower; "
+                f"keep tp <= {hw.nvlink_domain_size} and use pp across nodes")
+    return None
+
+
+def tp_above_8(c: Context) -> Optional[str]:
+    t = c.layout.tp
+    if t > 8 and t <= c.hardware.nvlink_domain_size:
+        return (f"tp ({t}) > 8: GEMMs get thin and communication dominates; memory savings "
+                "diminish beyond 8 (prefer pp or cp)")
+    return None
+
+
+def microbatches_4p(c: Context) -> Optional[str]:
+    p, m = c.layout.pp, c.m
+    if p > 1 and m < 4 * p:
+        return (f"num_microbatches ({m}) < 4*pp ({4 * p}): pipeline bubble "
+                f"{bubble_fraction(p, m, c.layout.vpp):.0%}; raise global_batch_size, lower "
+                "micro_batch_size or dp, or use vpp")
+    return None
+
+
+def bubble_above_20(c: Context) -> Optional[str]:
+    lay = c.layout
+    bub = bubble_fraction(lay.pp, c.m, lay.vpp)
+    if bub > 0.20:
+        return (f"pipeline bubble (pp-1)/(vpp*m) = ({lay.pp}-1)/({lay.vpp}*{c.m}) = {bub:.0%} "
+                "> 20%; more micro-batches or virtual stages shrink it")
+    return None
+
+
+def zero3_with_tp_pp(c: Context) -> Optional[str]:
+    lay = c.layout
+    if lay.zero == 3 and (lay.tp > 1 or lay.pp > 1):
+        return (f"zero_stage 3 with tp {lay.tp} / pp {lay.pp}: parameter all-gathers on top of "
+                "model parallelism cost ~1.5x DP traffic; measure it, ZeRO-1/2 usually suffices")
+    return None
+
+
+def ep_crosses_node(c: Context) -> Optional[str]:
+    lay, hw = c.layout, c.hardware
+    span = lay.etp * lay.ep
+    if lay.ep > 1 and span > hw.nvlink_domain_size:
+        return (f"ep*etp ({lay.ep}*{lay.etp} = {span}) spans beyond one NVLink domain "
+                f"({hw.nvlink_domain_size}): the all-to-all crosses the network; "
+                "keep ep*etp within a node if the experts fit")
+    return None
+
+
+def cp_short_sequence(c: Context) -> Optional[str]:
+    cp, s = c.layout.cp, c.training.seq_length
+    if cp > 1 and s // cp < 4096:
+        return (f"cp ({cp}) on a {s}-token sequence leaves {s // cp} tokens per rank: the K/V "
+                "exchange is hard to hide; CP pays off for long sequences (>= 8k per rank)")
+    return None
+
+
+def batch_beyond_usual(c: Context) -> Optional[str]:
+    lay, tr = c.layout, c.training
+    tokens = tr.global_batch_size * tr.seq_length
+    floor = lay.dp * lay.micro_batch_size * tr.seq_length
+    if floor > USUAL_MAX_BATCH_TOKENS:
+        return (f"dp ({lay.dp}) x micro_batch_size x seq_length forces at least "
+                f"{floor / 1e6:.1f}M tokens per step, beyond the usual <= 16M; use more tp/pp/cp")
+    if tokens > USUAL_MAX_BATCH_TOKENS:
+        return (f"global batch of {tokens / 1e6:.1f}M tokens is beyond the usual <= 16M "
+                "(convergence suffers); fewer sequences per step")
+    return None
+
+
+RULES: list[tuple[str, Rule]] = [
+    ("world-size", world_size),
+    ("heads-divisible-by-tp", heads_divisible_by_tp),
+    ("kv-heads-vs-tp", kv_heads_vs_tp),
+    ("precision-supported", precision_supported),
+    ("layers-divisible", layers_divisible),
+    ("vpp-needs-pp", vpp_needs_pp),
+    ("batch-divisible", batch_divisible),
+    ("vpp-needs-microbatches", vpp_needs_microbatches),
+    ("seq-divisible-by-cp", seq_divisible_by_cp),
+    ("seq-divisible-by-tp", seq_divisible_by_tp),
+    ("overlap-flags", overlap_flags),
+    ("experts-divisible-by-ep", experts_divisible_by_ep),
+    ("expert-grid", expert_grid),
+    ("moe-needs-sp", moe_needs_sp),
+    ("fits-in-memory", fits_in_memory),
+]
+"""Hard rules, in the order the search applies them (cheapest first)."""
+
+WARNINGS: list[tuple[str, Rule]] = [
+    ("sp-needs-tp", sp_needs_tp),
+    ("tp-crosses-node", tp_crosses_node),
+    ("tp-above-8", tp_above_8),
+    ("microbatches-below-4p", microbatches_4p),
+    ("bubble-above-20pct", bubble_above_20),
+    ("zero3-with-tp-pp", zero3_with_tp_pp),
+    ("ep-crosses-node", ep_crosses_node),
+    ("cp-short-sequence", cp_short_sequence),
+    ("batch-beyond-usual", batch_beyond_usual),
+]
+"""Guidance from the reference chapters."""
+
+
+def rule_ids() -> list[str]:
+    return [r for r, _ in RULES] + [r for r, _ in WARNINGS]
+
+
+def check(ctx: Context) -> list[Violation]:
+    """Every violation, errors first (in rule order), then warnings."""
+    out = [Violation(rid, msg, "error") for rid, fn in RULES if (msg := fn(ctx))]
+    out += [Violation(rid, msg, "warning") for rid, fn in WARNINGS if (msg := fn(ctx))]
+    return out

@@ -1,0 +1,408 @@
+"""Pydantic specs for what the user gives us, and the only YAML reader.
+
+`ModelSpec`, `HardwareSpec`, `TrainingSpec`, `ParallelSpec` and `ConfigSpec` are frozen and
+forbid unknown keys; their field docstrings are the help text (README lists them). Validation
+errors become one `SpecError` line naming the field, the value and the fix (`spec_error`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from planner.errors import SpecError
+
+__all__ = [
+    "ModelSpec", "HardwareSpec", "PeakTflops", "Calibration", "TrainingSpec", "ParallelSpec",
+    "ConfigSpec", "read_yaml", "parse_spec", "spec_error", "Precision", "Recompute",
+]
+
+Precision = Literal["bf16", "fp16", "fp8"]
+Recompute = Literal["none", "selective", "full"]
+
+_MAX_DIM = 10_000_000  # no real model or cluster is larger; anything above is a typo
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class ModelSpec(_Spec):
+    """A decoder-only transformer, in Megatron-LM's vocabulary."""
+
+    name: str = "custom"
+    """Display name."""
+    num_layers: int = Field(ge=1, le=10_000)
+    """Transformer layers (Megatron `--num-layers`)."""
+    hidden_size: int = Field(ge=1, le=1_000_000)
+    """Model width h (`--hidden-size`)."""
+    ffn_hidden_size: Optional[int] = Field(default=None, ge=1, le=_MAX_DIM)
+    """MLP width f (`--ffn-hidden-size`); default 4h, or int(8h/3/64)*64 for swiglu (Megatron's default)."""
+    num_attention_heads: int = Field(ge=1, le=100_000)
+    """Query heads a (`--num-attention-heads`)."""
+    num_kv_heads: Optional[int] = Field(default=None, ge=1, le=100_000)
+    """Key/value heads g (`--num-query-groups`); default = num_attention_heads (MHA)."""
+    kv_channels: Optional[int] = Field(default=None, ge=1, le=100_000)
+    """Head dim d (`--kv-channels`); default hidden_size / num_attention_heads."""
+    vocab_size: int = Field(ge=1, le=_MAX_DIM)
+    """Vocabulary size before Megatron's padding to a multiple of 128*tp."""
+    activation: Literal["swiglu", "gelu", "squared_relu"] = "gelu"
+    """MLP activation; swiglu is a gated 3-matrix MLP (Megatron default: gelu)."""
+    tied_embeddings: bool = False
+    """Input embedding and output layer share one matrix."""
+    normalization: Optional[Literal["RMSNorm", "LayerNorm"]] = None
+    """Default RMSNorm for swiglu models, LayerNorm (with bias) otherwise."""
+    add_bias_linear: Optional[bool] = None
+    """Biases in the linear layers; default false for swiglu models, true otherwise (GPT)."""
+    position_embedding_type: Optional[Literal["rope", "learned_absolute", "none"]] = None
+    """Default rope for swiglu models, learned_absolute (GPT) otherwise."""
+    seq_length: Optional[int] = Field(default=None, ge=1, le=100_000_000)
+    """Training sequence length the model was trained at (the default for `plan`)."""
+    num_experts: Optional[int] = Field(default=None, ge=1, le=100_000)
+    """Routed experts per MoE layer (`--num-experts`); unset for a dense model."""
+    moe_top_k: int = Field(default=2, ge=1, le=1_000)
+    """Experts each token is routed to (`--moe-router-topk`)."""
+    moe_ffn_hidden_size: Optional[int] = Field(default=None, ge=1, le=_MAX_DIM)
+    """Routed expert MLP width (`--moe-ffn-hidden-size`); default ffn_hidden_size."""
+    num_shared_experts: int = Field(default=0, ge=0, le=1_000)
+    """Shared experts, each moe_ffn_hidden_size wide (`--moe-shared-expert-intermediate-size` = n*f_e)."""
+    num_dense_layers: int = Field(default=0, ge=0, le=10_000)
+    """Leading dense layers before the MoE layers (DeepSeek's first_k_dense_replace)."""
+    moe_capacity_factor: float = Field(default=1.0, ge=0.1, le=100.0)
+    """Tokens an expert rank holds relative to perfect balance (memory and all-to-all load)."""
+    q_lora_rank: Optional[int] = Field(default=None, ge=1, le=_MAX_DIM)
+    """MLA query low-rank size (`--q-lora-rank`); unset = full-rank queries."""
+    kv_lora_rank: Optional[int] = Field(default=None, ge=1, le=_MAX_DIM)
+    """MLA key/value low-rank size (`--kv-lora-rank`); set = multi-latent attention."""
+    qk_head_dim: Optional[int] = Field(default=None, ge=1, le=100_000)
+    """MLA non-rotary query/key head dim (`--qk-head-dim`)."""
+    qk_pos_emb_head_dim: Optional[int] = Field(default=None, ge=0, le=100_000)
+    """MLA rotary query/key head dim (`--qk-pos-emb-head-dim`)."""
+    v_head_dim: Optional[int] = Field(default=None, ge=1, le=100_000)
+    """MLA value head dim (`--v-head-dim`)."""
+
+    @model_validator(mode="after")
+    def _shape(self) -> "ModelSpec":
+        a, g = self.num_attention_heads, self.kv_heads
+        if a % g:
+            raise ValueError(
+                f"num_kv_heads ({g}) must divide num_attention_heads ({a}); "
+                f"try one of {_divisor_list(a)}")
+        if self.kv_channels is None and not self.is_mla and self.hidden_size % a:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({a}) "
+                "when kv_channels is unset; set kv_channels (the head dim)")
+        if self.num_experts is not None:
+            if self.moe_top_k > self.num_experts:
+                raise ValueError(
+                    f"moe_top_k ({self.moe_top_k}) must be <= num_experts ({self.num_experts})")
+            if self.num_dense_layers >= self.num_layers:
+                raise ValueError(
+                    f"num_dense_layers ({self.num_dense_layers}) must be < num_layers "
+                    f"({self.num_layers}) for an MoE model")
+        if self.is_mla and (self.qk_head_dim is None or self.v_head_dim is None):
+            raise ValueError("multi-latent attention (kv_lora_rank set) also needs qk_head_dim "
+                             "and v_head_dim (qk_pos_emb_head_dim defaults to 64)")
+        return self
+
+    # Derived sizes (Megatron's defaults) ------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        if self.kv_channels:
+            return self.kv_channels
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def ffn(self) -> int:
+        if self.ffn_hidden_size:
+            return self.ffn_hidden_size
+        if self.activation == "swiglu":
+            return int(4 * self.hidden_size * 2 / 3 / 64) * 64
+        return 4 * self.hidden_size
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.num_experts)
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @property
+    def gated(self) -> bool:
+        return self.activation == "swiglu"
+
+    @property
+    def norm(self) -> str:
+        return self.normalization or ("RMSNorm" if self.gated else "LayerNorm")
+
+    @property
+    def bias(self) -> bool:
+        return self.add_bias_linear if self.add_bias_linear is not None else not self.gated
+
+    @property
+    def position_embedding(self) -> str:
+        return self.position_embedding_type or ("rope" if self.gated else "learned_absolute")
+
+
+class PeakTflops(_Spec):
+    """Dense (no sparsity) peak tensor-core throughput per GPU, TFLOP/s."""
+
+    bf16: float = Field(gt=0, le=1e6)
+    fp16: float = Field(gt=0, le=1e6)
+    fp8: Optional[float] = Field(default=None, gt=0, le=1e6)
+    """Unset where the GPU has no FP8 tensor cores."""
+
+
+class Calibration(_Spec):
+    """The few efficiency parameters the time model fits per GPU type (benchmarks/calibrate.py)."""
+
+    matmul_efficiency: float = Field(default=0.75, gt=0, le=1)
+    """Fraction of peak a large bf16 GEMM reaches."""
+    matmul_half_size: float = Field(default=256.0, ge=0, le=1e6)
+    """GEMM inner size (h/tp-ish) at which efficiency halves: eff = max * n / (n + half)."""
+    attention_efficiency: float = Field(default=0.5, gt=0, le=1)
+    """Fraction of peak the fused (flash) attention kernels reach."""
+    elementwise_bytes_per_activation: float = Field(default=4.0, ge=0, le=100)
+    """HBM bytes moved by non-GEMM kernels per byte of stored activation (norms, activations, rope)."""
+    nvlink_efficiency: float = Field(default=0.75, gt=0, le=1)
+    """Achieved fraction of NVLink bandwidth for large collectives (bus bandwidth)."""
+    network_efficiency: float = Field(default=0.75, gt=0, le=1)
+    """Achieved fraction of the per-GPU network bandwidth for large collectives."""
+    overlap_efficiency: float = Field(default=0.9, ge=0, le=1)
+    """Fraction of overlappable communication (DP, CP ring) actually hidden behind compute."""
+
+
+class HardwareSpec(_Spec):
+    """One GPU system: the GPU, its node, and the network between nodes."""
+
+    name: str
+    """Profile name, e.g. h100-sxm."""
+    description: str = ""
+    memory_gib: float = Field(gt=0, le=100_000)
+    """HBM per GPU usable by PyTorch, GiB."""
+    peak_tflops: PeakTflops
+    """Dense peak TFLOP/s per precision."""
+    hbm_bandwidth_gb_per_s: float = Field(gt=0, le=1e6)
+    """HBM bandwidth per GPU, GB/s."""
+    gpus_per_node: int = Field(ge=1, le=100_000)
+    """GPUs in one server (one host)."""
+    nvlink_domain_size: int = Field(ge=1, le=100_000)
+    """GPUs that reach each other over NVLink (8 in a DGX, 72 in a GB200 NVL72 rack)."""
+    nvlink_bandwidth_gb_per_s: float = Field(gt=0, le=1e6)
+    """NVLink bandwidth per GPU, one direction, GB/s."""
+    network_bandwidth_gb_per_s: float = Field(gt=0, le=1e6)
+    """Scale-out network bandwidth per GPU, one direction, GB/s (400 Gb/s NIC = 50 GB/s)."""
+    nvlink_latency_us: float = Field(default=3.0, ge=0, le=1e6)
+    """Per-hop latency of an NVLink collective step, microseconds."""
+    network_latency_us: float = Field(default=8.0, ge=0, le=1e6)
+    """Per-hop latency of a network collective step, microseconds."""
+    cuda_context_gib: float = Field(default=0.75, ge=0, le=1000)
+    """CUDA context and kernels resident per GPU, GiB."""
+    nccl_buffer_gib: float = Field(default=0.5, ge=0, le=1000)
+    """NCCL communicator buffers per GPU, GiB."""
+    fragmentation_fraction: float = Field(default=0.05, ge=0, lt=1)
+    """Allocator fragmentation: extra fraction of tensor memory the caching allocator holds."""
+    calibration: Calibration = Calibration()
+    """Fitted efficiency parameters."""
+
+    @model_validator(mode="after")
+    def _domain(self) -> "HardwareSpec":
+        if self.nvlink_domain_size < self.gpus_per_node:
+            raise ValueError(
+                f"nvlink_domain_size ({self.nvlink_domain_size}) must be >= gpus_per_node "
+                f"({self.gpus_per_node})")
+        return self
+
+    def peak_flops(self, precision: str) -> float:
+        """Peak FLOP/s for the precision the matmuls run in (fp8 falls back to bf16 if absent)."""
+        p = self.peak_tflops
+        value = {"bf16": p.bf16, "fp16": p.fp16, "fp8": p.fp8 or p.bf16}[precision]
+        return value * 1e12
+
+
+class TrainingSpec(_Spec):
+    """What one optimizer step processes, and how."""
+
+    seq_length: int = Field(ge=1, le=100_000_000)
+    """Tokens per sequence."""
+    global_batch_size: int = Field(ge=1, le=100_000_000)
+    """Sequences per optimizer step."""
+    precision: Precision = "bf16"
+    """bf16 | fp16 | fp8 (fp8 GEMMs, bf16 weights and activations elsewhere)."""
+    flash_attention: bool = True
+    """Fused attention that never stores the s x s scores (default on every modern stack)."""
+    accounting: Literal["megatron", "deepspeed"] = "megatron"
+    """Model-state bytes: megatron (fp32 main grads, 18 B/param) or deepspeed (16 B/param)."""
+
+
+class TrainingInput(_Spec):
+    """`training:` in a config: like TrainingSpec, with seq_length defaulting to the model's."""
+
+    seq_length: Optional[int] = Field(default=None, ge=1, le=100_000_000)
+    """Tokens per sequence; default the model's training length."""
+    global_batch_size: Optional[int] = Field(default=None, ge=1, le=100_000_000)
+    """Sequences per optimizer step; default about 4M tokens."""
+    precision: Precision = "bf16"
+    """bf16 | fp16 | fp8."""
+    flash_attention: bool = True
+    """Fused attention that never stores the s x s scores."""
+    accounting: Literal["megatron", "deepspeed"] = "megatron"
+    """Model-state accounting: megatron or deepspeed."""
+
+
+class ParallelSpec(_Spec):
+    """`parallel:` in a config: the layout, in Megatron-LM's terms."""
+
+    tp: int = Field(default=1, ge=1, le=_MAX_DIM)
+    """Tensor-parallel degree."""
+    pp: int = Field(default=1, ge=1, le=_MAX_DIM)
+    """Pipeline-parallel degree."""
+    cp: int = Field(default=1, ge=1, le=_MAX_DIM)
+    """Context-parallel degree (splits the sequence)."""
+    ep: int = Field(default=1, ge=1, le=_MAX_DIM)
+    """Expert-parallel degree (borrows ranks from dp*cp*tp)."""
+    etp: Optional[int] = Field(default=None, ge=1, le=_MAX_DIM)
+    """Expert tensor-parallel degree; default = tp."""
+    dp: Optional[int] = Field(default=None, ge=1, le=_MAX_DIM)
+    """Data-parallel degree; optional, must equal num_gpus / (tp*pp*cp) if given."""
+    vpp: int = Field(default=1, ge=1, le=100_000)
+    """Virtual pipeline stages per pipeline rank (interleaved 1F1B)."""
+    micro_batch_size: int = Field(default=1, ge=1, le=100_000_000)
+    """Sequences per micro-batch."""
+    sequence_parallel: Optional[bool] = None
+    """Megatron sequence parallelism; default true when tp > 1."""
+    zero_stage: int = Field(default=1, ge=0, le=3)
+    """0..3; 1 = Megatron distributed optimizer, 2/3 = Megatron FSDP / DeepSpeed ZeRO-2/3."""
+    recompute: Recompute = "none"
+    """Activation recompute: none | selective (attention core) | full (every layer)."""
+    first_stage_layers: Optional[int] = Field(default=None, ge=0, le=10_000)
+    """Layers on the first pipeline rank (`--decoder-first-pipeline-num-layers`)."""
+    last_stage_layers: Optional[int] = Field(default=None, ge=0, le=10_000)
+    """Layers on the last pipeline rank (`--decoder-last-pipeline-num-layers`)."""
+    cp_comm_type: Literal["p2p", "a2a", "allgather", "a2a+p2p"] = "p2p"
+    """Context-parallel exchange: p2p (ring attention) or a2a (Ulysses)."""
+    overlap_grad_reduce: bool = True
+    """Overlap the DP gradient reduction with backward (`--overlap-grad-reduce`)."""
+    overlap_param_gather: bool = True
+    """Overlap the distributed optimizer's parameter all-gather with forward."""
+    tp_comm_overlap: bool = False
+    """Overlap TP collectives with GEMMs (`--tp-comm-overlap`, needs SP)."""
+
+
+class ConfigSpec(_Spec):
+    """A whole config file for `validate` and `export`."""
+
+    model: Union[str, dict[str, Any]]
+    """Preset name or alias, path to a model YAML or HF config.json, or an inline mapping."""
+    hardware: Union[str, dict[str, Any]] = "h100-sxm"
+    """Profile name, path to a profile YAML, or an inline mapping."""
+    num_gpus: int = Field(ge=1, le=_MAX_DIM)
+    """Total GPUs (the world size)."""
+    training: TrainingInput = TrainingInput()
+    """Sequence length, global batch, precision."""
+    parallel: ParallelSpec = ParallelSpec()
+    """The layout."""
+
+
+def _divisor_list(n: int) -> str:
+    from planner.units import divisors
+    ds = divisors(n)
+    return ", ".join(map(str, ds[:-1])) + f" or {ds[-1]}" if len(ds) > 1 else str(ds[0])
+
+
+# --------------------------------------------------------------------------- YAML reading
+
+def read_yaml(path: str | Path, *, what: str = "file") -> Any:
+    """Read a YAML (or JSON) file; every failure becomes a one-line SpecError."""
+    p = Path(path)
+    if not p.exists():
+        raise SpecError(f"{what} {str(p)!r} does not exist; check the path")
+    if p.is_dir():
+        raise SpecError(f"{what} {str(p)!r} is a directory; give a YAML file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{what} {str(p)!r} cannot be read ({exc.__class__.__name__}); "
+                        "give a UTF-8 text file") from None
+    if not text.strip():
+        raise SpecError(f"{what} {str(p)!r} is empty; see examples/ for a complete config")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{what} {str(p)!r} is not valid YAML{where}: {problem}; "
+                        "fix the syntax there") from None
+
+
+def parse_spec(cls: type[_Spec], data: Any, *, where: str = ""):
+    """Build a spec from plain data; a ValidationError becomes one SpecError line."""
+    if not isinstance(data, dict):
+        label = where or cls.__name__
+        raise SpecError(f"{label} must be a mapping of keys to values, got "
+                        f"{type(data).__name__} {_short(data)}; see examples/")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error(exc, cls, where=where) from None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _fields_at(cls: type[BaseModel], loc: tuple) -> list[str]:
+    """Valid keys of the (nested) model that `loc` points into."""
+    model: Any = cls
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        ann = getattr(field, "annotation", None)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+        else:
+            break
+    return list(model.model_fields)
+
+
+def spec_error(exc: ValidationError, cls: type[BaseModel], *, where: str = "") -> SpecError:
+    """The first validation problem as `field = value: problem; fix` (one line)."""
+    err = exc.errors()[0]
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "str", "dict["))))
+    field = ".".join(str(p) for p in loc)
+    if where:
+        field = f"{where}.{field}" if field else where
+    kind, value = err["type"], err.get("input")
+    if kind == "extra_forbidden":
+        valid = _fields_at(cls, loc)
+        close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return SpecError(f"unknown key {field!r}; {hint}valid keys here: {', '.join(valid)}")
+    if kind == "missing":
+        return SpecError(f"missing required key {field!r}; add it (see README, 'Config files')")
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+        return SpecError(f"{field or 'model'}: {msg}" if field else msg)
+    if isinstance(value, float) and not math.isfinite(value):
+        msg = "must be a finite number"
+    return SpecError(f"{field} = {_short(value)}: {msg.lower()}; fix this value")
