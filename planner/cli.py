@@ -133,5 +133,45 @@ def hardware(json_out: JsonOpt = False) -> None:
     _run(body)
 
 
+@app.command("export")
+def export_cmd(
+    config: Annotated[Path, typer.Argument(help="Config YAML (see examples/).")],
+    fmt: Annotated[str, typer.Option("--format", "-f",
+                                     help="megatron | deepspeed | torchtitan | nemo.")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o",
+                                                   help="Write to this file instead of stdout.")] = None,
+) -> None:
+    """Write a config's layout as a framework's launch flags or config file."""
+
+    def body() -> int:
+        from planner.config import load_config
+        from planner.cost import estimate
+        from planner.export import check_exportable, check_format, export
+        from planner.rules import Context, fits_in_memory
+
+        name = check_format(fmt)
+        job, layout = load_config(config)
+        check_exportable(job, layout)
+        est = estimate(job, layout)
+        text = export(job, layout, name, estimate=est)
+        too_big = fits_in_memory(Context(model=job.model, hardware=job.hardware,
+                                         training=job.training, num_gpus=job.num_gpus,
+                                         layout=layout, memory=est.memory))
+        if too_big:
+            print(f"warning: {too_big}", file=sys.stderr)
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            try:
+                output.write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise SpecError(f"--output {str(output)!r} cannot be written "
+                                f"({exc.__class__.__name__}); check the path") from None
+            print(f"wrote {output}", file=sys.stderr)
+        return 0
+
+    _run(body)
+
+
 def main() -> None:
     app()

@@ -63,7 +63,9 @@ def resolve_hardware(ref: str | dict | HardwareSpec, *, base: Path | None = None
     if named.exists():
         return _load_profile(str(named))
     names = profile_names()
-    close = difflib.get_close_matches(text, names, n=1)
+    # a prefix first: difflib alone would answer "h100" with "h200" rather than "h100-sxm"
+    close = ([n for n in names if text and n.startswith(text.lower())][:1]
+             or difflib.get_close_matches(text, names, n=1))
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise SpecError(f"hardware {text!r} is not a profile or a file; {hint}"
                     f"profiles: {', '.join(names) or '(none found in ' + str(profile_dir()) + ')'}")
@@ -81,6 +83,10 @@ def default_training(model: ModelSpec, *, seq_length: int | None = None,
 
 
 def config_from_data(data, *, base: Path | None = None, source: str = "config") -> tuple[Job, Layout]:
+    if not isinstance(data, dict):   # parse_spec would name the class (ConfigSpec), not the file
+        got = "nothing (only comments?)" if data is None else type(data).__name__
+        raise SpecError(f"config {source!r} must be a mapping of keys to values at the top level, "
+                        f"got {got}; see examples/")
     spec: ConfigSpec = parse_spec(ConfigSpec, data, where="")
     model = resolve_model(spec.model, base=base)
     hardware = resolve_hardware(spec.hardware, base=base)

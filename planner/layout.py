@@ -106,7 +106,9 @@ def layout_from_spec(spec: ParallelSpec, *, num_gpus: int) -> Layout:
         micro_batch_size=spec.micro_batch_size, recompute=spec.recompute,
         first_stage_layers=spec.first_stage_layers, last_stage_layers=spec.last_stage_layers,
         cp_comm_type=spec.cp_comm_type, overlap_grad_reduce=spec.overlap_grad_reduce,
-        overlap_param_gather=spec.overlap_param_gather, tp_comm_overlap=spec.tp_comm_overlap,
+        overlap_param_gather=spec.overlap_param_gather,
+        tp_comm_overlap=(spec.tp_comm_overlap if spec.tp_comm_overlap is not None
+                         else sp and spec.tp > 1),
     )
 
 

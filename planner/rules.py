@@ -18,7 +18,8 @@ from planner.specs import HardwareSpec, ModelSpec, TrainingSpec
 from planner.units import GiB, divisors
 
 __all__ = ["Context", "RULES", "WARNINGS", "check", "rule_ids", "DEFAULT_HEADROOM",
-           "USUAL_MAX_BATCH_TOKENS"]
+           "USUAL_MAX_BATCH_TOKENS", "batch_ok", "interleave_ok", "seq_tp_ok", "moe_sp_ok", "fits",
+           "split_options"]
 
 DEFAULT_HEADROOM = 0.05
 """Fraction of GPU memory kept free on top of the modelled overheads (fits-in-memory)."""
@@ -53,6 +54,32 @@ def _try(values: Iterable[int], name: str) -> str:
     if len(vals) == 1:
         return f"; try {name} {vals[0]}"
     return f"; try {name} " + ", ".join(map(str, vals[:-1])) + f" or {vals[-1]}"
+
+
+# -- predicates shared with the search (one source of truth for the arithmetic) -------------
+
+def batch_ok(global_batch_size: int, micro_batch_size: int, dp: int) -> bool:
+    """B % (b*dp) == 0 and at least one micro-batch."""
+    unit = micro_batch_size * dp
+    return global_batch_size % unit == 0 and global_batch_size >= unit
+
+
+def interleave_ok(vpp: int, pp: int, m: int) -> bool:
+    """The interleaved schedule needs m >= pp."""
+    return vpp == 1 or pp == 1 or m >= pp
+
+
+def seq_tp_ok(seq: int, cp: int, tp: int, sp: bool) -> bool:
+    """With SP each TP rank takes (seq/cp)/tp tokens."""
+    return not (sp and tp > 1) or (seq // cp) % tp == 0
+
+
+def moe_sp_ok(is_moe: bool, ep: int, tp: int, sp: bool) -> bool:
+    return not (is_moe and ep > 1 and tp > 1 and not sp)
+
+
+def fits(total_bytes: float, capacity_bytes: float, headroom: float) -> bool:
+    return total_bytes <= capacity_bytes * (1 - headroom)
 
 
 # -- step 1: the world and the model's shape -------------------------------------------------
@@ -117,6 +144,9 @@ def layers_divisible(c: Context) -> Optional[str]:
         return None
     if p == 1:
         return "first_stage_layers/last_stage_layers need pp > 1; remove them or raise pp"
+    if p == 2 and first + last != L:   # stage_layer_counts has no middle rank to absorb the rest
+        return (f"first_stage_layers ({first}) + last_stage_layers ({last}) must equal num_layers "
+                f"({L}) with pp 2; try {_uneven_hint(L, p)}")
     if first < 0 or last < 0 or first + last > L or mid != int(mid) or mid < 0:
         return (f"num_layers ({L}) does not split as first {first} + {p - 2} x middle + last "
                 f"{last} with whole middle counts; try {_uneven_hint(L, p)}")
@@ -126,6 +156,25 @@ def layers_divisible(c: Context) -> Optional[str]:
             if n % v:
                 return f"{name} ({n}) must be divisible by vpp ({v}); each rank's layers split into vpp chunks"
     return None
+
+
+def split_options(L: int, p: int) -> list[tuple[int | None, int | None]]:
+    """The layer split the search tries for pp = p: even when L % p == 0; otherwise the
+    embedding and the loss each taking a layer's place (first = last = (L+2)/p - 1, as
+    Llama 3 405B's 7 + 14x8 + 7); otherwise ceil(L/p) on the middle ranks and the remainder
+    shared by the first and last ranks. Empty when no split leaves every rank a layer."""
+    if p == 1 or L % p == 0:
+        return [(None, None)]
+    if p > 2 and (L + 2) % p == 0 and (L + 2) // p >= 2:
+        k = (L + 2) // p
+        return [(k - 1, k - 1)]
+    if p == 2:
+        return [(L // 2, L - L // 2)]
+    mid = -(-L // p)
+    rest = L - (p - 2) * mid
+    if rest >= 2:
+        return [(rest // 2, rest - rest // 2)]
+    return []
 
 
 def _uneven_hint(L: int, p: int) -> str:
@@ -153,7 +202,7 @@ def batch_divisible(c: Context) -> Optional[str]:
     """Megatron 9: global_batch_size % (micro_batch_size*dp) == 0, at least one micro-batch."""
     lay, B = c.layout, c.training.global_batch_size
     unit = lay.micro_batch_size * lay.dp
-    if B % unit or B < unit:
+    if not batch_ok(B, lay.micro_batch_size, lay.dp):
         lo = max(unit, B // unit * unit)
         hi = lo + unit if B > lo else lo
         return (f"global_batch_size ({B}) must be a multiple of micro_batch_size*dp "
@@ -165,7 +214,7 @@ def batch_divisible(c: Context) -> Optional[str]:
 def vpp_needs_microbatches(c: Context) -> Optional[str]:
     """Megatron 11: the interleaved schedule needs num_microbatches >= pp."""
     lay = c.layout
-    if lay.vpp > 1 and lay.pp > 1 and c.m < lay.pp:
+    if not interleave_ok(lay.vpp, lay.pp, c.m):
         return (f"interleaved schedule (vpp {lay.vpp}) needs num_microbatches ({c.m}) >= pp "
                 f"({lay.pp}); raise global_batch_size or lower micro_batch_size, or set vpp 1")
     return None
@@ -175,15 +224,16 @@ def seq_divisible_by_cp(c: Context) -> Optional[str]:
     """Megatron 8: cp > 1 => seq_length % (2*cp) == 0 (causal load balancing)."""
     cp, s = c.layout.cp, c.training.seq_length
     if cp > 1 and s % (2 * cp):
+        ok = divisors(s // 2) if s % 2 == 0 else [1]   # odd s: no cp > 1 works
         return (f"seq_length ({s}) must be divisible by 2*cp ({2 * cp}); "
-                + _try([d for d in divisors(s // 2) if d <= 64], "cp").lstrip("; "))
+                + _try([d for d in ok if d <= 64], "cp").lstrip("; "))
     return None
 
 
 def seq_divisible_by_tp(c: Context) -> Optional[str]:
     """With sequence parallelism each TP rank takes seq/(cp*tp) tokens: (seq/cp) % tp == 0."""
     lay, s = c.layout, c.training.seq_length
-    if lay.sp and lay.tp > 1 and (s // lay.cp) % lay.tp:
+    if not seq_tp_ok(s, lay.cp, lay.tp, lay.sp):
         return (f"seq_length/cp ({s}/{lay.cp}) must be divisible by tp ({lay.tp}) with "
                 "sequence_parallel; change seq_length or tp")
     return None
@@ -215,6 +265,8 @@ def experts_divisible_by_ep(c: Context) -> Optional[str]:
 def expert_grid(c: Context) -> Optional[str]:
     """Megatron 2: world % (etp*ep*pp) == 0; EP borrows ranks from dp*cp*tp."""
     lay = c.layout
+    if lay.ep == 1 and lay.etp == lay.tp:
+        return None   # the grid is tp*pp: world-size already checks it
     grid = lay.etp * lay.ep * lay.pp
     if c.num_gpus % grid:
         return (f"num_gpus ({c.num_gpus}) must be divisible by etp*ep*pp "
@@ -228,8 +280,9 @@ def expert_grid(c: Context) -> Optional[str]:
 def moe_needs_sp(c: Context) -> Optional[str]:
     """Megatron 14: training MoE layers with ep > 1 and tp > 1 needs sequence parallelism."""
     lay = c.layout
-    if c.model.is_moe and lay.ep > 1 and lay.tp > 1 and not lay.sp:
-        return "MoE with ep > 1 and tp > 1 needs sequence_parallel true"
+    if not moe_sp_ok(c.model.is_moe, lay.ep, lay.tp, lay.sp):
+        return (f"MoE with ep ({lay.ep}) > 1 and tp ({lay.tp}) > 1 needs sequence_parallel; "
+                "set sequence_parallel true")
     return None
 
 
@@ -241,7 +294,7 @@ def fits_in_memory(c: Context) -> Optional[str]:
     if mem is None:
         return None
     cap = mem.capacity * (1 - c.headroom)
-    if mem.total > cap:
+    if not fits(mem.total, mem.capacity, c.headroom):
         return (f"memory per GPU ({mem.total / GiB:.1f} GiB on the {mem.stage} pipeline rank) "
                 f"exceeds {mem.capacity / GiB:.1f} GiB less {c.headroom:.0%} headroom "
                 f"({cap / GiB:.1f} GiB) by {(mem.total - cap) / GiB:.1f} GiB; raise tp or pp, "

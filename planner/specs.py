@@ -10,10 +10,11 @@ from __future__ import annotations
 import difflib
 import math
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Union, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 
 from planner.errors import SpecError
 
@@ -30,6 +31,16 @@ _MAX_DIM = 10_000_000  # no real model or cluster is larger; anything above is a
 
 class _Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """YAML `true`/`false` is not a number (pydantic's lax mode would read `num_gpus: true` as 1)."""
+        if isinstance(value, bool) and info.field_name:
+            ann = cls.model_fields[info.field_name].annotation
+            if ann in (int, float) or (get_args(ann) and set(get_args(ann)) <= {int, float, type(None)}):
+                raise ValueError(f"must be a number, got {str(value).lower()}")
+        return value
 
 
 class ModelSpec(_Spec):
@@ -182,6 +193,9 @@ class Calibration(_Spec):
     """Fraction of peak the fused (flash) attention kernels reach."""
     elementwise_bytes_per_activation: float = Field(default=4.0, ge=0, le=100)
     """HBM bytes moved by non-GEMM kernels per byte of stored activation (norms, activations, rope)."""
+    layer_overhead_us: float = Field(default=0.0, ge=0, le=1e5)
+    """Fixed time per layer per micro-batch forward (kernel launches, small kernels, syncs);
+    backward costs twice this."""
     nvlink_efficiency: float = Field(default=0.75, gt=0, le=1)
     """Achieved fraction of NVLink bandwidth for large collectives (bus bandwidth)."""
     network_efficiency: float = Field(default=0.75, gt=0, le=1)
@@ -303,8 +317,10 @@ class ParallelSpec(_Spec):
     """Overlap the DP gradient reduction with backward (`--overlap-grad-reduce`)."""
     overlap_param_gather: bool = True
     """Overlap the distributed optimizer's parameter all-gather with forward."""
-    tp_comm_overlap: bool = False
-    """Overlap TP collectives with GEMMs (`--tp-comm-overlap`, needs SP)."""
+    tp_comm_overlap: Optional[bool] = None
+    """Overlap TP collectives with GEMMs (`--tp-comm-overlap`, needs SP); default: on when
+    sequence parallelism is on with tp > 1 (NeMo's recipes and Megatron-LM's published
+    benchmarks run with it)."""
 
 
 class ConfigSpec(_Spec):
@@ -405,4 +421,6 @@ def spec_error(exc: ValidationError, cls: type[BaseModel], *, where: str = "") -
         return SpecError(f"{field or 'model'}: {msg}" if field else msg)
     if isinstance(value, float) and not math.isfinite(value):
         msg = "must be a finite number"
+    if kind in ("model_type", "dict_type"):   # not "instance of ParallelSpec": users write YAML
+        msg = "must be a mapping of keys to values"
     return SpecError(f"{field} = {_short(value)}: {msg.lower()}; fix this value")

@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from planner.cost.memory import MemoryBreakdown, peak_memory
+from planner.cost.memory import MemoryBreakdown
 from planner.cost.shape import ModelShape, model_shape
-from planner.units import GiB
 
-__all__ = ["Estimate", "estimate", "shape_of", "memory_of"]
+__all__ = ["Estimate", "estimate", "shape_of", "memory_of", "time_of", "cost_model"]
 
 
 @dataclass(frozen=True)
@@ -24,14 +23,29 @@ def shape_of(model) -> ModelShape:
     return model_shape(model)
 
 
+def cost_model(job) -> "CostModel":
+    from planner.cost.model import CostModel
+    return CostModel(job, shape_of(job.model))
+
+
 def memory_of(job, layout) -> MemoryBreakdown:
-    hw, tr = job.hardware, job.training
-    return peak_memory(
-        shape_of(job.model), layout, seq=tr.seq_length, global_batch_size=tr.global_batch_size,
-        capacity=hw.memory_gib * GiB, fixed_overhead=(hw.cuda_context_gib + hw.nccl_buffer_gib) * GiB,
-        fragmentation=hw.fragmentation_fraction, accounting=tr.accounting,
-        precision=tr.precision, flash=tr.flash_attention)
+    return cost_model(job).memory(layout)
 
 
-def estimate(job, layout, *, tokens: float | None = None) -> Estimate:
-    return Estimate(memory=memory_of(job, layout))
+def time_of(job, layout, *, tokens: float | None = None, model=None):
+    from dataclasses import replace
+
+    st = (model or cost_model(job)).time(layout)
+    if tokens:
+        tr = job.training
+        steps = tokens / (tr.global_batch_size * tr.seq_length)
+        seconds = steps * st.step_time_s
+        st = replace(st, train={"tokens": tokens, "steps": steps, "days": seconds / 86400,
+                                "gpu_hours": seconds * st.num_gpus / 3600})
+    return st
+
+
+def estimate(job, layout, *, tokens: float | None = None, model=None) -> Estimate:
+    """Memory of the most loaded rank and the step time of `layout` for `job`."""
+    cm = model or cost_model(job)
+    return Estimate(memory=cm.memory(layout), time=time_of(job, layout, tokens=tokens, model=cm))

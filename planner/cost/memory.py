@@ -139,7 +139,7 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
     return tokens * per_token
 
 
-def _stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int,
+def stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int,
                   with_embedding: bool, with_output: bool, vocab: int) -> tuple[float, float]:
     """(dense params, expert params) on one rank of a stage, before ep sharding of experts."""
     dense_layers = layers - moe_layers
@@ -154,81 +154,25 @@ def _stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int
     return dense, moe_layers * shape.moe_experts
 
 
-def stage_memory(shape: ModelShape, layout: Layout, *, stage: str, seq: int,
-                 global_batch_size: int, capacity: float, fixed_overhead: float,
-                 fragmentation: float, zero: int | None = None, accounting: str = "megatron",
-                 precision: str = "bf16", flash: bool = True) -> MemoryBreakdown:
-    """Memory of the first, a middle, or the last pipeline rank."""
-    from planner.cost.params import padded_vocab
-
-    lay = layout
-    zero = lay.zero if zero is None else zero
-    p, v, t = lay.pp, lay.vpp, lay.tp
-    first_n, mid_n, last_n = stage_layer_counts(shape.L, lay)
-    if stage == "first":
-        layers, emb, out = first_n, True, p == 1
-        moe_layers = max(0.0, layers - shape.L_dense) if shape.E else 0.0
-    elif stage == "last":
-        layers, emb, out = last_n, p == 1, True
-        moe_layers = min(layers, shape.L_moe) if shape.E else 0.0
-    else:
-        layers, emb, out = mid_n, False, False
-        moe_layers = min(layers, shape.L_moe) if shape.E else 0.0
-    vocab = padded_vocab(shape.V, t)
-    dense_p, expert_p = _stage_params(shape, layers=layers, moe_layers=moe_layers, t=t,
-                                      with_embedding=emb, with_output=out, vocab=vocab)
-    expert_p /= lay.ep * lay.etp
-    wd, gd, od = state_bytes_per_param(zero=zero, shard=lay.optimizer_shard,
-                                       accounting=accounting, precision=precision)
-    we, ge, oe = state_bytes_per_param(zero=zero, shard=lay.edp, accounting=accounting,
+def state_bytes(*, dense_params: float, expert_params: float, zero: int, shard: int,
+                expert_shard: int, accounting: str, precision: str) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes of a rank holding these parameters; dense states
+    shard over `shard` = dp*cp, expert states over `expert_shard` = EDP."""
+    wd, gd, od = state_bytes_per_param(zero=zero, shard=shard, accounting=accounting,
                                        precision=precision)
-    weights = dense_p * wd + expert_p * we
-    grads = dense_p * gd + expert_p * ge
-    optim = dense_p * od + expert_p * oe
+    we, ge, oe = state_bytes_per_param(zero=zero, shard=expert_shard, accounting=accounting,
+                                       precision=precision)
+    return (dense_params * wd + expert_params * we, dense_params * gd + expert_params * ge,
+            dense_params * od + expert_params * oe)
 
-    # activations ---------------------------------------------------------------------
-    b = lay.micro_batch_size
-    tokens = seq * b / lay.cp
-    m = max(1, lay.num_microbatches(global_batch_size))
-    rank = 0 if stage == "first" else (p - 1 if stage == "last" else 1)
+
+def in_flight_layers(*, layers: float, p: int, v: int, m: int, rank: int) -> float:
+    """Layer-micro-batches of activations a pipeline rank holds at its peak.
+
+    1F1B: rank r holds min(m, p - r) micro-batches of its layers. Interleaved (v chunks of
+    layers/v): 2(p - r - 1) + (v - 1)p + 1 chunk-micro-batches, at most m*v; for rank 0 that
+    is L/p * (p + (p-1)/v) = L*(1 + (p-1)/(p*v)) (Megatron's interleaving factor).
+    """
     if v > 1 and p > 1:
-        chunks = min(m * v, 2 * (p - rank - 1) + (v - 1) * p + 1)
-        in_flight_layers = layers / v * chunks
-    else:
-        in_flight_layers = layers * min(m, p - rank)
-    dense_frac = 1.0 - (moe_layers / layers if layers else 0.0)
-    kw = dict(tokens=tokens, seq=seq // lay.cp, t=t, sp=lay.sp, flash=flash, etp=lay.etp)
-    per_layer = dense_frac * layer_activation_bytes(shape, moe=False, recompute=lay.recompute, **kw)
-    if moe_layers:
-        per_layer += (1 - dense_frac) * layer_activation_bytes(shape, moe=True,
-                                                               recompute=lay.recompute, **kw)
-    acts = per_layer * in_flight_layers
-    if lay.recompute == "full" and layers:
-        # the layer being recomputed in backward holds its full activations for a moment
-        acts += layer_activation_bytes(shape, moe=moe_layers > 0, recompute="none", **kw)
-    if out:
-        acts += 4.0 * tokens * vocab / t          # fp32 logits for the loss (vocab-parallel)
-        acts += 2.0 * tokens * shape.h / (t if lay.sp else 1)   # final norm output
-    other_transient = 2.0 * 2.0 * tokens * shape.h if t > 1 and lay.sp else 0.0
-    if zero == 3:
-        other_transient += 2 * 2.0 * shape.largest_layer / t   # gathered layer, prefetch of next
-    tensors = weights + grads + optim + acts
-    other = fixed_overhead + fragmentation * tensors + other_transient
-    return MemoryBreakdown(weights, grads, optim, acts, other, capacity, stage)
-
-
-def peak_memory(shape: ModelShape, layout: Layout, **kw) -> MemoryBreakdown:
-    """The most loaded rank: the larger of the first and last pipeline ranks (and a middle one
-    for MoE models whose first ranks hold the dense layers)."""
-    if layout.pp == 1:
-        stages: tuple[str, ...] = ("first",)
-    elif layout.pp > 2 and shape.E:
-        stages = ("first", "last", "middle")
-    else:
-        stages = ("first", "last")
-    best = None
-    for st in stages:
-        mb = stage_memory(shape, layout, stage=st, **kw)
-        if best is None or mb.total > best.total:
-            best = mb
-    return best
+        return layers / v * min(m * v, 2 * (p - rank - 1) + (v - 1) * p + 1)
+    return layers * min(m, p - rank)

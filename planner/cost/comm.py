@@ -1,0 +1,84 @@
+"""Collectives on the link each parallel axis really uses (alpha-beta model, formulas.md §6).
+
+Ring collectives over n ranks, S bytes, achieved bandwidth B, per-step latency α:
+    all-reduce            2(n-1)/n * S/B + 2(n-1)α
+    reduce-scatter        (n-1)/n * S/B + (n-1)α        (all-gather the same)
+    all-to-all            (n-1)/n * S/B + (n-1)α        (S = bytes each rank sends in total)
+    point-to-point        S/B + α
+Placement (Megatron rank order tp-cp-ep-dp-pp, innermost first): a group of n ranks spaced
+`stride` apart covers n*stride consecutive ranks. If that fits in one NVLink domain the group
+runs on NVLink at `nvlink_bandwidth * nvlink_efficiency`. Otherwise it crosses the network:
+a hierarchical (NCCL multi-ring / NVLS) reduction spreads the inter-node volume over the
+`g = domain/stride` ranks of the group inside each domain, each with its own NIC, so the
+achieved bandwidth is min(NVLink, g * network) (efficiencies applied); an all-to-all sends
+the off-domain share (n - g)/n of its bytes over the NIC and the rest over NVLink.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Link", "group_link", "all_reduce_time", "reduce_scatter_time", "all_gather_time",
+           "all_to_all_time", "p2p_time", "ring_all_reduce_volume"]
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """Achieved bandwidth (bytes/s) and per-step latency (s) of one group's collectives."""
+
+    bandwidth: float
+    latency: float
+    crosses_network: bool
+    local_ranks: int          # ranks of the group inside one NVLink domain
+    nvlink_bandwidth: float   # achieved NVLink bandwidth (for the all-to-all split)
+    network_bandwidth: float  # achieved per-GPU network bandwidth
+
+
+def group_link(*, n: int, stride: int, domain: int, nvlink_bw: float, network_bw: float,
+               nvlink_lat: float, network_lat: float) -> Link:
+    """The link tier of a group of n ranks spaced `stride` apart (bandwidths already achieved)."""
+    if n <= 1 or n * stride <= domain:
+        return Link(nvlink_bw, nvlink_lat, False, max(1, n), nvlink_bw, network_bw)
+    local = max(1, min(n, domain // stride))
+    bw = min(nvlink_bw, local * network_bw)
+    return Link(bw, network_lat, True, local, nvlink_bw, network_bw)
+
+
+def ring_all_reduce_volume(size: float, n: int) -> float:
+    """Bytes each rank sends in a ring all-reduce: 2(n-1)/n * S."""
+    return 2.0 * (n - 1) / n * size if n > 1 else 0.0
+
+
+def all_reduce_time(size: float, n: int, link: Link) -> float:
+    """2(n-1)/n * S/B + 2(n-1)α."""
+    if n <= 1:
+        return 0.0
+    return 2.0 * (n - 1) / n * size / link.bandwidth + 2.0 * (n - 1) * link.latency
+
+
+def reduce_scatter_time(size: float, n: int, link: Link) -> float:
+    """(n-1)/n * S/B + (n-1)α, S = the full (unsharded) buffer."""
+    if n <= 1:
+        return 0.0
+    return (n - 1) / n * size / link.bandwidth + (n - 1) * link.latency
+
+
+all_gather_time = reduce_scatter_time
+
+
+def all_to_all_time(size: float, n: int, link: Link) -> float:
+    """(n-1)/n * S/B + (n-1)α; across domains the off-domain share (n-g)/n goes over the
+    network and the rest over NVLink, concurrently: max of the two."""
+    if n <= 1:
+        return 0.0
+    if not link.crosses_network:
+        return (n - 1) / n * size / link.bandwidth + (n - 1) * link.latency
+    g = link.local_ranks
+    inside = (g - 1) / n * size / link.nvlink_bandwidth
+    outside = (n - g) / n * size / link.network_bandwidth
+    return max(inside, outside) + (n - 1) * link.latency
+
+
+def p2p_time(size: float, link: Link) -> float:
+    """S/B + α."""
+    return size / link.bandwidth + link.latency

@@ -1,0 +1,123 @@
+"""FLOPs and compute time.
+
+Model FLOPs per step (Megatron `num_floating_point_operations`, formulas.md §4), T = B*s:
+    F = T*[6h(f*φ*L_dense + f_e*k*φ*L_moe + f_s*φ*L_moe) + 6(h(q + 2dg) + qh)*L + 6hV]
+      + B*s²*6*q*L                               (causal attention, QKᵀ and ·V)
+with φ = 3 gated else 2 (the code writes 2φ·h·f per token per forward, ×3 for fwd+bwd).
+Hardware FLOPs add recompute: full = one more forward (+F_fwd), selective = the attention core.
+
+Compute time (what a GPU actually multiplies). GEMMs run at
+    peak × η_max × n/(n + n_half),   1/n = tp/h + 1/tokens
+n is the per-GPU GEMM size that shrinks with TP (the hidden dimension split t ways) and with
+few tokens per micro-batch (small b, large CP). The fused attention core runs at
+peak × η_attn; non-GEMM kernels (norms, activation functions, rope, residuals, permutes) are
+memory bound: c_ew × (stored activation bytes) / HBM bandwidth. Backward = 2× forward for
+GEMMs and element-wise kernels, 2.5× for flash attention (it recomputes the probabilities).
+FP8 runs the linear layers at the FP8 peak; attention and the output layer stay in BF16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.cost.shape import ModelShape
+
+__all__ = ["model_flops_per_step", "hardware_flops_per_step", "gemm_efficiency",
+           "LayerTimes", "layer_times", "logits_time", "megatron_flops_2024", "narayanan_flops"]
+
+ATTN_BWD_FACTOR = 2.5   # flash-attention backward / forward work (recomputes P: 5 vs 2 GEMMs)
+
+
+def model_flops_per_step(shape: ModelShape, *, seq: int, global_batch_size: int,
+                         vocab: int | None = None) -> float:
+    """Megatron's num_floating_point_operations (today's: GQA, gated MLP, MoE, causal)."""
+    T = global_batch_size * seq
+    V = vocab if vocab is not None else shape.V
+    per_token = 3.0 * (shape.L_dense * shape.mlp_flops + shape.L_moe * shape.moe_flops
+                       + shape.L * shape.attn_proj_flops) + 6.0 * shape.h * V
+    attention = 3.0 * shape.L * shape.attn_core_flops_per_s * seq * T
+    return T * per_token + attention
+
+
+def hardware_flops_per_step(shape: ModelShape, *, seq: int, global_batch_size: int,
+                            recompute: str, vocab: int | None = None) -> float:
+    """Model FLOPs plus what recompute repeats (full: a forward of every layer; selective:
+    the attention core forward)."""
+    F = model_flops_per_step(shape, seq=seq, global_batch_size=global_batch_size, vocab=vocab)
+    T = global_batch_size * seq
+    core_fwd = shape.L * shape.attn_core_flops_per_s * seq * T
+    if recompute == "full":
+        layers_fwd = T * (shape.L_dense * shape.mlp_flops + shape.L_moe * shape.moe_flops
+                          + shape.L * shape.attn_proj_flops)
+        return F + layers_fwd + core_fwd
+    if recompute == "selective":
+        return F + core_fwd
+    return F
+
+
+def megatron_flops_2024(*, B: int, s: int, L: int, h: int, a: int, g: int, q: int, f: int,
+                        V: int, k: int = 1, gated: bool = False) -> float:
+    """Megatron-LM r0.8 (July 2024): 12·B·s·L·h²·[(1 + g/a + s/h)(q/h) + (f/h)·k·γ + V/(2Lh)]
+    with γ = 1.5 gated else 1 and the attention counted non-causal (calibration.yaml)."""
+    gamma = 1.5 if gated else 1.0
+    return 12.0 * B * s * L * h * h * ((1 + g / a + s / h) * (q / h) + (f / h) * k * gamma
+                                       + V / (2 * L * h))
+
+
+def narayanan_flops(*, B: int, s: int, L: int, h: int, V: int) -> float:
+    """Narayanan et al. 2021 eq. 3: 96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)) (recompute counted)."""
+    return 96.0 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+
+
+def gemm_efficiency(*, eff_max: float, half_size: float, tp: int, h: int, tokens: float) -> float:
+    """η_max · n/(n + n_half) with 1/n = tp/h + 1/tokens."""
+    n = 1.0 / (tp / h + 1.0 / max(tokens, 1.0))
+    return eff_max * n / (n + half_size)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTimes:
+    """Seconds for one layer and one micro-batch on one GPU."""
+
+    fwd: float
+    bwd: float
+    recompute: float
+    gemm_flops_fwd: float
+
+
+def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq_per_rank: int, seq: int,
+                tp: int, sp: bool, recompute: str, gemm_flops_per_s: float,
+                attn_flops_per_s: float, hbm_bytes_per_s: float, ew_factor: float,
+                act_bytes_fwd: float, overhead_s: float = 0.0) -> LayerTimes:
+    """Forward, backward and recompute time of one layer for one micro-batch of `tokens`
+    (= s*b/cp) tokens on one GPU of a TP group of `tp`.
+
+    GEMM FLOPs per token (fwd): (QKV + out projections + MLP or routed/shared experts)/tp;
+    attention core: causal 2*q*s_kv per token, s_kv = s (all keys of the sequence, CP or not)
+    but only s/cp query tokens per rank; element-wise: c_ew x stored activation bytes / HBM
+    bandwidth, plus a fixed per-layer overhead (kernel launches), both 2x in backward.
+    """
+    mlp = shape.moe_flops if moe else shape.mlp_flops
+    gemm = tokens * (shape.attn_proj_flops + mlp) / tp
+    attn = tokens * shape.attn_core_flops_per_s * seq / tp
+    ew = ew_factor * act_bytes_fwd / hbm_bytes_per_s + overhead_s
+    t_gemm = gemm / gemm_flops_per_s
+    t_attn = attn / attn_flops_per_s
+    fwd = t_gemm + t_attn + ew
+    bwd = 2.0 * t_gemm + ATTN_BWD_FACTOR * t_attn + 2.0 * ew
+    if recompute == "full":
+        rec = fwd
+    elif recompute == "selective":
+        rec = t_attn
+    else:
+        rec = 0.0
+    return LayerTimes(fwd, bwd, rec, gemm)
+
+
+def logits_time(*, tokens: float, h: int, vocab: int, tp: int, flops_per_s: float,
+                hbm_bytes_per_s: float) -> float:
+    """Output layer fwd + bwd (3 × 2·h·V per token / tp) and the fp32 cross-entropy
+    (read/write the logits a few times: ~3 × 4 bytes × V/tp per token, fwd and bwd)."""
+    gemm = 3.0 * 2.0 * h * vocab * tokens / tp / flops_per_s
+    ce = 2.0 * 3.0 * 4.0 * vocab * tokens / tp / hbm_bytes_per_s
+    return gemm + ce

@@ -1,0 +1,305 @@
+"""`CostModel`: memory and step time of layouts of one job, composed from the pure formulas.
+
+The formulas live in memory.py, compute.py, comm.py and pipeline.py. This class only
+composes them, and caches what does not depend on the whole layout: per-layer costs depend on
+(tp, cp, ep, etp, sp, micro-batch, recompute, CP and TP-overlap modes) only, so a search over
+pp, dp, vpp and ZeRO reuses them. `estimate()` and the search share this one composition.
+
+Step (see step.py for the parts): per micro-batch a stage costs Σ_layers (fwd + bwd +
+recompute) + TP/EP/CP exposed + PP p2p (+ the output layer and loss on the last stage);
+the step is pipeline_time(stages) + exposed DP + the optimizer update.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.cost.comm import (all_reduce_time, all_to_all_time, group_link, p2p_time)
+from planner.cost.compute import (gemm_efficiency, hardware_flops_per_step, layer_times,
+                                  logits_time, model_flops_per_step)
+from planner.cost.memory import (MemoryBreakdown, in_flight_layers, layer_activation_bytes,
+                                 stage_params, state_bytes)
+from planner.cost.params import padded_vocab
+from planner.cost.pipeline import bubble_fraction, pipeline_time
+from planner.cost.shape import ModelShape, model_shape
+from planner.cost.step import OPTIMIZER_BYTES_PER_PARAM, StepTime, dp_exposed
+from planner.layout import Layout, stage_layer_counts
+from planner.units import GiB
+
+__all__ = ["CostModel", "LayerCosts"]
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCosts:
+    """Per layer and micro-batch on one GPU (seconds, bytes); d = dense layer, e = MoE layer."""
+
+    tokens: float
+    act_d: float          # stored activations (with the layout's recompute)
+    act_e: float
+    work_d: float         # one layer's full activations (the recompute working set)
+    work_e: float
+    fwd_d: float
+    bwd_d: float
+    rec_d: float
+    fwd_e: float
+    bwd_e: float
+    rec_e: float
+    tp: float             # exposed TP communication per layer (fwd + bwd + recompute)
+    ep: float             # exposed EP all-to-all per MoE layer
+    cp: float             # exposed CP communication per layer
+    logits: float         # output layer + loss, fwd + bwd
+    logits_bytes: float   # fp32 logits + final norm output
+    transient: float      # TP/SP all-gather buffer
+
+
+class CostModel:
+    """Memory and time of layouts for one job (model, hardware, training)."""
+
+    def __init__(self, job, shape: ModelShape | None = None):
+        self.job = job
+        self.shape = shape or model_shape(job.model)
+        hw, tr = job.hardware, job.training
+        self.hw = hw
+        self.cal = hw.calibration
+        self.seq, self.gbs = tr.seq_length, tr.global_batch_size
+        self.precision, self.flash, self.accounting = tr.precision, tr.flash_attention, tr.accounting
+        self.capacity = hw.memory_gib * GiB
+        self.fixed = (hw.cuda_context_gib + hw.nccl_buffer_gib) * GiB
+        self.frag = hw.fragmentation_fraction
+        self.bf16 = hw.peak_flops("bf16")
+        self.peak = hw.peak_flops(self.precision)
+        self.hbm = hw.hbm_bandwidth_gb_per_s * 1e9
+        self.link_kw = dict(
+            domain=hw.nvlink_domain_size,
+            nvlink_bw=hw.nvlink_bandwidth_gb_per_s * 1e9 * self.cal.nvlink_efficiency,
+            network_bw=hw.network_bandwidth_gb_per_s * 1e9 * self.cal.network_efficiency,
+            nvlink_lat=hw.nvlink_latency_us * 1e-6, network_lat=hw.network_latency_us * 1e-6)
+        self._layers: dict = {}
+        self._links: dict = {}
+        self._states: dict = {}
+        self._stages: dict = {}
+        s = self.shape
+        self.model_flops = model_flops_per_step(s, seq=self.seq, global_batch_size=self.gbs)
+        self.L_dense = s.L_dense if s.E else s.L
+
+    # ------------------------------------------------------------------ cached pieces
+    def link(self, n: int, stride: int):
+        key = (n, stride)
+        got = self._links.get(key)
+        if got is None:
+            got = self._links[key] = group_link(n=n, stride=stride, **self.link_kw)
+        return got
+
+    def layer_costs(self, lay: Layout) -> LayerCosts:
+        key = (lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
+               lay.cp_comm_type, lay.tp_comm_overlap)
+        got = self._layers.get(key)
+        if got is None:
+            got = self._layers[key] = self._layer_costs(lay)
+        return got
+
+    def _layer_costs(self, lay: Layout) -> LayerCosts:
+        s, cal = self.shape, self.cal
+        t, cp = lay.tp, lay.cp
+        tokens = self.seq * lay.micro_batch_size / cp
+        seq_rank = self.seq // cp
+        akw = dict(tokens=tokens, seq=seq_rank, t=t, sp=lay.sp, flash=self.flash, etp=lay.etp)
+        act_d = layer_activation_bytes(s, moe=False, recompute=lay.recompute, **akw)
+        work_d = layer_activation_bytes(s, moe=False, recompute="none", **akw)
+        act_e = layer_activation_bytes(s, moe=True, recompute=lay.recompute, **akw) if s.E else 0.0
+        work_e = layer_activation_bytes(s, moe=True, recompute="none", **akw) if s.E else 0.0
+
+        eff = gemm_efficiency(eff_max=cal.matmul_efficiency, half_size=cal.matmul_half_size,
+                              tp=t, h=s.h, tokens=tokens)
+        attn_rate = self.bf16 * cal.attention_efficiency
+        kw = dict(tokens=tokens, seq_per_rank=seq_rank, seq=self.seq, tp=t, sp=lay.sp,
+                  recompute=lay.recompute, gemm_flops_per_s=self.peak * eff,
+                  attn_flops_per_s=attn_rate, hbm_bytes_per_s=self.hbm,
+                  ew_factor=cal.elementwise_bytes_per_activation,
+                  overhead_s=cal.layer_overhead_us * 1e-6)
+        d = layer_times(s, moe=False, act_bytes_fwd=work_d, **kw)
+        e = layer_times(s, moe=True, act_bytes_fwd=work_e, **kw) if s.E else d
+        hide = cal.overlap_efficiency
+        full = lay.recompute == "full"
+
+        tp_s = 0.0
+        if t > 1:
+            tp_s = (4 + 2 * full) * all_reduce_time(2.0 * tokens * s.h, t, self.link(t, 1))
+            if lay.tp_comm_overlap:
+                tp_s *= 1.0 - hide
+        ep_s = 0.0
+        if lay.ep > 1 and s.E:
+            routed = tokens / (t if lay.sp else 1) * s.k * s.capacity_factor
+            ep_s = (4 + 2 * full) * all_to_all_time(2.0 * routed * s.h, lay.ep,
+                                                    self.link(lay.ep, lay.etp))
+        cp_s = 0.0
+        if cp > 1:
+            cp_link = self.link(cp, t)
+            if lay.cp_comm_type in ("p2p", "a2a+p2p"):
+                attn_core = tokens * s.attn_core_flops_per_s * self.seq / t / attn_rate
+                ring = (cp - 1) * p2p_time(2.0 * tokens * 2 * s.g * s.d / t, cp_link)
+                cp_s = (3 + full) * max(0.0, ring - hide * attn_core)
+            else:
+                a2a = all_to_all_time(2.0 * tokens * (2 * s.q + 2 * s.g * s.d) / t, cp, cp_link)
+                cp_s = 2 * a2a * (1.5 if full else 1.0)
+        vocab = padded_vocab(s.V, t)
+        logits = logits_time(tokens=tokens, h=s.h, vocab=vocab, tp=t, flops_per_s=self.bf16 * eff,
+                             hbm_bytes_per_s=self.hbm)
+        logits_bytes = 4.0 * tokens * vocab / t + 2.0 * tokens * s.h / (t if lay.sp else 1)
+        transient = 4.0 * tokens * s.h if t > 1 and lay.sp else 0.0
+        return LayerCosts(tokens, act_d, act_e, work_d, work_e, d.fwd, d.bwd, d.recompute,
+                          e.fwd, e.bwd, e.recompute, tp_s, ep_s, cp_s, logits, logits_bytes,
+                          transient)
+
+    # ------------------------------------------------------------------ stages
+    def stages(self, lay: Layout):
+        """[(name, rank, layers, moe_layers, has_embedding, has_output)] for first/middle/last."""
+        key = (lay.pp, lay.first_stage_layers, lay.last_stage_layers)
+        got = self._stages.get(key)
+        if got is None:
+            got = self._stages[key] = self._stage_list(lay)
+        return got
+
+    def _stage_list(self, lay: Layout):
+        s = self.shape
+        first_n, mid_n, last_n = stage_layer_counts(s.L, lay)
+        p = lay.pp
+
+        def moe_in(layers: float, start: float) -> float:
+            if not s.E:
+                return 0.0
+            return max(0.0, min(layers, start + layers - self.L_dense))
+
+        if p == 1:
+            return [("first", 0, s.L, float(s.L_moe), True, True)]
+        out = [("first", 0, first_n, moe_in(first_n, 0), True, False)]
+        if p > 2:
+            out.append(("middle", 1, mid_n, moe_in(mid_n, first_n), False, False))
+        out.append(("last", p - 1, last_n, moe_in(last_n, s.L - last_n), False, True))
+        return out
+
+    def stage_states(self, lay: Layout, zero: int) -> list[tuple]:
+        """Per pipeline rank (first, middle, last): (name, rank, layers, moe_layers, has_output,
+        weights, gradients, optimizer bytes). Cached: it does not depend on the micro-batch,
+        vpp, sp or recompute."""
+        key = (lay.tp, lay.pp, lay.first_stage_layers, lay.last_stage_layers, lay.ep, lay.etp,
+               lay.dp, lay.cp, zero)
+        got = self._states.get(key)
+        if got is not None:
+            return got
+        s = self.shape
+        vocab = padded_vocab(s.V, lay.tp)
+        got = []
+        for name, rank, layers, moe_layers, emb, out in self.stages(lay):
+            dense_p, expert_p = stage_params(s, layers=layers, moe_layers=moe_layers, t=lay.tp,
+                                             with_embedding=emb, with_output=out, vocab=vocab)
+            w, g, o = state_bytes(dense_params=dense_p, expert_params=expert_p / (lay.ep * lay.etp),
+                                  zero=zero, shard=lay.optimizer_shard, expert_shard=lay.edp,
+                                  accounting=self.accounting, precision=self.precision)
+            got.append((name, rank, layers, moe_layers, out, w, g, o))
+        self._states[key] = got
+        return got
+
+    def memory(self, lay: Layout, *, zero: int | None = None) -> MemoryBreakdown:
+        """The most loaded rank's memory (first, a middle or the last pipeline rank)."""
+        lc = self.layer_costs(lay)
+        zero = lay.zero if zero is None else zero
+        m = max(1, lay.num_microbatches(self.gbs))
+        full = lay.recompute == "full"
+        transient = lc.transient
+        if zero == 3:   # the gathered (DP-unsharded) layer and the prefetched next one, bf16
+            sh = self.shape
+            dense = sh.dense_tp / lay.tp + sh.dense_rep
+            moe = sh.moe_tp / lay.tp + sh.moe_rep + sh.moe_experts / (lay.ep * lay.etp) if sh.E else 0.0
+            transient += 2 * 2.0 * max(dense, moe)
+        best, best_total = None, -1.0
+        for name, rank, layers, moe_layers, out, w, g, o in self.stage_states(lay, zero):
+            per_layer = ((layers - moe_layers) * lc.act_d + moe_layers * lc.act_e) / layers if layers else 0.0
+            acts = per_layer * in_flight_layers(layers=layers, p=lay.pp, v=lay.vpp, m=m, rank=rank)
+            if full and layers:
+                acts += lc.work_e if moe_layers else lc.work_d
+            if out:
+                acts += lc.logits_bytes
+            other = self.fixed + self.frag * (w + g + o + acts) + transient
+            total = w + g + o + acts + other
+            if total > best_total:
+                best_total, best = total, (w, g, o, acts, other, name)
+        w, g, o, acts, other, name = best
+        return MemoryBreakdown(w, g, o, acts, other, self.capacity, name)
+
+    def time_lower_bound(self, lay: Layout) -> float:
+        """A cheap bound below `time(lay).step_time_s`: m micro-batches of the mean stage
+        (compute + TP/EP/CP exposed; the slowest stage is at least the mean, and the bubble,
+        PP, DP and the optimizer only add). Lets the search time only the layouts that can
+        make the top K."""
+        lc = self.layer_costs(lay)
+        s = self.shape
+        m = max(1, lay.num_microbatches(self.gbs))
+        L_moe = s.L_moe if s.E else 0
+        total = ((s.L - L_moe) * (lc.fwd_d + lc.bwd_d + lc.rec_d)
+                 + L_moe * (lc.fwd_e + lc.bwd_e + lc.rec_e + lc.ep)
+                 + s.L * (lc.tp + lc.cp) + lc.logits)
+        return m * total / lay.pp
+
+    def time(self, lay: Layout) -> StepTime:
+        s = self.shape
+        lc = self.layer_costs(lay)
+        m = max(1, lay.num_microbatches(self.gbs))
+        p, v = lay.pp, lay.vpp
+        pp_s = 0.0
+        if p > 1:
+            pp_s = 2 * v * p2p_time(2.0 * lc.tokens * s.h / lay.tp,
+                                    self.link(2, lay.tp * lay.cp * lay.dp))
+            if v > 1:
+                pp_s *= 1.0 - self.cal.overlap_efficiency
+        totals, parts = [], []
+        first_fwd = first_bwd = 0.0
+        stage_list = self.stages(lay)
+        for name, rank, layers, moe_layers, emb, out in stage_list:
+            dl = layers - moe_layers
+            compute = (dl * (lc.fwd_d + lc.bwd_d + lc.rec_d)
+                       + moe_layers * (lc.fwd_e + lc.bwd_e + lc.rec_e)
+                       + (lc.logits if out else 0.0))
+            tp_s, ep_s, cp_s = layers * lc.tp, moe_layers * lc.ep, layers * lc.cp
+            parts.append((compute, tp_s, ep_s, cp_s))
+            totals.append(compute + tp_s + ep_s + cp_s + (pp_s if p > 1 else 0.0))
+            if rank == 0:
+                first_fwd = dl * lc.fwd_d + moe_layers * lc.fwd_e
+                first_bwd = dl * lc.bwd_d + moe_layers * lc.bwd_e
+        if p > 2:   # the middle entry stands for p - 2 identical ranks
+            totals = [totals[0]] + [totals[1]] * (p - 2) + [totals[2]]
+            parts = [parts[0]] + [parts[1]] * (p - 2) + [parts[2]]
+        pipe = pipeline_time(totals, m=m, v=v)
+        i_slow = max(range(len(totals)), key=totals.__getitem__)
+        c, tp_s, ep_s, cp_s = parts[i_slow]
+
+        _, _, first_n, first_moe, _, first_out = stage_list[0]
+        vocab = padded_vocab(s.V, lay.tp)
+        dense_p, expert_p = stage_params(s, layers=first_n, moe_layers=first_moe, t=lay.tp,
+                                         with_embedding=True, with_output=first_out, vocab=vocab)
+        expert_p /= lay.ep * lay.etp
+        dp_s = dp_exposed(zero=lay.zero, m=m, dense_params=dense_p, expert_params=expert_p,
+                          dp_link=self.link(lay.dp * lay.cp, lay.tp), dp_size=lay.dp * lay.cp,
+                          edp_link=self.link(lay.edp, lay.etp * lay.ep), edp_size=lay.edp,
+                          grad_bytes=2.0 if self.accounting == "deepspeed" else 4.0,
+                          window_fwd=first_fwd, window_bwd=first_bwd,
+                          hide=self.cal.overlap_efficiency,
+                          overlap_grad_reduce=lay.overlap_grad_reduce,
+                          overlap_param_gather=lay.overlap_param_gather)
+        shard = lay.optimizer_shard if lay.zero >= 1 else 1
+        eshard = lay.edp if lay.zero >= 1 else 1
+        opt_s = OPTIMIZER_BYTES_PER_PARAM * (dense_p / shard + expert_p / eshard) / self.hbm
+        step = pipe + dp_s + opt_s
+        world = lay.world_size
+        tokens = self.gbs * self.seq
+        F = self.model_flops
+        H = hardware_flops_per_step(s, seq=self.seq, global_batch_size=self.gbs,
+                                    recompute=lay.recompute)
+        return StepTime(
+            step_time_s=step, compute_s=m * c, bubble_s=pipe - m * totals[i_slow],
+            tp_comm_s=m * tp_s, pp_comm_s=m * (pp_s if p > 1 else 0.0), dp_comm_s=dp_s,
+            ep_comm_s=m * ep_s, cp_comm_s=m * cp_s, optimizer_s=opt_s,
+            bubble_fraction=bubble_fraction(p, m, v), tokens_per_s=tokens / step,
+            tokens_per_s_per_gpu=tokens / step / world,
+            model_tflops_per_gpu=F / step / world / 1e12, mfu=F / (step * world * self.peak),
+            hfu=H / (step * world * self.peak), model_flops=F, num_gpus=world)

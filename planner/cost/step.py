@@ -1,0 +1,112 @@
+"""One optimizer step's result type, and the data-parallel exposure formula.
+
+The composition lives in model.py (`CostModel.time`); what it adds up:
+
+Per micro-batch, a stage costs Σ_layers (fwd + bwd + recompute) plus the communication on its
+critical path: TP collectives (2 per layer forward, 2 backward, 2 more when recomputing; SP
+changes the form, not the volume; hidden by `tp_comm_overlap` up to the overlap efficiency),
+EP all-to-alls (dispatch + combine, forward and backward, times the load imbalance), CP
+(ring K/V exchange hidden behind the attention core where it can be; Ulysses all-to-alls
+not hidden) and PP point-to-point (activations in, gradients back, v times when interleaved).
+The step is `pipeline_time` over the stages, plus the data-parallel traffic that the
+backward (or forward) of one micro-batch could not hide, plus the optimizer update.
+Data parallel: ZeRO-0 all-reduces the gradients once; ZeRO-1 (distributed optimizer)
+reduce-scatters them once and all-gathers the parameters once; ZeRO-2 reduce-scatters every
+micro-batch; ZeRO-3 also all-gathers the parameters in every forward and backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.cost.comm import all_gather_time, all_reduce_time, reduce_scatter_time
+
+__all__ = ["StepTime", "dp_exposed", "OPTIMIZER_BYTES_PER_PARAM"]
+
+OPTIMIZER_BYTES_PER_PARAM = 30.0
+"""HBM bytes an Adam update moves per sharded parameter: fp32 master, m, v read and written
+(24), fp32 grad read (4), bf16 param written (2)."""
+
+
+@dataclass(frozen=True)
+class StepTime:
+    step_time_s: float
+    compute_s: float
+    bubble_s: float
+    tp_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    ep_comm_s: float
+    cp_comm_s: float
+    optimizer_s: float
+    bubble_fraction: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    model_flops: float
+    num_gpus: int
+    train: dict | None = field(default=None)
+
+    @property
+    def exposed_comm_s(self) -> float:
+        return self.tp_comm_s + self.pp_comm_s + self.dp_comm_s + self.ep_comm_s + self.cp_comm_s
+
+    def parts(self) -> list[tuple[str, float]]:
+        return [("compute (incl. recompute)", self.compute_s),
+                (f"pipeline bubble ({self.bubble_fraction:.0%} of ideal)", self.bubble_s),
+                ("TP communication (exposed)", self.tp_comm_s),
+                ("PP communication (exposed)", self.pp_comm_s),
+                ("DP communication (exposed)", self.dp_comm_s),
+                ("EP communication (exposed)", self.ep_comm_s),
+                ("CP communication (exposed)", self.cp_comm_s),
+                ("optimizer step", self.optimizer_s)]
+
+    def as_dict(self) -> dict:
+        return {
+            "step_time_s": self.step_time_s, "compute_s": self.compute_s,
+            "bubble_s": self.bubble_s, "bubble_fraction": self.bubble_fraction,
+            "tp_comm_s": self.tp_comm_s, "pp_comm_s": self.pp_comm_s,
+            "dp_comm_s": self.dp_comm_s, "ep_comm_s": self.ep_comm_s,
+            "cp_comm_s": self.cp_comm_s, "optimizer_s": self.optimizer_s,
+            "exposed_comm_s": self.exposed_comm_s,
+        }
+
+    def throughput_dict(self) -> dict:
+        return {"tokens_per_s": self.tokens_per_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                "model_tflops_per_gpu": self.model_tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu}
+
+
+def dp_exposed(*, zero: int, m: int, dense_params: float, expert_params: float, dp_link,
+               dp_size: int, edp_link, edp_size: int, grad_bytes: float, window_fwd: float,
+               window_bwd: float, hide: float, overlap_grad_reduce: bool = True,
+               overlap_param_gather: bool = True) -> float:
+    """Seconds of data-parallel traffic not hidden behind compute, per step.
+
+    ZeRO-0: all-reduce of the gradients (grad_bytes per param) during the last micro-batch's
+    backward. ZeRO-1 (distributed optimizer): reduce-scatter of the gradients there, and an
+    all-gather of the bf16 parameters behind the first micro-batch's forward. ZeRO-2: the
+    reduce-scatter every micro-batch. ZeRO-3: per micro-batch, a parameter all-gather in
+    forward and again in backward plus the reduce-scatter. `hide` is the fraction of the
+    compute window that communication can actually use. Dense parameters reduce over dp*cp,
+    expert parameters over the expert-data-parallel group.
+    """
+    total = 0.0
+    for P, n, link in ((dense_params, dp_size, dp_link), (expert_params, edp_size, edp_link)):
+        if P <= 0 or n <= 1:
+            continue
+        rs = reduce_scatter_time(grad_bytes * P, n, link)
+        ag = all_gather_time(2.0 * P, n, link)
+        if zero == 0:
+            ar = all_reduce_time(grad_bytes * P, n, link)
+            total += max(0.0, ar - hide * window_bwd) if overlap_grad_reduce else ar
+        elif zero == 1:
+            total += max(0.0, rs - hide * window_bwd) if overlap_grad_reduce else rs
+            total += max(0.0, ag - hide * window_fwd) if overlap_param_gather else ag
+        elif zero == 2:
+            total += m * max(0.0, rs - hide * window_bwd)
+            total += max(0.0, ag - hide * window_fwd) if overlap_param_gather else ag
+        else:
+            total += m * (max(0.0, ag - hide * window_fwd) + max(0.0, ag + rs - hide * window_bwd))
+    return total

@@ -1,0 +1,255 @@
+"""Megatron-LM: a bash snippet that launches `pretrain_gpt.py` with the planned layout.
+
+Output: a header comment (planner version, job, layout, the estimate when given), the
+environment (`export CUDA_DEVICE_MAX_CONNECTIONS=1` where Megatron asserts it), then
+`torchrun ... pretrain_gpt.py \\` and one flag per line with ` \\` continuations.
+
+Every flag is a real `pretrain_gpt.py` flag (../shared/reference/megatron_flags.txt, copied to
+tests/data/ and checked by the tests) and the values satisfy Megatron's rules
+(frameworks.md). Mappings worth knowing:
+
+- DP has no flag: Megatron derives it as world / (tp*pp*cp).
+- zero 1 = `--use-distributed-optimizer`; zero 2/3 = Megatron-FSDP (`--use-megatron-fsdp
+  --data-parallel-sharding-strategy optim_grads|optim_grads_params`), kept with
+  `--use-distributed-optimizer` as Megatron-FSDP's documentation asks. Megatron-FSDP wants
+  CUDA_DEVICE_MAX_CONNECTIONS *not* 1, so the variable is left unset there (Megatron only
+  warns about TP/CP with FSDP).
+- Uneven pipeline splits: first == last == middle - 1 is Megatron's "embedding and loss
+  each take a layer's place" (`--account-for-*-in-pipeline-split`); anything else is
+  `--decoder-first/last-pipeline-num-layers`.
+- Dropout is set to 0: the memory estimate stores no dropout masks (every modern recipe).
+- A run needs data, a tokenizer, a length and a learning rate, none of which the plan
+  decides: `--mock-data` and the NullTokenizer stand in for the first two (NullTokenizer adds
+  an end-of-document token, so `--vocab-size` is V - 1 to give the model's V), and
+  TRAIN_ITERS / LR must be set in the environment (the script stops with a message if not).
+
+Left to the user: rope base/scaling, initialisation, optimizer hyper-parameters,
+checkpointing, logging.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from planner.export.common import header_lines, nodes_and_devices, pipeline_split
+from planner.layout import Layout
+from planner.specs import ModelSpec
+
+__all__ = ["render", "megatron_flags", "environment", "pre_blackwell", "model_flags",
+           "mla_flags", "moe_flags", "moe_layer_freq", "parallel_flags", "precision_flags",
+           "flag_lines", "continued", "launcher_lines", "Flag"]
+
+Flag = tuple[str, "str | None"]
+
+_BLACKWELL = ("b100", "b200", "b300", "gb200", "gb300")
+
+
+def pre_blackwell(hardware_name: str) -> bool:
+    """a100*, h100*, h200, mi300x (and any GPU we do not know) are pre-Blackwell; b200, gb200
+    are not. Setting the variable on an unknown GPU is harmless, leaving it out is not."""
+    return not hardware_name.lower().startswith(_BLACKWELL)
+
+
+def environment(job, layout: Layout) -> tuple[dict[str, str], list[str]]:
+    """(variables to export, comment lines explaining a choice)."""
+    if not (layout.tp > 1 or layout.cp > 1) or not pre_blackwell(job.hardware.name):
+        return {}, []
+    if layout.zero >= 2:
+        return {}, ["CUDA_DEVICE_MAX_CONNECTIONS is left unset: Megatron-FSDP (zero 2/3) wants it "
+                    "unset or above 1, although TP/CP prefer 1 (Megatron warns about the mix)."]
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, []
+
+
+def model_flags(m: ModelSpec, *, seq_length: int) -> list[Flag]:
+    """Shape flags shared by every Megatron-based exporter (Megatron-LM spellings)."""
+    flags: list[Flag] = [
+        ("--num-layers", str(m.num_layers)),
+        ("--hidden-size", str(m.hidden_size)),
+        ("--ffn-hidden-size", str(m.ffn)),
+        ("--num-attention-heads", str(m.num_attention_heads)),
+    ]
+    if m.kv_channels:
+        flags.append(("--kv-channels", str(m.kv_channels)))
+    if m.kv_heads != m.num_attention_heads and not m.is_mla:
+        flags += [("--group-query-attention", None), ("--num-query-groups", str(m.kv_heads))]
+    if m.activation == "swiglu":
+        flags.append(("--swiglu", None))
+    elif m.activation == "squared_relu":
+        flags.append(("--squared-relu", None))
+    if m.norm == "RMSNorm":
+        flags += [("--normalization", "RMSNorm")]
+    if m.position_embedding != "learned_absolute":
+        flags.append(("--position-embedding-type", m.position_embedding))
+    if not m.tied_embeddings:
+        flags.append(("--untie-embeddings-and-output-weights", None))
+    if not m.bias:
+        flags.append(("--disable-bias-linear", None))
+    flags += [("--seq-length", str(seq_length)),
+              ("--max-position-embeddings", str(max(seq_length, m.seq_length or 0)))]
+    return flags
+
+
+def mla_flags(m: ModelSpec) -> list[Flag]:
+    if not m.is_mla:
+        return []
+    flags: list[Flag] = [("--multi-latent-attention", None)]
+    if m.q_lora_rank:
+        flags.append(("--q-lora-rank", str(m.q_lora_rank)))
+    rope = m.qk_pos_emb_head_dim if m.qk_pos_emb_head_dim is not None else 64
+    flags += [("--kv-lora-rank", str(m.kv_lora_rank)), ("--qk-head-dim", str(m.qk_head_dim)),
+              ("--qk-pos-emb-head-dim", str(rope)), ("--v-head-dim", str(m.v_head_dim))]
+    return flags
+
+
+def moe_layer_freq(m: ModelSpec) -> str:
+    """Megatron's python-list pattern: 0 = dense layer, 1 = MoE layer."""
+    return f"([0]*{m.num_dense_layers}+[1]*{m.num_moe_layers})"
+
+
+def moe_flags(m: ModelSpec) -> list[Flag]:
+    if not m.is_moe:
+        return []
+    flags: list[Flag] = [
+        ("--num-experts", str(m.num_experts)),
+        ("--moe-router-topk", str(m.moe_top_k)),
+        ("--moe-ffn-hidden-size", str(m.expert_ffn)),
+    ]
+    if m.num_shared_experts:
+        flags.append(("--moe-shared-expert-intermediate-size",
+                       str(m.num_shared_experts * m.expert_ffn)))
+    if m.num_dense_layers:
+        flags.append(("--moe-layer-freq", moe_layer_freq(m)))
+    flags += [("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
+    return flags
+
+
+def _pipeline_flags(m: ModelSpec, layout: Layout) -> list[Flag]:
+    flags: list[Flag] = []
+    if layout.vpp > 1:
+        flags.append(("--num-virtual-stages-per-pipeline-rank", str(layout.vpp)))
+    split = pipeline_split(m.num_layers, layout)
+    if split.kind == "accounted":
+        flags += [("--account-for-embedding-in-pipeline-split", None),
+                  ("--account-for-loss-in-pipeline-split", None)]
+    elif split.kind == "explicit":
+        if layout.first_stage_layers is not None:
+            flags.append(("--decoder-first-pipeline-num-layers", str(layout.first_stage_layers)))
+        if layout.last_stage_layers is not None:
+            flags.append(("--decoder-last-pipeline-num-layers", str(layout.last_stage_layers)))
+    return flags
+
+
+def _optimizer_flags(layout: Layout) -> list[Flag]:
+    flags: list[Flag] = []
+    if layout.zero >= 1:
+        flags.append(("--use-distributed-optimizer", None))
+    if layout.zero >= 2:
+        strategy = "optim_grads" if layout.zero == 2 else "optim_grads_params"
+        flags += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy)]
+    if layout.overlap_grad_reduce:
+        flags.append(("--overlap-grad-reduce", None))
+        if layout.overlap_param_gather and layout.zero >= 1:
+            flags.append(("--overlap-param-gather", None))
+    return flags
+
+
+def _recompute_flags(layout: Layout) -> list[Flag]:
+    if layout.recompute == "selective":
+        return [("--recompute-granularity", "selective")]
+    if layout.recompute == "full":
+        return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                ("--recompute-num-layers", "1")]
+    return []
+
+
+def parallel_flags(m: ModelSpec, layout: Layout) -> list[Flag]:
+    """TP/PP/CP/EP, SP, pipeline split, optimizer sharding, overlap (Megatron-LM spellings)."""
+    flags: list[Flag] = [("--tensor-model-parallel-size", str(layout.tp)),
+                         ("--pipeline-model-parallel-size", str(layout.pp))]
+    if layout.cp > 1:
+        flags += [("--context-parallel-size", str(layout.cp)),
+                  ("--cp-comm-type", layout.cp_comm_type)]
+    if m.is_moe and (layout.ep > 1 or layout.etp != layout.tp):
+        flags += [("--expert-model-parallel-size", str(layout.ep)),
+                  ("--expert-tensor-parallel-size", str(layout.etp))]
+    flags += _pipeline_flags(m, layout)
+    if layout.sp and layout.tp > 1:
+        flags.append(("--sequence-parallel", None))
+        if layout.tp_comm_overlap:
+            flags.append(("--tp-comm-overlap", None))
+    return flags + _optimizer_flags(layout) + _recompute_flags(layout)
+
+
+def precision_flags(precision: str) -> list[Flag]:
+    if precision == "fp16":
+        return [("--fp16", None)]
+    if precision == "fp8":
+        return [("--bf16", None), ("--fp8-format", "hybrid")]
+    return [("--bf16", None)]
+
+
+def megatron_flags(job, layout: Layout) -> list[Flag]:
+    """Every `pretrain_gpt.py` flag of the export, in order (values as strings)."""
+    m, tr = job.model, job.training
+    flags = model_flags(m, seq_length=tr.seq_length) + mla_flags(m) + moe_flags(m)
+    flags += [("--attention-dropout", "0"), ("--hidden-dropout", "0")]
+    if not tr.flash_attention:
+        flags.append(("--attention-backend", "unfused"))
+    flags += parallel_flags(m, layout)
+    flags += [("--micro-batch-size", str(layout.micro_batch_size)),
+              ("--global-batch-size", str(tr.global_batch_size))]
+    flags += precision_flags(tr.precision)
+    flags += [("--mock-data", None), ("--tokenizer-type", "NullTokenizer"),
+              ("--vocab-size", str(m.vocab_size - 1)),
+              ("--train-iters", '"${TRAIN_ITERS:?set TRAIN_ITERS, the run length in steps}"'),
+              ("--lr", '"${LR:?set LR, the peak learning rate}"')]
+    return flags
+
+
+def _quote(value: str) -> str:
+    return value if value.startswith('"${') else shlex.quote(value)
+
+
+def continued(lines: list[str], indent: str = "    ") -> list[str]:
+    """Join command words one per line with ` \\` continuations (the first unindented)."""
+    out = []
+    for i, line in enumerate(lines):
+        tail = " \\" if i < len(lines) - 1 else ""
+        out.append((indent if i else "") + line + tail)
+    return out
+
+
+def flag_lines(flags: list[Flag]) -> list[str]:
+    return [name if value is None else f"{name} {_quote(value)}" for name, value in flags]
+
+
+def launcher_lines(job) -> list[str]:
+    nodes, per_node = nodes_and_devices(job.num_gpus, job.hardware.gpus_per_node)
+    return ["torchrun", f"--nnodes {nodes}", f"--nproc-per-node {per_node}",
+            '--node-rank "${NODE_RANK:-0}"', '--master-addr "${MASTER_ADDR:-localhost}"',
+            '--master-port "${MASTER_PORT:-6000}"']
+
+
+def render(job, layout: Layout, *, estimate=None) -> str:
+    """The whole snippet (see the module docstring)."""
+    nodes, per_node = nodes_and_devices(job.num_gpus, job.hardware.gpus_per_node)
+    env, env_notes = environment(job, layout)
+    mp = layout.tp * layout.pp * layout.cp
+    head = header_lines(job, layout, "Megatron-LM pretrain_gpt.py launch", estimate=estimate)
+    head += [
+        "",
+        f"Run on each of the {nodes} node(s) ({per_node} GPUs each) from a Megatron-LM checkout, "
+        "with NODE_RANK and MASTER_ADDR set per node.",
+        f"Data-parallel size {layout.dp} = {job.num_gpus} / (tp {layout.tp} * pp {layout.pp} * "
+        f"cp {layout.cp} = {mp}): Megatron derives it; there is no flag.",
+        "--mock-data and NullTokenizer stand in for your data and tokenizer: replace them with "
+        "--data-path, --tokenizer-type and --tokenizer-model.",
+        "Set TRAIN_ITERS and LR (the plan does not decide the run length or learning rate).",
+    ] + env_notes
+    out = ["#!/usr/bin/env bash"] + [f"# {line}".rstrip() for line in head]
+    out += ["set -euo pipefail", ""]
+    if env:
+        out += [f"export {k}={v}" for k, v in env.items()] + [""]
+    words = launcher_lines(job) + ["pretrain_gpt.py"] + flag_lines(megatron_flags(job, layout))
+    out += continued(words)
+    return "\n".join(out) + "\n"

@@ -1,0 +1,203 @@
+"""DeepSpeed: a `ds_config.json` -> Job + Layout, with --model and --gpus/--nodes for what it
+lacks (a ds_config holds neither the model nor the world size).
+
+Degrees: TP from `tensor_parallel.autotp_size`, PP from `pipeline.stages`, Ulysses sequence
+parallelism (`sequence_parallel_size`, planned as cp with a2a); everything else is DP, so
+DP = world / (tp*pp*sp). The batch keys resolve the way DeepSpeed's config does (any two of
+train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps give the third)
+and must satisfy train_batch_size == micro * GAS * DP. An `activation_checkpointing` section is
+read as full recompute (DeepSpeed's checkpointing API checkpoints whole layers); the sequence
+length is the model's. Model states are counted the DeepSpeed way (16 B/param).
+
+Unknown top-level keys are ignored by DeepSpeed (a warning here); `zero_optimization` is a
+pydantic model with extra="forbid" (an unknown key there is an error).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from planner.errors import SpecError, Violation
+from planner.importers.common import (Imported, Overrides, hardware_of, make_job, model_of,
+                                      resolve_world, unknown_key)
+from planner.layout import Layout
+
+__all__ = ["load", "parse_json", "looks_like_deepspeed"]
+
+_TOP = frozenset({
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+    "steps_per_print", "optimizer", "scheduler", "fp16", "bf16", "bfloat16", "amp",
+    "gradient_clipping", "prescale_gradients", "gradient_predivide_factor", "sparse_gradients",
+    "zero_optimization", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
+    "activation_checkpointing", "flops_profiler", "wall_clock_breakdown", "memory_breakdown",
+    "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger", "autotuning", "elasticity",
+    "pipeline", "data_efficiency", "curriculum_learning", "compression_training", "aio",
+    "checkpoint", "data_types", "communication_data_type", "seq_parallel_communication_data_type",
+    "sparse_attention", "dump_state", "disable_allgather", "nebula", "eigenvalue",
+    "progressive_layer_drop", "quantize_training", "weight_quantization", "hybrid_engine",
+    "tensor_parallel", "sequence_parallel_size", "timers", "torch_autocast", "compile",
+    "graph_harvesting", "use_data_before_expert_parallelism", "load_universal_checkpoint",
+    "use_node_local_storage", "zero_optimization_stage", "gradient_accumulation_dtype",
+    "dataloader_drop_last", "mics_shard_size", "mics_hierarchical_params_gather",
+    "train_batch_size_per_gpu", "fp8", "monitor_config", "activation_checkpointing_config",
+})
+_ZERO = frozenset({
+    "stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size",
+    "use_multi_rank_bucket_allreduce", "allgather_partitions", "allgather_bucket_size",
+    "overlap_comm", "load_from_fp32_weights", "elastic_checkpoint", "offload_param",
+    "offload_optimizer", "sub_group_size", "cpu_offload_param", "cpu_offload_use_pin_memory",
+    "cpu_offload", "prefetch_bucket_size", "stage3_prefetch_bucket_size",
+    "param_persistence_threshold", "stage3_param_persistence_threshold",
+    "model_persistence_threshold", "stage3_model_persistence_threshold", "max_live_parameters",
+    "stage3_max_live_parameters", "max_reuse_distance", "stage3_max_reuse_distance",
+    "gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save",
+    "stage3_gather_fp16_weights_on_model_save", "module_granularity_threshold",
+    "use_all_reduce_for_fetch_params", "stage3_use_all_reduce_for_fetch_params",
+    "ignore_unused_parameters", "legacy_stage1", "round_robin_gradients", "zero_hpz_partition_size",
+    "zero_quantized_weights", "zero_quantized_nontrainable_weights", "zero_quantized_gradients",
+    "zeropp_loco_param", "mics_shard_size", "mics_hierarchical_params_gather",
+    "memory_efficient_linear", "pipeline_loading_checkpoint", "override_module_apply",
+    "log_trace_cache_warnings", "stage3_module_granularity_threshold",
+})
+
+
+def looks_like_deepspeed(data: Any) -> bool:
+    return isinstance(data, dict) and any(
+        k in data for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                            "zero_optimization", "gradient_accumulation_steps"))
+
+
+def parse_json(path: str | Path, text: str, *, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{what} {str(path)!r} is not valid JSON at line {exc.lineno}, column "
+                        f"{exc.colno}: {exc.msg}; fix the syntax there") from None
+
+
+def _count(data: dict, key: str, source: str) -> int | None:
+    """A positive integer, None if absent or "auto" (HF Trainer fills it)."""
+    value = data.get(key)
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"{source}: {key} = {value!r} must be a positive integer; fix the value")
+    return value
+
+
+def _section(data: dict, key: str, source: str) -> dict:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(f"{source}: {key} must be an object, got {type(value).__name__}; fix it")
+    return value
+
+
+def _batch(data: dict, dp: int, source: str, out: list[Violation]) -> tuple[int, int]:
+    """(train_batch_size, micro batch), resolved as DeepSpeed does, with its assertion."""
+    tbs = _count(data, "train_batch_size", source)
+    mbs = _count(data, "train_micro_batch_size_per_gpu", source)
+    gas = _count(data, "gradient_accumulation_steps", source)
+    if tbs is None and mbs is None:
+        raise SpecError(f"{source}: neither train_batch_size nor train_micro_batch_size_per_gpu "
+                        "is a number (DeepSpeed needs one of them); set them (\"auto\" is filled "
+                        "by the Hugging Face Trainer, which planner does not run)")
+    if tbs is not None and mbs is not None and gas is None:
+        gas = max(1, tbs // (mbs * dp))
+    elif tbs is not None and mbs is None:
+        gas = gas or 1
+        mbs = max(1, tbs // (gas * dp))
+    elif tbs is None:
+        gas = gas or 1
+        tbs = mbs * gas * dp
+    if tbs != mbs * gas * dp:
+        out.append(Violation("deepspeed-batch-size",
+                             f"train_batch_size ({tbs}) must equal train_micro_batch_size_per_gpu "
+                             f"* gradient_accumulation_steps * DP ({mbs} * {gas} * {dp} = "
+                             f"{mbs * gas * dp}) (DeepSpeed asserts it)", "error"))
+    return tbs, mbs
+
+
+def _precision(data: dict, source: str, out: list[Violation]) -> str:
+    on = {k: _section(data, k, source).get("enabled") for k in ("bf16", "fp16")}
+    if on["bf16"] is True and on["fp16"] is True:
+        out.append(Violation("deepspeed-precision-exclusive",
+                             "bf16.enabled and fp16.enabled are both true (DeepSpeed asserts "
+                             "they are exclusive); keep one", "error"))
+    if on["bf16"] is True:
+        return "bf16"
+    if on["fp16"] is True:
+        return "fp16"
+    if "auto" in on.values():
+        out.append(Violation("deepspeed-auto-value",
+                             "bf16/fp16 enabled is \"auto\" (the Hugging Face Trainer decides); "
+                             "planner plans bf16", "warning"))
+    else:
+        out.append(Violation("deepspeed-fp32",
+                             "neither bf16 nor fp16 is enabled: DeepSpeed trains in fp32, which "
+                             "planner does not model (it plans bf16); enable bf16", "warning"))
+    return "bf16"
+
+
+def _degree(value: Any, key: str, source: str) -> int:
+    if value is None or value == "auto":
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"{source}: {key} = {value!r} must be a positive integer; fix the value")
+    return value
+
+
+def load(path: str | Path, data: Any, ov: Overrides) -> Imported:
+    """Read a parsed ds_config (a dict)."""
+    source = str(path)
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a ds_config must be a JSON object; see DeepSpeed's docs")
+    out: list[Violation] = []
+    for key in data:
+        if key not in _TOP:
+            out.append(unknown_key("deepspeed-unknown-key", key, _TOP, severity="warning",
+                                   consequence="DeepSpeed ignores it; remove it or fix the name"))
+    zero_cfg = _section(data, "zero_optimization", source)
+    for key in zero_cfg:
+        if key not in _ZERO:
+            out.append(unknown_key("deepspeed-unknown-zero-key", f"zero_optimization.{key}", _ZERO,
+                                   severity="error",
+                                   consequence="DeepSpeed's ZeRO config rejects it (extra fields "
+                                               "are forbidden); remove it or fix the name"))
+    stage = zero_cfg.get("stage", 0)
+    if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage <= 3:
+        out.append(Violation("deepspeed-zero-stage", f"zero_optimization.stage = {stage!r} must be "
+                                                     "0, 1, 2 or 3", "error"))
+        stage = 3 if isinstance(stage, int) and stage > 3 else 0
+    for part in ("offload_optimizer", "offload_param"):
+        device = _section(zero_cfg, part, source).get("device", "none")
+        if device not in (None, "none"):
+            out.append(Violation("deepspeed-offload",
+                                 f"zero_optimization.{part}.device = {device!r}: planner does not "
+                                 "model offload and counts those states in GPU memory", "warning"))
+    tp = _degree(_section(data, "tensor_parallel", source).get("autotp_size"),
+                 "tensor_parallel.autotp_size", source)
+    pp = _degree(_section(data, "pipeline", source).get("stages"), "pipeline.stages", source)
+    cp = _degree(data.get("sequence_parallel_size"), "sequence_parallel_size", source)
+    if pp > 1 and stage >= 2:
+        out.append(Violation("deepspeed-pipeline-zero",
+                             f"pipeline.stages {pp} with ZeRO stage {stage}: DeepSpeed's pipeline "
+                             "engine supports ZeRO stage 0 or 1 only; use stage 1", "error"))
+    hardware = hardware_of(ov)
+    model = model_of(ov, source=source, what="a ds_config has none")
+    num_gpus = resolve_world(ov, hardware=hardware, source=source,
+                             missing="a ds_config has no world size")
+    dp = max(1, num_gpus // (tp * pp * cp))
+    tbs, mbs = _batch(data, dp, source, out)
+    layout = Layout(tp=tp, pp=pp, cp=cp, dp=dp, etp=tp, sp=False, zero=stage, micro_batch_size=mbs,
+                    recompute="full" if _section(data, "activation_checkpointing", source) else "none",
+                    cp_comm_type="a2a" if cp > 1 else "p2p",
+                    overlap_grad_reduce=bool(zero_cfg.get("overlap_comm", False)),
+                    overlap_param_gather=bool(zero_cfg.get("overlap_comm", False)) and stage == 3)
+    job = make_job(model=model, hardware=hardware, num_gpus=num_gpus, seq_length=None,
+                   global_batch_size=tbs, precision=_precision(data, source, out),
+                   accounting="deepspeed", source=source)
+    return Imported(job, layout, out, "deepspeed", source)

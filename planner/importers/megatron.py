@@ -1,0 +1,557 @@
+"""Megatron-LM: a `pretrain_gpt.py` launch script or argument file -> Job + Layout.
+
+The script is read, not run (`shell.py`): variables set in it and `${VAR:-default}` resolve,
+anything else is named where it is needed. The training command is the first one that runs a
+`*.py` with Megatron flags (`torchrun ... pretrain_gpt.py ...`); a file without one is read as
+an argument file (flags one per line or in any layout). The world size comes from the launcher
+(`torchrun/python -m torch.distributed.run --nproc-per-node --nnodes`, `deepspeed --num_gpus
+--num_nodes`) or the variables GPUS_PER_NODE/NPROC_PER_NODE and NNODES/NUM_NODES (or
+WORLD_SIZE), else from --gpus/--nodes.
+
+Megatron-LM's own checks, with its severities (../shared/reference/frameworks.md, rule numbers
+there), come back as Violations; rules 1-6 and 8-11 are left to planner.rules, which the layout
+goes through (same checks, same severity, so they are not reported twice).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from planner.errors import SpecError, Violation
+from planner.importers import shell
+from planner.importers.common import (Imported, Overrides, hardware_of, inline_model, make_job,
+                                      resolve_world, unknown_key, vocab_from_tokenizer)
+from planner.layout import Layout
+from planner.presets import resolve_model
+from planner.specs import ModelSpec
+
+__all__ = ["load", "megatron_flags", "looks_like_megatron"]
+
+
+@lru_cache(maxsize=1)
+def megatron_flags() -> frozenset[str]:
+    """Every flag pretrain_gpt.py accepts (planner/data/megatron_flags.txt)."""
+    text = resources.files("planner").joinpath("data/megatron_flags.txt").read_text("utf-8")
+    return frozenset(line.strip() for line in text.splitlines()
+                     if line.strip().startswith("--"))
+
+
+# store_true / store_false flags: a word after one of these is a stray argument, not a value
+_BOOLEAN = frozenset({
+    "--sequence-parallel", "--use-distributed-optimizer", "--bf16", "--fp16", "--swiglu",
+    "--squared-relu", "--group-query-attention", "--tp-comm-overlap", "--overlap-grad-reduce",
+    "--overlap-param-gather", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+    "--use-megatron-fsdp", "--use-torch-fsdp2", "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split", "--recompute-activations", "--checkpoint-activations",
+    "--multi-latent-attention", "--use-flash-attn", "--moe-grouped-gemm", "--use-mcore-models",
+    "--mock-data", "--use-rotary-position-embeddings", "--add-qkv-bias", "--use-dist-ckpt",
+    "--distribute-saved-activations", "--no-position-embedding",
+})
+_SHAPE_REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads",
+                   "--max-position-embeddings")
+_LAUNCHERS_PER_NODE = ("--nproc-per-node", "--nproc_per_node", "--num_gpus", "--num-gpus",
+                       "--gpus-per-node", "--ntasks-per-node")
+_LAUNCHERS_NODES = ("--nnodes", "--num_nodes", "--num-nodes", "--nodes", "-N")
+_VARS_PER_NODE = ("GPUS_PER_NODE", "NPROC_PER_NODE", "NUM_GPUS_PER_NODE", "GPUS_PER_NODE_NUM")
+_VARS_NODES = ("NNODES", "NUM_NODES", "N_NODES", "NODES")
+
+
+def looks_like_megatron(text: str) -> bool:
+    """Content sniffing for detect_format: a pretrain_*.py command or core Megatron flags."""
+    return bool(re.search(r"pretrain_\w+\.py|--tensor-model-parallel-size|"
+                          r"--pipeline-model-parallel-size|--num-layers\b|--micro-batch-size",
+                          text))
+
+
+# ------------------------------------------------------------------------------ arguments
+
+@dataclass
+class _Flags:
+    """Parsed flags: the last occurrence's values (argparse keeps the last)."""
+
+    source: str
+    values: dict[str, list[str]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def has(self, flag: str) -> bool:
+        return flag in self.values
+
+    def shown(self, flag: str) -> str:
+        return " ".join(shell.display(v) for v in self.values.get(flag, []))
+
+    def text(self, flag: str, default: str | None = None, *, fix: str) -> str | None:
+        if flag not in self.values:
+            return default
+        vals = self.values[flag]
+        if not vals:
+            raise SpecError(f"{self.source}: {flag} needs a value; {fix}")
+        value = vals[0]
+        names = shell.unresolved_names(value)
+        if names:
+            raise SpecError(f"{self.source}: {flag} {shell.display(value)} {shell.why(names)}; "
+                            f"{fix}")
+        return value
+
+    def int(self, flag: str, default: int | None = None, *,
+            fix: str = "set it in the script") -> int | None:
+        value = self.text(flag, fix=fix)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise SpecError(f"{self.source}: {flag} {value!r} is not an integer (Megatron's "
+                            f"argparse rejects it); {fix}") from None
+
+    def choice(self, flag: str, choices: tuple[str, ...], default: str | None = None) -> str | None:
+        value = self.text(flag, fix="set it in the script")
+        if value is not None and value not in choices:
+            raise SpecError(f"{self.source}: {flag} {value!r} is not one of "
+                            f"{', '.join(choices)} (Megatron's argparse rejects it); fix the value")
+        return default if value is None else value
+
+
+def _is_flag(token: str) -> bool:
+    return token.startswith("--") or bool(re.match(r"-[A-Za-z]", token))
+
+
+def _parse(tokens: list[str], source: str) -> tuple[_Flags, list[Violation]]:
+    """Megatron's argparse over the tokens: every unknown or stray word reported by name."""
+    known = megatron_flags()
+    flags = _Flags(source)
+    out: list[Violation] = []
+    current: str | None = None
+    for token in tokens:
+        if _is_flag(token) and not shell.unresolved_names(token.split("=", 1)[0]):
+            name, eq, value = token.partition("=")
+            flags.values[name] = [value] if eq else []
+            flags.counts[name] = flags.counts.get(name, 0) + 1
+            current = None if name in _BOOLEAN else name
+            if name not in known:
+                out.append(unknown_key("megatron-unknown-flag", name, known, severity="error",
+                                       consequence="Megatron-LM's argparse rejects it and "
+                                                   "pretrain_gpt.py exits; remove or fix it"))
+            continue
+        if current is not None:
+            flags.values[current].append(token)
+            continue
+        names = shell.unresolved_names(token)
+        if shell.only_unresolved(token):
+            out.append(Violation("megatron-unresolved-variable",
+                                 f"{shell.display(token)} on the command line {shell.why(names)}: "
+                                 "the flags it adds (if any) were not checked", "warning"))
+        else:
+            out.append(Violation("megatron-unrecognized-argument",
+                                 f"stray argument {shell.display(token)!r}: Megatron-LM's argparse "
+                                 "rejects it (unrecognized arguments); remove it", "error"))
+    for name, count in flags.counts.items():
+        if count > 1:
+            shown = flags.shown(name) or "(set)"
+            out.append(Violation("megatron-repeated-flag",
+                                 f"{name} is given {count} times; argparse keeps the last "
+                                 f"({shown})", "warning"))
+    return flags, out
+
+
+# ------------------------------------------------------------------------------ the script
+
+@dataclass
+class _Found:
+    launcher: list[str]
+    args: list[str]
+    script: shell.Script
+    is_script: bool
+    commands: int
+
+
+def _find(text: str, source: str) -> _Found:
+    script = shell.run(text)
+    known = megatron_flags()
+    runs = []
+    for cmd in script.commands:
+        words = list(cmd.words)
+        for k, w in enumerate(words):
+            if re.search(r"\.py$", shell.display(w)) and any(
+                    x.split("=", 1)[0] in known for x in words[k + 1:]):
+                runs.append((words[:k], words[k + 1:]))
+                break
+    if runs:
+        return _Found(runs[0][0], runs[0][1], script, True, len(runs))
+    args = [w for cmd in script.commands if cmd.words[0].startswith("-") for w in cmd.words]
+    if not any(a.split("=", 1)[0] in known for a in args):
+        raise SpecError(f"{source}: no Megatron-LM command (torchrun ... pretrain_gpt.py --flags) "
+                        "and no Megatron flags found; give a launch script or an argument file")
+    return _Found([], args, script, False, 0)
+
+
+def _launcher_value(words: list[str], names: tuple[str, ...]) -> str | None:
+    value = None
+    for k, w in enumerate(words):
+        name, eq, rest = w.partition("=")
+        if name in names:
+            value = rest if eq else (words[k + 1] if k + 1 < len(words) else None)
+    return value
+
+
+def _world(found: _Found, ov: Overrides, hardware, source: str,
+           out: list[Violation]) -> int:
+    if ov.gpus is not None:
+        return ov.gpus
+    fix = "give --gpus N or --nodes N"
+
+    def number(label: str, value: str | None) -> int | None:
+        if value is None:
+            return None
+        names = shell.unresolved_names(value)
+        if names:
+            if ov.nodes is not None and label.startswith("nodes"):
+                return None
+            raise SpecError(f"{source}: the world size needs {label}, which is "
+                            f"{shell.display(value)} and {shell.why(names)}; {fix}")
+        if label.startswith("GPUs") and value in ("gpu", "auto"):
+            return hardware.gpus_per_node
+        if ":" in value and label.startswith("nodes"):      # elastic min:max
+            top = value.split(":")[-1]
+            out.append(Violation("megatron-elastic-nnodes",
+                                 f"--nnodes {value} is an elastic range; planner plans for the "
+                                 f"maximum, {top} nodes", "warning"))
+            value = top
+        try:
+            return int(value)
+        except ValueError:
+            raise SpecError(f"{source}: {label} {value!r} is not an integer; {fix}") from None
+
+    words = found.launcher
+    per_node = number("GPUs per node (--nproc-per-node)", _launcher_value(words, _LAUNCHERS_PER_NODE))
+    nodes = number("nodes (--nnodes)", _launcher_value(words, _LAUNCHERS_NODES))
+    script = found.script
+    if per_node is None:
+        var = next((v for v in _VARS_PER_NODE if v in script.variables), None)
+        per_node = number(f"GPUs per node ({var})", script.var(var)) if var else None
+    if nodes is None:
+        var = next((v for v in _VARS_NODES if v in script.variables), None)
+        nodes = number(f"nodes ({var})", script.var(var)) if var else None
+    world = None
+    if per_node is None and "WORLD_SIZE" in script.variables:
+        world = number("the world size (WORLD_SIZE)", script.var("WORLD_SIZE"))
+    if nodes is None and per_node is not None and words:
+        nodes = 1                                  # torchrun's default --nnodes
+    return resolve_world(ov, hardware=hardware, source=source, gpus_per_node=per_node,
+                         nodes=nodes, world=world,
+                         missing="no world size (no torchrun --nnodes/--nproc-per-node, no "
+                                 "GPUS_PER_NODE/NNODES variables)")
+
+
+# ------------------------------------------------------------------------------ the model
+
+def _moe_dense_layers(flags: _Flags, out: list[Violation]) -> int:
+    """Leading dense layers from --moe-layer-freq (1, or a pattern like ([0]*3+[1]*58))."""
+    text = flags.text("--moe-layer-freq", fix="set it in the script")
+    if text is None or text.strip() == "1":
+        return 0
+    try:
+        pattern = _list_expr(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ValueError):
+        pattern = None
+    if pattern and all(x in (0, 1) for x in pattern):
+        dense = len(pattern) - len(pattern[pattern.index(1):]) if 1 in pattern else len(pattern)
+        if all(x == 1 for x in pattern[dense:]):
+            return dense
+    out.append(Violation("megatron-moe-layer-freq",
+                         f"--moe-layer-freq {text}: planner models leading dense layers then MoE "
+                         "layers only; it treats every layer as MoE here", "warning"))
+    return 0
+
+
+def _list_expr(node) -> list[int]:
+    if isinstance(node, ast.List):
+        return [n.value for n in node.elts if isinstance(n, ast.Constant)]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _list_expr(node.left) + _list_expr(node.right)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return _list_expr(node.left) * int(node.right.value)
+    raise ValueError("not a list pattern")
+
+
+def _model(flags: _Flags, ov: Overrides, source: str, seq: int | None,
+           out: list[Violation]) -> ModelSpec:
+    if ov.model is not None:
+        return resolve_model(ov.model)
+    fix = "set it in the script or give --model"
+    present = [f for f in _SHAPE_REQUIRED[:3] if flags.has(f)]
+    if not present:
+        raise SpecError(f"{source}: no model shape (--num-layers, --hidden-size, "
+                        "--num-attention-heads); give --model NAME (a preset such as llama3-70b, "
+                        "a model YAML or a HF config.json)")
+    for f in _SHAPE_REQUIRED[:3]:
+        if not flags.has(f):
+            raise SpecError(f"{source}: {f} is missing (Megatron-LM requires it); add it to the "
+                            "script or give --model")
+    tokenizer = (flags.text("--tokenizer-type", fix=fix), flags.text("--tokenizer-model", fix=fix),
+                 flags.text("--vocab-file", fix=fix))
+    vocab = flags.int("--vocab-size", fix=fix) or vocab_from_tokenizer(*tokenizer)
+    if vocab is None:
+        shown = " ".join(t for t in tokenizer if t) or "none given"
+        raise SpecError(f"{source}: the vocabulary size is unknown (tokenizer: {shown}); add "
+                        "--vocab-size N to the script or give --model")
+    act = "swiglu" if flags.has("--swiglu") else ("squared_relu" if flags.has("--squared-relu")
+                                                  else "gelu")
+    pos = flags.choice("--position-embedding-type", ("learned_absolute", "rope", "mrope",
+                                                     "yarn", "relative", "none"),
+                       "rope" if flags.has("--use-rotary-position-embeddings") else "learned_absolute")
+    if flags.has("--no-position-embedding"):
+        pos = "none"
+    experts = flags.int("--num-experts", fix=fix)
+    fields = dict(
+        num_layers=flags.int("--num-layers", fix=fix), hidden_size=flags.int("--hidden-size", fix=fix),
+        ffn_hidden_size=flags.int("--ffn-hidden-size", fix=fix),
+        num_attention_heads=flags.int("--num-attention-heads", fix=fix),
+        num_kv_heads=(flags.int("--num-query-groups", fix=fix)
+                      if flags.has("--group-query-attention") else None),
+        kv_channels=flags.int("--kv-channels", fix=fix), vocab_size=vocab, activation=act,
+        tied_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
+        normalization=flags.choice("--normalization", ("LayerNorm", "RMSNorm"), "LayerNorm"),
+        add_bias_linear=not flags.has("--disable-bias-linear"),
+        position_embedding_type=pos if pos in ("rope", "learned_absolute", "none") else "rope",
+        seq_length=seq,
+    )
+    if experts:
+        fields.update(num_experts=experts, moe_top_k=flags.int("--moe-router-topk", 2, fix=fix),
+                      moe_ffn_hidden_size=flags.int("--moe-ffn-hidden-size", fix=fix),
+                      num_dense_layers=_moe_dense_layers(flags, out))
+        shared = flags.int("--moe-shared-expert-intermediate-size", fix=fix)
+        if shared:
+            unit = fields["moe_ffn_hidden_size"] or fields["ffn_hidden_size"] or shared
+            fields["num_shared_experts"] = max(1, round(shared / unit))
+    if flags.has("--multi-latent-attention"):
+        fields.update(q_lora_rank=flags.int("--q-lora-rank", fix=fix),
+                      kv_lora_rank=flags.int("--kv-lora-rank", 512, fix=fix),
+                      qk_head_dim=flags.int("--qk-head-dim", 128, fix=fix),
+                      qk_pos_emb_head_dim=flags.int("--qk-pos-emb-head-dim", 64, fix=fix),
+                      v_head_dim=flags.int("--v-head-dim", 128, fix=fix))
+    return inline_model(fields, source=source, fmt="Megatron-LM flags")
+
+
+# ------------------------------------------------------------------------------ rules
+
+def _flag_rules(flags: _Flags, out: list[Violation]) -> None:
+    """Megatron rules about flags alone (frameworks.md 7, 13, 15 and the recompute checks)."""
+    if flags.has("--bf16") and flags.has("--fp16"):
+        out.append(Violation("megatron-precision-exclusive",
+                             "--bf16 and --fp16 are exclusive (Megatron asserts it); keep one",
+                             "error"))
+    if flags.has("--checkpoint-activations"):
+        out.append(Violation("megatron-deprecated-flag",
+                             "--checkpoint-activations is no longer valid (Megatron exits); use "
+                             "--recompute-activations or --recompute-granularity full "
+                             "--recompute-method uniform --recompute-num-layers 1", "error"))
+    gran = flags.choice("--recompute-granularity", ("full", "selective"))
+    method, layers = flags.has("--recompute-method"), flags.has("--recompute-num-layers")
+    if gran == "full" and not (method and layers):
+        missing = " and ".join(f for f, ok in (("--recompute-method", method),
+                                               ("--recompute-num-layers", layers)) if not ok)
+        out.append(Violation("megatron-recompute-flags",
+                             f"--recompute-granularity full also needs {missing} (Megatron's "
+                             "TransformerConfig raises); e.g. --recompute-method uniform "
+                             "--recompute-num-layers 1", "error"))
+    if gran == "selective" and (method or layers):
+        given = " and ".join(f for f, ok in (("--recompute-method", method),
+                                             ("--recompute-num-layers", layers)) if ok)
+        out.append(Violation("megatron-recompute-flags",
+                             f"--recompute-granularity selective forbids {given} (Megatron's "
+                             "TransformerConfig raises); remove it", "error"))
+    if flags.has("--num-query-groups") and not flags.has("--group-query-attention"):
+        out.append(Violation("megatron-gqa-flag",
+                             f"--num-query-groups {flags.shown('--num-query-groups')} has "
+                             "no effect without --group-query-attention: Megatron builds "
+                             "multi-head attention (and planner models that); add "
+                             "--group-query-attention", "warning"))
+    if flags.has("--multi-latent-attention") and flags.has("--group-query-attention"):
+        out.append(Violation("megatron-mla-excludes-gqa",
+                             "--multi-latent-attention and --group-query-attention are exclusive "
+                             "(Megatron asserts it); drop --group-query-attention", "error"))
+    if not (flags.has("--bf16") or flags.has("--fp16")):
+        out.append(Violation("megatron-fp32",
+                             "neither --bf16 nor --fp16: Megatron-LM trains in fp32, which "
+                             "planner does not model (it plans bf16); add --bf16", "warning"))
+    vflags = [f for f in ("--num-layers-per-virtual-pipeline-stage",
+                          "--num-virtual-stages-per-pipeline-rank",
+                          "--pipeline-model-parallel-layout") if flags.has(f)]
+    if len(vflags) > 1:
+        out.append(Violation("megatron-vpp-flags-exclusive",
+                             f"{' and '.join(vflags)} are exclusive (Megatron asserts it); keep "
+                             "one", "error"))
+    if flags.has("--pipeline-model-parallel-layout"):
+        out.append(Violation("megatron-pipeline-layout",
+                             "--pipeline-model-parallel-layout is not modelled: planner assumes "
+                             "an even split of the layers", "warning"))
+
+
+def _required_rules(flags: _Flags, seq: int | None, out: list[Violation]) -> None:
+    """Megatron 7: the shape flags are required; max_position_embeddings >= seq_length."""
+    if not any(flags.has(f) for f in _SHAPE_REQUIRED):
+        return                      # the shape comes from --model (e.g. a sourced file)
+    for f in _SHAPE_REQUIRED:
+        if not flags.has(f):
+            out.append(Violation("megatron-required-flag",
+                                 f"{f} is missing; Megatron-LM requires it", "error"))
+    max_pos = flags.int("--max-position-embeddings")
+    if max_pos is not None and seq is not None and max_pos < seq:
+        out.append(Violation("megatron-max-position-embeddings",
+                             f"--max-position-embeddings ({max_pos}) must be >= --seq-length "
+                             f"({seq}) (Megatron asserts it); raise it to {seq}", "error"))
+
+
+# ------------------------------------------------------------------------------ the layout
+
+def _layout(flags: _Flags, model: ModelSpec, num_gpus: int, out: list[Violation]) -> Layout:
+    tp = flags.int("--tensor-model-parallel-size", 1)
+    pp = flags.int("--pipeline-model-parallel-size", 1)
+    cp = flags.int("--context-parallel-size", 1)
+    ep = flags.int("--expert-model-parallel-size", 1)
+    etp = flags.int("--expert-tensor-parallel-size", tp)
+    for name, value in (("--tensor-model-parallel-size", tp), ("--pipeline-model-parallel-size", pp),
+                        ("--context-parallel-size", cp), ("--expert-model-parallel-size", ep),
+                        ("--expert-tensor-parallel-size", etp)):
+        if value < 1:
+            raise SpecError(f"{flags.source}: {name} {value} must be at least 1; fix the value")
+    L = model.num_layers
+    vpp = flags.int("--num-virtual-stages-per-pipeline-rank", 1)
+    per_stage = flags.int("--num-layers-per-virtual-pipeline-stage")
+    if per_stage is not None and not flags.has("--num-virtual-stages-per-pipeline-rank"):
+        per_rank = L // pp
+        if per_stage < 1 or per_rank % per_stage:
+            out.append(Violation("megatron-vpp-layers",
+                                 f"layers per pipeline rank ({per_rank} = {L}/{pp}) must be "
+                                 f"divisible by --num-layers-per-virtual-pipeline-stage "
+                                 f"({per_stage}) (Megatron asserts it)", "error"))
+        vpp = max(1, per_rank // max(1, per_stage))
+    first = flags.int("--decoder-first-pipeline-num-layers")
+    last = flags.int("--decoder-last-pipeline-num-layers")
+    emb = flags.has("--account-for-embedding-in-pipeline-split")
+    loss = flags.has("--account-for-loss-in-pipeline-split")
+    if (emb or loss) and (first is not None or last is not None):
+        out.append(Violation("megatron-pipeline-split",
+                             "--account-for-embedding/loss-in-pipeline-split cannot be combined "
+                             "with --decoder-first/last-pipeline-num-layers; keep one way",
+                             "error"))
+    elif emb or loss:
+        total = L + emb + loss
+        if total % (pp * vpp):
+            out.append(Violation("megatron-pipeline-split",
+                                 f"num_layers + embedding + loss ({total}) must be divisible by "
+                                 f"pp*vpp ({pp}*{vpp}) with --account-for-*-in-pipeline-split",
+                                 "error"))
+        elif pp > 1:
+            per = total // pp
+            first, last = (per - 1 if emb else None), (per - 1 if loss else None)
+    sp = flags.has("--sequence-parallel")
+    if sp and tp == 1:
+        out.append(Violation("megatron-sp-needs-tp",
+                             "--sequence-parallel with tensor-model-parallel-size 1: Megatron-LM "
+                             "turns it off (with a warning); drop the flag", "warning"))
+        sp = False
+    if flags.has("--tp-comm-overlap") and not flags.has("--sequence-parallel"):
+        out.append(Violation("megatron-tp-comm-overlap-needs-sp",
+                             "--tp-comm-overlap needs --sequence-parallel (Megatron asserts it); "
+                             "add --sequence-parallel or drop --tp-comm-overlap", "error"))
+    if flags.has("--overlap-param-gather") and not (
+            flags.has("--use-distributed-optimizer") and flags.has("--overlap-grad-reduce")):
+        out.append(Violation("megatron-overlap-param-gather",
+                             "--overlap-param-gather needs --use-distributed-optimizer and "
+                             "--overlap-grad-reduce (Megatron asserts it); add them", "error"))
+    gran = flags.choice("--recompute-granularity", ("full", "selective"))
+    if gran is None and flags.has("--recompute-activations"):
+        gran = "selective"
+    if gran is None and flags.has("--checkpoint-activations"):
+        gran = "full"
+    if gran == "full" and flags.choice("--recompute-method", ("uniform", "block")) == "block":
+        n = flags.int("--recompute-num-layers", 1)
+        chunk = L // (pp * vpp)
+        if n < chunk:
+            out.append(Violation("megatron-partial-recompute",
+                                 f"--recompute-method block --recompute-num-layers {n} recomputes "
+                                 f"{n} of the {chunk} layers per stage; planner models every "
+                                 "layer recomputed, so it underestimates activation memory",
+                                 "warning"))
+    if flags.has("--micro-batch-size"):
+        mbs = flags.int("--micro-batch-size")
+    else:
+        out.append(Violation("megatron-required-flag",
+                             "--micro-batch-size is missing; Megatron-LM needs it (planner uses 1)",
+                             "error"))
+        mbs = 1
+    if mbs < 1:
+        raise SpecError(f"{flags.source}: --micro-batch-size {mbs} must be at least 1")
+    cp_comm = flags.text("--cp-comm-type", "p2p", fix="set it in the script")
+    if cp_comm not in ("p2p", "a2a", "allgather", "a2a+p2p"):
+        raise SpecError(f"{flags.source}: --cp-comm-type {cp_comm!r} is not one of p2p, a2a, "
+                        "allgather, a2a+p2p; fix the value")
+    return Layout(tp=tp, cp=cp, ep=ep, dp=max(1, num_gpus // (tp * pp * cp)), pp=pp, vpp=vpp,
+                  etp=etp, sp=sp, zero=_zero(flags), micro_batch_size=mbs,
+                  recompute=gran or "none", first_stage_layers=first, last_stage_layers=last,
+                  cp_comm_type=cp_comm, overlap_grad_reduce=flags.has("--overlap-grad-reduce"),
+                  overlap_param_gather=flags.has("--overlap-param-gather"),
+                  tp_comm_overlap=flags.has("--tp-comm-overlap"))
+
+
+_FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def _zero(flags: _Flags) -> int:
+    """0 plain DDP; 1 --use-distributed-optimizer; Megatron FSDP by sharding strategy;
+    torch FSDP2 = 3."""
+    if flags.has("--use-megatron-fsdp"):
+        return _FSDP_ZERO[flags.choice("--data-parallel-sharding-strategy", tuple(_FSDP_ZERO),
+                                       "no_shard")]
+    if flags.has("--use-torch-fsdp2"):
+        return 3
+    return 1 if flags.has("--use-distributed-optimizer") else 0
+
+
+def _precision(flags: _Flags) -> str:
+    if flags.has("--fp8-format"):
+        return "fp8"
+    return "fp16" if flags.has("--fp16") and not flags.has("--bf16") else "bf16"
+
+
+# ------------------------------------------------------------------------------ entry
+
+def load(path: str | Path, text: str, ov: Overrides) -> Imported:
+    """Read a Megatron-LM launch script or argument file (text already read)."""
+    source = str(path)
+    found = _find(text, source)
+    flags, out = _parse(found.args, source)
+    if found.commands > 1:
+        out.append(Violation("megatron-multiple-commands",
+                             f"the script runs a Megatron training command {found.commands} times; "
+                             "planner read the first", "warning"))
+    for name in found.script.sourced:
+        out.append(Violation("megatron-sourced-file",
+                             f"the script sources {name}; planner does not read it, so variables "
+                             "set there count as unset", "warning"))
+    seq = flags.int("--seq-length") or flags.int("--encoder-seq-length") \
+        or flags.int("--decoder-seq-length")
+    _flag_rules(flags, out)
+    _required_rules(flags, seq, out)
+    hardware = hardware_of(ov)
+    model = _model(flags, ov, source, seq, out)
+    num_gpus = _world(found, ov, hardware, source, out)
+    layout = _layout(flags, model, num_gpus, out)
+    if found.is_script and (layout.tp > 1 or layout.cp > 1) \
+            and hardware.name.lower().startswith(("a100", "h100", "h200")) \
+            and found.script.var("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
+        out.append(Violation("megatron-cuda-device-max-connections",
+                             "Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP > 1 "
+                             f"on {hardware.name}; the script does not export it (fine if the "
+                             "job's environment does)", "warning"))
+    gbs = flags.int("--global-batch-size") or layout.micro_batch_size * layout.dp
+    job = make_job(model=model, hardware=hardware, num_gpus=num_gpus,
+                   seq_length=seq or model.seq_length or flags.int("--max-position-embeddings"),
+                   global_batch_size=gbs, precision=_precision(flags), source=source)
+    return Imported(job, layout, out, "megatron", source)

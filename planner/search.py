@@ -1,0 +1,416 @@
+"""The search: candidates -> rules in the seven-step order -> estimate -> rank.
+
+The space: tp (divisors of the GPU count up to --max-tp, default the NVLink domain), cp
+(powers of two), pp (divisors of what is left, at most the layer count, with the uneven
+first/last split where the layers do not divide), dp (the rest), ep and etp (MoE: divisors of
+the experts; etp 1 or tp), vpp (divisors of the layers per rank), micro-batch 1..8, sp,
+ZeRO 0..3, recompute none/selective/full. Rules prune level by level in the seven-step order,
+cheapest first; `pruned` counts the layouts each rule removed (the whole subtree below the
+level where it fired). Exact shortcuts keep it fast without changing the answer: memory
+grows with the micro-batch, so once a micro-batch size does not fit the larger ones are
+counted as pruned by memory unevaluated; with the same other knobs more recompute is
+strictly slower, so only the least recompute that fits is a contender (the others count as
+feasible but are not ranked); and contenders are timed in order of a lower bound on their
+step time, stopping when the bound passes the K-th best (see `_rank`).
+"""
+
+from __future__ import annotations
+
+import math
+import time as _time
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from planner.config import Job
+from planner.cost import cost_model
+from planner.cost.memory import MemoryBreakdown
+from planner.cost.step import StepTime
+from planner.errors import SpecError, Violation
+from planner.layout import Layout, stage_layer_counts
+from planner.rules import (DEFAULT_HEADROOM, Context, batch_ok, check, expert_grid,
+                           experts_divisible_by_ep, fits, heads_divisible_by_tp,
+                           interleave_ok, kv_heads_vs_tp, moe_sp_ok, seq_divisible_by_cp,
+                           seq_tp_ok, split_options)
+from planner.units import divisors
+
+__all__ = ["SearchOptions", "Plan", "SearchResult", "search", "FIXABLE", "parse_fix"]
+
+RECOMPUTE = ("none", "selective", "full")
+ZERO = (0, 1, 2, 3)
+FIXABLE = {"tp": int, "pp": int, "dp": int, "cp": int, "ep": int, "etp": int, "vpp": int,
+           "micro_batch_size": int, "zero": int, "recompute": str, "sp": bool}
+_ALIASES = {"mbs": "micro_batch_size", "micro_batch": "micro_batch_size",
+            "zero_stage": "zero", "sequence_parallel": "sp"}
+
+
+def parse_fix(text: str | None) -> dict:
+    """'tp=8,pp=4,recompute=full' -> {'tp': 8, 'pp': 4, 'recompute': 'full'}."""
+    out: dict = {}
+    if not text:
+        return out
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        if "=" not in item:
+            raise SpecError(f"--fix item {item.strip()!r} must look like axis=value, e.g. tp=8")
+        key, val = (x.strip() for x in item.split("=", 1))
+        key = _ALIASES.get(key, key)
+        if key not in FIXABLE:
+            raise SpecError(f"--fix axis {key!r} is unknown; valid: {', '.join(FIXABLE)}")
+        kind = FIXABLE[key]
+        try:
+            if kind is bool:
+                if val.lower() not in ("true", "false", "1", "0", "on", "off"):
+                    raise ValueError
+                out[key] = val.lower() in ("true", "1", "on")
+            elif kind is int:
+                out[key] = int(val)
+                if out[key] < (0 if key == "zero" else 1) or (key == "zero" and out[key] > 3):
+                    raise ValueError
+            else:
+                if val not in RECOMPUTE:
+                    raise ValueError
+                out[key] = val
+        except ValueError:
+            want = {"recompute": "none, selective or full", "sp": "true or false",
+                    "zero": "0, 1, 2 or 3"}.get(key, "a positive whole number")
+            raise SpecError(f"--fix {key}={val!r}: must be {want}") from None
+    return out
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    top: int = 10
+    sort_by: str = "time"                      # time | memory | mfu
+    fix: Mapping[str, object] = field(default_factory=dict)
+    max_tp: int | None = None                  # default: the NVLink domain size
+    max_cp: int = 32
+    max_micro_batch: int = 8
+    max_vpp: int = 16
+    headroom: float = DEFAULT_HEADROOM
+
+
+@dataclass(frozen=True)
+class Plan:
+    rank: int
+    layout: Layout
+    memory: MemoryBreakdown
+    time: StepTime
+    warnings: list[Violation]
+
+
+@dataclass
+class SearchResult:
+    job: Job
+    plans: list[Plan]
+    searched: int
+    feasible: int
+    evaluated: int                             # layouts whose memory was estimated
+    timed: int                                 # layouts whose step time was estimated
+    pruned: dict[str, int]
+    steps: list[dict]
+    pick: Plan | None = None                   # the seven-step procedure's own choice
+    pick_rank: int | None = None
+    pick_note: str = ""
+    closest: tuple[Layout, MemoryBreakdown] | None = None
+    suggestions: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def best(self) -> Plan | None:
+        return self.plans[0] if self.plans else None
+
+
+# ---------------------------------------------------------------------------- the space
+
+def _pow2_upto(n: int, cap: int) -> list[int]:
+    out, c = [], 1
+    while c <= cap and n % c == 0:
+        out.append(c)
+        c *= 2
+    return out
+
+
+class _Space:
+    """Per-axis candidate lists for one job and its options."""
+
+    def __init__(self, job: Job, opts: SearchOptions):
+        m, N, tr = job.model, job.num_gpus, job.training
+        fix = opts.fix
+        self.max_tp = opts.max_tp or job.hardware.nvlink_domain_size
+        self.tp = [d for d in divisors(N) if d <= self.max_tp]
+        self.max_cp, self.mbs = opts.max_cp, list(range(1, opts.max_micro_batch + 1))
+        self.max_vpp = opts.max_vpp
+        self.moe = m.is_moe
+        self.ep_all = divisors(m.num_experts) if m.is_moe else [1]
+        self.fix = fix
+        if "tp" in fix:
+            self.tp = [fix["tp"]]
+        if "micro_batch_size" in fix:
+            self.mbs = [fix["micro_batch_size"]]
+        self.zero = [fix["zero"]] if "zero" in fix else list(ZERO)
+        self.rec = [fix["recompute"]] if "recompute" in fix else list(RECOMPUTE)
+
+    def cp(self, N: int, tp: int, seq: int) -> list[int]:
+        if "cp" in self.fix:
+            return [self.fix["cp"]] if (N // tp) % self.fix["cp"] == 0 else []
+        return [c for c in _pow2_upto(N // tp, self.max_cp) if 2 * c <= seq]
+
+    def pp(self, rest: int, L: int) -> list[int]:
+        if "pp" in self.fix:
+            return [self.fix["pp"]] if rest % self.fix["pp"] == 0 else []
+        return [p for p in divisors(rest) if p <= L]
+
+    def sp(self, tp: int) -> list[bool]:
+        opts = [False, True] if tp > 1 else [False]
+        return [self.fix["sp"]] if "sp" in self.fix and self.fix["sp"] in opts else (
+            [] if "sp" in self.fix else opts)
+
+    def ep_etp(self, tp: int) -> list[tuple[int, int]]:
+        eps = [self.fix["ep"]] if "ep" in self.fix else self.ep_all
+        if not self.moe:
+            return [(e, tp) for e in eps]
+        etps = [self.fix["etp"]] if "etp" in self.fix else sorted({1, tp})
+        return [(e, x) for e in eps for x in etps]
+
+    def vpp(self, L: int, pp: int, split) -> list[int]:
+        if pp == 1:
+            vs = [1]
+        else:
+            lay = Layout(pp=pp, first_stage_layers=split[0], last_stage_layers=split[1])
+            first, mid, last = stage_layer_counts(L, lay)
+            g = math.gcd(first, last)
+            if pp > 2:
+                g = math.gcd(g, int(mid))
+            vs = [v for v in divisors(g) if v <= self.max_vpp] if g else [1]
+        if "vpp" in self.fix:
+            return [self.fix["vpp"]] if self.fix["vpp"] in vs else []
+        return vs
+
+
+# ---------------------------------------------------------------------------- the search
+
+class _Counter:
+    """What the search counted: the space, what each rule pruned, what was estimated."""
+
+    def __init__(self):
+        self.pruned: dict[str, int] = {}
+        self.searched = self.feasible = self.evaluated = 0
+
+    def prune(self, rule: str, count: int) -> None:
+        if count:
+            self.pruned[rule] = self.pruned.get(rule, 0) + count
+            self.searched += count
+
+    def keep(self) -> None:
+        self.searched += 1
+        self.feasible += 1
+
+
+def _groups(job: Job, space: _Space, cnt: _Counter):
+    """Yield base layouts (every axis but micro-batch, ZeRO and recompute) that pass the
+    structural rules, level by level in the seven-step order (TP, CP, PP, DP, EP, SP)."""
+    m, N, tr = job.model, job.num_gpus, job.training
+    L, seq = m.num_layers, tr.seq_length
+    leaf = len(space.mbs) * len(space.zero) * len(space.rec)
+
+    def ctx(lay: Layout) -> Context:
+        return Context(model=m, hardware=job.hardware, training=tr, num_gpus=N, layout=lay)
+
+    for tp in space.tp:
+        sps, eps = space.sp(tp), space.ep_etp(tp)
+        cps = space.cp(N, tp, seq)
+        probe = ctx(Layout(tp=tp, dp=N // tp))
+        rule = ("heads-divisible-by-tp" if heads_divisible_by_tp(probe) else
+                "kv-heads-vs-tp" if kv_heads_vs_tp(probe) else None)
+        if rule:
+            cnt.prune(rule, leaf * len(sps) * len(eps)
+                      * sum(len(space.pp(N // (tp * c), L)) for c in cps))
+            continue
+        for cp in cps:
+            pps = space.pp(N // (tp * cp), L)
+            if seq_divisible_by_cp(ctx(Layout(tp=tp, cp=cp))):
+                cnt.prune("seq-divisible-by-cp", leaf * len(sps) * len(eps) * len(pps))
+                continue
+            for pp in pps:
+                dp = N // (tp * cp * pp)
+                if "dp" in space.fix and space.fix["dp"] != dp:
+                    continue
+                splits = split_options(L, pp)
+                if not splits:
+                    cnt.prune("layers-divisible", leaf * len(sps) * len(eps))
+                    continue
+                split = splits[0]
+                vpps = space.vpp(L, pp, split)
+                for ep, etp in eps:
+                    base = Layout(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, etp=etp,
+                                  first_stage_layers=split[0], last_stage_layers=split[1])
+                    c = ctx(base)
+                    n = leaf * len(vpps) * len(sps)
+                    if experts_divisible_by_ep(c):
+                        cnt.prune("experts-divisible-by-ep", n)
+                        continue
+                    if expert_grid(c):
+                        cnt.prune("expert-grid", n)
+                        continue
+                    for sp in sps:
+                        if not seq_tp_ok(seq, cp, tp, sp):
+                            cnt.prune("seq-divisible-by-tp", leaf * len(vpps))
+                            continue
+                        if not moe_sp_ok(m.is_moe, ep, tp, sp):
+                            cnt.prune("moe-needs-sp", leaf * len(vpps))
+                            continue
+                        for vpp in vpps:
+                            yield base.with_(vpp=vpp, sp=sp, tp_comm_overlap=sp and tp > 1)
+
+
+def _leaves(job: Job, base: Layout, space: _Space, cm, cnt: _Counter, headroom: float,
+            cands: list, closest: list) -> None:
+    """Micro-batch x ZeRO x recompute of one base layout. Memory grows with the micro-batch
+    (every activation term scales with it) and, for ZeRO 0-2, as the stage falls (pure
+    sharding), so a layout is skipped (counted as not fitting) when one with the same
+    recompute that needs no more memory did not fit. ZeRO-3 (gather buffers) and the
+    recompute modes (full keeps a layer's working set) are not ordered and always estimated."""
+    gbs, cap = job.training.global_batch_size, cm.capacity
+    failed: dict[tuple[str, int], int] = {}      # (recompute, zero) -> smallest failing mbs
+    b = base   # positional construction: dataclasses.replace costs more than the estimate
+    head = (b.tp, b.cp, b.ep, b.dp, b.pp, b.vpp, b.etp, b.sp)
+    tail = (b.first_stage_layers, b.last_stage_layers, b.cp_comm_type, b.overlap_grad_reduce,
+            b.overlap_param_gather, b.tp_comm_overlap)
+    zeros = sorted(space.zero, reverse=True)
+    for mbs in space.mbs:
+        n = len(space.rec) * len(zeros)
+        if not batch_ok(gbs, mbs, base.dp):
+            cnt.prune("batch-divisible", n)
+            continue
+        if not interleave_ok(base.vpp, base.pp, gbs // (mbs * base.dp)):
+            cnt.prune("vpp-needs-microbatches", n)
+            continue
+        for rec in space.rec:
+            for zero in zeros:
+                if failed and _known_misfit(failed, rec, zero, mbs):
+                    cnt.prune("fits-in-memory", 1)
+                    continue
+                lay = Layout(*head, zero, mbs, rec, *tail)
+                mem = cm.memory(lay)
+                cnt.evaluated += 1
+                if fits(mem.total, cap, headroom):
+                    cnt.keep()
+                    cands.append((lay, mem))
+                else:
+                    failed.setdefault((rec, zero), mbs)
+                    cnt.prune("fits-in-memory", 1)
+                    if not closest or mem.total < closest[0][1].total:
+                        closest[:] = [(lay, mem)]
+
+
+def _known_misfit(failed: dict, rec: str, zero: int, mbs: int) -> bool:
+    for (r, z), b in failed.items():
+        if r == rec and b <= mbs and (z == zero or (z < 3 and zero < z)):
+            return True
+    return False
+
+
+def search(job: Job, opts: SearchOptions = SearchOptions()) -> SearchResult:
+    """Every layout of `job`, pruned by the rules, estimated, ranked."""
+    t0 = _time.perf_counter()
+    cm = cost_model(job)
+    space = _Space(job, opts)
+    cnt = _Counter()
+    cands: list[tuple[Layout, MemoryBreakdown]] = []
+    closest: list = []
+    for base in _groups(job, space, cnt):
+        _leaves(job, base, space, cm, cnt, opts.headroom, cands, closest)
+    plans, timed = _rank(job, cm, cands, opts)
+    result = SearchResult(job=job, plans=plans, searched=cnt.searched, feasible=cnt.feasible,
+                          evaluated=cnt.evaluated, timed=timed, pruned=cnt.pruned, steps=[],
+                          closest=closest[0] if closest and not cands else None)
+    from planner.seven_steps import seven_steps   # the procedure and its pick
+    seven_steps(result, cm, opts)
+    if not cands:
+        result.suggestions = _suggestions(job, closest[0] if closest else None, cm, opts)
+    result.elapsed_s = _time.perf_counter() - t0
+    return result
+
+
+def _rank(job: Job, cm, cands, opts: SearchOptions) -> tuple[list[Plan], int]:
+    """Sort the feasible layouts and keep the top K with their warnings.
+
+    By time (or MFU, the same order): only the least recompute that fits per otherwise-equal
+    layout is a contender (more recompute is strictly slower); contenders are timed in order
+    of a lower bound on their step time until that bound passes the K-th best time found,
+    which leaves the top K exactly as timing all of them would. By memory: memory first,
+    then time, for the K smallest.
+    """
+    order = {r: i for i, r in enumerate(RECOMPUTE)}
+    timed = 0
+    if opts.sort_by == "memory":
+        cands = sorted(cands, key=lambda c: c[1].total)[: max(opts.top * 4, opts.top)]
+        scored = []
+        for lay, mem in cands:
+            tm = cm.time(lay)
+            timed += 1
+            scored.append(((mem.total, tm.step_time_s, _mp(lay)) + _tie(lay, order), lay, mem, tm))
+    else:
+        best_rec: dict = {}
+        for lay, mem in cands:
+            key = (lay.tp, lay.cp, lay.ep, lay.dp, lay.pp, lay.vpp, lay.etp, lay.sp, lay.zero,
+                   lay.micro_batch_size, lay.first_stage_layers)
+            cur = best_rec.get(key)
+            if cur is None or order[lay.recompute] < order[cur[0].recompute]:
+                best_rec[key] = (lay, mem)
+        bounded = sorted(((cm.time_lower_bound(lay), lay, mem) for lay, mem in best_rec.values()),
+                         key=lambda x: x[0])
+        scored = []
+        kth = float("inf")
+        for lb, lay, mem in bounded:
+            if lb > kth:
+                break
+            tm = cm.time(lay)
+            timed += 1
+            scored.append(((tm.step_time_s, mem.total, _mp(lay)) + _tie(lay, order), lay, mem, tm))
+            if len(scored) >= opts.top:
+                scored.sort(key=lambda x: x[0])
+                del scored[opts.top:]
+                kth = scored[-1][0][0]
+    scored.sort(key=lambda x: x[0])
+    plans = []
+    for i, (_, lay, mem, tm) in enumerate(scored[:opts.top], start=1):
+        warns = [v for v in check(Context(model=job.model, hardware=job.hardware,
+                                          training=job.training, num_gpus=job.num_gpus,
+                                          layout=lay, memory=mem, headroom=opts.headroom))
+                 if v.severity == "warning"]
+        plans.append(Plan(i, lay, mem, tm, warns))
+    return plans, timed
+
+
+def _mp(lay: Layout) -> int:
+    """Model-parallel ranks (the last tie-break: fewer is simpler)."""
+    return lay.tp * lay.cp * lay.pp * lay.ep
+
+
+def _tie(lay: Layout, order: dict) -> tuple:
+    """A deterministic order among layouts equal on every measured key."""
+    return (lay.tp, lay.cp, lay.ep, lay.pp, lay.vpp, lay.etp, lay.zero, lay.micro_batch_size,
+            order[lay.recompute], lay.sp)
+
+
+def _suggestions(job: Job, closest, cm, opts: SearchOptions) -> list[str]:
+    """What would make the closest layout fit."""
+    if closest is None:
+        return ["no layout passes the structural rules; check --fix and the model's heads/layers"]
+    lay, mem = closest
+    short = mem.total - mem.capacity * (1 - opts.headroom)
+    out = [f"closest: {lay.name} zero {lay.zero} recompute {lay.recompute} micro-batch "
+           f"{lay.micro_batch_size} needs {mem.total / 2**30:.1f} GiB per GPU, "
+           f"{short / 2**30:.1f} GiB more than fits"]
+    need = math.ceil(mem.total / (mem.capacity * (1 - opts.headroom)))
+    out.append(f"more GPUs: model states shrink with pp and zero; try --gpus {job.num_gpus * 2} "
+               f"or more (about {need}x the memory per layout is missing)")
+    if lay.recompute != "full":
+        out.append("full recompute: --fix recompute=full keeps only each layer's input")
+    if lay.zero != 3:
+        out.append("ZeRO-3: --fix zero=3 shards the weights too")
+    out.append(f"a shorter sequence: --seq-length {max(512, job.training.seq_length // 2)} halves "
+               "the activations")
+    return out

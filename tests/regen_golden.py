@@ -1,0 +1,56 @@
+"""Regenerate the exporter golden files: `python tests/regen_golden.py` (from the repo root).
+
+Goldens live in tests/golden/, one file per (example config, format) that the format can
+express: `<config>.<format>.<ext>`. They are written without an estimate (the time model is
+still being calibrated) and with the planner version replaced by `<version>`, so neither a
+model change nor a release moves them; only a change to what an exporter writes does.
+tests/test_export.py compares against these files with the same `golden_text`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN_DIR = ROOT / "tests" / "golden"
+EXAMPLES = ROOT / "examples"
+EXTENSIONS = {"megatron": "sh", "deepspeed": "txt", "torchtitan": "toml", "nemo": "yaml"}
+
+# (example config, formats it is exported to); a format missing here refuses that config
+# (tests/test_export.py checks the refusals).
+CASES = [
+    ("llama3-70b-2048xh100", ("megatron", "deepspeed", "torchtitan", "nemo")),
+    ("mixtral-8x7b-64xh100", ("megatron", "deepspeed", "torchtitan", "nemo")),
+    ("llama3-8b-128k-64xh100", ("megatron", "deepspeed", "torchtitan", "nemo")),
+    ("deepseek-v3-1024xb200", ("megatron", "torchtitan")),
+]
+
+
+def golden_path(config: str, fmt: str) -> Path:
+    return GOLDEN_DIR / f"{config}.{fmt}.{EXTENSIONS[fmt]}"
+
+
+def golden_text(config: str, fmt: str) -> str:
+    """The export of examples/<config>.yaml in `fmt`, as a golden file holds it."""
+    from planner import __version__
+    from planner.config import load_config
+    from planner.export import export
+
+    job, layout = load_config(EXAMPLES / f"{config}.yaml")
+    text = export(job, layout, fmt, estimate=None)
+    return text.replace(f"planner {__version__}", "planner <version>")
+
+
+def main() -> int:
+    GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
+    for config, formats in CASES:
+        for fmt in formats:
+            path = golden_path(config, fmt)
+            path.write_text(golden_text(config, fmt), encoding="utf-8")
+            print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The CLI through typer's CliRunner: listings, the `validate --json` contract, `python -m`,
+and the import direction (only cli.py imports typer; only report.py and cli.py import rich)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner.cli import app
+from planner.cost.params import total_params
+from planner.presets import PRESETS, PUBLISHED_PARAMS, get_preset
+
+PACKAGE = Path(__file__).resolve().parent.parent / "planner"
+PROFILES = ["a100-40g", "a100-80g", "h100-sxm", "h200", "b200", "gb200-nvl72", "mi300x"]
+LAYOUT_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "num_microbatches",
+               "sequence_parallel", "zero_stage", "recompute"}
+MEMORY_KEYS = {"weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+               "other_bytes", "total_bytes", "capacity_bytes"}
+
+
+def _table_row(text: str, name: str) -> str:
+    rows = [line for line in text.splitlines() if f" {name} " in line]
+    assert len(rows) == 1, f"{name}: {rows}"
+    return rows[0]
+
+
+# ---------------------------------------------------------------------------------- models
+
+def test_models_lists_every_preset_with_its_count(runner):
+    result = runner.invoke(app, ["models"])
+    assert result.exit_code == 0, result.output
+    for key in PRESETS:
+        count = total_params(get_preset(key))
+        assert f"{count / 1e9:.2f}B" in _table_row(result.stdout, key)
+
+
+def test_models_json_counts_match_the_published_totals(runner):
+    result = runner.invoke(app, ["models", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["models"]
+    assert [r["name"] for r in rows] == list(PRESETS)
+    for r in rows:
+        # published totals and their sources: tests/test_presets.py
+        assert r["parameters"] == pytest.approx(PUBLISHED_PARAMS[r["name"]], rel=0.01), r["name"]
+        assert r["active_parameters"] <= r["parameters"]
+
+
+# -------------------------------------------------------------------------------- hardware
+
+def test_hardware_lists_all_seven_profiles(runner):
+    result = runner.invoke(app, ["hardware"])
+    assert result.exit_code == 0, result.output
+    for name in PROFILES:
+        _table_row(result.stdout, name)
+
+
+def test_hardware_json_names(runner):
+    result = runner.invoke(app, ["hardware", "--json"])
+    assert result.exit_code == 0, result.output
+    assert sorted(r["name"] for r in json.loads(result.stdout)["hardware"]) == sorted(PROFILES)
+
+
+# ---------------------------------------------------------------------------- validate --json
+
+def test_validate_json_contract(runner, examples_dir):
+    result = runner.invoke(app, ["validate", str(examples_dir / "llama3-70b-2048xh100.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    out = json.loads(result.stdout)   # exactly one JSON document: trailing text would not parse
+    assert isinstance(out, dict)
+    assert {"valid", "errors", "warnings", "layout", "memory"} <= set(out)
+    assert LAYOUT_KEYS <= set(out["layout"])
+    assert MEMORY_KEYS <= set(out["memory"])
+
+    assert out["valid"] is True and out["errors"] == []
+    # the example: 2048 GPUs, tp 8, pp 4 -> dp 2048/32 = 64; m = 1024/(1*64) = 16 = 4*pp, bubble
+    # 3/16 = 19% <= 20%, tp 8 within the 8-GPU NVLink domain, 1024*8192 = 8.4M tokens <= 16.8M:
+    # no warning applies
+    assert out["warnings"] == []
+    assert {k: out["layout"][k] for k in LAYOUT_KEYS} == dict(
+        tp=8, pp=4, dp=64, cp=1, ep=1, etp=8, vpp=1, micro_batch_size=1, num_microbatches=16,
+        sequence_parallel=True, zero_stage=1, recompute="none")
+    mem = out["memory"]
+    parts = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes")
+    assert abs(mem["total_bytes"] - sum(mem[k] for k in parts)) <= len(parts)   # each rounded
+    # hardware_profiles/h100-sxm.yaml: memory_gib 79.11 (torch-visible)
+    assert mem["capacity_bytes"] == round(79.11 * 2**30)
+    assert 0 < mem["total_bytes"] < mem["capacity_bytes"]
+
+
+def test_validate_json_reports_broken_rules(runner, tmp_path):
+    path = tmp_path / "tp3.yaml"
+    path.write_text("model: llama3-70b\nnum_gpus: 64\nparallel:\n  tp: 3\n")
+    result = runner.invoke(app, ["validate", str(path), "--json"])
+    assert result.exit_code == 1, result.output
+    out = json.loads(result.stdout)
+    assert out["valid"] is False
+    errors = {e["rule"]: e["message"] for e in out["errors"]}
+    assert errors["heads-divisible-by-tp"] == (
+        "num_attention_heads (64) must be divisible by tp (3); try tp 1, 2, 4, 8, 16, 32 or 64")
+    assert all(set(e) == {"rule", "message"} for e in out["errors"] + out["warnings"])
+
+
+def test_validate_json_bad_input_prints_no_json(runner, tmp_path):
+    result = runner.invoke(app, ["validate", str(tmp_path / "nope.yaml"), "--json"])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: ")
+
+
+# -------------------------------------------------------------------------------- python -m
+
+def test_python_m_planner_help():
+    proc = subprocess.run([sys.executable, "-m", "planner", "--help"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    for command in ("validate", "models", "hardware"):
+        assert command in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------------ import direction
+
+def _imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def _importers_of(module: str) -> set[str]:
+    return {p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.rglob("*.py")
+            if module in _imported_roots(p)}
+
+
+def test_only_cli_imports_typer():
+    assert _importers_of("typer") == {"planner/cli.py"}
+
+
+def test_only_report_and_cli_import_rich():
+    importers = _importers_of("rich")
+    assert "planner/report.py" in importers
+    assert importers <= {"planner/cli.py", "planner/report.py"}
