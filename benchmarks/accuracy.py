@@ -55,7 +55,7 @@ def load_cases(path: Path | None = None) -> list[Case]:
     for c in data["cases"]:
         cfg = {"model": c["model"], "hardware": c["hardware"], "num_gpus": c["num_gpus"],
                "training": c["training"], "parallel": c.get("parallel", {})}
-        job, layout = config_from_data(cfg)
+        job, layout = config_from_data(cfg)   # fills micro-batch/vpp the source left out
         t_meas, how = measured_step_time(c, job, layout)
         cases.append(Case(c["id"], c["class"], job, layout, t_meas, how))
     return cases
@@ -85,16 +85,23 @@ def measured_step_time(c: dict, job: Job, layout: Layout) -> tuple[float, str]:
 
 
 def evaluate(cases: list[Case], hardware_override=None) -> list[dict]:
+    """Predict every case; with `hardware_override` ({name: HardwareSpec}) the knobs the source
+    left out are chosen again under the overriding profile, as loading the config would."""
+    from dataclasses import replace
+    from planner.tune import fill_auto
+
     rows = []
     for c in cases:
-        job = c.job
+        job, layout = c.job, c.layout
         if hardware_override is not None and job.hardware.name in hardware_override:
-            from dataclasses import replace
             job = replace(job, hardware=hardware_override[job.hardware.name])
-        est = estimate(job, c.layout)
+            if layout.auto:
+                layout = fill_auto(job, layout.with_(micro_batch_size=1, vpp=1))
+        est = estimate(job, layout)
         pred = est.time.step_time_s
         rows.append({"id": c.id, "class": c.cls, "hardware": job.hardware.name,
-                     "layout": c.layout.name, "predicted_s": pred, "measured_s": c.measured_s,
+                     "layout": layout.name, "micro_batch_size": layout.micro_batch_size,
+                     "chosen": list(layout.auto), "predicted_s": pred, "measured_s": c.measured_s,
                      "error": pred / c.measured_s - 1, "mfu": est.time.mfu,
                      "memory_fraction": est.memory.fraction})
     return rows

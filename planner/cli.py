@@ -21,11 +21,18 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (see README).")]
 HeadroomOpt = Annotated[float, typer.Option("--headroom", help="Fraction of GPU memory kept free.")]
 TokensOpt = Annotated[Optional[str], typer.Option("--tokens", help="Training tokens (e.g. 15T) for time-to-train.")]
+HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help="Hardware profile name or YAML path (default h100-sxm).")]
+GpusOpt = Annotated[Optional[int], typer.Option("--gpus", help="Total GPUs.")]
+NodesOpt = Annotated[Optional[int], typer.Option("--nodes", help="Nodes (x the profile's GPUs per node), instead of --gpus.")]
 
 
 def _console(stderr: bool = False):
+    """Rich console; when not a terminal (pipes, CI) wide enough for the plan table."""
     from rich.console import Console
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    console = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, highlight=False, soft_wrap=False, width=132)
+    return console
 
 
 def _run(fn: Callable[[], int]) -> None:
@@ -63,26 +70,131 @@ def _tokens(value: Optional[str]) -> Optional[float]:
         raise SpecError(f"--tokens = {value!r}: {exc}") from None
 
 
+def _world(gpus: Optional[int], nodes: Optional[int], hardware) -> Optional[int]:
+    """--gpus, or --nodes x gpus_per_node; both given must agree."""
+    if gpus is not None and gpus < 1:
+        raise SpecError(f"--gpus = {gpus}: must be a positive whole number")
+    if nodes is not None and nodes < 1:
+        raise SpecError(f"--nodes = {nodes}: must be a positive whole number")
+    if nodes is None:
+        return gpus
+    n = nodes * hardware.gpus_per_node
+    if gpus is not None and gpus != n:
+        raise SpecError(f"--gpus ({gpus}) and --nodes ({nodes}) x {hardware.gpus_per_node} GPUs "
+                        f"per node ({n}) disagree; give one of them")
+    return n
+
+
+@app.command()
+def plan(
+    model: Annotated[str, typer.Option("--model", help="Preset, alias, model YAML or HF config.json.")],
+    gpus: GpusOpt = None,
+    nodes: NodesOpt = None,
+    hardware: HardwareOpt = None,
+    seq_length: Annotated[Optional[int], typer.Option("--seq-length", help="Tokens per sequence (default: the model's).")] = None,
+    global_batch_size: Annotated[Optional[int], typer.Option("--global-batch-size", help="Sequences per step (default: ~4M tokens).")] = None,
+    precision: Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8.")] = "bf16",
+    top: Annotated[int, typer.Option("--top", help="How many layouts to list.")] = 10,
+    sort_by: Annotated[str, typer.Option("--sort-by", help="time | memory | mfu.")] = "time",
+    fix: Annotated[Optional[str], typer.Option("--fix", help="Pin axes, e.g. tp=8,pp=4,recompute=full.")] = None,
+    max_tp: Annotated[Optional[int], typer.Option("--max-tp", help="Largest TP degree tried (default: the NVLink domain).")] = None,
+    headroom: HeadroomOpt = 0.05,
+    tokens: TokensOpt = None,
+    export_format: Annotated[Optional[str], typer.Option("--export", help="Also print the top plan as megatron|deepspeed|torchtitan|nemo.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Search every layout and rank the ones that fit, with the seven-step reasoning."""
+
+    def body() -> int:
+        from planner import report
+        from planner.config import Job, default_training, resolve_hardware
+        from planner.presets import resolve_model
+        from planner.search import SearchOptions, parse_fix, search
+
+        hw = resolve_hardware(hardware or "h100-sxm")
+        n = _world(gpus, nodes, hw)
+        if n is None:
+            raise SpecError("the GPU count is missing; give --gpus N or --nodes N")
+        if top < 1:
+            raise SpecError(f"--top = {top}: must be at least 1")
+        if sort_by not in ("time", "memory", "mfu"):
+            raise SpecError(f"--sort-by = {sort_by!r}: must be time, memory or mfu")
+        if precision not in ("bf16", "fp16", "fp8"):
+            raise SpecError(f"--precision = {precision!r}: must be bf16, fp16 or fp8")
+        if max_tp is not None and max_tp < 1:
+            raise SpecError(f"--max-tp = {max_tp}: must be a positive whole number")
+        if export_format is not None and export_format not in _FORMATS:
+            raise SpecError(f"--export = {export_format!r}: must be one of {', '.join(_FORMATS)}")
+        m = resolve_model(model)
+        job = Job(model=m, hardware=hw, num_gpus=n,
+                  training=default_training(m, seq_length=seq_length,
+                                            global_batch_size=global_batch_size,
+                                            precision=precision))
+        opts = SearchOptions(top=top, sort_by=sort_by, fix=parse_fix(fix), max_tp=max_tp,
+                             headroom=_headroom(headroom), tokens=_tokens(tokens))
+        result = search(job, opts)
+        if json_out:
+            print(json.dumps(report.plan_json(result), indent=2))
+        else:
+            _console().print(report.plan_view(result))
+        if not result.plans:
+            lay_mem = result.closest
+            short = ""
+            if lay_mem is not None:
+                lay, mem = lay_mem
+                short = (f"; the closest ({lay.name}) lacks "
+                         f"{(mem.total - mem.capacity * (1 - opts.headroom)) / 2**30:.1f} GiB per GPU")
+            print(f"error: no layout of {m.name} fits on {n} x {hw.name}{short}; see the "
+                  "suggestions above", file=sys.stderr)
+            return 1
+        if export_format:
+            from planner.cost import Estimate
+            from planner.export import export as run_export
+            best = result.best
+            text = run_export(job, best.layout, export_format,
+                              estimate=Estimate(memory=best.memory, time=best.time))
+            if json_out:
+                print(text, file=sys.stderr)
+            else:
+                print(text)
+        return 0
+
+    _run(body)
+
+
+_FORMATS = ("megatron", "deepspeed", "torchtitan", "nemo")
+
+
 @app.command()
 def validate(
-    config: Annotated[Path, typer.Argument(help="Config YAML (see examples/).")],
+    config: Annotated[Path, typer.Argument(help="Config: planner YAML (see examples/), Megatron-LM "
+                                                "script or argument file, NeMo YAML, DeepSpeed "
+                                                "ds_config.json or torchtitan TOML.")],
+    model: Annotated[Optional[str], typer.Option("--model", help="Preset, alias, model YAML or HF config.json; replaces the file's model (needed when it has none).")] = None,
+    hardware: HardwareOpt = None,
+    gpus: GpusOpt = None,
+    nodes: NodesOpt = None,
     json_out: JsonOpt = False,
     headroom: HeadroomOpt = 0.05,
     tokens: TokensOpt = None,
 ) -> None:
-    """Check a config rule by rule and estimate its memory (and step time)."""
+    """Check a config rule by rule (ours and its framework's) and estimate its memory."""
 
     def body() -> int:
-        from planner.config import load_config
+        from planner.importers import load_any
         from planner.validate import validate as run_validate
         from planner import report
 
-        job, layout = load_config(config)
-        result = run_validate(job, layout, headroom=_headroom(headroom), tokens=_tokens(tokens))
+        imported = load_any(config, model=model, hardware=hardware, gpus=gpus, nodes=nodes)
+        result = run_validate(imported.job, imported.layout, headroom=_headroom(headroom),
+                              tokens=_tokens(tokens), extra=imported.violations)
         if json_out:
-            print(json.dumps(report.validation_json(result), indent=2))
+            out = report.validation_json(result)
+            out["format"] = imported.format
+            print(json.dumps(out, indent=2))
         else:
-            _console().print(report.validation_view(result, source=str(config)))
+            _console().print(report.validation_view(result,
+                                                    source=f"{imported.format}: {config}"))
         return 0 if result.valid else 1
 
     _run(body)

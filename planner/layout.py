@@ -8,11 +8,11 @@ hundreds of thousands of these.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from planner.specs import ParallelSpec
 
-__all__ = ["Layout", "layout_from_spec", "stage_layer_counts"]
+__all__ = ["Layout", "layout_from_spec", "stage_layer_counts", "AUTO_FIELDS"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,8 @@ class Layout:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
+    auto: tuple[str, ...] = field(default=(), compare=False)
+    """Fields the config left out that the planner chose (the fastest that fits; tune.py)."""
 
     # derived sizes -------------------------------------------------------------------------
     @property
@@ -109,7 +111,12 @@ def layout_from_spec(spec: ParallelSpec, *, num_gpus: int) -> Layout:
         overlap_param_gather=spec.overlap_param_gather,
         tp_comm_overlap=(spec.tp_comm_overlap if spec.tp_comm_overlap is not None
                          else sp and spec.tp > 1),
+        auto=tuple(f for f in AUTO_FIELDS if f not in spec.model_fields_set),
     )
+
+
+AUTO_FIELDS = ("micro_batch_size", "vpp")
+"""Tuning knobs a config may leave to the planner: it picks the fastest value that fits."""
 
 
 def stage_layer_counts(num_layers: int, layout: Layout) -> tuple[int, float, int]:

@@ -166,3 +166,114 @@ def hardware_view(rows: list[dict]) -> Table:
                   str(r["nvlink_domain_size"]), f"{r['nvlink_bandwidth_gb_per_s']:.0f}",
                   f"{r['network_bandwidth_gb_per_s']:.0f}")
     return t
+
+
+# ------------------------------------------------------------------------------ plan
+
+def plan_json(result) -> dict[str, Any]:
+    """{"plans": [...], "searched", "feasible", "steps", ...} (README, 'JSON output')."""
+    job = result.job
+    gbs = job.training.global_batch_size
+    plans = []
+    for p in result.plans:
+        d = {"rank": p.rank, "valid": True, "errors": [],
+             "warnings": [v.as_dict() for v in p.warnings]}
+        d.update(estimate_json(_Est(p.memory, p.time), p.layout, gbs))
+        plans.append(d)
+    out: dict[str, Any] = {
+        "plans": plans, "searched": result.searched, "feasible": result.feasible,
+        "steps": result.steps, "evaluated": result.evaluated, "timed": result.timed,
+        "pruned": result.pruned, "elapsed_s": result.elapsed_s, "job": job_json(job),
+    }
+    if result.pick is not None:
+        pick = {"rank": result.pick_rank, "note": result.pick_note}
+        pick.update(estimate_json(_Est(result.pick.memory, result.pick.time), result.pick.layout, gbs))
+        out["seven_step_pick"] = pick
+    if result.closest is not None:
+        lay, mem = result.closest
+        out["closest"] = {"layout": lay.as_dict(gbs), "memory": mem.as_dict(),
+                          "shortfall_bytes": round(mem.total - mem.capacity * (1 - result.headroom))}
+        out["suggestions"] = result.suggestions
+    return out
+
+
+class _Est:
+    def __init__(self, memory, time):
+        self.memory, self.time = memory, time
+
+
+def plan_table(result) -> Group:
+    """The top K as a compact table; warnings as letters keyed below it."""
+    from rich import box
+
+    job = result.job
+    gbs = job.training.global_batch_size
+    t = Table(title=f"Top {len(result.plans)} layouts for {job.model.name} on {job.num_gpus} x "
+                    f"{job.hardware.name} (seq {job.training.seq_length}, global batch {gbs}, "
+                    f"{job.training.precision})", title_justify="left", box=box.SIMPLE_HEAD,
+              pad_edge=False)
+    cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "m", "zero", "recomp",
+            "GiB/GPU", "bubble", "comm", "step s", "tok/s/GPU", "MFU", "warn"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("recomp", "warn") else "right", no_wrap=True)
+    legend: dict[str, str] = {}
+    for p in result.plans:
+        lay, mem, tm = p.layout, p.memory, p.time
+        keys = []
+        for v in p.warnings:
+            if v.rule not in legend:
+                legend[v.rule] = chr(ord("a") + len(legend))
+            keys.append(legend[v.rule])
+        mark = "*" if result.pick_rank == p.rank else ""
+        t.add_row(f"{p.rank}{mark}", str(lay.tp), str(lay.pp) + ("u" if lay.uneven else ""),
+                  str(lay.dp), str(lay.cp), str(lay.ep), str(lay.vpp), str(lay.micro_batch_size),
+                  str(lay.num_microbatches(gbs)), str(lay.zero),
+                  {"none": "none", "selective": "sel", "full": "full"}[lay.recompute],
+                  f"{mem.total / GiB:.1f} {mem.fraction:.0%}", f"{tm.bubble_fraction:.0%}",
+                  f"{tm.exposed_comm_s / tm.step_time_s:.0%}", f"{tm.step_time_s:.2f}",
+                  f"{tm.tokens_per_s_per_gpu:,.0f}", f"{tm.mfu:.1%}", "".join(keys) or "-")
+    notes = [t, Text("m = micro-batches per step; comm = exposed communication share of the step; "
+                     "u = uneven first/last stages; * = the seven-step pick", style="dim")]
+    for rule, key in legend.items():
+        notes.append(Text(f"  {key}: {rule}", style="dim"))
+    return Group(*notes)
+
+
+def steps_view(result) -> Group:
+    lines = [Text("Seven-step procedure", style="bold")]
+    for s in result.steps:
+        lines.append(Text(f"  ({s['step']}) {s['title']}: {s['decision']}"))
+    if result.pick_note:
+        lines.append(Text(f"  => {result.pick_note}" + (" (marked * above)" if result.pick_rank else "")))
+    return Group(*lines)
+
+
+def plan_summary(result) -> Text:
+    best = result.best
+    head = (f"searched {result.searched:,} layouts, {result.feasible:,} fit "
+            f"({result.evaluated:,} memory estimates, {result.timed:,} timed, "
+            f"{result.elapsed_s:.2f} s)")
+    if best is None:
+        return Text(head + "; no layout fits", style="bold red")
+    tm = best.time
+    text = (f"{head}; best is {best.layout.name} zero {best.layout.zero} recompute "
+            f"{best.layout.recompute} micro-batch {best.layout.micro_batch_size}: "
+            f"{tm.step_time_s:.2f} s/step, {tm.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+            f"MFU {tm.mfu:.1%}, {best.memory.total / GiB:.1f} GiB/GPU")
+    if tm.train:
+        text += (f"; {fmt_count(tm.train['tokens'])} tokens in {tm.train['days']:.1f} days, "
+                 f"{tm.train['gpu_hours']:,.0f} GPU-hours")
+    return Text(text, style="bold")
+
+
+def plan_view(result) -> Group:
+    parts: list[Any] = []
+    if result.plans:
+        parts.append(plan_table(result))
+    else:
+        parts.append(Text("No layout fits.", style="bold red"))
+        for s in result.suggestions:
+            parts.append(Text(f"  - {s}"))
+    parts.append(steps_view(result))
+    parts.append(plan_summary(result))
+    return Group(*parts)

@@ -88,6 +88,7 @@ class SearchOptions:
     max_micro_batch: int = 8
     max_vpp: int = 16
     headroom: float = DEFAULT_HEADROOM
+    tokens: float | None = None                # training tokens, for time-to-train
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ class SearchResult:
     closest: tuple[Layout, MemoryBreakdown] | None = None
     suggestions: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    headroom: float = DEFAULT_HEADROOM
 
     @property
     def best(self) -> Plan | None:
@@ -322,9 +324,12 @@ def search(job: Job, opts: SearchOptions = SearchOptions()) -> SearchResult:
     for base in _groups(job, space, cnt):
         _leaves(job, base, space, cm, cnt, opts.headroom, cands, closest)
     plans, timed = _rank(job, cm, cands, opts)
+    if opts.tokens:
+        plans = [_with_train(p, job, opts.tokens) for p in plans]
     result = SearchResult(job=job, plans=plans, searched=cnt.searched, feasible=cnt.feasible,
                           evaluated=cnt.evaluated, timed=timed, pruned=cnt.pruned, steps=[],
-                          closest=closest[0] if closest and not cands else None)
+                          closest=closest[0] if closest and not cands else None,
+                          headroom=opts.headroom)
     from planner.seven_steps import seven_steps   # the procedure and its pick
     seven_steps(result, cm, opts)
     if not cands:
@@ -382,6 +387,16 @@ def _rank(job: Job, cm, cands, opts: SearchOptions) -> tuple[list[Plan], int]:
                  if v.severity == "warning"]
         plans.append(Plan(i, lay, mem, tm, warns))
     return plans, timed
+
+
+def _with_train(p: Plan, job: Job, tokens: float) -> Plan:
+    from dataclasses import replace
+    tr = job.training
+    steps = tokens / (tr.global_batch_size * tr.seq_length)
+    sec = steps * p.time.step_time_s
+    train = {"tokens": tokens, "steps": steps, "days": sec / 86400,
+             "gpu_hours": sec * p.time.num_gpus / 3600}
+    return replace(p, time=replace(p.time, train=train))
 
 
 def _mp(lay: Layout) -> int:

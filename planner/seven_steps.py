@@ -93,6 +93,7 @@ def seven_steps(result, cm, opts) -> None:
         pps = [opts.fix["pp"]]
     for zero in (1, 3):
         for rec in ("none", "selective", "full"):
+            fitting = []
             for pp in pps:
                 dp = N // (tp * cp * pp)
                 if gbs % dp:
@@ -103,9 +104,13 @@ def seven_steps(result, cm, opts) -> None:
                              first_stage_layers=split[0], last_stage_layers=split[1])
                 ok, mem = _valid(job, lay, cm, headroom)
                 if ok:
-                    pick, pick_mem, how = lay, mem, f"zero {zero}, recompute {rec}"
-                    break
-            if pick:
+                    fitting.append((lay, mem))
+            if fitting:
+                # the smallest pp that fits, preferring one that keeps m >= 4p
+                good = [f for f in fitting if f[0].num_microbatches(gbs) >= 4 * f[0].pp
+                        or f[0].pp == 1]
+                pick, pick_mem = (good or fitting)[0]
+                how = f"zero {zero}, recompute {rec}"
                 break
         if pick:
             break
@@ -119,7 +124,8 @@ def seven_steps(result, cm, opts) -> None:
         return
     mb = pick.num_microbatches(gbs)
     steps.append(_step(3, "PP across nodes",
-        f"pp {pick.pp}: the smallest degree whose first stage fits ({pick_mem.total / GiB:.1f} of "
+        f"pp {pick.pp}: the smallest degree that fits and keeps m >= 4p where one does "
+        f"({pick_mem.total / GiB:.1f} of "
         f"{usable / GiB:.0f} GiB, {how})" + (f"; m = {mb} micro-batches "
         f"{'>=' if mb >= 4 * pick.pp else '<'} 4p = {4 * pick.pp}" if pick.pp > 1 else "")))
     steps.append(_step(4, "DP with ZeRO",

@@ -298,9 +298,10 @@ class ParallelSpec(_Spec):
     dp: Optional[int] = Field(default=None, ge=1, le=_MAX_DIM)
     """Data-parallel degree; optional, must equal num_gpus / (tp*pp*cp) if given."""
     vpp: int = Field(default=1, ge=1, le=100_000)
-    """Virtual pipeline stages per pipeline rank (interleaved 1F1B)."""
+    """Virtual pipeline stages per pipeline rank (interleaved 1F1B); left out, the planner
+    picks the fastest that fits (and says so)."""
     micro_batch_size: int = Field(default=1, ge=1, le=100_000_000)
-    """Sequences per micro-batch."""
+    """Sequences per micro-batch; left out, the planner picks the fastest that fits (and says so)."""
     sequence_parallel: Optional[bool] = None
     """Megatron sequence parallelism; default true when tp > 1."""
     zero_stage: int = Field(default=1, ge=0, le=3)

@@ -38,6 +38,9 @@ _spec.loader.exec_module(regen)
 
 
 def job_layout(model="llama3-70b", hardware="h100-sxm", num_gpus=2048, training=None, **parallel):
+    # pin the knobs a config may leave to the planner, so each case tests exactly its layout
+    parallel.setdefault("micro_batch_size", 1)
+    parallel.setdefault("vpp", 1)
     data = {"model": model, "hardware": hardware, "num_gpus": num_gpus,
             "training": training or {"seq_length": 8192, "global_batch_size": 1024},
             "parallel": parallel}

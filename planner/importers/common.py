@@ -37,12 +37,9 @@ class Overrides:
     nodes: int | None = None
 
     def __post_init__(self) -> None:
-        if self.gpus is not None and self.nodes is not None:
-            raise SpecError(f"--gpus {self.gpus} and --nodes {self.nodes} both give the world "
-                            "size; give one of them")
         for name, value in (("--gpus", self.gpus), ("--nodes", self.nodes)):
             if value is not None and value < 1:
-                raise SpecError(f"{name} = {value}: must be at least 1")
+                raise SpecError(f"{name} = {value}: must be a positive whole number")
 
 
 @dataclass(frozen=True)
@@ -82,10 +79,15 @@ def resolve_world(ov: Overrides, *, hardware: HardwareSpec, source: str,
                   world: int | None = None, missing: str = "it does not give the world size") -> int:
     """--gpus, else --nodes x per-node, else what the file says, else a SpecError naming
     the options that supply it."""
+    if ov.nodes is not None:
+        n = ov.nodes * (gpus_per_node or hardware.gpus_per_node)
+        if ov.gpus is not None and ov.gpus != n:
+            raise SpecError(f"--gpus ({ov.gpus}) and --nodes ({ov.nodes}) x "
+                            f"{gpus_per_node or hardware.gpus_per_node} GPUs per node ({n}) "
+                            "disagree; give one of them")
+        return n
     if ov.gpus is not None:
         return ov.gpus
-    if ov.nodes is not None:
-        return ov.nodes * (gpus_per_node or hardware.gpus_per_node)
     if world is not None:
         return world
     if gpus_per_node is not None and nodes is not None:

@@ -200,7 +200,7 @@ def _launcher_value(words: list[str], names: tuple[str, ...]) -> str | None:
 
 def _world(found: _Found, ov: Overrides, hardware, source: str,
            out: list[Violation]) -> int:
-    if ov.gpus is not None:
+    if ov.gpus is not None and ov.nodes is None:
         return ov.gpus
     fix = "give --gpus N or --nodes N"
 
@@ -209,8 +209,8 @@ def _world(found: _Found, ov: Overrides, hardware, source: str,
             return None
         names = shell.unresolved_names(value)
         if names:
-            if ov.nodes is not None and label.startswith("nodes"):
-                return None
+            if ov.nodes is not None:      # --nodes replaces the file's count; per node falls
+                return None               # back to the hardware profile
             raise SpecError(f"{source}: the world size needs {label}, which is "
                             f"{shell.display(value)} and {shell.why(names)}; {fix}")
         if label.startswith("GPUs") and value in ("gpu", "auto"):

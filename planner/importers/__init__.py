@@ -1,0 +1,102 @@
+"""Read a training config in any format `validate` knows into a Job and a Layout.
+
+Formats: our own YAML (`planner`), a Megatron-LM launch script or argument file (`megatron`),
+a NeMo YAML (`nemo`; NeMo 2 recipes come back as format `nemo2`), a DeepSpeed ds_config.json
+(`deepspeed`) and a torchtitan TOML (`torchtitan`). `detect_format` looks at the extension,
+then the content; `load_any` reads the file, applies the --model/--hardware/--gpus/--nodes
+overrides and returns an `Imported` (job, layout, the framework's own violations, format).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from planner.config import config_from_data, load_config, resolve_hardware
+from planner.errors import SpecError
+from planner.importers import deepspeed, megatron, nemo, torchtitan
+from planner.importers.common import (DEFAULT_HARDWARE, Imported, Overrides, read_text,
+                                      resolve_world)
+from planner.specs import read_yaml
+
+__all__ = ["Imported", "Overrides", "FORMATS", "detect_format", "load_any"]
+
+FORMATS = ("planner", "megatron", "nemo", "deepspeed", "torchtitan")
+
+_SCRIPT_EXT = (".sh", ".bash", ".slurm", ".sbatch", ".txt", ".args", ".cmd")
+
+
+def detect_format(path: str | Path) -> str:
+    """One of FORMATS, from the extension and (where that is not enough) the content."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".toml":
+        return "torchtitan"
+    if suffix in _SCRIPT_EXT:
+        return "megatron"
+    text = read_text(p, what="config")
+    if suffix == ".json" or text.lstrip().startswith("{"):
+        data = deepspeed.parse_json(p, text, what="config") if suffix == ".json" else _yaml(text)
+        return "deepspeed" if deepspeed.looks_like_deepspeed(data) else "planner"
+    if suffix in (".yaml", ".yml"):
+        return "nemo" if nemo.looks_like_nemo(_yaml(text)) else "planner"
+    if text.lstrip().startswith(("#!", "--")) or megatron.looks_like_megatron(text):
+        return "megatron"
+    if any(line.strip() in ("[training]", "[parallelism]", "[model]") for line in text.splitlines()):
+        return "torchtitan"
+    return "nemo" if nemo.looks_like_nemo(_yaml(text)) else "planner"
+
+
+def _yaml(text: str):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None          # read_yaml reports the syntax error with its position
+
+
+def load_any(path: str | Path, *, model: str | None = None, hardware: str | None = None,
+             gpus: int | None = None, nodes: int | None = None) -> Imported:
+    """Read `path` in whatever format it is; options fill or override what it lacks."""
+    ov = Overrides(model=model, hardware=hardware, gpus=gpus, nodes=nodes)
+    p = Path(path)
+    fmt = detect_format(p)
+    if fmt == "megatron":
+        return megatron.load(p, read_text(p, what="Megatron-LM script"), ov)
+    if fmt == "torchtitan":
+        return torchtitan.load(p, torchtitan.parse_toml(p, read_text(p, what="torchtitan config")),
+                               ov)
+    if fmt == "deepspeed":
+        return deepspeed.load(p, _json_or_yaml(p), ov)
+    if fmt == "nemo":
+        return nemo.load(p, read_yaml(p, what="NeMo config"), ov)
+    return _planner(p, ov)
+
+
+def _json_or_yaml(p: Path):
+    if p.suffix.lower() == ".json":
+        return deepspeed.parse_json(p, read_text(p, what="ds_config"), what="ds_config")
+    return read_yaml(p, what="ds_config")
+
+
+def _planner(p: Path, ov: Overrides) -> Imported:
+    """Our own YAML: load_config, or the same data with the overrides applied."""
+    if ov == Overrides():
+        job, layout = load_config(p)
+        return Imported(job, layout, [], "planner", str(p))
+    data = read_yaml(p, what="config")
+    if not isinstance(data, dict):
+        raise SpecError(f"config {str(p)!r} must be a mapping of keys to values; see examples/")
+    data = dict(data)
+    if ov.model is not None:
+        data["model"] = ov.model
+    if ov.hardware is not None:
+        data["hardware"] = ov.hardware
+    if ov.gpus is not None or ov.nodes is not None:
+        hw = resolve_hardware(data.get("hardware", DEFAULT_HARDWARE), base=p.parent)
+        data["num_gpus"] = resolve_world(ov, hardware=hw, source=str(p))
+    if "num_gpus" not in data:
+        raise SpecError(f"config {str(p)!r} has no num_gpus; add num_gpus: N or give --gpus N "
+                        "or --nodes N")
+    job, layout = config_from_data(data, base=p.parent, source=str(p))
+    return Imported(job, layout, [], "planner", str(p))
