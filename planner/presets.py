@@ -7,7 +7,6 @@ model YAML path, HF config.json path or inline mapping into a `ModelSpec`.
 from __future__ import annotations
 
 import difflib
-import json
 from pathlib import Path
 from typing import Any
 

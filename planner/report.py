@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from planner.units import GiB, fmt_count, fmt_seconds
+from planner.units import GiB, fmt_count
 
 __all__ = ["estimate_json", "validation_json", "validation_view", "models_view", "hardware_view",
            "memory_table", "time_table"]
@@ -41,6 +41,7 @@ def validation_json(result) -> dict[str, Any]:
         "warnings": [v.as_dict() for v in result.warnings],
     }
     out.update(estimate_json(result.estimate, result.layout, gbs))
+    out["chosen_by_planner"] = list(result.layout.auto)
     out["job"] = job_json(result.job)
     return out
 
@@ -107,7 +108,11 @@ def _layout_line(layout, gbs: int) -> Text:
              f"zero {d['zero_stage']}", f"recompute {d['recompute']}"]
     if layout.uneven:
         parts.append(f"first/last stage layers {layout.first_stage_layers}/{layout.last_stage_layers}")
-    return Text("Layout: " + ", ".join(parts))
+    line = "Layout: " + ", ".join(parts)
+    if layout.auto:
+        line += (f"\n  ({' and '.join(layout.auto)} not set in the config: chosen by planner as the "
+                 "fastest that fits; set them to pin)")
+    return Text(line)
 
 
 def validation_view(result, *, source: str = "") -> Group:

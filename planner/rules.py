@@ -19,7 +19,7 @@ from planner.units import GiB, divisors
 
 __all__ = ["Context", "RULES", "WARNINGS", "check", "rule_ids", "DEFAULT_HEADROOM",
            "USUAL_MAX_BATCH_TOKENS", "batch_ok", "interleave_ok", "seq_tp_ok", "moe_sp_ok", "fits",
-           "split_options"]
+           "split_options", "vpp_options"]
 
 DEFAULT_HEADROOM = 0.05
 """Fraction of GPU memory kept free on top of the modelled overheads (fits-in-memory)."""
@@ -127,7 +127,9 @@ def precision_supported(c: Context) -> Optional[str]:
 
 def layers_divisible(c: Context) -> Optional[str]:
     """Megatron 10/11: layers split whole over pp (and vpp): L % pp == 0, or the uneven split
-    first + middle*(pp-2) + last == L with whole middle counts; each rank's count % vpp == 0."""
+    first + middle*(pp-2) + last == L with whole middle counts; each rank's count % vpp == 0,
+    except when the embedding and the loss are accounted as layers (first = last = middle - 1),
+    where (L + 2) % (pp*vpp) == 0."""
     lay, L = c.layout, c.model.num_layers
     p, v = lay.pp, lay.vpp
     first, mid, last = stage_layer_counts(L, lay)
@@ -150,6 +152,14 @@ def layers_divisible(c: Context) -> Optional[str]:
     if first < 0 or last < 0 or first + last > L or mid != int(mid) or mid < 0:
         return (f"num_layers ({L}) does not split as first {first} + {p - 2} x middle + last "
                 f"{last} with whole middle counts; try {_uneven_hint(L, p)}")
+    if v > 1 and p > 2 and first == last == mid - 1:
+        # the embedding and the loss take a layer's place on the first and last ranks
+        # (Megatron --account-for-embedding/loss-in-pipeline-split): (L + 2) % (pp*vpp) == 0
+        if (L + 2) % (p * v):
+            return (f"num_layers + 2 ({L + 2}, the embedding and the loss counted as layers) must "
+                    f"be divisible by pp*vpp ({p}*{v})"
+                    + _try([d for d in divisors(int(mid)) if d <= 16], "vpp"))
+        return None
     for name, n in (("first_stage_layers", first), ("middle stage layers", int(mid)),
                     ("last_stage_layers", last)):
         if p > 2 or name != "middle stage layers":
@@ -175,6 +185,22 @@ def split_options(L: int, p: int) -> list[tuple[int | None, int | None]]:
     if rest >= 2:
         return [(rest // 2, rest - rest // 2)]
     return []
+
+
+def vpp_options(L: int, p: int, first: int | None, last: int | None, max_vpp: int) -> list[int]:
+    """The virtual-stage counts the layers-divisible rule accepts for this split."""
+    if p == 1:
+        return [1]
+    from math import gcd
+    f, mid, la = stage_layer_counts(L, Layout(pp=p, first_stage_layers=first, last_stage_layers=last))
+    if mid != int(mid):
+        return [1]
+    mid = int(mid)
+    if p > 2 and first is not None and f == la == mid - 1:
+        g = mid                      # embedding and loss accounted as layers
+    else:
+        g = gcd(f, la) if p == 2 else gcd(gcd(f, la), mid)
+    return [v for v in divisors(g) if v <= max_vpp] if g else [1]
 
 
 def _uneven_hint(L: int, p: int) -> str:

@@ -26,11 +26,11 @@ from planner.cost import cost_model
 from planner.cost.memory import MemoryBreakdown
 from planner.cost.step import StepTime
 from planner.errors import SpecError, Violation
-from planner.layout import Layout, stage_layer_counts
+from planner.layout import Layout
 from planner.rules import (DEFAULT_HEADROOM, Context, batch_ok, check, expert_grid,
                            experts_divisible_by_ep, fits, heads_divisible_by_tp,
                            interleave_ok, kv_heads_vs_tp, moe_sp_ok, seq_divisible_by_cp,
-                           seq_tp_ok, split_options)
+                           seq_tp_ok, split_options, vpp_options)
 from planner.units import divisors
 
 __all__ = ["SearchOptions", "Plan", "SearchResult", "search", "FIXABLE", "parse_fix"]
@@ -137,7 +137,7 @@ class _Space:
     """Per-axis candidate lists for one job and its options."""
 
     def __init__(self, job: Job, opts: SearchOptions):
-        m, N, tr = job.model, job.num_gpus, job.training
+        m, N = job.model, job.num_gpus
         fix = opts.fix
         self.max_tp = opts.max_tp or job.hardware.nvlink_domain_size
         self.tp = [d for d in divisors(N) if d <= self.max_tp]
@@ -176,15 +176,7 @@ class _Space:
         return [(e, x) for e in eps for x in etps]
 
     def vpp(self, L: int, pp: int, split) -> list[int]:
-        if pp == 1:
-            vs = [1]
-        else:
-            lay = Layout(pp=pp, first_stage_layers=split[0], last_stage_layers=split[1])
-            first, mid, last = stage_layer_counts(L, lay)
-            g = math.gcd(first, last)
-            if pp > 2:
-                g = math.gcd(g, int(mid))
-            vs = [v for v in divisors(g) if v <= self.max_vpp] if g else [1]
+        vs = vpp_options(L, pp, split[0], split[1], self.max_vpp)
         if "vpp" in self.fix:
             return [self.fix["vpp"]] if self.fix["vpp"] in vs else []
         return vs
@@ -210,8 +202,9 @@ class _Counter:
 
 
 def _groups(job: Job, space: _Space, cnt: _Counter):
-    """Yield base layouts (every axis but micro-batch, ZeRO and recompute) that pass the
-    structural rules, level by level in the seven-step order (TP, CP, PP, DP, EP, SP)."""
+    """Yield (base layout, vpp options, sp options): every axis but vpp, sp, micro-batch,
+    ZeRO and recompute, passing the structural rules level by level in the seven-step order
+    (TP, CP, PP, DP, EP)."""
     m, N, tr = job.model, job.num_gpus, job.training
     L, seq = m.num_layers, tr.seq_length
     leaf = len(space.mbs) * len(space.zero) * len(space.rec)
@@ -255,62 +248,138 @@ def _groups(job: Job, space: _Space, cnt: _Counter):
                     if expert_grid(c):
                         cnt.prune("expert-grid", n)
                         continue
-                    for sp in sps:
-                        if not seq_tp_ok(seq, cp, tp, sp):
-                            cnt.prune("seq-divisible-by-tp", leaf * len(vpps))
-                            continue
-                        if not moe_sp_ok(m.is_moe, ep, tp, sp):
-                            cnt.prune("moe-needs-sp", leaf * len(vpps))
-                            continue
-                        for vpp in vpps:
-                            yield base.with_(vpp=vpp, sp=sp, tp_comm_overlap=sp and tp > 1)
+                    yield base, vpps, sps
+
+
+def _subtree(job: Job, base: Layout, vpps: list[int], sps: list[bool], space: _Space, cm,
+             cnt: _Counter, headroom: float, cands: list, closest: list,
+             all_fitting: bool = False) -> None:
+    """All vpp x sp x micro-batch x ZeRO x recompute below one base layout.
+
+    First a bound: memory is smallest at vpp 1 (interleaving only adds micro-batches in
+    flight), with SP where tp > 1 (it divides every activation by tp; its gather buffer is
+    smaller than what it saves) and at micro-batch 1, so if no ZeRO x recompute fits there,
+    nothing below fits: the subtree is counted rule by rule without estimating it."""
+    m, seq = job.model, job.training.seq_length
+    probe_sp = [sp for sp in sps if seq_tp_ok(seq, base.cp, base.tp, sp)
+                and moe_sp_ok(m.is_moe, base.ep, base.tp, sp)]
+    any_fit = False
+    if probe_sp and space.mbs:
+        low = base.with_(vpp=1, sp=max(probe_sp), tp_comm_overlap=max(probe_sp) and base.tp > 1,
+                         micro_batch_size=space.mbs[0])
+        lowest = None
+        # the minimum is at ZeRO 2 or 3 (0-2 only shard more) and full or selective
+        # recompute (selective never needs more than none)
+        zs = [z for z in space.zero if z >= 2] or [max(space.zero)]
+        rs = [r for r in space.rec if r != "none"] or ["none"]
+        for zero in zs:
+            for rec in rs:
+                probe = low.with_(zero=zero, recompute=rec)
+                mem = cm.memory(probe)
+                if fits(mem.total, cm.capacity, headroom):
+                    any_fit = True
+                    break
+                if lowest is None or mem.total < lowest[1].total:
+                    lowest = (probe, mem)
+            if any_fit:
+                break
+        if not any_fit and lowest and (not closest or lowest[1].total < closest[0][1].total):
+            closest[:] = [lowest]
+    leaf = len(space.mbs) * len(space.zero) * len(space.rec)
+    for sp in sps:
+        if not seq_tp_ok(seq, base.cp, base.tp, sp):
+            cnt.prune("seq-divisible-by-tp", leaf * len(vpps))
+            continue
+        if not moe_sp_ok(m.is_moe, base.ep, base.tp, sp):
+            cnt.prune("moe-needs-sp", leaf * len(vpps))
+            continue
+        for vpp in vpps:
+            lay = base.with_(vpp=vpp, sp=sp, tp_comm_overlap=sp and base.tp > 1)
+            _leaves(job, lay, space, cm, cnt, headroom, cands, closest, estimate=any_fit,
+                    all_fitting=all_fitting)
 
 
 def _leaves(job: Job, base: Layout, space: _Space, cm, cnt: _Counter, headroom: float,
-            cands: list, closest: list) -> None:
-    """Micro-batch x ZeRO x recompute of one base layout. Memory grows with the micro-batch
-    (every activation term scales with it) and, for ZeRO 0-2, as the stage falls (pure
-    sharding), so a layout is skipped (counted as not fitting) when one with the same
-    recompute that needs no more memory did not fit. ZeRO-3 (gather buffers) and the
-    recompute modes (full keeps a layer's working set) are not ordered and always estimated."""
+            cands: list, closest: list, *, estimate: bool = True,
+            all_fitting: bool = False) -> None:
+    """Micro-batch x ZeRO x recompute of one base layout.
+
+    Memory grows strictly with the micro-batch (every activation term scales with it), so
+    for each ZeRO stage and recompute mode the micro-batch sizes that fit are a prefix of the
+    valid ones: a search from the top finds its end with one to three estimates, and the
+    layouts inside are counted feasible without estimating each (their memory is computed if
+    they are timed).
+    """
     gbs, cap = job.training.global_batch_size, cm.capacity
-    failed: dict[tuple[str, int], int] = {}      # (recompute, zero) -> smallest failing mbs
     b = base   # positional construction: dataclasses.replace costs more than the estimate
     head = (b.tp, b.cp, b.ep, b.dp, b.pp, b.vpp, b.etp, b.sp)
     tail = (b.first_stage_layers, b.last_stage_layers, b.cp_comm_type, b.overlap_grad_reduce,
             b.overlap_param_gather, b.tp_comm_overlap)
-    zeros = sorted(space.zero, reverse=True)
+    n_zr = len(space.rec) * len(space.zero)
+    valid = []
     for mbs in space.mbs:
-        n = len(space.rec) * len(zeros)
         if not batch_ok(gbs, mbs, base.dp):
-            cnt.prune("batch-divisible", n)
-            continue
-        if not interleave_ok(base.vpp, base.pp, gbs // (mbs * base.dp)):
-            cnt.prune("vpp-needs-microbatches", n)
-            continue
-        for rec in space.rec:
-            for zero in zeros:
-                if failed and _known_misfit(failed, rec, zero, mbs):
-                    cnt.prune("fits-in-memory", 1)
-                    continue
-                lay = Layout(*head, zero, mbs, rec, *tail)
+            cnt.prune("batch-divisible", n_zr)
+        elif not interleave_ok(base.vpp, base.pp, gbs // (mbs * base.dp)):
+            cnt.prune("vpp-needs-microbatches", n_zr)
+        else:
+            valid.append(mbs)
+    if not valid:
+        return
+    if not estimate:
+        cnt.prune("fits-in-memory", n_zr * len(valid))
+        return
+    # Exact orderings that narrow each search: with the same micro-batch, selective recompute
+    # needs no more memory than none, and ZeRO z needs no more than z - 1 (z <= 2: pure
+    # sharding); so the fitting prefix can only grow from none to selective and from ZeRO 0
+    # to 2. ZeRO-3 (gather buffers) and full recompute (a layer's working set) are searched
+    # on their own.
+    n = len(valid)
+    prefix: dict[tuple[str, int], int] = {}
+    for rec in space.rec:
+        for zero in sorted(space.zero, reverse=True):
+            lo, hi = 0, n
+            if zero < 2 and (rec, zero + 1) in prefix:
+                hi = prefix[(rec, zero + 1)]
+            if rec == "selective" and ("none", zero) in prefix:
+                lo = prefix[("none", zero)]
+            if lo < hi:   # try the largest first: usually everything fits
+                lay = Layout(*head, zero, valid[hi - 1], rec, *tail)
                 mem = cm.memory(lay)
                 cnt.evaluated += 1
                 if fits(mem.total, cap, headroom):
-                    cnt.keep()
-                    cands.append((lay, mem))
+                    lo = hi
                 else:
-                    failed.setdefault((rec, zero), mbs)
-                    cnt.prune("fits-in-memory", 1)
-                    if not closest or mem.total < closest[0][1].total:
-                        closest[:] = [(lay, mem)]
+                    hi -= 1
+                    _closer(closest, lay, mem)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lay = Layout(*head, zero, valid[mid], rec, *tail)
+                mem = cm.memory(lay)
+                cnt.evaluated += 1
+                if fits(mem.total, cap, headroom):
+                    lo = mid + 1
+                else:
+                    hi = mid
+                    _closer(closest, lay, mem)
+            prefix[(rec, zero)] = lo
+            cnt.feasible += lo
+            cnt.searched += lo
+            cnt.prune("fits-in-memory", n - lo)
+    # contenders: per ZeRO stage and micro-batch, the least recompute that fits (more
+    # recompute is strictly slower); every fitting layout when ranking by memory
+    for zero in space.zero:
+        for i, mbs in enumerate(valid):
+            for rec in space.rec:
+                if i < prefix[(rec, zero)]:
+                    cands.append(Layout(*head, zero, mbs, rec, *tail))
+                    if not all_fitting:
+                        break
 
 
-def _known_misfit(failed: dict, rec: str, zero: int, mbs: int) -> bool:
-    for (r, z), b in failed.items():
-        if r == rec and b <= mbs and (z == zero or (z < 3 and zero < z)):
-            return True
-    return False
+def _closer(closest: list, lay: Layout, mem: MemoryBreakdown) -> None:
+    if not closest or mem.total < closest[0][1].total:
+        closest[:] = [(lay, mem)]
 
 
 def search(job: Job, opts: SearchOptions = SearchOptions()) -> SearchResult:
@@ -319,10 +388,11 @@ def search(job: Job, opts: SearchOptions = SearchOptions()) -> SearchResult:
     cm = cost_model(job)
     space = _Space(job, opts)
     cnt = _Counter()
-    cands: list[tuple[Layout, MemoryBreakdown]] = []
+    cands: list[Layout] = []
     closest: list = []
-    for base in _groups(job, space, cnt):
-        _leaves(job, base, space, cm, cnt, opts.headroom, cands, closest)
+    for base, vpps, sps in _groups(job, space, cnt):
+        _subtree(job, base, vpps, sps, space, cm, cnt, opts.headroom, cands, closest,
+                 all_fitting=opts.sort_by == "memory")
     plans, timed = _rank(job, cm, cands, opts)
     if opts.tokens:
         plans = [_with_train(p, job, opts.tokens) for p in plans]
@@ -350,27 +420,28 @@ def _rank(job: Job, cm, cands, opts: SearchOptions) -> tuple[list[Plan], int]:
     order = {r: i for i, r in enumerate(RECOMPUTE)}
     timed = 0
     if opts.sort_by == "memory":
-        cands = sorted(cands, key=lambda c: c[1].total)[: max(opts.top * 4, opts.top)]
+        with_mem = sorted(((lay, cm.memory(lay)) for lay in cands), key=lambda c: c[1].total)
         scored = []
-        for lay, mem in cands:
+        for lay, mem in with_mem[: max(opts.top * 4, opts.top)]:
             tm = cm.time(lay)
             timed += 1
             scored.append(((mem.total, tm.step_time_s, _mp(lay)) + _tie(lay, order), lay, mem, tm))
     else:
         best_rec: dict = {}
-        for lay, mem in cands:
+        for lay in cands:
             key = (lay.tp, lay.cp, lay.ep, lay.dp, lay.pp, lay.vpp, lay.etp, lay.sp, lay.zero,
                    lay.micro_batch_size, lay.first_stage_layers)
             cur = best_rec.get(key)
-            if cur is None or order[lay.recompute] < order[cur[0].recompute]:
-                best_rec[key] = (lay, mem)
-        bounded = sorted(((cm.time_lower_bound(lay), lay, mem) for lay, mem in best_rec.values()),
+            if cur is None or order[lay.recompute] < order[cur.recompute]:
+                best_rec[key] = lay
+        bounded = sorted(((cm.time_lower_bound(lay), lay) for lay in best_rec.values()),
                          key=lambda x: x[0])
         scored = []
         kth = float("inf")
-        for lb, lay, mem in bounded:
+        for lb, lay in bounded:
             if lb > kth:
                 break
+            mem = cm.memory(lay)
             tm = cm.time(lay)
             timed += 1
             scored.append(((tm.step_time_s, mem.total, _mp(lay)) + _tie(lay, order), lay, mem, tm))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from planner.cost.params import total_params
 from planner.layout import Layout
-from planner.rules import (Context, check, fits, split_options)
+from planner.rules import Context, check, split_options
 from planner.units import GiB, divisors
 
 __all__ = ["seven_steps"]
@@ -77,7 +77,6 @@ def seven_steps(result, cm, opts) -> None:
     ep, etp = 1, tp
     if m.is_moe:
         etp = 1
-        room = (N // tp) * tp // cp // 1
         cands = [e for e in divisors(m.num_experts) if e <= hw.nvlink_domain_size and
                  (tp * cp) * (N // (tp * cp)) % e == 0]
         ep = max(cands) if cands else 1

@@ -9,9 +9,8 @@ as chosen (`Layout.auto`). Everything the config does state is kept as it is.
 from __future__ import annotations
 
 from planner.cost import cost_model
-from planner.layout import Layout, stage_layer_counts
-from planner.rules import DEFAULT_HEADROOM, Context, RULES
-from planner.units import divisors
+from planner.layout import Layout
+from planner.rules import DEFAULT_HEADROOM, Context, RULES, vpp_options
 
 __all__ = ["fill_auto", "MAX_MICRO_BATCH", "MAX_VPP"]
 
@@ -24,13 +23,8 @@ def _options(job, lay: Layout) -> tuple[list[int], list[int]]:
     mbs = ([b for b in range(1, MAX_MICRO_BATCH + 1) if gbs % (b * lay.dp) == 0] or [1]
            if "micro_batch_size" in lay.auto else [lay.micro_batch_size])
     if "vpp" in lay.auto and lay.pp > 1:
-        first, mid, last = stage_layer_counts(job.model.num_layers, lay)
-        if mid != int(mid):
-            vpp = [1]
-        else:
-            from math import gcd
-            g = gcd(gcd(first, last), int(mid)) if lay.pp > 2 else gcd(first, last)
-            vpp = [v for v in divisors(g) if v <= MAX_VPP] if g else [1]
+        vpp = vpp_options(job.model.num_layers, lay.pp, lay.first_stage_layers,
+                          lay.last_stage_layers, MAX_VPP)
     else:
         vpp = [lay.vpp]
     return mbs, vpp

@@ -86,9 +86,14 @@ TRIGGERED = [
     pytest.param("layers-divisible", dict(tp=8, pp=2, first_stage_layers=30, last_stage_layers=30), [
         "first_stage_layers (30) + last_stage_layers (30) must equal num_layers (80) with pp 2",
         "first_stage_layers 40, last_stage_layers 40"], id="layers/uneven-pp2-short"),
-    pytest.param("layers-divisible", dict(model="llama3-405b", num_gpus=128, tp=8, pp=16, vpp=2,
+    # 7 + 14x8 + 7 with the embedding and the loss as layers: (126 + 2) % (16*3) != 0
+    pytest.param("layers-divisible", dict(model="llama3-405b", num_gpus=128, tp=8, pp=16, vpp=3,
                                           first_stage_layers=7, last_stage_layers=7), [
-        "first_stage_layers (7) must be divisible by vpp (2)"], id="layers/uneven-vpp"),
+        "num_layers + 2 (128", "pp*vpp (16*3)"], id="layers/accounted-vpp"),
+    # 6 + 14x8 + 8 is not the accounting form: each rank's count must split into vpp chunks
+    pytest.param("layers-divisible", dict(model="llama3-405b", num_gpus=128, tp=8, pp=16, vpp=4,
+                                          first_stage_layers=6, last_stage_layers=8), [
+        "first_stage_layers (6) must be divisible by vpp (4)"], id="layers/uneven-vpp"),
     pytest.param("vpp-needs-pp", dict(tp=8, vpp=2), ["vpp (2) needs pp > 1"], id="vpp/pp-1"),
     # 1000 = 15*64 + 40: the neighbours are 960 and 1024
     pytest.param("batch-divisible", dict(num_gpus=512, tp=8, global_batch_size=1000), [

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from planner.cost.memory import MemoryBreakdown
 from planner.cost.shape import ModelShape, model_shape
+
+if TYPE_CHECKING:
+    from planner.cost.model import CostModel
 
 __all__ = ["Estimate", "estimate", "shape_of", "memory_of", "time_of", "cost_model"]
 

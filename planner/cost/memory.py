@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.cost.shape import ModelShape
-from planner.layout import Layout, stage_layer_counts
 
 __all__ = ["MemoryBreakdown", "state_bytes_per_param", "megatron_weight_optimizer_bytes",
-           "layer_activation_bytes", "korthikanti_layer_bytes", "stage_memory", "peak_memory"]
+           "layer_activation_bytes", "korthikanti_layer_bytes", "stage_params", "state_bytes",
+           "in_flight_layers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +166,7 @@ def state_bytes(*, dense_params: float, expert_params: float, zero: int, shard: 
             dense_params * od + expert_params * oe)
 
 
-def in_flight_layers(*, layers: float, p: int, v: int, m: int, rank: int) -> float:
+def in_flight_layers(layers: float, p: int, v: int, m: int, rank: int) -> float:
     """Layer-micro-batches of activations a pipeline rank holds at its peak.
 
     1F1B: rank r holds min(m, p - r) micro-batches of its layers. Interleaved (v chunks of

@@ -178,10 +178,10 @@ class CostModel:
         out.append(("last", p - 1, last_n, moe_in(last_n, s.L - last_n), False, True))
         return out
 
-    def stage_states(self, lay: Layout, zero: int) -> list[tuple]:
-        """Per pipeline rank (first, middle, last): (name, rank, layers, moe_layers, has_output,
-        weights, gradients, optimizer bytes). Cached: it does not depend on the micro-batch,
-        vpp, sp or recompute."""
+    def stage_states(self, lay: Layout, zero: int) -> tuple:
+        """(transient bytes, [(name, rank, layers, moe_layers, has_output, weights, gradients,
+        optimizer bytes) for the first, a middle and the last pipeline rank]). Cached: it does
+        not depend on the micro-batch, vpp, sp or recompute."""
         key = (lay.tp, lay.pp, lay.first_stage_layers, lay.last_stage_layers, lay.ep, lay.etp,
                lay.dp, lay.cp, zero)
         got = self._states.get(key)
@@ -189,41 +189,43 @@ class CostModel:
             return got
         s = self.shape
         vocab = padded_vocab(s.V, lay.tp)
-        got = []
+        stages = []
         for name, rank, layers, moe_layers, emb, out in self.stages(lay):
             dense_p, expert_p = stage_params(s, layers=layers, moe_layers=moe_layers, t=lay.tp,
                                              with_embedding=emb, with_output=out, vocab=vocab)
             w, g, o = state_bytes(dense_params=dense_p, expert_params=expert_p / (lay.ep * lay.etp),
                                   zero=zero, shard=lay.optimizer_shard, expert_shard=lay.edp,
                                   accounting=self.accounting, precision=self.precision)
-            got.append((name, rank, layers, moe_layers, out, w, g, o))
-        self._states[key] = got
+            stages.append((name, rank, layers, moe_layers, out, w, g, o))
+        gather = 0.0
+        if zero == 3:   # the gathered (DP-unsharded) layer and the prefetched next one, bf16
+            dense = s.dense_tp / lay.tp + s.dense_rep
+            moe = s.moe_tp / lay.tp + s.moe_rep + s.moe_experts / (lay.ep * lay.etp) if s.E else 0.0
+            gather = 2 * 2.0 * max(dense, moe)
+        got = self._states[key] = (gather, stages)
         return got
 
     def memory(self, lay: Layout, *, zero: int | None = None) -> MemoryBreakdown:
         """The most loaded rank's memory (first, a middle or the last pipeline rank)."""
         lc = self.layer_costs(lay)
         zero = lay.zero if zero is None else zero
-        m = max(1, lay.num_microbatches(self.gbs))
+        m = max(1, self.gbs // (lay.micro_batch_size * lay.dp))
         full = lay.recompute == "full"
-        transient = lc.transient
-        if zero == 3:   # the gathered (DP-unsharded) layer and the prefetched next one, bf16
-            sh = self.shape
-            dense = sh.dense_tp / lay.tp + sh.dense_rep
-            moe = sh.moe_tp / lay.tp + sh.moe_rep + sh.moe_experts / (lay.ep * lay.etp) if sh.E else 0.0
-            transient += 2 * 2.0 * max(dense, moe)
+        gather, stages = self.stage_states(lay, zero)
+        transient = lc.transient + gather
+        p, v = lay.pp, lay.vpp
         best, best_total = None, -1.0
-        for name, rank, layers, moe_layers, out, w, g, o in self.stage_states(lay, zero):
+        for name, rank, layers, moe_layers, out, w, g, o in stages:
             per_layer = ((layers - moe_layers) * lc.act_d + moe_layers * lc.act_e) / layers if layers else 0.0
-            acts = per_layer * in_flight_layers(layers=layers, p=lay.pp, v=lay.vpp, m=m, rank=rank)
+            acts = per_layer * in_flight_layers(layers, p, v, m, rank)
             if full and layers:
                 acts += lc.work_e if moe_layers else lc.work_d
             if out:
                 acts += lc.logits_bytes
-            other = self.fixed + self.frag * (w + g + o + acts) + transient
-            total = w + g + o + acts + other
-            if total > best_total:
-                best_total, best = total, (w, g, o, acts, other, name)
+            tensors = w + g + o + acts
+            other = self.fixed + self.frag * tensors + transient
+            if tensors + other > best_total:
+                best_total, best = tensors + other, (w, g, o, acts, other, name)
         w, g, o, acts, other, name = best
         return MemoryBreakdown(w, g, o, acts, other, self.capacity, name)
 

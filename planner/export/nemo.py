@@ -26,7 +26,6 @@ import yaml
 
 from planner.errors import InfeasibleError
 from planner.export.common import header_lines, nodes_and_devices, pipeline_split
-from planner.export.megatron import moe_layer_freq
 from planner.layout import Layout
 
 __all__ = ["render", "nemo_config", "check_supported"]

@@ -2,7 +2,7 @@
 
 Formats: our own YAML (`planner`), a Megatron-LM launch script or argument file (`megatron`),
 a NeMo YAML (`nemo`; NeMo 2 recipes come back as format `nemo2`), a DeepSpeed ds_config.json
-(`deepspeed`) and a torchtitan TOML (`torchtitan`). `detect_format` looks at the extension,
+or Megatron-DeepSpeed launch script (`deepspeed`) and a torchtitan TOML (`torchtitan`). `detect_format` looks at the extension,
 then the content; `load_any` reads the file, applies the --model/--hardware/--gpus/--nodes
 overrides and returns an `Imported` (job, layout, the framework's own violations, format).
 """
@@ -33,16 +33,17 @@ def detect_format(path: str | Path) -> str:
     suffix = p.suffix.lower()
     if suffix == ".toml":
         return "torchtitan"
-    if suffix in _SCRIPT_EXT:
-        return "megatron"
     text = read_text(p, what="config")
+    if suffix in _SCRIPT_EXT:
+        return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
     if suffix == ".json" or text.lstrip().startswith("{"):
-        data = deepspeed.parse_json(p, text, what="config") if suffix == ".json" else _yaml(text)
+        data = deepspeed.parse_json(p, text, what="config", trailing=True)[0] \
+            if suffix == ".json" else _yaml(text)
         return "deepspeed" if deepspeed.looks_like_deepspeed(data) else "planner"
     if suffix in (".yaml", ".yml"):
         return "nemo" if nemo.looks_like_nemo(_yaml(text)) else "planner"
     if text.lstrip().startswith(("#!", "--")) or megatron.looks_like_megatron(text):
-        return "megatron"
+        return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
     if any(line.strip() in ("[training]", "[parallelism]", "[model]") for line in text.splitlines()):
         return "torchtitan"
     return "nemo" if nemo.looks_like_nemo(_yaml(text)) else "planner"
@@ -67,16 +68,15 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
         return torchtitan.load(p, torchtitan.parse_toml(p, read_text(p, what="torchtitan config")),
                                ov)
     if fmt == "deepspeed":
-        return deepspeed.load(p, _json_or_yaml(p), ov)
+        text = read_text(p, what="DeepSpeed config")
+        if text.lstrip().startswith("{"):
+            return deepspeed.load_text(p, text, ov)
+        if p.suffix.lower() in (".yaml", ".yml"):
+            return deepspeed.load(p, read_yaml(p, what="ds_config"), ov)
+        return deepspeed.load_script(p, text, ov)
     if fmt == "nemo":
         return nemo.load(p, read_yaml(p, what="NeMo config"), ov)
     return _planner(p, ov)
-
-
-def _json_or_yaml(p: Path):
-    if p.suffix.lower() == ".json":
-        return deepspeed.parse_json(p, read_text(p, what="ds_config"), what="ds_config")
-    return read_yaml(p, what="ds_config")
 
 
 def _planner(p: Path, ov: Overrides) -> Imported:

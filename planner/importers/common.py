@@ -22,7 +22,8 @@ from planner.presets import PRESETS, resolve_model
 from planner.specs import HardwareSpec, ModelSpec, parse_spec
 
 __all__ = ["Imported", "Overrides", "read_text", "resolve_world", "hardware_of", "model_of",
-           "inline_model", "vocab_from_tokenizer", "make_job", "unknown_key", "DEFAULT_HARDWARE"]
+           "inline_model", "vocab_from_tokenizer", "make_job", "unknown_key", "accounted_split",
+           "DEFAULT_HARDWARE"]
 
 DEFAULT_HARDWARE = "h100-sxm"   # as in a planner config that names no hardware
 
@@ -166,3 +167,18 @@ def unknown_key(rule: str, key: str, valid: Iterable[str], *, severity: str,
     hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
     return Violation(rule, f"unknown {'flag' if key.startswith('-') else 'key'} {key!r}{hint}: "
                            f"{consequence}", severity)
+
+
+def accounted_split(num_layers: int, *, pp: int, vpp: int, embedding: bool,
+                    loss: bool) -> tuple[int | None, int | None, str | None]:
+    """Megatron's --account-for-embedding/loss-in-pipeline-split as first/last stage layers:
+    the embedding and the loss each take a layer's place, (L + e + l) / pp per rank.
+    Returns (first, last, problem); problem names the values when it does not divide."""
+    total = num_layers + embedding + loss
+    if total % (pp * vpp):
+        return None, None, (f"num_layers + embedding + loss ({total}) must be divisible by pp*vpp "
+                            f"({pp}*{vpp}) when the embedding/loss count in the pipeline split")
+    if pp == 1:
+        return None, None, None
+    per = total // pp
+    return (per - 1 if embedding else None), (per - 1 if loss else None), None

@@ -1,30 +1,41 @@
-"""DeepSpeed: a `ds_config.json` -> Job + Layout, with --model and --gpus/--nodes for what it
-lacks (a ds_config holds neither the model nor the world size).
+"""DeepSpeed: a `ds_config.json`, alone or with the Megatron-DeepSpeed launch that uses it
+-> Job + Layout.
 
-Degrees: TP from `tensor_parallel.autotp_size`, PP from `pipeline.stages`, Ulysses sequence
-parallelism (`sequence_parallel_size`, planned as cp with a2a); everything else is DP, so
-DP = world / (tp*pp*sp). The batch keys resolve the way DeepSpeed's config does (any two of
-train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps give the third)
-and must satisfy train_batch_size == micro * GAS * DP. An `activation_checkpointing` section is
-read as full recompute (DeepSpeed's checkpointing API checkpoints whole layers); the sequence
-length is the model's. Model states are counted the DeepSpeed way (16 B/param).
+A ds_config alone holds neither the model nor the world size: --model and --gpus/--nodes give
+them. Its degrees: TP from `tensor_parallel.autotp_size`, PP from `pipeline.stages`, Ulysses
+sequence parallelism `sequence_parallel_size` (planned as cp with a2a); the rest is DP, so
+DP = world / (tp*pp*sp). With a Megatron-DeepSpeed launch (a script passing `--deepspeed
+--deepspeed_config FILE`, read with the Megatron reader, or the script that follows the JSON in
+planner's own DeepSpeed export) the degrees, the model shape, the sequence length and the world
+size come from its flags (`--num-key-value-heads`, `--ds-sequence-parallel-size`,
+`--no-pipeline-parallel`, `--zero-stage`...); its flags are not checked against a list (we have
+none for Megatron-DeepSpeed).
 
-Unknown top-level keys are ignored by DeepSpeed (a warning here); `zero_optimization` is a
-pydantic model with extra="forbid" (an unknown key there is an error).
+The batch keys resolve the way DeepSpeed's config does (any two of train_batch_size,
+train_micro_batch_size_per_gpu, gradient_accumulation_steps give the third) and must satisfy
+train_batch_size == micro * GAS * DP. An `activation_checkpointing` section is read as full
+recompute (DeepSpeed's checkpointing API checkpoints whole layers); without a launch the
+sequence length is the model's. Model states are counted the DeepSpeed way (16 B/param).
+Unknown top-level keys are ignored by DeepSpeed (a warning here; `_comment` is accepted);
+`zero_optimization` is a pydantic model with extra="forbid" (an unknown key is an error).
 """
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError, Violation
+from planner.importers import megatron
 from planner.importers.common import (Imported, Overrides, hardware_of, make_job, model_of,
-                                      resolve_world, unknown_key)
+                                      read_text, resolve_world, unknown_key)
 from planner.layout import Layout
 
-__all__ = ["load", "parse_json", "looks_like_deepspeed"]
+__all__ = ["load", "load_text", "load_script", "parse_json", "looks_like_deepspeed",
+           "looks_like_megatron_deepspeed"]
 
 _TOP = frozenset({
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
@@ -63,18 +74,30 @@ _ZERO = frozenset({
 })
 
 
+def looks_like_megatron_deepspeed(text: str) -> bool:
+    """A launch script for Megatron-DeepSpeed: it passes --deepspeed / --deepspeed_config."""
+    return bool(re.search(r"--deepspeed(_config|-config)?\b", text))
+
+
 def looks_like_deepspeed(data: Any) -> bool:
     return isinstance(data, dict) and any(
         k in data for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
                             "zero_optimization", "gradient_accumulation_steps"))
 
 
-def parse_json(path: str | Path, text: str, *, what: str) -> Any:
+def parse_json(path: str | Path, text: str, *, what: str, trailing: bool = False) -> Any:
+    """The JSON object in `text`; with `trailing`, (object, the text after it)."""
     try:
-        return json.loads(text)
+        data, end = json.JSONDecoder().raw_decode(text.lstrip())
     except json.JSONDecodeError as exc:
         raise SpecError(f"{what} {str(path)!r} is not valid JSON at line {exc.lineno}, column "
                         f"{exc.colno}: {exc.msg}; fix the syntax there") from None
+    rest = text.lstrip()[end:]
+    if trailing:
+        return data, rest
+    if rest.strip():
+        raise SpecError(f"{what} {str(path)!r} has text after the JSON object; remove it")
+    return data
 
 
 def _count(data: dict, key: str, source: str) -> int | None:
@@ -150,23 +173,20 @@ def _degree(value: Any, key: str, source: str) -> int:
     return value
 
 
-def load(path: str | Path, data: Any, ov: Overrides) -> Imported:
-    """Read a parsed ds_config (a dict)."""
-    source = str(path)
-    if not isinstance(data, dict):
-        raise SpecError(f"{source}: a ds_config must be a JSON object; see DeepSpeed's docs")
-    out: list[Violation] = []
+def _check_keys(data: dict, zero_cfg: dict, out: list[Violation]) -> None:
     for key in data:
-        if key not in _TOP:
+        if key not in _TOP and key != "_comment":
             out.append(unknown_key("deepspeed-unknown-key", key, _TOP, severity="warning",
                                    consequence="DeepSpeed ignores it; remove it or fix the name"))
-    zero_cfg = _section(data, "zero_optimization", source)
     for key in zero_cfg:
         if key not in _ZERO:
             out.append(unknown_key("deepspeed-unknown-zero-key", f"zero_optimization.{key}", _ZERO,
                                    severity="error",
                                    consequence="DeepSpeed's ZeRO config rejects it (extra fields "
                                                "are forbidden); remove it or fix the name"))
+
+
+def _stage(zero_cfg: dict, source: str, out: list[Violation]) -> int:
     stage = zero_cfg.get("stage", 0)
     if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage <= 3:
         out.append(Violation("deepspeed-zero-stage", f"zero_optimization.stage = {stage!r} must be "
@@ -178,26 +198,146 @@ def load(path: str | Path, data: Any, ov: Overrides) -> Imported:
             out.append(Violation("deepspeed-offload",
                                  f"zero_optimization.{part}.device = {device!r}: planner does not "
                                  "model offload and counts those states in GPU memory", "warning"))
+    return stage
+
+
+@dataclass
+class _Degrees:
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    sp: bool = False
+    recompute: str = "none"
+
+
+def _from_config(data: dict, source: str) -> _Degrees:
     tp = _degree(_section(data, "tensor_parallel", source).get("autotp_size"),
                  "tensor_parallel.autotp_size", source)
-    pp = _degree(_section(data, "pipeline", source).get("stages"), "pipeline.stages", source)
-    cp = _degree(data.get("sequence_parallel_size"), "sequence_parallel_size", source)
-    if pp > 1 and stage >= 2:
+    return _Degrees(tp=tp, etp=tp,
+                    pp=_degree(_section(data, "pipeline", source).get("stages"), "pipeline.stages",
+                               source),
+                    cp=_degree(data.get("sequence_parallel_size"), "sequence_parallel_size", source),
+                    recompute="full" if _section(data, "activation_checkpointing", source) else "none")
+
+
+def _from_flags(flags: megatron.Flags, data: dict, stage: int, source: str,
+                out: list[Violation]) -> _Degrees:
+    """Megatron-DeepSpeed's flags: the degrees, SP, recompute; its ZeRO/pipeline rules."""
+    tp = flags.int("--tensor-model-parallel-size", 1)
+    pp = flags.int("--pipeline-model-parallel-size", 1)
+    no_pipe = flags.has("--no-pipeline-parallel")
+    if no_pipe and pp > 1:
+        out.append(Violation("deepspeed-no-pipeline-parallel",
+                             f"--no-pipeline-parallel with --pipeline-model-parallel-size {pp}: "
+                             "without DeepSpeed's pipeline engine there is no pipeline; set it 1",
+                             "error"))
+    if stage >= 2 and not no_pipe:
         out.append(Violation("deepspeed-pipeline-zero",
-                             f"pipeline.stages {pp} with ZeRO stage {stage}: DeepSpeed's pipeline "
-                             "engine supports ZeRO stage 0 or 1 only; use stage 1", "error"))
+                             f"ZeRO stage {stage} runs on DeepSpeed's pipeline engine, which takes "
+                             "stage 0 or 1 only; add --no-pipeline-parallel (pp 1) or use stage 1",
+                             "error"))
+    flag_stage = flags.int("--zero-stage")
+    if flag_stage is not None and flag_stage != stage:
+        out.append(Violation("deepspeed-flags-mismatch",
+                             f"--zero-stage {flag_stage} differs from zero_optimization.stage "
+                             f"{stage} in the ds_config (the engine uses the ds_config); make them "
+                             "equal", "warning"))
+    sp = flags.has("--sequence-parallel")
+    if sp and tp == 1:
+        out.append(Violation("deepspeed-sp-needs-tp",
+                             "--sequence-parallel with tensor-model-parallel-size 1 does nothing; "
+                             "drop the flag", "warning"))
+        sp = False
+    gran = flags.choice("--recompute-granularity", ("full", "selective"))
+    if gran is None and (flags.has("--checkpoint-activations")
+                         or _section(data, "activation_checkpointing", source)):
+        gran = "full"
+    return _Degrees(tp=tp, pp=pp, cp=flags.int("--ds-sequence-parallel-size", 1),
+                    ep=flags.int("--moe-expert-parallel-size", 1),
+                    etp=tp if flags.has("--enable-expert-tensor-parallelism")
+                    or not flags.has("--num-experts") else 1, sp=sp,
+                    recompute=gran or "none")
+
+
+def _flag_batch(flags: megatron.Flags, tbs: int, mbs: int, out: list[Violation]) -> None:
+    """The ds_config batch keys are not derived from the flags: they must agree."""
+    for flag, value, key in (("--global-batch-size", tbs, "train_batch_size"),
+                             ("--micro-batch-size", mbs, "train_micro_batch_size_per_gpu")):
+        given = flags.int(flag)
+        if given is not None and given != value:
+            out.append(Violation("deepspeed-flags-mismatch",
+                                 f"{flag} {given} differs from {key} {value} in the ds_config; "
+                                 "make them equal", "warning"))
+
+
+def load(path: str | Path, data: Any, ov: Overrides, *, launch: str | None = None,
+         launch_source: str | None = None) -> Imported:
+    """Read a parsed ds_config (a dict), with the Megatron-DeepSpeed launch text if any."""
+    source = str(path)
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a ds_config must be a JSON object; see DeepSpeed's docs")
+    out: list[Violation] = []
+    zero_cfg = _section(data, "zero_optimization", source)
+    _check_keys(data, zero_cfg, out)
+    stage = _stage(zero_cfg, source, out)
     hardware = hardware_of(ov)
-    model = model_of(ov, source=source, what="a ds_config has none")
-    num_gpus = resolve_world(ov, hardware=hardware, source=source,
-                             missing="a ds_config has no world size")
-    dp = max(1, num_gpus // (tp * pp * cp))
+    if launch is None:
+        deg = _from_config(data, source)
+        if deg.pp > 1 and stage >= 2:
+            out.append(Violation("deepspeed-pipeline-zero",
+                                 f"pipeline.stages {deg.pp} with ZeRO stage {stage}: DeepSpeed's "
+                                 "pipeline engine supports ZeRO stage 0 or 1 only; use stage 1",
+                                 "error"))
+        model = model_of(ov, source=source, what="a ds_config has none")
+        num_gpus = resolve_world(ov, hardware=hardware, source=source,
+                                 missing="a ds_config has no world size")
+        seq = None
+    else:
+        where = launch_source or source
+        found, flags, more = megatron.read_launch(launch, where, check=False, prefix="deepspeed")
+        out += more
+        deg = _from_flags(flags, data, stage, source, out)
+        seq = flags.int("--seq-length")
+        model = megatron.model_from_flags(flags, ov, where, seq, out, dialect="Megatron-DeepSpeed")
+        num_gpus = megatron.world_size(found, ov, hardware, where, out)
+    dp = max(1, num_gpus // (deg.tp * deg.pp * deg.cp))
     tbs, mbs = _batch(data, dp, source, out)
-    layout = Layout(tp=tp, pp=pp, cp=cp, dp=dp, etp=tp, sp=False, zero=stage, micro_batch_size=mbs,
-                    recompute="full" if _section(data, "activation_checkpointing", source) else "none",
-                    cp_comm_type="a2a" if cp > 1 else "p2p",
+    if launch is not None:
+        _flag_batch(flags, tbs, mbs, out)
+    layout = Layout(tp=deg.tp, pp=deg.pp, cp=deg.cp, dp=dp, ep=deg.ep, etp=deg.etp, sp=deg.sp,
+                    zero=stage, micro_batch_size=mbs, recompute=deg.recompute,
+                    cp_comm_type="a2a" if deg.cp > 1 else "p2p",
                     overlap_grad_reduce=bool(zero_cfg.get("overlap_comm", False)),
                     overlap_param_gather=bool(zero_cfg.get("overlap_comm", False)) and stage == 3)
-    job = make_job(model=model, hardware=hardware, num_gpus=num_gpus, seq_length=None,
+    job = make_job(model=model, hardware=hardware, num_gpus=num_gpus, seq_length=seq,
                    global_batch_size=tbs, precision=_precision(data, source, out),
                    accounting="deepspeed", source=source)
     return Imported(job, layout, out, "deepspeed", source)
+
+
+def load_text(path: str | Path, text: str, ov: Overrides) -> Imported:
+    """A ds_config.json; a launch script after the JSON object (planner's DeepSpeed export
+    writes both in one text) is read as the Megatron-DeepSpeed command."""
+    data, rest = parse_json(path, text, what="ds_config", trailing=True)
+    return load(path, data, ov, launch=rest if rest.strip() else None)
+
+
+def load_script(path: str | Path, text: str, ov: Overrides) -> Imported:
+    """A Megatron-DeepSpeed launch script: the ds_config it names (--deepspeed_config FILE,
+    looked up beside the script, then from the working directory) and its flags."""
+    source = str(path)
+    _, flags, _ = megatron.read_launch(text, source, check=False, prefix="deepspeed")
+    name = flags.text("--deepspeed_config", fix="name the ds_config file in the script") \
+        or flags.text("--deepspeed-config", fix="name the ds_config file in the script")
+    if name is None:
+        raise SpecError(f"{source}: a Megatron-DeepSpeed script without --deepspeed_config FILE; "
+                        "add it (planner reads the batch and ZeRO settings from there)")
+    candidates = [Path(source).parent / name, Path(name)]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise SpecError(f"{source}: --deepspeed_config {name} not found (looked in "
+                        f"{', '.join(str(c) for c in candidates)}); put the ds_config there")
+    data = parse_json(found, read_text(found, what="ds_config"), what="ds_config")
+    return load(found, data, ov, launch=text, launch_source=source)

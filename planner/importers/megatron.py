@@ -24,13 +24,15 @@ from pathlib import Path
 
 from planner.errors import SpecError, Violation
 from planner.importers import shell
-from planner.importers.common import (Imported, Overrides, hardware_of, inline_model, make_job,
-                                      resolve_world, unknown_key, vocab_from_tokenizer)
+from planner.importers.common import (Imported, Overrides, accounted_split, hardware_of,
+                                      inline_model, make_job, resolve_world, unknown_key,
+                                      vocab_from_tokenizer)
 from planner.layout import Layout
 from planner.presets import resolve_model
 from planner.specs import ModelSpec
 
-__all__ = ["load", "megatron_flags", "looks_like_megatron"]
+__all__ = ["load", "megatron_flags", "looks_like_megatron", "Flags", "Launch", "read_launch",
+           "world_size", "model_from_flags"]
 
 
 @lru_cache(maxsize=1)
@@ -52,6 +54,19 @@ _BOOLEAN = frozenset({
     "--mock-data", "--use-rotary-position-embeddings", "--add-qkv-bias", "--use-dist-ckpt",
     "--distribute-saved-activations", "--no-position-embedding",
 })
+# flags taking exactly one value (the ones planner reads): a second word after one is stray
+_SINGLE = frozenset({
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+    "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    "--micro-batch-size", "--global-batch-size", "--num-layers", "--hidden-size",
+    "--ffn-hidden-size", "--num-attention-heads", "--num-query-groups", "--kv-channels",
+    "--seq-length", "--max-position-embeddings", "--normalization", "--position-embedding-type",
+    "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--num-experts",
+    "--moe-router-topk", "--moe-ffn-hidden-size", "--data-parallel-sharding-strategy",
+    "--vocab-size", "--tokenizer-type", "--fp8-format",
+})
 _SHAPE_REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads",
                    "--max-position-embeddings")
 _LAUNCHERS_PER_NODE = ("--nproc-per-node", "--nproc_per_node", "--num_gpus", "--num-gpus",
@@ -71,7 +86,7 @@ def looks_like_megatron(text: str) -> bool:
 # ------------------------------------------------------------------------------ arguments
 
 @dataclass
-class _Flags:
+class Flags:
     """Parsed flags: the last occurrence's values (argparse keeps the last)."""
 
     source: str
@@ -80,6 +95,11 @@ class _Flags:
 
     def has(self, flag: str) -> bool:
         return flag in self.values
+
+    def maybe(self, flag: str) -> str | None:
+        """The value if given and resolved, else None (for values that only help)."""
+        vals = self.values.get(flag) or [None]
+        return None if vals[0] is None or shell.unresolved_names(vals[0]) else vals[0]
 
     def shown(self, flag: str) -> str:
         return " ".join(shell.display(v) for v in self.values.get(flag, []))
@@ -120,10 +140,11 @@ def _is_flag(token: str) -> bool:
     return token.startswith("--") or bool(re.match(r"-[A-Za-z]", token))
 
 
-def _parse(tokens: list[str], source: str) -> tuple[_Flags, list[Violation]]:
-    """Megatron's argparse over the tokens: every unknown or stray word reported by name."""
+def _parse(tokens: list[str], source: str, *, check: bool = True) -> tuple[Flags, list[Violation]]:
+    """Megatron's argparse over the tokens: every unknown or stray word reported by name
+    (`check=False`: a dialect without a flag list, unknown flags are not judged)."""
     known = megatron_flags()
-    flags = _Flags(source)
+    flags = Flags(source)
     out: list[Violation] = []
     current: str | None = None
     for token in tokens:
@@ -132,12 +153,12 @@ def _parse(tokens: list[str], source: str) -> tuple[_Flags, list[Violation]]:
             flags.values[name] = [value] if eq else []
             flags.counts[name] = flags.counts.get(name, 0) + 1
             current = None if name in _BOOLEAN else name
-            if name not in known:
+            if check and name not in known:
                 out.append(unknown_key("megatron-unknown-flag", name, known, severity="error",
                                        consequence="Megatron-LM's argparse rejects it and "
                                                    "pretrain_gpt.py exits; remove or fix it"))
             continue
-        if current is not None:
+        if current is not None and not (current in _SINGLE and flags.values[current]):
             flags.values[current].append(token)
             continue
         names = shell.unresolved_names(token)
@@ -161,7 +182,7 @@ def _parse(tokens: list[str], source: str) -> tuple[_Flags, list[Violation]]:
 # ------------------------------------------------------------------------------ the script
 
 @dataclass
-class _Found:
+class Launch:
     launcher: list[str]
     args: list[str]
     script: shell.Script
@@ -169,7 +190,7 @@ class _Found:
     commands: int
 
 
-def _find(text: str, source: str) -> _Found:
+def _find(text: str, source: str) -> Launch:
     script = shell.run(text)
     known = megatron_flags()
     runs = []
@@ -181,12 +202,12 @@ def _find(text: str, source: str) -> _Found:
                 runs.append((words[:k], words[k + 1:]))
                 break
     if runs:
-        return _Found(runs[0][0], runs[0][1], script, True, len(runs))
+        return Launch(runs[0][0], runs[0][1], script, True, len(runs))
     args = [w for cmd in script.commands if cmd.words[0].startswith("-") for w in cmd.words]
     if not any(a.split("=", 1)[0] in known for a in args):
         raise SpecError(f"{source}: no Megatron-LM command (torchrun ... pretrain_gpt.py --flags) "
                         "and no Megatron flags found; give a launch script or an argument file")
-    return _Found([], args, script, False, 0)
+    return Launch([], args, script, False, 0)
 
 
 def _launcher_value(words: list[str], names: tuple[str, ...]) -> str | None:
@@ -198,7 +219,7 @@ def _launcher_value(words: list[str], names: tuple[str, ...]) -> str | None:
     return value
 
 
-def _world(found: _Found, ov: Overrides, hardware, source: str,
+def world_size(found: Launch, ov: Overrides, hardware, source: str,
            out: list[Violation]) -> int:
     if ov.gpus is not None and ov.nodes is None:
         return ov.gpus
@@ -249,7 +270,7 @@ def _world(found: _Found, ov: Overrides, hardware, source: str,
 
 # ------------------------------------------------------------------------------ the model
 
-def _moe_dense_layers(flags: _Flags, out: list[Violation]) -> int:
+def _moe_dense_layers(flags: Flags, out: list[Violation]) -> int:
     """Leading dense layers from --moe-layer-freq (1, or a pattern like ([0]*3+[1]*58))."""
     text = flags.text("--moe-layer-freq", fix="set it in the script")
     if text is None or text.strip() == "1":
@@ -278,8 +299,10 @@ def _list_expr(node) -> list[int]:
     raise ValueError("not a list pattern")
 
 
-def _model(flags: _Flags, ov: Overrides, source: str, seq: int | None,
-           out: list[Violation]) -> ModelSpec:
+def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
+                     out: list[Violation], *, dialect: str = "Megatron-LM") -> ModelSpec:
+    """The model the shape flags describe (--model replaces it). `dialect` "Megatron-DeepSpeed"
+    reads its spellings: --num-key-value-heads, --topk, lower-case --normalization."""
     if ov.model is not None:
         return resolve_model(ov.model)
     fix = "set it in the script or give --model"
@@ -292,13 +315,18 @@ def _model(flags: _Flags, ov: Overrides, source: str, seq: int | None,
         if not flags.has(f):
             raise SpecError(f"{source}: {f} is missing (Megatron-LM requires it); add it to the "
                             "script or give --model")
-    tokenizer = (flags.text("--tokenizer-type", fix=fix), flags.text("--tokenizer-model", fix=fix),
-                 flags.text("--vocab-file", fix=fix))
-    vocab = flags.int("--vocab-size", fix=fix) or vocab_from_tokenizer(*tokenizer)
+    tokenizer = (flags.maybe("--tokenizer-type"), flags.maybe("--tokenizer-model"),
+                 flags.maybe("--vocab-file"))
+    if tokenizer[0] == "NullTokenizer" and flags.has("--vocab-size"):
+        vocab = flags.int("--vocab-size", fix=fix) + 1     # NullTokenizer adds an EOD token
+    else:
+        vocab = vocab_from_tokenizer(*tokenizer) or flags.int("--vocab-size", fix=fix)
     if vocab is None:
-        shown = " ".join(t for t in tokenizer if t) or "none given"
-        raise SpecError(f"{source}: the vocabulary size is unknown (tokenizer: {shown}); add "
-                        "--vocab-size N to the script or give --model")
+        shown = " ".join(flags.shown(f) for f in ("--tokenizer-type", "--tokenizer-model")
+                         if flags.has(f)) or "none given"
+        raise SpecError(f"{source}: the vocabulary size is unknown (tokenizer: {shown}); use "
+                        "--tokenizer-type NullTokenizer --vocab-size V-1 in the script, or give "
+                        "--model")
     act = "swiglu" if flags.has("--swiglu") else ("squared_relu" if flags.has("--squared-relu")
                                                   else "gelu")
     pos = flags.choice("--position-embedding-type", ("learned_absolute", "rope", "mrope",
@@ -307,21 +335,24 @@ def _model(flags: _Flags, ov: Overrides, source: str, seq: int | None,
     if flags.has("--no-position-embedding"):
         pos = "none"
     experts = flags.int("--num-experts", fix=fix)
+    deepspeed = dialect == "Megatron-DeepSpeed"
     fields = dict(
         num_layers=flags.int("--num-layers", fix=fix), hidden_size=flags.int("--hidden-size", fix=fix),
         ffn_hidden_size=flags.int("--ffn-hidden-size", fix=fix),
         num_attention_heads=flags.int("--num-attention-heads", fix=fix),
-        num_kv_heads=(flags.int("--num-query-groups", fix=fix)
+        num_kv_heads=(flags.int("--num-key-value-heads", fix=fix) if deepspeed else
+                      flags.int("--num-query-groups", fix=fix)
                       if flags.has("--group-query-attention") else None),
         kv_channels=flags.int("--kv-channels", fix=fix), vocab_size=vocab, activation=act,
         tied_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
-        normalization=flags.choice("--normalization", ("LayerNorm", "RMSNorm"), "LayerNorm"),
+        normalization=_norm(flags, deepspeed),
         add_bias_linear=not flags.has("--disable-bias-linear"),
         position_embedding_type=pos if pos in ("rope", "learned_absolute", "none") else "rope",
         seq_length=seq,
     )
     if experts:
-        fields.update(num_experts=experts, moe_top_k=flags.int("--moe-router-topk", 2, fix=fix),
+        topk = "--topk" if deepspeed else "--moe-router-topk"
+        fields.update(num_experts=experts, moe_top_k=flags.int(topk, 2, fix=fix),
                       moe_ffn_hidden_size=flags.int("--moe-ffn-hidden-size", fix=fix),
                       num_dense_layers=_moe_dense_layers(flags, out))
         shared = flags.int("--moe-shared-expert-intermediate-size", fix=fix)
@@ -334,12 +365,21 @@ def _model(flags: _Flags, ov: Overrides, source: str, seq: int | None,
                       qk_head_dim=flags.int("--qk-head-dim", 128, fix=fix),
                       qk_pos_emb_head_dim=flags.int("--qk-pos-emb-head-dim", 64, fix=fix),
                       v_head_dim=flags.int("--v-head-dim", 128, fix=fix))
-    return inline_model(fields, source=source, fmt="Megatron-LM flags")
+    return inline_model(fields, source=source, fmt=f"{dialect} flags")
+
+
+def _norm(flags: Flags, deepspeed: bool) -> str:
+    if not deepspeed:
+        return flags.choice("--normalization", ("LayerNorm", "RMSNorm"), "LayerNorm")
+    value = (flags.text("--normalization", "layernorm", fix="set it in the script") or "").lower()
+    if value not in ("layernorm", "rmsnorm"):
+        raise SpecError(f"{flags.source}: --normalization {value!r} is not layernorm or rmsnorm")
+    return "RMSNorm" if value == "rmsnorm" else "LayerNorm"
 
 
 # ------------------------------------------------------------------------------ rules
 
-def _flag_rules(flags: _Flags, out: list[Violation]) -> None:
+def _flag_rules(flags: Flags, out: list[Violation]) -> None:
     """Megatron rules about flags alone (frameworks.md 7, 13, 15 and the recompute checks)."""
     if flags.has("--bf16") and flags.has("--fp16"):
         out.append(Violation("megatron-precision-exclusive",
@@ -392,7 +432,7 @@ def _flag_rules(flags: _Flags, out: list[Violation]) -> None:
                              "an even split of the layers", "warning"))
 
 
-def _required_rules(flags: _Flags, seq: int | None, out: list[Violation]) -> None:
+def _required_rules(flags: Flags, seq: int | None, out: list[Violation]) -> None:
     """Megatron 7: the shape flags are required; max_position_embeddings >= seq_length."""
     if not any(flags.has(f) for f in _SHAPE_REQUIRED):
         return                      # the shape comes from --model (e.g. a sourced file)
@@ -409,7 +449,7 @@ def _required_rules(flags: _Flags, seq: int | None, out: list[Violation]) -> Non
 
 # ------------------------------------------------------------------------------ the layout
 
-def _layout(flags: _Flags, model: ModelSpec, num_gpus: int, out: list[Violation]) -> Layout:
+def _layout(flags: Flags, model: ModelSpec, num_gpus: int, out: list[Violation]) -> Layout:
     tp = flags.int("--tensor-model-parallel-size", 1)
     pp = flags.int("--pipeline-model-parallel-size", 1)
     cp = flags.int("--context-parallel-size", 1)
@@ -441,15 +481,10 @@ def _layout(flags: _Flags, model: ModelSpec, num_gpus: int, out: list[Violation]
                              "with --decoder-first/last-pipeline-num-layers; keep one way",
                              "error"))
     elif emb or loss:
-        total = L + emb + loss
-        if total % (pp * vpp):
-            out.append(Violation("megatron-pipeline-split",
-                                 f"num_layers + embedding + loss ({total}) must be divisible by "
-                                 f"pp*vpp ({pp}*{vpp}) with --account-for-*-in-pipeline-split",
+        first, last, problem = accounted_split(L, pp=pp, vpp=vpp, embedding=emb, loss=loss)
+        if problem:
+            out.append(Violation("megatron-pipeline-split", f"{problem} (Megatron asserts it)",
                                  "error"))
-        elif pp > 1:
-            per = total // pp
-            first, last = (per - 1 if emb else None), (per - 1 if loss else None)
     sp = flags.has("--sequence-parallel")
     if sp and tp == 1:
         out.append(Violation("megatron-sp-needs-tp",
@@ -503,7 +538,7 @@ def _layout(flags: _Flags, model: ModelSpec, num_gpus: int, out: list[Violation]
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 
 
-def _zero(flags: _Flags) -> int:
+def _zero(flags: Flags) -> int:
     """0 plain DDP; 1 --use-distributed-optimizer; Megatron FSDP by sharding strategy;
     torch FSDP2 = 3."""
     if flags.has("--use-megatron-fsdp"):
@@ -514,7 +549,7 @@ def _zero(flags: _Flags) -> int:
     return 1 if flags.has("--use-distributed-optimizer") else 0
 
 
-def _precision(flags: _Flags) -> str:
+def _precision(flags: Flags) -> str:
     if flags.has("--fp8-format"):
         return "fp8"
     return "fp16" if flags.has("--fp16") and not flags.has("--bf16") else "bf16"
@@ -522,28 +557,36 @@ def _precision(flags: _Flags) -> str:
 
 # ------------------------------------------------------------------------------ entry
 
+def read_launch(text: str, source: str, *, check: bool = True,
+                prefix: str = "megatron") -> tuple[Launch, Flags, list[Violation]]:
+    """The training command of a script or argument file, its flags, and what was odd about
+    them (`check=False` for Megatron-DeepSpeed, whose flag list we do not have)."""
+    found = _find(text, source)
+    flags, out = _parse(found.args, source, check=check)
+    if found.commands > 1:
+        out.append(Violation(f"{prefix}-multiple-commands",
+                             f"the script runs a training command {found.commands} times; "
+                             "planner read the first", "warning"))
+    for name in found.script.sourced:
+        out.append(Violation(f"{prefix}-sourced-file",
+                             f"the script sources {name}; planner does not read it, so variables "
+                             "set there count as unset", "warning"))
+    return found, flags, out
+
+
 def load(path: str | Path, text: str, ov: Overrides) -> Imported:
     """Read a Megatron-LM launch script or argument file (text already read)."""
     source = str(path)
-    found = _find(text, source)
-    flags, out = _parse(found.args, source)
-    if found.commands > 1:
-        out.append(Violation("megatron-multiple-commands",
-                             f"the script runs a Megatron training command {found.commands} times; "
-                             "planner read the first", "warning"))
-    for name in found.script.sourced:
-        out.append(Violation("megatron-sourced-file",
-                             f"the script sources {name}; planner does not read it, so variables "
-                             "set there count as unset", "warning"))
+    found, flags, out = read_launch(text, source)
     seq = flags.int("--seq-length") or flags.int("--encoder-seq-length") \
         or flags.int("--decoder-seq-length")
     _flag_rules(flags, out)
     _required_rules(flags, seq, out)
     hardware = hardware_of(ov)
-    model = _model(flags, ov, source, seq, out)
-    num_gpus = _world(found, ov, hardware, source, out)
+    model = model_from_flags(flags, ov, source, seq, out)
+    num_gpus = world_size(found, ov, hardware, source, out)
     layout = _layout(flags, model, num_gpus, out)
-    if found.is_script and (layout.tp > 1 or layout.cp > 1) \
+    if found.is_script and (layout.tp > 1 or layout.cp > 1) and not flags.has("--use-megatron-fsdp") \
             and hardware.name.lower().startswith(("a100", "h100", "h200")) \
             and found.script.var("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
         out.append(Violation("megatron-cuda-device-max-connections",

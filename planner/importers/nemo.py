@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError, Violation
-from planner.importers.common import (Imported, Overrides, hardware_of, inline_model, make_job,
-                                      resolve_world, unknown_key, vocab_from_tokenizer)
+from planner.importers.common import (Imported, Overrides, accounted_split, hardware_of,
+                                      inline_model, make_job, resolve_world, unknown_key,
+                                      vocab_from_tokenizer)
 from planner.layout import Layout
 from planner.presets import get_preset, resolve_model
 from planner.specs import ModelSpec
@@ -54,6 +55,8 @@ _MODEL_USED = frozenset({
     "moe_ffn_hidden_size", "tokenizer", "activations_checkpoint_granularity",
     "activations_checkpoint_method", "activations_checkpoint_num_layers", "fp8", "optim", "data",
     "ub_tp_comm_overlap", "fsdp", "fsdp_sharding_strategy", "cp_comm_type",
+    "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage",
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
 })
 # Known to NeMo 1 (megatron_gpt_config.yaml and the launcher's training configs), irrelevant to
 # a plan: numerics, fusions, initialisation, logging, checkpointing, data loading, fp8 recipe.
@@ -215,6 +218,27 @@ def _sp(tp: int, sp: bool, *, nemo2: bool, out: list[Violation]) -> bool:
     return False
 
 
+def _split(section: dict, *, num_layers: int, pp: int, vpp: int, where: str,
+           out: list[Violation]) -> tuple[int | None, int | None]:
+    """Uneven pipeline stages, in Megatron-core's TransformerConfig fields (NeMo passes them)."""
+    first = _int(section, "num_layers_in_first_pipeline_stage", None, where=where)
+    last = _int(section, "num_layers_in_last_pipeline_stage", None, where=where)
+    emb = bool(section.get("account_for_embedding_in_pipeline_split", False))
+    loss = bool(section.get("account_for_loss_in_pipeline_split", False))
+    if not (emb or loss):
+        return first, last
+    if first is not None or last is not None:
+        out.append(Violation("nemo-pipeline-split",
+                             f"{where}.account_for_*_in_pipeline_split cannot be combined with "
+                             "num_layers_in_first/last_pipeline_stage (Megatron-core raises); keep "
+                             "one way", "error"))
+        return first, last
+    first, last, problem = accounted_split(num_layers, pp=pp, vpp=vpp, embedding=emb, loss=loss)
+    if problem:
+        out.append(Violation("nemo-pipeline-split", f"{problem} (Megatron-core raises)", "error"))
+    return first, last
+
+
 def _world(trainer: dict, ov: Overrides, hardware, source: str) -> int:
     devices = trainer.get("devices")
     per_node = devices if isinstance(devices, int) and devices > 0 else (
@@ -316,14 +340,16 @@ def _nemo1(data: dict, ov: Overrides, source: str) -> Imported:
                             ("model.activations_checkpoint_granularity",
                              "model.activations_checkpoint_method",
                              "model.activations_checkpoint_num_layers"), out)
+    vpp = _int(model, "virtual_pipeline_model_parallel_size", 1, where=w)
+    first, last = _split(model, num_layers=spec.num_layers, pp=pp, vpp=vpp, where=w, out=out)
     layout = Layout(
         tp=tp, pp=pp, cp=cp, dp=max(1, num_gpus // (tp * pp * cp)),
         ep=_int(model, "expert_model_parallel_size", 1, where=w),
-        etp=_int(model, "expert_tensor_parallel_size", tp, where=w),
-        vpp=_int(model, "virtual_pipeline_model_parallel_size", 1, where=w),
+        etp=_int(model, "expert_tensor_parallel_size", tp, where=w), vpp=vpp,
         sp=_sp(tp, bool(model.get("sequence_parallel", False)), nemo2=False, out=out),
         zero=_zero(model, optim), micro_batch_size=_int(model, "micro_batch_size", 1, where=w),
-        recompute=gran, cp_comm_type=str(model.get("cp_comm_type", "p2p")),
+        recompute=gran, first_stage_layers=first, last_stage_layers=last,
+        cp_comm_type=str(model.get("cp_comm_type", "p2p")),
         overlap_grad_reduce=bool(optim.get("overlap_grad_sync", False)),
         overlap_param_gather=bool(optim.get("overlap_param_sync", False)),
         tp_comm_overlap=bool(model.get("ub_tp_comm_overlap", False)))
@@ -426,16 +452,16 @@ def _nemo2(data: dict, ov: Overrides, source: str) -> Imported:
                             ("model.config.recompute_granularity", "model.config.recompute_method",
                              "model.config.recompute_num_layers"), out)
     use_dist = optim_cfg.get("use_distributed_optimizer", strategy.get("use_distributed_optimizer"))
+    vpp = _int(strategy, "virtual_pipeline_model_parallel_size", 1, where=w)
+    first, last = _split(strategy, num_layers=spec.num_layers, pp=pp, vpp=vpp, where=w, out=out)
     layout = Layout(
         tp=tp, pp=pp, cp=cp, dp=max(1, num_gpus // (tp * pp * cp)),
         ep=_int(strategy, "expert_model_parallel_size", 1, where=w),
-        etp=_int(strategy, "expert_tensor_parallel_size", tp, where=w),
-        vpp=_int(strategy, "virtual_pipeline_model_parallel_size", 1, where=w),
+        etp=_int(strategy, "expert_tensor_parallel_size", tp, where=w), vpp=vpp,
         sp=_sp(tp, bool(strategy.get("sequence_parallel", False)), nemo2=True, out=out),
         zero=1 if use_dist else 0,
         micro_batch_size=_int(dmod, "micro_batch_size", 1, where="data"), recompute=gran,
-        first_stage_layers=_int(strategy, "num_layers_in_first_pipeline_stage", None, where=w),
-        last_stage_layers=_int(strategy, "num_layers_in_last_pipeline_stage", None, where=w),
+        first_stage_layers=first, last_stage_layers=last,
         overlap_grad_reduce=bool(ddp.get("overlap_grad_reduce", False)),
         overlap_param_gather=bool(ddp.get("overlap_param_gather", False)))
     job = make_job(model=spec, hardware=hardware, num_gpus=num_gpus,

@@ -282,6 +282,8 @@ def load(path: str | Path, data: dict, ov: Overrides) -> Imported:
         out.append(Violation("torchtitan-etp", f"expert_tensor_parallel_degree ({etp}) must be 1 "
                                                f"or tensor_parallel_degree ({tp})", "error"))
     model = _model(data, ov, source)
+    if not model.is_moe:
+        etp = tp                 # no experts: expert TP means nothing; ours defaults to tp
     seq = _int(train, "seq_len", 2048, where="training")
     unit = (tp if tp > 1 else 1) * (2 * cp if cp > 1 else 1)
     if seq % unit:

@@ -1,0 +1,90 @@
+"""Search speed: wall time of whole `planner plan` commands (process start included) and the
+evaluation rate of the cost model.
+
+    python benchmarks/search_speed.py [--repeat 5]
+
+For each command of the issue (405b on 16,384 GPUs, 70b on 2,048, deepseek-v3 on 2,048) it
+runs the installed `planner` as a fresh process `--repeat` times and prints the best and the
+median wall time; then, in process, the layouts the search covered, the memory estimates and
+step-time estimates it made and their rate; and the raw rate of full estimates (memory + step
+time) over every layout the search kept for 70b on 2,048 GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+COMMANDS = [("405b", 16384), ("70b", 2048), ("deepseek-v3", 2048)]
+
+
+def wall(cmd: list[str], repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args(argv)
+    exe = shutil.which("planner") or sys.executable
+    base = [exe] if exe.endswith("planner") else [exe, "-m", "planner"]
+
+    from planner.config import Job, default_training, resolve_hardware
+    from planner.cost import cost_model
+    from planner.presets import get_preset
+    from planner.search import search
+
+    print(f"{'command':48s} {'best s':>7s} {'median s':>9s}")
+    for model, gpus in COMMANDS:
+        ts = wall(base + ["plan", "--model", model, "--gpus", str(gpus)], args.repeat)
+        print(f"planner plan --model {model} --gpus {gpus}".ljust(48)
+              + f" {min(ts):7.3f} {statistics.median(ts):9.3f}")
+    print()
+    print(f"{'in process':22s} {'layouts':>9s} {'memory est.':>11s} {'timed':>6s} {'search s':>9s} "
+          f"{'layouts/s':>10s} {'estimates/s':>12s}")
+    hw = resolve_hardware("h100-sxm")
+    kept = None
+    for model, gpus in COMMANDS:
+        m = get_preset(model)
+        job = Job(model=m, hardware=hw, num_gpus=gpus, training=default_training(m))
+        r = search(job)
+        print(f"{model + ' x ' + str(gpus):22s} {r.searched:9,d} {r.evaluated:11,d} {r.timed:6,d} "
+              f"{r.elapsed_s:9.3f} {r.searched / r.elapsed_s:10,.0f} "
+              f"{(r.evaluated + r.timed) / r.elapsed_s:12,.0f}")
+        if model == "70b":
+            kept = (job, r)
+    # raw rate: full estimates (memory + time) of distinct layouts, fresh cost model
+    from planner.search import _Space, SearchOptions, _groups, _Counter
+    job, _ = kept
+    cm = cost_model(job)
+    layouts = []
+    for base, vpps, sps in _groups(job, _Space(job, SearchOptions()), _Counter()):
+        for vpp in vpps:
+            for mbs in (1, 2):
+                for zero in (1, 2):
+                    layouts.append(base.with_(vpp=vpp, sp=base.tp > 1, micro_batch_size=mbs,
+                                              zero=zero))
+    t0 = time.perf_counter()
+    for lay in layouts:
+        cm.memory(lay)
+        cm.time(lay)
+    dt = time.perf_counter() - t0
+    print(f"\nfull estimates (memory + step time), 70b x 2048, {len(layouts):,} layouts: "
+          f"{len(layouts) / dt:,.0f} layouts/s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
