@@ -285,5 +285,22 @@ def export_cmd(
     _run(body)
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: typer's own usage errors (unknown option, missing or malformed value) also
+    become one `error:` line and exit 2, like every other bad input."""
+    try:
+        code = app(args=argv, standalone_mode=False)
+    except typer.Abort:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:   # typer's (vendored click's) usage errors
+        if not hasattr(exc, "format_message") or not hasattr(exc, "exit_code"):
+            raise
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            print(ctx.get_help())
+            sys.exit(2)
+        cmd = ctx.command_path if ctx is not None else "planner"
+        print(f"error: {exc.format_message().rstrip('.')}; see '{cmd} --help'", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

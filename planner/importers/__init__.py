@@ -2,9 +2,10 @@
 
 Formats: our own YAML (`planner`), a Megatron-LM launch script or argument file (`megatron`),
 a NeMo YAML (`nemo`; NeMo 2 recipes come back as format `nemo2`), a DeepSpeed ds_config.json
-or Megatron-DeepSpeed launch script (`deepspeed`) and a torchtitan TOML (`torchtitan`). `detect_format` looks at the extension,
-then the content; `load_any` reads the file, applies the --model/--hardware/--gpus/--nodes
-overrides and returns an `Imported` (job, layout, the framework's own violations, format).
+or Megatron-DeepSpeed launch script (`deepspeed`) and a torchtitan TOML (`torchtitan`).
+`detect_format` looks at the extension, then the content; `load_any` reads the file, applies
+the --model/--hardware/--gpus/--nodes overrides and returns an `Imported` (job, layout, the
+framework's own violations, format).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def detect_format(path: str | Path) -> str:
         return "nemo" if nemo.looks_like_nemo(_yaml(text)) else "planner"
     if text.lstrip().startswith(("#!", "--")) or megatron.looks_like_megatron(text):
         return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
-    if any(line.strip() in ("[training]", "[parallelism]", "[model]") for line in text.splitlines()):
+    headers = ("[training]", "[parallelism]", "[model]")
+    if any(line.strip() in headers for line in text.splitlines()):
         return "torchtitan"
     return "nemo" if nemo.looks_like_nemo(_yaml(text)) else "planner"
 

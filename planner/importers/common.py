@@ -77,7 +77,8 @@ def hardware_of(ov: Overrides) -> HardwareSpec:
 
 def resolve_world(ov: Overrides, *, hardware: HardwareSpec, source: str,
                   gpus_per_node: int | None = None, nodes: int | None = None,
-                  world: int | None = None, missing: str = "it does not give the world size") -> int:
+                  world: int | None = None,
+                  missing: str = "it does not give the world size") -> int:
     """--gpus, else --nodes x per-node, else what the file says, else a SpecError naming
     the options that supply it."""
     if ov.nodes is not None:

@@ -218,8 +218,10 @@ def _from_config(data: dict, source: str) -> _Degrees:
     return _Degrees(tp=tp, etp=tp,
                     pp=_degree(_section(data, "pipeline", source).get("stages"), "pipeline.stages",
                                source),
-                    cp=_degree(data.get("sequence_parallel_size"), "sequence_parallel_size", source),
-                    recompute="full" if _section(data, "activation_checkpointing", source) else "none")
+                    cp=_degree(data.get("sequence_parallel_size"), "sequence_parallel_size",
+                               source),
+                    recompute=("full" if _section(data, "activation_checkpointing", source)
+                               else "none"))
 
 
 def _from_flags(flags: megatron.Flags, data: dict, stage: int, source: str,

@@ -70,7 +70,7 @@ _SINGLE = frozenset({
 _SHAPE_REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads",
                    "--max-position-embeddings")
 _LAUNCHERS_PER_NODE = ("--nproc-per-node", "--nproc_per_node", "--num_gpus", "--num-gpus",
-                       "--gpus-per-node", "--ntasks-per-node")
+                       "--gpus-per-node")
 _LAUNCHERS_NODES = ("--nnodes", "--num_nodes", "--num-nodes", "--nodes", "-N")
 _VARS_PER_NODE = ("GPUS_PER_NODE", "NPROC_PER_NODE", "NUM_GPUS_PER_NODE", "GPUS_PER_NODE_NUM")
 _VARS_NODES = ("NNODES", "NUM_NODES", "N_NODES", "NODES")
@@ -140,7 +140,8 @@ def _is_flag(token: str) -> bool:
     return token.startswith("--") or bool(re.match(r"-[A-Za-z]", token))
 
 
-def _parse(tokens: list[str], source: str, *, check: bool = True) -> tuple[Flags, list[Violation]]:
+def _parse(tokens: list[str], source: str, *,
+           check: bool = True) -> tuple[Flags, list[Violation]]:
     """Megatron's argparse over the tokens: every unknown or stray word reported by name
     (`check=False`: a dialect without a flag list, unknown flags are not judged)."""
     known = megatron_flags()
@@ -248,7 +249,8 @@ def world_size(found: Launch, ov: Overrides, hardware, source: str,
             raise SpecError(f"{source}: {label} {value!r} is not an integer; {fix}") from None
 
     words = found.launcher
-    per_node = number("GPUs per node (--nproc-per-node)", _launcher_value(words, _LAUNCHERS_PER_NODE))
+    per_node = number("GPUs per node (--nproc-per-node)",
+                      _launcher_value(words, _LAUNCHERS_PER_NODE))
     nodes = number("nodes (--nnodes)", _launcher_value(words, _LAUNCHERS_NODES))
     script = found.script
     if per_node is None:
@@ -331,13 +333,15 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
                                                   else "gelu")
     pos = flags.choice("--position-embedding-type", ("learned_absolute", "rope", "mrope",
                                                      "yarn", "relative", "none"),
-                       "rope" if flags.has("--use-rotary-position-embeddings") else "learned_absolute")
+                       "rope" if flags.has("--use-rotary-position-embeddings")
+                       else "learned_absolute")
     if flags.has("--no-position-embedding"):
         pos = "none"
     experts = flags.int("--num-experts", fix=fix)
     deepspeed = dialect == "Megatron-DeepSpeed"
     fields = dict(
-        num_layers=flags.int("--num-layers", fix=fix), hidden_size=flags.int("--hidden-size", fix=fix),
+        num_layers=flags.int("--num-layers", fix=fix),
+        hidden_size=flags.int("--hidden-size", fix=fix),
         ffn_hidden_size=flags.int("--ffn-hidden-size", fix=fix),
         num_attention_heads=flags.int("--num-attention-heads", fix=fix),
         num_kv_heads=(flags.int("--num-key-value-heads", fix=fix) if deepspeed else
@@ -449,42 +453,59 @@ def _required_rules(flags: Flags, seq: int | None, out: list[Violation]) -> None
 
 # ------------------------------------------------------------------------------ the layout
 
-def _layout(flags: Flags, model: ModelSpec, num_gpus: int, out: list[Violation]) -> Layout:
-    tp = flags.int("--tensor-model-parallel-size", 1)
-    pp = flags.int("--pipeline-model-parallel-size", 1)
-    cp = flags.int("--context-parallel-size", 1)
-    ep = flags.int("--expert-model-parallel-size", 1)
-    etp = flags.int("--expert-tensor-parallel-size", tp)
-    for name, value in (("--tensor-model-parallel-size", tp), ("--pipeline-model-parallel-size", pp),
-                        ("--context-parallel-size", cp), ("--expert-model-parallel-size", ep),
-                        ("--expert-tensor-parallel-size", etp)):
+def _degrees(flags: Flags) -> dict[str, int]:
+    names = {"tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size",
+             "cp": "--context-parallel-size", "ep": "--expert-model-parallel-size"}
+    deg = {axis: flags.int(flag, 1) for axis, flag in names.items()}
+    deg["etp"] = flags.int("--expert-tensor-parallel-size", deg["tp"])
+    names["etp"] = "--expert-tensor-parallel-size"
+    for axis, value in deg.items():
         if value < 1:
-            raise SpecError(f"{flags.source}: {name} {value} must be at least 1; fix the value")
-    L = model.num_layers
-    vpp = flags.int("--num-virtual-stages-per-pipeline-rank", 1)
+            raise SpecError(f"{flags.source}: {names[axis]} {value} must be at least 1; "
+                            "fix the value")
+    return deg
+
+
+def _vpp(flags: Flags, num_layers: int, pp: int, out: list[Violation]) -> int:
+    """Virtual stages per rank: given, or layers per rank / layers per virtual stage."""
+    if flags.has("--num-virtual-stages-per-pipeline-rank"):
+        return flags.int("--num-virtual-stages-per-pipeline-rank")
     per_stage = flags.int("--num-layers-per-virtual-pipeline-stage")
-    if per_stage is not None and not flags.has("--num-virtual-stages-per-pipeline-rank"):
-        per_rank = L // pp
-        if per_stage < 1 or per_rank % per_stage:
-            out.append(Violation("megatron-vpp-layers",
-                                 f"layers per pipeline rank ({per_rank} = {L}/{pp}) must be "
-                                 f"divisible by --num-layers-per-virtual-pipeline-stage "
-                                 f"({per_stage}) (Megatron asserts it)", "error"))
-        vpp = max(1, per_rank // max(1, per_stage))
+    if per_stage is None:
+        return 1
+    per_rank = num_layers // pp
+    if per_stage < 1 or per_rank % per_stage:
+        out.append(Violation("megatron-vpp-layers",
+                             f"layers per pipeline rank ({per_rank} = {num_layers}/{pp}) must be "
+                             f"divisible by --num-layers-per-virtual-pipeline-stage "
+                             f"({per_stage}) (Megatron asserts it)", "error"))
+    return max(1, per_rank // max(1, per_stage))
+
+
+def _split(flags: Flags, num_layers: int, pp: int, vpp: int,
+           out: list[Violation]) -> tuple[int | None, int | None]:
+    """(first, last) stage layers: --decoder-first/last-..., or the accounted split."""
     first = flags.int("--decoder-first-pipeline-num-layers")
     last = flags.int("--decoder-last-pipeline-num-layers")
     emb = flags.has("--account-for-embedding-in-pipeline-split")
     loss = flags.has("--account-for-loss-in-pipeline-split")
-    if (emb or loss) and (first is not None or last is not None):
+    if not (emb or loss):
+        return first, last
+    if first is not None or last is not None:
         out.append(Violation("megatron-pipeline-split",
                              "--account-for-embedding/loss-in-pipeline-split cannot be combined "
                              "with --decoder-first/last-pipeline-num-layers; keep one way",
                              "error"))
-    elif emb or loss:
-        first, last, problem = accounted_split(L, pp=pp, vpp=vpp, embedding=emb, loss=loss)
-        if problem:
-            out.append(Violation("megatron-pipeline-split", f"{problem} (Megatron asserts it)",
-                                 "error"))
+        return first, last
+    first, last, problem = accounted_split(num_layers, pp=pp, vpp=vpp, embedding=emb, loss=loss)
+    if problem:
+        out.append(Violation("megatron-pipeline-split", f"{problem} (Megatron asserts it)",
+                             "error"))
+    return first, last
+
+
+def _sp_and_overlap(flags: Flags, tp: int, out: list[Violation]) -> bool:
+    """Megatron 12 (SP off at TP 1, a warning) and 13 (overlap flags, errors); SP as run."""
     sp = flags.has("--sequence-parallel")
     if sp and tp == 1:
         out.append(Violation("megatron-sp-needs-tp",
@@ -500,6 +521,10 @@ def _layout(flags: Flags, model: ModelSpec, num_gpus: int, out: list[Violation])
         out.append(Violation("megatron-overlap-param-gather",
                              "--overlap-param-gather needs --use-distributed-optimizer and "
                              "--overlap-grad-reduce (Megatron asserts it); add them", "error"))
+    return sp
+
+
+def _recompute(flags: Flags, layers_per_chunk: int, out: list[Violation]) -> str:
     gran = flags.choice("--recompute-granularity", ("full", "selective"))
     if gran is None and flags.has("--recompute-activations"):
         gran = "selective"
@@ -507,30 +532,42 @@ def _layout(flags: Flags, model: ModelSpec, num_gpus: int, out: list[Violation])
         gran = "full"
     if gran == "full" and flags.choice("--recompute-method", ("uniform", "block")) == "block":
         n = flags.int("--recompute-num-layers", 1)
-        chunk = L // (pp * vpp)
-        if n < chunk:
+        if n < layers_per_chunk:
             out.append(Violation("megatron-partial-recompute",
                                  f"--recompute-method block --recompute-num-layers {n} recomputes "
-                                 f"{n} of the {chunk} layers per stage; planner models every "
-                                 "layer recomputed, so it underestimates activation memory",
+                                 f"{n} of the {layers_per_chunk} layers per stage; planner models "
+                                 "every layer recomputed, so it underestimates activation memory",
                                  "warning"))
-    if flags.has("--micro-batch-size"):
-        mbs = flags.int("--micro-batch-size")
-    else:
+    return gran or "none"
+
+
+def _micro_batch(flags: Flags, out: list[Violation]) -> int:
+    if not flags.has("--micro-batch-size"):
         out.append(Violation("megatron-required-flag",
                              "--micro-batch-size is missing; Megatron-LM needs it (planner uses 1)",
                              "error"))
-        mbs = 1
+        return 1
+    mbs = flags.int("--micro-batch-size")
     if mbs < 1:
         raise SpecError(f"{flags.source}: --micro-batch-size {mbs} must be at least 1")
+    return mbs
+
+
+def _layout(flags: Flags, model: ModelSpec, num_gpus: int, out: list[Violation]) -> Layout:
+    d = _degrees(flags)
+    tp, pp, cp = d["tp"], d["pp"], d["cp"]
+    vpp = _vpp(flags, model.num_layers, pp, out)
+    first, last = _split(flags, model.num_layers, pp, vpp, out)
     cp_comm = flags.text("--cp-comm-type", "p2p", fix="set it in the script")
     if cp_comm not in ("p2p", "a2a", "allgather", "a2a+p2p"):
         raise SpecError(f"{flags.source}: --cp-comm-type {cp_comm!r} is not one of p2p, a2a, "
                         "allgather, a2a+p2p; fix the value")
-    return Layout(tp=tp, cp=cp, ep=ep, dp=max(1, num_gpus // (tp * pp * cp)), pp=pp, vpp=vpp,
-                  etp=etp, sp=sp, zero=_zero(flags), micro_batch_size=mbs,
-                  recompute=gran or "none", first_stage_layers=first, last_stage_layers=last,
-                  cp_comm_type=cp_comm, overlap_grad_reduce=flags.has("--overlap-grad-reduce"),
+    return Layout(tp=tp, cp=cp, ep=d["ep"], dp=max(1, num_gpus // (tp * pp * cp)), pp=pp,
+                  vpp=vpp, etp=d["etp"], sp=_sp_and_overlap(flags, tp, out), zero=_zero(flags),
+                  micro_batch_size=_micro_batch(flags, out),
+                  recompute=_recompute(flags, model.num_layers // (pp * vpp), out),
+                  first_stage_layers=first, last_stage_layers=last, cp_comm_type=cp_comm,
+                  overlap_grad_reduce=flags.has("--overlap-grad-reduce"),
                   overlap_param_gather=flags.has("--overlap-param-gather"),
                   tp_comm_overlap=flags.has("--tp-comm-overlap"))
 
@@ -586,7 +623,8 @@ def load(path: str | Path, text: str, ov: Overrides) -> Imported:
     model = model_from_flags(flags, ov, source, seq, out)
     num_gpus = world_size(found, ov, hardware, source, out)
     layout = _layout(flags, model, num_gpus, out)
-    if found.is_script and (layout.tp > 1 or layout.cp > 1) and not flags.has("--use-megatron-fsdp") \
+    if found.is_script and (layout.tp > 1 or layout.cp > 1) \
+            and not flags.has("--use-megatron-fsdp") \
             and hardware.name.lower().startswith(("a100", "h100", "h200")) \
             and found.script.var("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
         out.append(Violation("megatron-cuda-device-max-connections",

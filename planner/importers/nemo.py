@@ -85,13 +85,16 @@ _MODEL_IGNORED = frozenset({
     "tokenizer_model", "mcore_customization_config", "moe_grouped_gemm",
     "moe_token_dispatcher_type", "moe_aux_loss_coeff", "moe_router_load_balancing_type",
     "moe_z_loss_coeff", "moe_input_jitter_eps", "moe_token_dropping", "moe_per_layer_logging",
-    "moe_router_pre_softmax", "moe_shared_expert_intermediate_size", "num_layers_per_virtual_pipeline_stage",
+    "moe_router_pre_softmax", "moe_shared_expert_intermediate_size",
+    "num_layers_per_virtual_pipeline_stage",
     "pipeline_model_parallel_split_rank", "encoder_tp_comm_overlap", "context_parallel_comm",
     "validation_drop_last", "sample_weight", "log_token_counts", "position_interpolation_factor",
-    "rotary_interleaved", "share_embeddings", "embedding_multiplier_scale", "fsdp_grad_reduce_dtype",
+    "rotary_interleaved", "share_embeddings", "embedding_multiplier_scale",
+    "fsdp_grad_reduce_dtype",
     "fsdp_sharded_checkpoint", "fsdp_use_orig_params", "use_te_rng_tracker", "dist_ckpt_format",
     "dist_ckpt_load_on_device", "dist_ckpt_parallel_save", "dist_ckpt_parallel_save_within_dp",
-    "dist_ckpt_parallel_load", "dist_ckpt_torch_dist_multiproc", "dist_ckpt_assume_constant_structure",
+    "dist_ckpt_parallel_load", "dist_ckpt_torch_dist_multiproc",
+    "dist_ckpt_assume_constant_structure",
     "dist_ckpt_parallel_dist_opt", "dist_ckpt_load_strictness", "expert_model_parallel_comm",
     "num_tokentypes", "use_transformer_engine_op_fuser", "apply_query_key_layer_scaling_fused",
     "hidden_dropout_prob", "overlap_param_gather_with_optimizer_step", "align_param_gather",
@@ -117,7 +120,8 @@ _STRATEGY = frozenset({
     "ckpt_parallel_save_optim", "ckpt_load_directly_on_device", "ckpt_load_strictness",
     "ckpt_load_main_params", "ckpt_include_optimizer", "save_ckpt_format", "load_ckpt_format",
     "restore_config", "megatron_log_level", "data_sampler", "parallel_devices",
-    "output_data_idx", "use_sharp", "use_gloo_process_groups", "hierarchical_context_parallel_sizes",
+    "output_data_idx", "use_sharp", "use_gloo_process_groups",
+    "hierarchical_context_parallel_sizes",
 })
 # NeMo 2 model config classes (nemo.collections.llm) that are planner presets
 _NEMO2_PRESETS = {
@@ -208,13 +212,13 @@ def _recompute_rules(gran: Any, method: Any, layers: Any, names: tuple[str, str,
 def _sp(tp: int, sp: bool, *, nemo2: bool, out: list[Violation]) -> bool:
     if not (sp and tp == 1):
         return sp
+    what = "sequence_parallel with tensor_model_parallel_size 1"
     if nemo2:
-        out.append(Violation("nemo-sp-needs-tp", "sequence_parallel with tensor_model_parallel_size "
-                                                 "1: NeMo 2 raises; set sequence_parallel false",
-                             "error"))
+        out.append(Violation("nemo-sp-needs-tp", f"{what}: NeMo 2 raises; set sequence_parallel "
+                                                 "false", "error"))
     else:
-        out.append(Violation("nemo-sp-needs-tp", "sequence_parallel with tensor_model_parallel_size "
-                                                 "1: NeMo turns it off; set it false", "warning"))
+        out.append(Violation("nemo-sp-needs-tp", f"{what}: NeMo turns it off; set it false",
+                             "warning"))
     return False
 
 
@@ -245,7 +249,7 @@ def _world(trainer: dict, ov: Overrides, hardware, source: str) -> int:
         hardware.gpus_per_node if devices in ("auto", -1, "-1") else None)
     nodes = _int(trainer, "num_nodes", 1, where="trainer")
     return resolve_world(ov, hardware=hardware, source=source, gpus_per_node=per_node, nodes=nodes,
-                         missing="trainer.devices is not a GPU count")
+                         missing=f"trainer.devices ({devices!r}) is not a GPU count")
 
 
 # ------------------------------------------------------------------------------ NeMo 1
@@ -399,7 +403,8 @@ def _nemo2_model(model: dict, ov: Overrides, source: str, seq: int | None) -> Mo
         num_kv_heads=config.get("num_query_groups"), kv_channels=config.get("kv_channels"),
         vocab_size=vocab, activation="swiglu" if gated else "gelu",
         tied_embeddings=bool(config.get("share_embeddings_and_output_weights", False)),
-        normalization=_NORMS.get(str(config.get("normalization", "layernorm")).lower(), "LayerNorm"),
+        normalization=_NORMS.get(str(config.get("normalization", "layernorm")).lower(),
+                                 "LayerNorm"),
         add_bias_linear=bool(config.get("add_bias_linear", True)),
         position_embedding_type=_position(config.get("position_embedding_type", "rope")),
         seq_length=config.get("seq_length") or seq,

@@ -116,9 +116,9 @@ def _model(data: dict, ov: Overrides, source: str):
     key = (str(m.get("name", "")).lower(), str(m.get("flavor", "")).lower())
     if key in _PRESETS:
         return get_preset(_PRESETS[key])
-    return model_of(ov, source=source,
-                    what=f"[model] name {m.get('name')!r} flavor {m.get('flavor')!r} is not a "
-                         "planner preset")
+    what = (f"[model] name {m.get('name')!r} flavor {m.get('flavor')!r} is not a planner preset"
+            if m.get("name") else "no [model] name/flavor")
+    return model_of(ov, source=source, what=what)
 
 
 def _stage_layers(num_layers: int, stages: int, first_less: int, last_less: int) -> list[int]:
@@ -132,7 +132,8 @@ def _stage_layers(num_layers: int, stages: int, first_less: int, last_less: int)
     return sizes
 
 
-def _pipeline(par: dict, num_layers: int, pp: int, out: list[Violation]) -> tuple[int, int | None, int | None]:
+def _pipeline(par: dict, num_layers: int, pp: int,
+              out: list[Violation]) -> tuple[int, int | None, int | None]:
     """(vpp, first_stage_layers, last_stage_layers) with torchtitan's stage checks."""
     if pp == 1:
         return 1, None, None
@@ -235,7 +236,8 @@ def _recompute(data: dict, out: list[Violation]) -> str:
 def _precision(data: dict, out: list[Violation]) -> str:
     model = _section(data, "model")
     converters = model.get("converters", [])
-    if any("float8" in str(c) for c in (converters if isinstance(converters, list) else [converters])):
+    converters = converters if isinstance(converters, list) else [converters]
+    if any("float8" in str(c) for c in converters):
         return "fp8"
     param = str(_section(data, "training").get("mixed_precision_param", "bfloat16"))
     if param == "float32":
