@@ -267,7 +267,6 @@ def _subtree(job: Job, base: Layout, vpps: list[int], sps: list[bool], space: _S
     if probe_sp and space.mbs:
         low = base.with_(vpp=1, sp=max(probe_sp), tp_comm_overlap=max(probe_sp) and base.tp > 1,
                          micro_batch_size=space.mbs[0])
-        lowest = None
         # the minimum is at ZeRO 2 or 3 (0-2 only shard more) and full or selective
         # recompute (selective never needs more than none)
         zs = [z for z in space.zero if z >= 2] or [max(space.zero)]
@@ -275,16 +274,13 @@ def _subtree(job: Job, base: Layout, vpps: list[int], sps: list[bool], space: _S
         for zero in zs:
             for rec in rs:
                 probe = low.with_(zero=zero, recompute=rec)
-                mem = cm.memory(probe)
-                if fits(mem.total, cm.capacity, headroom):
+                total = cm.memory_total(probe)
+                if fits(total, cm.capacity, headroom):
                     any_fit = True
                     break
-                if lowest is None or mem.total < lowest[1].total:
-                    lowest = (probe, mem)
+                _closer(closest, probe, total)
             if any_fit:
                 break
-        if not any_fit and lowest and (not closest or lowest[1].total < closest[0][1].total):
-            closest[:] = [lowest]
     leaf = len(space.mbs) * len(space.zero) * len(space.rec)
     for sp in sps:
         if not seq_tp_ok(seq, base.cp, base.tp, sp):
@@ -345,23 +341,23 @@ def _leaves(job: Job, base: Layout, space: _Space, cm, cnt: _Counter, headroom: 
                 lo = prefix[("none", zero)]
             if lo < hi:   # try the largest first: usually everything fits
                 lay = Layout(*head, zero, valid[hi - 1], rec, *tail)
-                mem = cm.memory(lay)
+                total = cm.memory_total(lay)
                 cnt.evaluated += 1
-                if fits(mem.total, cap, headroom):
+                if fits(total, cap, headroom):
                     lo = hi
                 else:
                     hi -= 1
-                    _closer(closest, lay, mem)
+                    _closer(closest, lay, total)
             while lo < hi:
                 mid = (lo + hi) // 2
                 lay = Layout(*head, zero, valid[mid], rec, *tail)
-                mem = cm.memory(lay)
+                total = cm.memory_total(lay)
                 cnt.evaluated += 1
-                if fits(mem.total, cap, headroom):
+                if fits(total, cap, headroom):
                     lo = mid + 1
                 else:
                     hi = mid
-                    _closer(closest, lay, mem)
+                    _closer(closest, lay, total)
             prefix[(rec, zero)] = lo
             cnt.feasible += lo
             cnt.searched += lo
@@ -377,9 +373,10 @@ def _leaves(job: Job, base: Layout, space: _Space, cm, cnt: _Counter, headroom: 
                         break
 
 
-def _closer(closest: list, lay: Layout, mem: MemoryBreakdown) -> None:
-    if not closest or mem.total < closest[0][1].total:
-        closest[:] = [(lay, mem)]
+def _closer(closest: list, lay: Layout, total: float) -> None:
+    """Keep the smallest layout that did not fit (its breakdown is built at the end)."""
+    if not closest or total < closest[0][1]:
+        closest[:] = [(lay, total)]
 
 
 def search(job: Job, opts: SearchOptions = SearchOptions()) -> SearchResult:
@@ -396,14 +393,15 @@ def search(job: Job, opts: SearchOptions = SearchOptions()) -> SearchResult:
     plans, timed = _rank(job, cm, cands, opts)
     if opts.tokens:
         plans = [_with_train(p, job, opts.tokens) for p in plans]
+    near = (closest[0][0], cm.memory(closest[0][0])) if closest and not cands else None
     result = SearchResult(job=job, plans=plans, searched=cnt.searched, feasible=cnt.feasible,
                           evaluated=cnt.evaluated, timed=timed, pruned=cnt.pruned, steps=[],
-                          closest=closest[0] if closest and not cands else None,
+                          closest=near,
                           headroom=opts.headroom)
     from planner.seven_steps import seven_steps   # the procedure and its pick
     seven_steps(result, cm, opts)
     if not cands:
-        result.suggestions = _suggestions(job, closest[0] if closest else None, cm, opts)
+        result.suggestions = _suggestions(job, near, cm, opts)
     result.elapsed_s = _time.perf_counter() - t0
     return result
 

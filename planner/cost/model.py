@@ -207,14 +207,22 @@ class CostModel:
 
     def memory(self, lay: Layout, *, zero: int | None = None) -> MemoryBreakdown:
         """The most loaded rank's memory (first, a middle or the last pipeline rank)."""
+        total, w, g, o, acts, other, name = self._worst_rank(lay, lay.zero if zero is None else zero)
+        return MemoryBreakdown(w, g, o, acts, other, self.capacity, name)
+
+    def memory_total(self, lay: Layout) -> float:
+        """`memory(lay).total` without building the breakdown (the search's hot path)."""
+        return self._worst_rank(lay, lay.zero)[0]
+
+    def _worst_rank(self, lay: Layout, zero: int) -> tuple:
         lc = self.layer_costs(lay)
-        zero = lay.zero if zero is None else zero
         m = max(1, self.gbs // (lay.micro_batch_size * lay.dp))
         full = lay.recompute == "full"
         gather, stages = self.stage_states(lay, zero)
         transient = lc.transient + gather
         p, v = lay.pp, lay.vpp
-        best, best_total = None, -1.0
+        best = None
+        best_total = -1.0
         for name, rank, layers, moe_layers, out, w, g, o in stages:
             per_layer = ((layers - moe_layers) * lc.act_d + moe_layers * lc.act_e) / layers if layers else 0.0
             acts = per_layer * in_flight_layers(layers, p, v, m, rank)
@@ -225,9 +233,9 @@ class CostModel:
             tensors = w + g + o + acts
             other = self.fixed + self.frag * tensors + transient
             if tensors + other > best_total:
-                best_total, best = tensors + other, (w, g, o, acts, other, name)
-        w, g, o, acts, other, name = best
-        return MemoryBreakdown(w, g, o, acts, other, self.capacity, name)
+                best_total = tensors + other
+                best = (best_total, w, g, o, acts, other, name)
+        return best
 
     def time_lower_bound(self, lay: Layout) -> float:
         """A cheap bound below `time(lay).step_time_s`: m micro-batches of the mean stage

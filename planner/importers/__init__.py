@@ -17,8 +17,8 @@ import yaml
 from planner.config import config_from_data, load_config, resolve_hardware
 from planner.errors import SpecError
 from planner.importers import deepspeed, megatron, nemo, torchtitan
-from planner.importers.common import (DEFAULT_HARDWARE, Imported, Overrides, read_text,
-                                      resolve_world)
+from planner.importers.common import (DEFAULT_HARDWARE, Imported, Overrides, naming,
+                                      read_text, resolve_world)
 from planner.specs import read_yaml
 
 __all__ = ["Imported", "Overrides", "FORMATS", "detect_format", "load_any"]
@@ -64,6 +64,13 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
     ov = Overrides(model=model, hardware=hardware, gpus=gpus, nodes=nodes)
     p = Path(path)
     fmt = detect_format(p)
+    if fmt == "planner":
+        return _planner(p, ov)
+    with naming(str(p)):
+        return _framework(p, fmt, ov)
+
+
+def _framework(p: Path, fmt: str, ov: Overrides) -> Imported:
     if fmt == "megatron":
         return megatron.load(p, read_text(p, what="Megatron-LM script"), ov)
     if fmt == "torchtitan":
@@ -76,9 +83,7 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
         if p.suffix.lower() in (".yaml", ".yml"):
             return deepspeed.load(p, read_yaml(p, what="ds_config"), ov)
         return deepspeed.load_script(p, text, ov)
-    if fmt == "nemo":
-        return nemo.load(p, read_yaml(p, what="NeMo config"), ov)
-    return _planner(p, ov)
+    return nemo.load(p, read_yaml(p, what="NeMo config"), ov)
 
 
 def _planner(p: Path, ov: Overrides) -> Imported:

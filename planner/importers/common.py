@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -23,7 +24,7 @@ from planner.specs import HardwareSpec, ModelSpec, parse_spec
 
 __all__ = ["Imported", "Overrides", "read_text", "resolve_world", "hardware_of", "model_of",
            "inline_model", "vocab_from_tokenizer", "make_job", "unknown_key", "accounted_split",
-           "DEFAULT_HARDWARE"]
+           "naming", "DEFAULT_HARDWARE"]
 
 DEFAULT_HARDWARE = "h100-sxm"   # as in a planner config that names no hardware
 
@@ -52,6 +53,17 @@ class Imported:
     violations: list[Violation] = field(default_factory=list)
     format: str = "planner"
     source: str = ""
+
+
+@contextmanager
+def naming(source: str):
+    """Prefix the file to a SpecError that does not name it yet (one line: path, problem, fix)."""
+    try:
+        yield
+    except SpecError as exc:
+        if source in exc.message:
+            raise
+        raise SpecError(f"{source}: {exc.message}") from None
 
 
 def read_text(path: str | Path, *, what: str) -> str:
@@ -116,7 +128,10 @@ def inline_model(fields: dict[str, Any], *, source: str, fmt: str) -> ModelSpec:
     """A ModelSpec from a file's shape keys, named after the preset it matches if any."""
     fields = {k: v for k, v in fields.items() if v is not None}
     fields.setdefault("name", f"custom ({fmt})")
-    spec = parse_spec(ModelSpec, fields, where=f"model shape in {source}")
+    try:
+        spec = parse_spec(ModelSpec, fields, where="model")
+    except SpecError as exc:
+        raise SpecError(f"{source}: {exc.message} (the {fmt} model shape)") from None
     key = _shape_key(spec)
     for preset in PRESETS.values():
         if _shape_key(ModelSpec(**preset)) == key:

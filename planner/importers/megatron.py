@@ -220,6 +220,12 @@ def _launcher_value(words: list[str], names: tuple[str, ...]) -> str | None:
     return value
 
 
+def _is_torchrun(words: list[str]) -> bool:
+    return any(w.rsplit("/", 1)[-1] == "torchrun" or w in ("torch.distributed.run",
+                                                          "torch.distributed.launch")
+               for w in words)
+
+
 def world_size(found: Launch, ov: Overrides, hardware, source: str,
            out: list[Violation]) -> int:
     if ov.gpus is not None and ov.nodes is None:
@@ -262,8 +268,9 @@ def world_size(found: Launch, ov: Overrides, hardware, source: str,
     world = None
     if per_node is None and "WORLD_SIZE" in script.variables:
         world = number("the world size (WORLD_SIZE)", script.var("WORLD_SIZE"))
-    if nodes is None and per_node is not None and words:
-        nodes = 1                                  # torchrun's default --nnodes
+    if _is_torchrun(words):                        # torchrun's defaults: 1 node, 1 process
+        per_node = 1 if per_node is None and world is None else per_node
+        nodes = 1 if nodes is None else nodes
     return resolve_world(ov, hardware=hardware, source=source, gpus_per_node=per_node,
                          nodes=nodes, world=world,
                          missing="no world size (no torchrun --nnodes/--nproc-per-node, no "

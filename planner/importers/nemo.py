@@ -166,14 +166,15 @@ def _map(data: Any, where: str) -> dict:
     return data
 
 
-def _int(section: dict, key: str, default: int | None, *, where: str) -> int | None:
+def _int(section: dict, key: str, default: int | None, *, where: str,
+         minimum: int = 1) -> int | None:
     value = section.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and re.fullmatch(r"\d+", value):
-            return int(value)
-        raise SpecError(f"{where}.{key} = {value!r} is not an integer; fix the value")
+    if isinstance(value, str) and re.fullmatch(r"\d+", value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(f"{where}.{key} = {value!r} must be an integer >= {minimum}; fix the value")
     return value
 
 
@@ -225,8 +226,8 @@ def _sp(tp: int, sp: bool, *, nemo2: bool, out: list[Violation]) -> bool:
 def _split(section: dict, *, num_layers: int, pp: int, vpp: int, where: str,
            out: list[Violation]) -> tuple[int | None, int | None]:
     """Uneven pipeline stages, in Megatron-core's TransformerConfig fields (NeMo passes them)."""
-    first = _int(section, "num_layers_in_first_pipeline_stage", None, where=where)
-    last = _int(section, "num_layers_in_last_pipeline_stage", None, where=where)
+    first = _int(section, "num_layers_in_first_pipeline_stage", None, where=where, minimum=0)
+    last = _int(section, "num_layers_in_last_pipeline_stage", None, where=where, minimum=0)
     emb = bool(section.get("account_for_embedding_in_pipeline_split", False))
     loss = bool(section.get("account_for_loss_in_pipeline_split", False))
     if not (emb or loss):
