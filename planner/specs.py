@@ -20,7 +20,7 @@ from planner.errors import SpecError
 
 __all__ = [
     "ModelSpec", "HardwareSpec", "PeakTflops", "Calibration", "TrainingSpec", "ParallelSpec",
-    "ConfigSpec", "read_yaml", "parse_spec", "spec_error", "Precision", "Recompute",
+    "ConfigSpec", "read_text", "read_yaml", "parse_spec", "spec_error", "Precision", "Recompute",
 ]
 
 Precision = Literal["bf16", "fp16", "fp8"]
@@ -347,20 +347,28 @@ def _divisor_list(n: int) -> str:
 
 # --------------------------------------------------------------------------- YAML reading
 
-def read_yaml(path: str | Path, *, what: str = "file") -> Any:
-    """Read a YAML (or JSON) file; every failure becomes a one-line SpecError."""
+def read_text(path: str | Path, *, what: str = "file",
+              empty_hint: str = "give a complete file") -> str:
+    """A file's text; every failure is one SpecError line (path, problem, fix)."""
     p = Path(path)
     if not p.exists():
         raise SpecError(f"{what} {str(p)!r} does not exist; check the path")
     if p.is_dir():
-        raise SpecError(f"{what} {str(p)!r} is a directory; give a YAML file")
+        raise SpecError(f"{what} {str(p)!r} is a directory; give a file")
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"{what} {str(p)!r} cannot be read ({exc.__class__.__name__}); "
                         "give a UTF-8 text file") from None
     if not text.strip():
-        raise SpecError(f"{what} {str(p)!r} is empty; see examples/ for a complete config")
+        raise SpecError(f"{what} {str(p)!r} is empty; {empty_hint}")
+    return text
+
+
+def read_yaml(path: str | Path, *, what: str = "file") -> Any:
+    """Read a YAML (or JSON) file; every failure becomes a one-line SpecError."""
+    p = Path(path)
+    text = read_text(p, what=what, empty_hint="see examples/ for a complete config")
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

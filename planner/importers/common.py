@@ -19,6 +19,7 @@ from typing import Any, Iterable
 from planner.config import Job, default_training, resolve_hardware
 from planner.errors import SpecError, Violation
 from planner.layout import Layout
+from planner.specs import read_text as _read_text
 from planner.presets import PRESETS, resolve_model
 from planner.specs import HardwareSpec, ModelSpec, parse_spec
 
@@ -68,19 +69,7 @@ def naming(source: str):
 
 def read_text(path: str | Path, *, what: str) -> str:
     """A file's text; every failure is one SpecError line (path, problem, fix)."""
-    p = Path(path)
-    if not p.exists():
-        raise SpecError(f"{what} {str(p)!r} does not exist; check the path")
-    if p.is_dir():
-        raise SpecError(f"{what} {str(p)!r} is a directory; give a file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{what} {str(p)!r} cannot be read ({exc.__class__.__name__}); "
-                        "give a UTF-8 text file") from None
-    if not text.strip():
-        raise SpecError(f"{what} {str(p)!r} is empty; give a complete file")
-    return text
+    return _read_text(path, what=what, empty_hint="give a complete file")
 
 
 def hardware_of(ov: Overrides) -> HardwareSpec:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import tomllib
 from pathlib import Path
-from typing import Any
+
 
 from planner.errors import SpecError, Violation
 from planner.importers.common import (Imported, Overrides, hardware_of, make_job, model_of,
