@@ -20,7 +20,7 @@ from planner.errors import SpecError
 
 __all__ = [
     "ModelSpec", "HardwareSpec", "PeakTflops", "Calibration", "TrainingSpec", "ParallelSpec",
-    "ConfigSpec", "read_text", "read_yaml", "parse_spec", "spec_error", "Precision", "Recompute",
+    "ConfigSpec", "field_help", "read_text", "read_yaml", "parse_spec", "spec_error", "Precision", "Recompute",
 ]
 
 Precision = Literal["bf16", "fp16", "fp8"]
@@ -30,7 +30,10 @@ _MAX_DIM = 10_000_000  # no real model or cluster is larger; anything above is a
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    # The docstring under each field is its help text (README lists them). Pydantic's
+    # use_attribute_docstrings would re-read this source at every start (~40 ms of the ~1 s a
+    # plan may take); `field_help()` reads them on demand instead.
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     @field_validator("*", mode="before")
     @classmethod
@@ -339,6 +342,23 @@ class ConfigSpec(_Spec):
     """The layout."""
 
 
+def field_help(cls: type[BaseModel]) -> dict[str, str]:
+    """{field: the docstring under it} for a spec class (the help text of its keys)."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    out: dict[str, str] = {}
+    body = tree.body[0].body
+    for stmt, nxt in zip(body, body[1:]):
+        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)):
+            out[stmt.target.id] = " ".join(nxt.value.value.split())
+    return out
+
+
 def _divisor_list(n: int) -> str:
     from planner.units import divisors
     ds = divisors(n)
@@ -396,8 +416,8 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _fields_at(cls: type[BaseModel], loc: tuple) -> list[str]:
-    """Valid keys of the (nested) model that `loc` points into."""
+def _model_at(cls: type[BaseModel], loc: tuple) -> type[BaseModel]:
+    """The (nested) spec class that `loc` points into."""
     model: Any = cls
     for part in loc[:-1]:
         field = model.model_fields.get(part) if isinstance(part, str) else None
@@ -406,7 +426,7 @@ def _fields_at(cls: type[BaseModel], loc: tuple) -> list[str]:
             model = ann
         else:
             break
-    return list(model.model_fields)
+    return model
 
 
 def spec_error(exc: ValidationError, cls: type[BaseModel], *, where: str = "") -> SpecError:
@@ -418,9 +438,13 @@ def spec_error(exc: ValidationError, cls: type[BaseModel], *, where: str = "") -
         field = f"{where}.{field}" if field else where
     kind, value = err["type"], err.get("input")
     if kind == "extra_forbidden":
-        valid = _fields_at(cls, loc)
+        model = _model_at(cls, loc)
+        valid = list(model.model_fields)
         close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        hint = ""
+        if close:
+            about = field_help(model).get(close[0], "")
+            hint = f"did you mean {close[0]!r}? " + (f"({close[0]}: {about.rstrip('.')}) " if about else "")
         return SpecError(f"unknown key {field!r}; {hint}valid keys here: {', '.join(valid)}")
     if kind == "missing":
         return SpecError(f"missing required key {field!r}; add it (see README, 'Config files')")
