@@ -341,7 +341,9 @@ def tp_crosses_node(c: Context) -> Optional[str]:
     hw, t = c.hardware, c.layout.tp
     if t > hw.nvlink_domain_size:
         return (f"tp ({t}) spans more than one NVLink domain ({hw.nvlink_domain_size} GPUs on "
-                f"{hw.name}): its per-layer all-reduces then cross the network, ~10x slower; "
+                f"{hw.name}): its per-layer all-reduces then cross the network "
+                f"({hw.network_bandwidth_gb_per_s:.0f} GB/s per GPU instead of NVLink's "
+                f"{hw.nvlink_bandwidth_gb_per_s:.0f}) and cannot overlap with the GEMMs; "
                 f"keep tp <= {hw.nvlink_domain_size} and use pp across nodes")
     return None
 

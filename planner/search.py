@@ -212,6 +212,15 @@ def _groups(job: Job, space: _Space, cnt: _Counter):
     def ctx(lay: Layout) -> Context:
         return Context(model=m, hardware=job.hardware, training=tr, num_gpus=N, layout=lay)
 
+    def below_pp(tp: int, cp: int, pp: int) -> int:
+        """Layouts under one (tp, cp, pp): ep x etp x sp x vpp x micro-batch x ZeRO x recompute
+        (one vpp value when no layer split exists: layers-divisible removes it there)."""
+        if "dp" in space.fix and space.fix["dp"] != N // (tp * cp * pp):
+            return 0
+        splits = split_options(L, pp)
+        vpps = space.vpp(L, pp, splits[0]) if splits else [1]
+        return leaf * len(space.sp(tp)) * len(space.ep_etp(tp)) * len(vpps)
+
     for tp in space.tp:
         sps, eps = space.sp(tp), space.ep_etp(tp)
         cps = space.cp(N, tp, seq)
@@ -219,13 +228,13 @@ def _groups(job: Job, space: _Space, cnt: _Counter):
         rule = ("heads-divisible-by-tp" if heads_divisible_by_tp(probe) else
                 "kv-heads-vs-tp" if kv_heads_vs_tp(probe) else None)
         if rule:
-            cnt.prune(rule, leaf * len(sps) * len(eps)
-                      * sum(len(space.pp(N // (tp * c), L)) for c in cps))
+            cnt.prune(rule, sum(below_pp(tp, c, p) for c in cps
+                                for p in space.pp(N // (tp * c), L)))
             continue
         for cp in cps:
             pps = space.pp(N // (tp * cp), L)
             if seq_divisible_by_cp(ctx(Layout(tp=tp, cp=cp))):
-                cnt.prune("seq-divisible-by-cp", leaf * len(sps) * len(eps) * len(pps))
+                cnt.prune("seq-divisible-by-cp", sum(below_pp(tp, cp, p) for p in pps))
                 continue
             for pp in pps:
                 dp = N // (tp * cp * pp)
@@ -233,7 +242,7 @@ def _groups(job: Job, space: _Space, cnt: _Counter):
                     continue
                 splits = split_options(L, pp)
                 if not splits:
-                    cnt.prune("layers-divisible", leaf * len(sps) * len(eps))
+                    cnt.prune("layers-divisible", below_pp(tp, cp, pp))
                     continue
                 split = splits[0]
                 vpps = space.vpp(L, pp, split)
@@ -275,6 +284,7 @@ def _subtree(job: Job, base: Layout, vpps: list[int], sps: list[bool], space: _S
             for rec in rs:
                 probe = low.with_(zero=zero, recompute=rec)
                 total = cm.memory_total(probe)
+                cnt.evaluated += 1
                 if fits(total, cm.capacity, headroom):
                     any_fit = True
                     break
@@ -488,9 +498,10 @@ def _suggestions(job: Job, closest, cm, opts: SearchOptions) -> list[str]:
     out = [f"closest: {lay.name} zero {lay.zero} recompute {lay.recompute} micro-batch "
            f"{lay.micro_batch_size} needs {mem.total / 2**30:.1f} GiB per GPU, "
            f"{short / 2**30:.1f} GiB more than fits"]
-    need = math.ceil(mem.total / (mem.capacity * (1 - opts.headroom)))
-    out.append(f"more GPUs: model states shrink with pp and zero; try --gpus {job.num_gpus * 2} "
-               f"or more (about {need}x the memory per layout is missing)")
+    need = mem.total / (mem.capacity * (1 - opts.headroom))
+    more = job.num_gpus * 2 ** math.ceil(math.log2(max(need, 1.01)))
+    out.append(f"more GPUs: the closest layout needs {need:.1f}x the memory a GPU has; model "
+               f"states shrink with pp and ZeRO, so try --gpus {more} or more")
     if lay.recompute != "full":
         out.append("full recompute: --fix recompute=full keeps only each layer's input")
     if lay.zero != 3:

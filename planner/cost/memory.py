@@ -126,8 +126,8 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
     attn = shape.act_attn
     if recompute == "selective":
         attn -= 4 * shape.a
-    elif not flash:
-        attn += 5.0 * shape.a * seq
+    elif not flash:      # scores, softmax and dropout instead of flash's softmax statistics
+        attn += 5.0 * shape.a * seq - 4 * shape.a
     per_token = shape.act_rep / sp_div + attn / t
     if moe:
         per_token += shape.act_shared / t + 8.0 * shape.E / sp_div

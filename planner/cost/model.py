@@ -124,8 +124,10 @@ class CostModel:
 
         tp_s = 0.0
         if t > 1:
-            tp_s = (4 + 2 * full) * all_reduce_time(2.0 * tokens * s.h, t, self.link(t, 1))
-            if lay.tp_comm_overlap:
+            tp_link = self.link(t, 1)
+            tp_s = (4 + 2 * full) * all_reduce_time(2.0 * tokens * s.h, t, tp_link)
+            if lay.tp_comm_overlap and not tp_link.crosses_network:
+                # Transformer Engine's userbuffer overlap needs the TP group in one NVLink domain
                 tp_s *= 1.0 - hide
         ep_s = 0.0
         if lay.ep > 1 and s.E:
