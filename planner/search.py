@@ -17,6 +17,8 @@ step time, stopping when the bound passes the K-th best (see `_rank`).
 from __future__ import annotations
 
 import math
+import os
+import pickle
 import time as _time
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -201,10 +203,11 @@ class _Counter:
         self.feasible += 1
 
 
-def _groups(job: Job, space: _Space, cnt: _Counter):
+def _groups(job: Job, space: _Space, cnt: _Counter, part: tuple[int, int] = (0, 1)):
     """Yield (base layout, vpp options, sp options): every axis but vpp, sp, micro-batch,
     ZeRO and recompute, passing the structural rules level by level in the seven-step order
-    (TP, CP, PP, DP, EP)."""
+    (TP, CP, PP, DP, EP). `part` = (k, n) keeps the k-th of n interleaved shares of the
+    (tp, cp) pairs, so two processes can split the work."""
     m, N, tr = job.model, job.num_gpus, job.training
     L, seq = m.num_layers, tr.seq_length
     leaf = len(space.mbs) * len(space.zero) * len(space.rec)
@@ -221,43 +224,39 @@ def _groups(job: Job, space: _Space, cnt: _Counter):
         vpps = space.vpp(L, pp, splits[0]) if splits else [1]
         return leaf * len(space.sp(tp)) * len(space.ep_etp(tp)) * len(vpps)
 
-    for tp in space.tp:
+    pairs = [(tp, cp) for tp in space.tp for cp in space.cp(N, tp, seq)]
+    for tp, cp in pairs[part[0]::part[1]]:
         sps, eps = space.sp(tp), space.ep_etp(tp)
-        cps = space.cp(N, tp, seq)
+        pps = space.pp(N // (tp * cp), L)
         probe = ctx(Layout(tp=tp, dp=N // tp))
         rule = ("heads-divisible-by-tp" if heads_divisible_by_tp(probe) else
-                "kv-heads-vs-tp" if kv_heads_vs_tp(probe) else None)
+                "kv-heads-vs-tp" if kv_heads_vs_tp(probe) else
+                "seq-divisible-by-cp" if seq_divisible_by_cp(ctx(Layout(tp=tp, cp=cp))) else None)
         if rule:
-            cnt.prune(rule, sum(below_pp(tp, c, p) for c in cps
-                                for p in space.pp(N // (tp * c), L)))
+            cnt.prune(rule, sum(below_pp(tp, cp, p) for p in pps))
             continue
-        for cp in cps:
-            pps = space.pp(N // (tp * cp), L)
-            if seq_divisible_by_cp(ctx(Layout(tp=tp, cp=cp))):
-                cnt.prune("seq-divisible-by-cp", sum(below_pp(tp, cp, p) for p in pps))
+        for pp in pps:
+            dp = N // (tp * cp * pp)
+            if "dp" in space.fix and space.fix["dp"] != dp:
                 continue
-            for pp in pps:
-                dp = N // (tp * cp * pp)
-                if "dp" in space.fix and space.fix["dp"] != dp:
+            splits = split_options(L, pp)
+            if not splits:
+                cnt.prune("layers-divisible", below_pp(tp, cp, pp))
+                continue
+            split = splits[0]
+            vpps = space.vpp(L, pp, split)
+            for ep, etp in eps:
+                base = Layout(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, etp=etp,
+                              first_stage_layers=split[0], last_stage_layers=split[1])
+                c = ctx(base)
+                n = leaf * len(vpps) * len(sps)
+                if experts_divisible_by_ep(c):
+                    cnt.prune("experts-divisible-by-ep", n)
                     continue
-                splits = split_options(L, pp)
-                if not splits:
-                    cnt.prune("layers-divisible", below_pp(tp, cp, pp))
+                if expert_grid(c):
+                    cnt.prune("expert-grid", n)
                     continue
-                split = splits[0]
-                vpps = space.vpp(L, pp, split)
-                for ep, etp in eps:
-                    base = Layout(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, etp=etp,
-                                  first_stage_layers=split[0], last_stage_layers=split[1])
-                    c = ctx(base)
-                    n = leaf * len(vpps) * len(sps)
-                    if experts_divisible_by_ep(c):
-                        cnt.prune("experts-divisible-by-ep", n)
-                        continue
-                    if expert_grid(c):
-                        cnt.prune("expert-grid", n)
-                        continue
-                    yield base, vpps, sps
+                yield base, vpps, sps
 
 
 def _subtree(job: Job, base: Layout, vpps: list[int], sps: list[bool], space: _Space, cm,
@@ -300,13 +299,18 @@ def _subtree(job: Job, base: Layout, vpps: list[int], sps: list[bool], space: _S
             cnt.prune("moe-needs-sp", leaf * len(vpps))
             continue
         for vpp in vpps:
-            lay = base.with_(vpp=vpp, sp=sp, tp_comm_overlap=sp and base.tp > 1)
-            _leaves(job, lay, space, cm, cnt, headroom, cands, closest, estimate=any_fit,
-                    all_fitting=all_fitting)
+            _leaves(job, base, vpp, sp, space, cm, cnt, headroom, cands, closest,
+                    estimate=any_fit, all_fitting=all_fitting)
 
 
-def _leaves(job: Job, base: Layout, space: _Space, cm, cnt: _Counter, headroom: float,
-            cands: list, closest: list, *, estimate: bool = True,
+def _zero_order(zeros: list[int]) -> list[int]:
+    """ZeRO 2, then 0, then 1 (then 3): 2 bounds 1 and 0 from above, 0 bounds 1 from below,
+    so when everything (or nothing) fits ZeRO 1 needs no estimate at all."""
+    return sorted(zeros, key=lambda z: (z == 3, {2: 0, 0: 1, 1: 2}.get(z, 3)))
+
+
+def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: _Counter,
+            headroom: float, cands: list, closest: list, *, estimate: bool = True,
             all_fitting: bool = False) -> None:
     """Micro-batch x ZeRO x recompute of one base layout.
 
@@ -318,15 +322,15 @@ def _leaves(job: Job, base: Layout, space: _Space, cm, cnt: _Counter, headroom: 
     """
     gbs, cap = job.training.global_batch_size, cm.capacity
     b = base   # positional construction: dataclasses.replace costs more than the estimate
-    head = (b.tp, b.cp, b.ep, b.dp, b.pp, b.vpp, b.etp, b.sp)
+    head = (b.tp, b.cp, b.ep, b.dp, b.pp, vpp, b.etp, sp)
     tail = (b.first_stage_layers, b.last_stage_layers, b.cp_comm_type, b.overlap_grad_reduce,
-            b.overlap_param_gather, b.tp_comm_overlap)
+            b.overlap_param_gather, sp and b.tp > 1)
     n_zr = len(space.rec) * len(space.zero)
     valid = []
     for mbs in space.mbs:
         if not batch_ok(gbs, mbs, base.dp):
             cnt.prune("batch-divisible", n_zr)
-        elif not interleave_ok(base.vpp, base.pp, gbs // (mbs * base.dp)):
+        elif not interleave_ok(vpp, base.pp, gbs // (mbs * base.dp)):
             cnt.prune("vpp-needs-microbatches", n_zr)
         else:
             valid.append(mbs)
@@ -338,17 +342,52 @@ def _leaves(job: Job, base: Layout, space: _Space, cm, cnt: _Counter, headroom: 
     # Exact orderings that narrow each search: with the same micro-batch, selective recompute
     # needs no more memory than none, and ZeRO z needs no more than z - 1 (z <= 2: pure
     # sharding); so the fitting prefix can only grow from none to selective and from ZeRO 0
-    # to 2. ZeRO-3 (gather buffers) and full recompute (a layer's working set) are searched
-    # on their own.
+    # to 2, and to ZeRO-3 where its weight sharding outweighs its gather buffers (checked per
+    # layout). Full recompute (a layer's working set) is searched on its own.
     n = len(valid)
     prefix: dict[tuple[str, int], int] = {}
+    zeros = _zero_order(space.zero)
+    z3_ok = 3 in zeros and 2 in zeros and cm.zero3_no_worse_than_2(Layout(*head, 3, 1, "none", *tail))
+    # The ordered corner: the largest micro-batch at ZeRO 1 without recompute needs the most
+    # memory of every ZeRO 1-2 x (none, selective) layout; if it fits, they all do, with one
+    # estimate (ZeRO 0 rarely fits where it matters and is searched below).
+    ordered_z = [z for z in zeros if 1 <= z <= 2]
+    ordered_r = [r for r in space.rec if r in ("none", "selective")]
+    if ordered_z and ordered_r:
+        corner = Layout(*head, min(ordered_z), valid[-1], ordered_r[0], *tail)
+        cnt.evaluated += 1
+        if fits(cm.memory_total(corner), cap, headroom):
+            for r in ordered_r:
+                for z in ordered_z:
+                    prefix[(r, z)] = n
     for rec in space.rec:
-        for zero in sorted(space.zero, reverse=True):
+        for zero in zeros:
+            if (rec, zero) in prefix:
+                cnt.feasible += n
+                cnt.searched += n
+                continue
             lo, hi = 0, n
-            if zero < 2 and (rec, zero + 1) in prefix:
-                hi = prefix[(rec, zero + 1)]
+            if zero < 2:    # ZeRO z fits wherever z + 1 does not need more ... (0-2 only)
+                for z in range(zero + 1, 3):
+                    if (rec, z) in prefix:
+                        hi = min(hi, prefix[(rec, z)])
+            if zero > 0:
+                for z in range(0, min(zero, 3)):
+                    if (rec, z) in prefix and zero <= 2:
+                        lo = max(lo, prefix[(rec, z)])
             if rec == "selective" and ("none", zero) in prefix:
-                lo = prefix[("none", zero)]
+                lo = max(lo, prefix[("none", zero)])
+            if zero == 3 and (rec, 2) in prefix and z3_ok:
+                lo = max(lo, prefix[(rec, 2)])
+            if 0 < lo < hi:   # a neighbour's boundary is known: this one is likely the same
+                lay = Layout(*head, zero, valid[lo], rec, *tail)
+                total = cm.memory_total(lay)
+                cnt.evaluated += 1
+                if fits(total, cap, headroom):
+                    lo += 1
+                else:
+                    hi = lo
+                    _closer(closest, lay, total)
             if lo < hi:   # try the largest first: usually everything fits
                 lay = Layout(*head, zero, valid[hi - 1], rec, *tail)
                 total = cm.memory_total(lay)
@@ -394,12 +433,7 @@ def search(job: Job, opts: SearchOptions = SearchOptions()) -> SearchResult:
     t0 = _time.perf_counter()
     cm = cost_model(job)
     space = _Space(job, opts)
-    cnt = _Counter()
-    cands: list[Layout] = []
-    closest: list = []
-    for base, vpps, sps in _groups(job, space, cnt):
-        _subtree(job, base, vpps, sps, space, cm, cnt, opts.headroom, cands, closest,
-                 all_fitting=opts.sort_by == "memory")
+    cnt, cands, closest = _collect_all(job, space, cm, opts)
     plans, timed = _rank(job, cm, cands, opts)
     if opts.tokens:
         plans = [_with_train(p, job, opts.tokens) for p in plans]
@@ -414,6 +448,50 @@ def search(job: Job, opts: SearchOptions = SearchOptions()) -> SearchResult:
         result.suggestions = _suggestions(job, near, cm, opts)
     result.elapsed_s = _time.perf_counter() - t0
     return result
+
+
+def _collect(job: Job, space: _Space, cm, opts: SearchOptions, part: tuple[int, int]):
+    """(counter, contenders, closest misfit) of one share of the space."""
+    cnt, cands, closest = _Counter(), [], []
+    for base, vpps, sps in _groups(job, space, cnt, part):
+        _subtree(job, base, vpps, sps, space, cm, cnt, opts.headroom, cands, closest,
+                 all_fitting=opts.sort_by == "memory")
+    return cnt, cands, closest
+
+
+def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
+    """The whole space, split between this process and a forked child on machines with two
+    or more cores (the parts are disjoint and merged exactly; PLANNER_SERIAL=1 turns it off)."""
+    n_pairs = sum(len(space.cp(job.num_gpus, tp, job.training.seq_length)) for tp in space.tp)
+    if (not hasattr(os, "fork") or (os.cpu_count() or 1) < 2 or n_pairs < 6
+            or os.environ.get("PLANNER_SERIAL")):
+        return _collect(job, space, cm, opts, (0, 1))
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # child: the odd share
+        code = 0
+        try:
+            os.close(read_fd)
+            data = pickle.dumps(_collect(job, space, cm, opts, (1, 2)))
+            with os.fdopen(write_fd, "wb") as out:
+                out.write(data)
+        except BaseException:
+            code = 1
+        os._exit(code)
+    os.close(write_fd)
+    mine = _collect(job, space, cm, opts, (0, 2))
+    with os.fdopen(read_fd, "rb") as inp:
+        data = inp.read()
+    _, status = os.waitpid(pid, 0)
+    theirs = pickle.loads(data) if status == 0 and data else _collect(job, space, cm, opts, (1, 2))
+    cnt = mine[0]
+    for rule, count in theirs[0].pruned.items():
+        cnt.pruned[rule] = cnt.pruned.get(rule, 0) + count
+    cnt.searched += theirs[0].searched
+    cnt.feasible += theirs[0].feasible
+    cnt.evaluated += theirs[0].evaluated
+    closest = min((c for c in (mine[2], theirs[2]) if c), key=lambda c: c[0][1], default=[])
+    return cnt, mine[1] + theirs[1], closest
 
 
 def _rank(job: Job, cm, cands, opts: SearchOptions) -> tuple[list[Plan], int]:

@@ -218,11 +218,12 @@ class CostModel:
 
     def _worst_rank(self, lay: Layout, zero: int) -> tuple:
         lc = self.layer_costs(lay)
-        m = max(1, self.gbs // (lay.micro_batch_size * lay.dp))
+        m = self.gbs // (lay.micro_batch_size * lay.dp) or 1
         full = lay.recompute == "full"
         gather, stages = self.stage_states(lay, zero)
         transient = lc.transient + gather
         p, v = lay.pp, lay.vpp
+        fixed, frag = self.fixed, self.frag
         best = None
         best_total = -1.0
         for name, rank, layers, moe_layers, out, w, g, o in stages:
@@ -233,11 +234,19 @@ class CostModel:
             if out:
                 acts += lc.logits_bytes
             tensors = w + g + o + acts
-            other = self.fixed + self.frag * tensors + transient
-            if tensors + other > best_total:
-                best_total = tensors + other
-                best = (best_total, w, g, o, acts, other, name)
+            total = tensors * (1.0 + frag) + fixed + transient
+            if total > best_total:
+                best_total = total
+                best = (total, w, g, o, acts, fixed + frag * tensors + transient, name)
         return best
+
+    def zero3_no_worse_than_2(self, lay: Layout) -> bool:
+        """ZeRO-3 needs no more memory than ZeRO-2 on every pipeline rank of this layout (any
+        micro-batch or recompute): the weights it shards save at least its gather buffers."""
+        g3, st3 = self.stage_states(lay, 3)
+        g2, st2 = self.stage_states(lay, 2)
+        return all((a[5] + a[6] + a[7]) * (1.0 + self.frag) + g3
+                   <= (b[5] + b[6] + b[7]) * (1.0 + self.frag) + g2 for a, b in zip(st3, st2))
 
     def time_lower_bound(self, lay: Layout) -> float:
         """A cheap bound below `time(lay).step_time_s`: m micro-batches of the mean stage
