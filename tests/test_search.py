@@ -381,3 +381,21 @@ def test_cli_export_megatron_after_the_table(runner):
     text = result.stdout
     assert "pretrain_gpt.py" in text
     assert text.index("Top 3 layouts") < text.index("searched ") < text.index("pretrain_gpt.py")
+
+
+@pytest.mark.parametrize("model, gpus", [("llama3-70b", 2048), ("mixtral-8x7b", 256)],
+                         ids=["70b-2048", "mixtral-256"])
+def test_two_processes_give_exactly_the_one_process_result(model, gpus, monkeypatch):
+    # search.py splits the (tp, cp) pairs with a forked child on 2+ cores; the merge must
+    # not change a count or a plan.
+    m = get_preset(model)
+    job = Job(model=m, hardware=resolve_hardware("h100-sxm"), num_gpus=gpus,
+              training=default_training(m))
+    monkeypatch.delenv("PLANNER_SERIAL", raising=False)
+    split = search(job)
+    monkeypatch.setenv("PLANNER_SERIAL", "1")
+    single = search(job)
+    assert (split.searched, split.feasible, split.evaluated, split.pruned) == \
+        (single.searched, single.feasible, single.evaluated, single.pruned)
+    assert [(p.layout, p.time.step_time_s) for p in split.plans] == \
+        [(p.layout, p.time.step_time_s) for p in single.plans]
