@@ -280,5 +280,9 @@ def plan_view(result) -> Group:
         for s in result.suggestions:
             parts.append(Text(f"  - {s}"))
     parts.append(steps_view(result))
+    if result.pruned:
+        ranked = sorted(result.pruned.items(), key=lambda kv: -kv[1])
+        parts.append(Text("layouts each rule removed: "
+                          + ", ".join(f"{rule} {count:,}" for rule, count in ranked), style="dim"))
     parts.append(plan_summary(result))
     return Group(*parts)
