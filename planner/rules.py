@@ -89,9 +89,13 @@ def world_size(c: Context) -> Optional[str]:
     lay = c.layout
     mp = lay.tp * lay.pp * lay.cp
     if c.num_gpus % mp:
-        ok = [p for p in divisors(c.num_gpus) if p % 1 == 0 and c.num_gpus % (lay.tp * p * lay.cp) == 0]
-        return (f"num_gpus ({c.num_gpus}) must be divisible by tp*pp*cp "
-                f"({lay.tp}*{lay.pp}*{lay.cp} = {mp})" + _try(ok[:8], "pp"))
+        msg = (f"num_gpus ({c.num_gpus}) must be divisible by tp*pp*cp "
+               f"({lay.tp}*{lay.pp}*{lay.cp} = {mp})")
+        if c.num_gpus % (lay.tp * lay.cp):
+            ok = [t for t in divisors(c.num_gpus) if t <= 64 and c.num_gpus % (t * lay.cp) == 0]
+            return msg + _try(sorted(ok, key=lambda t: abs(t - lay.tp))[:5], "tp")
+        ok = [p for p in divisors(c.num_gpus // (lay.tp * lay.cp))]
+        return msg + _try(sorted(ok, key=lambda p: abs(p - lay.pp))[:5], "pp")
     if lay.world_size != c.num_gpus:
         return (f"dp ({lay.dp}) must equal num_gpus / (tp*pp*cp) = {c.num_gpus} / {mp} = "
                 f"{c.num_gpus // mp}; set dp {c.num_gpus // mp} or leave it out")
@@ -135,7 +139,7 @@ def layers_divisible(c: Context) -> Optional[str]:
     first, mid, last = stage_layer_counts(L, lay)
     if not lay.uneven:
         if L % p:
-            near = [q for q in divisors(L) if q <= 4 * p][-3:]
+            near = sorted(divisors(L), key=lambda q: abs(q - p))[:3]
             return (f"num_layers ({L}) must be divisible by pp ({p})" + _try(near, "pp")
                     + f", or set first_stage_layers/last_stage_layers (e.g. "
                     f"{_uneven_hint(L, p)})")
@@ -227,6 +231,8 @@ def vpp_needs_pp(c: Context) -> Optional[str]:
 def batch_divisible(c: Context) -> Optional[str]:
     """Megatron 9: global_batch_size % (micro_batch_size*dp) == 0, at least one micro-batch."""
     lay, B = c.layout, c.training.global_batch_size
+    if lay.world_size != c.num_gpus:
+        return None    # world-size reports the layout; dp is not known yet
     unit = lay.micro_batch_size * lay.dp
     if not batch_ok(B, lay.micro_batch_size, lay.dp):
         lo = max(unit, B // unit * unit)
@@ -345,6 +351,9 @@ def tp_crosses_node(c: Context) -> Optional[str]:
                 f"({hw.network_bandwidth_gb_per_s:.0f} GB/s per GPU instead of NVLink's "
                 f"{hw.nvlink_bandwidth_gb_per_s:.0f}) and cannot overlap with the GEMMs; "
                 f"keep tp <= {hw.nvlink_domain_size} and use pp across nodes")
+    if t > 1 and hw.gpus_per_node % t and t < hw.gpus_per_node:
+        return (f"tp ({t}) does not divide the {hw.gpus_per_node} GPUs of a node: some TP "
+                "groups straddle two nodes; use a tp that divides the node")
     return None
 
 
@@ -396,7 +405,8 @@ def cp_short_sequence(c: Context) -> Optional[str]:
     cp, s = c.layout.cp, c.training.seq_length
     if cp > 1 and s // cp < 4096:
         return (f"cp ({cp}) on a {s}-token sequence leaves {s // cp} tokens per rank: the K/V "
-                "exchange is hard to hide; CP pays off for long sequences (>= 8k per rank)")
+                "exchange is hard to hide behind so little attention; keep >= 4096 tokens per "
+                "rank (CP pays off for long sequences)")
     return None
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from planner.cost.params import total_params
 from planner.layout import Layout
-from planner.rules import Context, check, split_options
+from planner.rules import Context, check, split_options, vpp_options
 from planner.units import GiB, divisors
 
 __all__ = ["seven_steps"]
@@ -143,8 +143,9 @@ def seven_steps(result, cm, opts) -> None:
 
     # (7) interleave to shrink the bubble, then the micro-batch
     best_lay, best_t = pick, cm.time(pick).step_time_s
-    for v in divisors(L // pick.pp if not pick.uneven else 1):
-        if v == 1 or v > opts.max_vpp:
+    for v in vpp_options(L, pick.pp, pick.first_stage_layers, pick.last_stage_layers,
+                         opts.max_vpp):
+        if v == 1:
             continue
         cand = pick.with_(vpp=v)
         ok, _ = _valid(job, cand, cm, headroom)
