@@ -123,8 +123,9 @@ def plan(
             raise SpecError(f"--precision = {precision!r}: must be bf16, fp16 or fp8")
         if max_tp is not None and max_tp < 1:
             raise SpecError(f"--max-tp = {max_tp}: must be a positive whole number")
-        if export_format is not None and export_format not in _FORMATS:
-            raise SpecError(f"--export = {export_format!r}: must be one of {', '.join(_FORMATS)}")
+        if export_format is not None:
+            from planner.export import check_format
+            export_format = check_format(export_format, option="--export")
         m = resolve_model(model)
         job = Job(model=m, hardware=hw, num_gpus=n,
                   training=default_training(m, seq_length=seq_length,
@@ -133,10 +134,22 @@ def plan(
         opts = SearchOptions(top=top, sort_by=sort_by, fix=parse_fix(fix), max_tp=max_tp,
                              headroom=_headroom(headroom), tokens=_tokens(tokens))
         result = search(job, opts)
+        text = None
+        if export_format and result.plans:
+            from planner.cost import Estimate
+            from planner.export import export as run_export
+            best = result.best
+            text = run_export(job, best.layout, export_format,
+                              estimate=Estimate(memory=best.memory, time=best.time))
         if json_out:
-            print(json.dumps(report.plan_json(result), indent=2))
+            out = report.plan_json(result)
+            if text is not None:
+                out["export"] = {"format": export_format, "text": text}
+            print(json.dumps(out, indent=2))
         else:
             _console().print(report.plan_view(result))
+            if text is not None:
+                print(text)
         if not result.plans:
             lay_mem = result.closest
             short = ""
@@ -147,22 +160,9 @@ def plan(
             print(f"error: no layout of {m.name} fits on {n} x {hw.name}{short}; see the "
                   "suggestions above", file=sys.stderr)
             return 1
-        if export_format:
-            from planner.cost import Estimate
-            from planner.export import export as run_export
-            best = result.best
-            text = run_export(job, best.layout, export_format,
-                              estimate=Estimate(memory=best.memory, time=best.time))
-            if json_out:
-                print(text, file=sys.stderr)
-            else:
-                print(text)
         return 0
 
     _run(body)
-
-
-_FORMATS = ("megatron", "deepspeed", "torchtitan", "nemo")
 
 
 @app.command()

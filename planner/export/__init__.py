@@ -19,11 +19,11 @@ __all__ = ["export", "FORMATS", "check_format", "check_exportable"]
 FORMATS = ("megatron", "deepspeed", "torchtitan", "nemo")
 
 
-def check_format(fmt: str) -> str:
+def check_format(fmt: str, *, option: str = "--format") -> str:
     """The format name, or a SpecError listing the valid ones."""
     name = str(fmt).strip().lower()
     if name not in FORMATS:
-        raise SpecError(f"--format {fmt!r} is not a format; valid formats: {', '.join(FORMATS)}")
+        raise SpecError(f"{option} {fmt!r} is not a format; valid formats: {', '.join(FORMATS)}")
     return name
 
 
