@@ -123,9 +123,10 @@ def plan(
             raise SpecError(f"--precision = {precision!r}: must be bf16, fp16 or fp8")
         if max_tp is not None and max_tp < 1:
             raise SpecError(f"--max-tp = {max_tp}: must be a positive whole number")
+        fmt = None
         if export_format is not None:
             from planner.export import check_format
-            export_format = check_format(export_format, option="--export")
+            fmt = check_format(export_format, option="--export")
         m = resolve_model(model)
         job = Job(model=m, hardware=hw, num_gpus=n,
                   training=default_training(m, seq_length=seq_length,
@@ -135,16 +136,16 @@ def plan(
                              headroom=_headroom(headroom), tokens=_tokens(tokens))
         result = search(job, opts)
         text = None
-        if export_format and result.plans:
+        if fmt and result.plans:
             from planner.cost import Estimate
             from planner.export import export as run_export
             best = result.best
-            text = run_export(job, best.layout, export_format,
+            text = run_export(job, best.layout, fmt,
                               estimate=Estimate(memory=best.memory, time=best.time))
         if json_out:
             out = report.plan_json(result)
             if text is not None:
-                out["export"] = {"format": export_format, "text": text}
+                out["export"] = {"format": fmt, "text": text}
             print(json.dumps(out, indent=2))
         else:
             _console().print(report.plan_view(result))
