@@ -14,7 +14,8 @@ from pathlib import Path
 from planner.errors import SpecError
 from planner.layout import Layout, layout_from_spec
 from planner.presets import resolve_model
-from planner.specs import ConfigSpec, HardwareSpec, ModelSpec, TrainingSpec, parse_spec, read_yaml
+from planner.specs import (ConfigSpec, HardwareSpec, ModelSpec, TrainingSpec, parse_spec, read_yaml,
+                           ref_path)
 
 __all__ = ["Job", "load_config", "config_from_data", "resolve_hardware", "profile_dir",
            "profile_names", "default_training"]
@@ -54,9 +55,7 @@ def resolve_hardware(ref: str | dict | HardwareSpec, *, base: Path | None = None
     if isinstance(ref, dict):
         return parse_spec(HardwareSpec, ref, where="hardware")
     text = str(ref)
-    path = Path(text)
-    if base is not None and not path.is_absolute() and not path.exists():
-        path = base / path
+    path = ref_path(text, base)
     if text.endswith((".yaml", ".yml")) or "/" in text:
         return _load_profile(str(path))
     named = profile_dir() / f"{text}.yaml"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError
-from planner.specs import ModelSpec, parse_spec, read_yaml
+from planner.specs import ModelSpec, parse_spec, read_yaml, ref_path
 
 __all__ = ["PRESETS", "ALIASES", "PUBLISHED_PARAMS", "get_preset", "resolve_model",
            "model_from_hf_config"]
@@ -103,9 +103,7 @@ def resolve_model(ref: str | dict | ModelSpec, *, base: Path | None = None) -> M
     if isinstance(ref, dict):
         return parse_spec(ModelSpec, ref, where="model")
     text = str(ref)
-    path = Path(text)
-    if base is not None and not path.is_absolute() and not path.exists():
-        path = base / path
+    path = ref_path(text, base)
     looks_like_file = text.endswith((".json", ".yaml", ".yml")) or "/" in text
     if looks_like_file or (path.exists() and path.is_file()):
         data = read_yaml(path, what="model file")   # YAML is a superset of JSON

@@ -20,7 +20,7 @@ from planner.errors import SpecError
 
 __all__ = [
     "ModelSpec", "HardwareSpec", "PeakTflops", "Calibration", "TrainingSpec", "ParallelSpec",
-    "ConfigSpec", "field_help", "read_text", "read_yaml", "parse_spec", "spec_error", "Precision", "Recompute",
+    "ConfigSpec", "field_help", "ref_path", "read_text", "read_yaml", "parse_spec", "spec_error", "Precision", "Recompute",
 ]
 
 Precision = Literal["bf16", "fp16", "fp8"]
@@ -366,6 +366,15 @@ def _divisor_list(n: int) -> str:
 
 
 # --------------------------------------------------------------------------- YAML reading
+
+def ref_path(ref: str, base: Path | None) -> Path:
+    """A file reference as a path, relative to `base` (the config's folder) when it is not
+    found as given."""
+    path = Path(ref)
+    if base is not None and not path.is_absolute() and not path.exists():
+        path = base / path
+    return path
+
 
 def read_text(path: str | Path, *, what: str = "file",
               empty_hint: str = "give a complete file") -> str:
