@@ -412,12 +412,18 @@ def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: 
             cnt.searched += lo
             cnt.prune("fits-in-memory", n - lo)
     # contenders: per ZeRO stage and micro-batch, the least recompute that fits (more
-    # recompute is strictly slower); every fitting layout when ranking by memory
+    # recompute is strictly slower), with the lower bound on their step time (the same for
+    # every ZeRO stage); every fitting layout when ranking by memory
+    bounds: dict[tuple[int, str], float] = {}
     for zero in space.zero:
         for i, mbs in enumerate(valid):
             for rec in space.rec:
                 if i < prefix[(rec, zero)]:
-                    cands.append(Layout(*head, zero, mbs, rec, *tail))
+                    lay = Layout(*head, zero, mbs, rec, *tail)
+                    lb = bounds.get((mbs, rec))
+                    if lb is None:
+                        lb = bounds[(mbs, rec)] = cm.time_lower_bound(lay)
+                    cands.append((lb, lay))
                     if not all_fitting:
                         break
 
@@ -497,31 +503,23 @@ def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
 def _rank(job: Job, cm, cands, opts: SearchOptions) -> tuple[list[Plan], int]:
     """Sort the feasible layouts and keep the top K with their warnings.
 
-    By time (or MFU, the same order): only the least recompute that fits per otherwise-equal
-    layout is a contender (more recompute is strictly slower); contenders are timed in order
-    of a lower bound on their step time until that bound passes the K-th best time found,
-    which leaves the top K exactly as timing all of them would. By memory: memory first,
-    then time, for the K smallest.
+    By time (or MFU, the same order): the contenders (the least recompute that fits per
+    otherwise-equal layout, with a lower bound on their step time, from `_leaves`) are timed
+    in order of that bound until it passes the K-th best time found, which leaves the top K
+    exactly as timing all of them would. By memory: memory first, then time, for the K
+    smallest.
     """
     order = {r: i for i, r in enumerate(RECOMPUTE)}
     timed = 0
     if opts.sort_by == "memory":
-        with_mem = sorted(((lay, cm.memory(lay)) for lay in cands), key=lambda c: c[1].total)
+        with_mem = sorted(((lay, cm.memory(lay)) for _, lay in cands), key=lambda c: c[1].total)
         scored = []
         for lay, mem in with_mem[: max(opts.top * 4, opts.top)]:
             tm = cm.time(lay)
             timed += 1
             scored.append(((mem.total, tm.step_time_s, _mp(lay)) + _tie(lay, order), lay, mem, tm))
     else:
-        best_rec: dict = {}
-        for lay in cands:
-            key = (lay.tp, lay.cp, lay.ep, lay.dp, lay.pp, lay.vpp, lay.etp, lay.sp, lay.zero,
-                   lay.micro_batch_size, lay.first_stage_layers)
-            cur = best_rec.get(key)
-            if cur is None or order[lay.recompute] < order[cur.recompute]:
-                best_rec[key] = lay
-        bounded = sorted(((cm.time_lower_bound(lay), lay) for lay in best_rec.values()),
-                         key=lambda x: x[0])
+        bounded = sorted(cands, key=lambda x: x[0])
         scored = []
         kth = float("inf")
         for lb, lay in bounded:

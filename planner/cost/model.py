@@ -249,18 +249,21 @@ class CostModel:
                    <= (b[5] + b[6] + b[7]) * (1.0 + self.frag) + g2 for a, b in zip(st3, st2))
 
     def time_lower_bound(self, lay: Layout) -> float:
-        """A cheap bound below `time(lay).step_time_s`: m micro-batches of the mean stage
-        (compute + TP/EP/CP exposed; the slowest stage is at least the mean, and the bubble,
-        PP, DP and the optimizer only add). Lets the search time only the layouts that can
-        make the top K."""
+        """A cheap bound below `time(lay).step_time_s`, the same for every ZeRO stage.
+
+        With t_i the stages' micro-batch times and t̄ their mean, the pipeline takes
+        m·t_max + (Σt_i − t_max)/v = t_max·(m − 1/v) + p·t̄/v ≥ t̄·(m + (p−1)/v); DP traffic
+        and the optimizer only add. t̄ counts compute and the TP/EP/CP traffic per layer. Lets
+        the search time only the layouts that can make the top K.
+        """
         lc = self.layer_costs(lay)
         s = self.shape
-        m = max(1, lay.num_microbatches(self.gbs))
+        m = self.gbs // (lay.micro_batch_size * lay.dp) or 1
         L_moe = s.L_moe if s.E else 0
         total = ((s.L - L_moe) * (lc.fwd_d + lc.bwd_d + lc.rec_d)
                  + L_moe * (lc.fwd_e + lc.bwd_e + lc.rec_e + lc.ep)
                  + s.L * (lc.tp + lc.cp) + lc.logits)
-        return m * total / lay.pp
+        return total / lay.pp * (m + (lay.pp - 1) / lay.vpp)
 
     def time(self, lay: Layout) -> StepTime:
         s = self.shape
