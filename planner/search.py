@@ -298,9 +298,14 @@ def _subtree(job: Job, base: Layout, vpps: list[int], sps: list[bool], space: _S
         if not moe_sp_ok(m.is_moe, base.ep, base.tp, sp):
             cnt.prune("moe-needs-sp", leaf * len(vpps))
             continue
+        ceiling = None
         for vpp in vpps:
-            _leaves(job, base, vpp, sp, space, cm, cnt, headroom, cands, closest,
-                    estimate=any_fit, all_fitting=all_fitting)
+            fit = _leaves(job, base, vpp, sp, space, cm, cnt, headroom, cands, closest,
+                          estimate=any_fit, all_fitting=all_fitting, ceiling=ceiling)
+            if vpp == 1:
+                # 1F1B holds the fewest micro-batches on every rank: what does not fit at vpp 1
+                # does not fit interleaved either
+                ceiling = fit
 
 
 def _zero_order(zeros: list[int]) -> list[int]:
@@ -311,7 +316,7 @@ def _zero_order(zeros: list[int]) -> list[int]:
 
 def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: _Counter,
             headroom: float, cands: list, closest: list, *, estimate: bool = True,
-            all_fitting: bool = False) -> None:
+            all_fitting: bool = False, ceiling: dict | None = None) -> dict:
     """Micro-batch x ZeRO x recompute of one base layout.
 
     Memory grows strictly with the micro-batch (every activation term scales with it), so
@@ -335,10 +340,10 @@ def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: 
         else:
             valid.append(mbs)
     if not valid:
-        return
+        return {}
     if not estimate:
         cnt.prune("fits-in-memory", n_zr * len(valid))
-        return
+        return {}
     # Exact orderings that narrow each search: with the same micro-batch, selective recompute
     # needs no more memory than none, and ZeRO z needs no more than z - 1 (z <= 2: pure
     # sharding); so the fitting prefix can only grow from none to selective and from ZeRO 0
@@ -367,6 +372,9 @@ def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: 
                 cnt.searched += n
                 continue
             lo, hi = 0, n
+            if ceiling is not None:   # the largest micro-batch that fit at vpp 1
+                top = ceiling.get((rec, zero), 0)
+                hi = sum(1 for b in valid if b <= top)
             if zero < 2:    # ZeRO z fits wherever z + 1 does not need more ... (0-2 only)
                 for z in range(zero + 1, 3):
                     if (rec, z) in prefix:
@@ -426,6 +434,7 @@ def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: 
                     cands.append((lb, lay))
                     if not all_fitting:
                         break
+    return {key: (valid[k - 1] if k else 0) for key, k in prefix.items()}
 
 
 def _closer(closest: list, lay: Layout, total: float) -> None:
