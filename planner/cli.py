@@ -117,6 +117,9 @@ def plan(
             raise SpecError("the GPU count is missing; give --gpus N or --nodes N")
         if top < 1:
             raise SpecError(f"--top = {top}: must be at least 1")
+        for flag, value in (("--seq-length", seq_length), ("--global-batch-size", global_batch_size)):
+            if value is not None and value < 1:
+                raise SpecError(f"{flag} = {value}: must be a positive whole number")
         if sort_by not in ("time", "memory", "mfu"):
             raise SpecError(f"--sort-by = {sort_by!r}: must be time, memory or mfu")
         if precision not in ("bf16", "fp16", "fp8"):
@@ -132,6 +135,11 @@ def plan(
                   training=default_training(m, seq_length=seq_length,
                                             global_batch_size=global_batch_size,
                                             precision=precision))
+        from planner.rules import Context, precision_supported
+        unsupported = precision_supported(Context(model=m, hardware=hw, training=job.training,
+                                                  num_gpus=n, layout=None))
+        if unsupported:
+            raise SpecError(f"--precision {precision}: {unsupported}")
         opts = SearchOptions(top=top, sort_by=sort_by, fix=parse_fix(fix), max_tp=max_tp,
                              headroom=_headroom(headroom), tokens=_tokens(tokens))
         result = search(job, opts)

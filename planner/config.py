@@ -75,8 +75,9 @@ def default_training(model: ModelSpec, *, seq_length: int | None = None,
                      **extra) -> TrainingSpec:
     """Fill the plan defaults: seq = the model's training length (else 4096), batch = about
     4M tokens rounded to a whole number of sequences."""
-    seq = seq_length or model.seq_length or 4096
-    gbs = global_batch_size or max(1, round(TOKENS_PER_STEP / seq))
+    seq = seq_length if seq_length is not None else (model.seq_length or 4096)
+    gbs = (global_batch_size if global_batch_size is not None
+           else max(1, round(TOKENS_PER_STEP / seq)))
     return parse_spec(TrainingSpec, dict(seq_length=seq, global_batch_size=gbs,
                                          precision=precision, **extra), where="training")
 

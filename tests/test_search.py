@@ -399,3 +399,16 @@ def test_two_processes_give_exactly_the_one_process_result(model, gpus, monkeypa
         (single.searched, single.feasible, single.evaluated, single.pruned)
     assert [(p.layout, p.time.step_time_s) for p in split.plans] == \
         [(p.layout, p.time.step_time_s) for p in single.plans]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--global-batch-size", "0"], "--global-batch-size = 0"),
+    (["--seq-length", "0"], "--seq-length = 0"),
+    (["--precision", "fp8", "--hardware", "a100-80g"], "needs FP8 tensor cores"),
+], ids=["gbs-0", "seq-0", "fp8-on-a100"])
+def test_plan_rejects_inputs_no_layout_could_satisfy(runner, args, message):
+    # A zero must not fall back to the default silently; FP8 on a GPU without FP8 tensor
+    # cores is an input problem, not "no layout fits".
+    result = runner.invoke(app, ["plan", "--model", "70b", "--gpus", "64", *args])
+    assert result.exit_code == 2
+    assert message in result.stderr
