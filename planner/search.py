@@ -149,7 +149,7 @@ class _Space:
         self.ep_all = divisors(m.num_experts) if m.is_moe else [1]
         self.fix = fix
         if "tp" in fix:
-            self.tp = [fix["tp"]]
+            self.tp = [fix["tp"]] if N % fix["tp"] == 0 else []
         if "micro_batch_size" in fix:
             self.mbs = [fix["micro_batch_size"]]
         self.zero = [fix["zero"]] if "zero" in fix else list(ZERO)
@@ -157,12 +157,14 @@ class _Space:
 
     def cp(self, N: int, tp: int, seq: int) -> list[int]:
         if "cp" in self.fix:
-            return [self.fix["cp"]] if (N // tp) % self.fix["cp"] == 0 else []
+            c = self.fix["cp"]
+            return [c] if N % tp == 0 and (N // tp) % c == 0 and 2 * c <= seq else []
         return [c for c in _pow2_upto(N // tp, self.max_cp) if 2 * c <= seq]
 
     def pp(self, rest: int, L: int) -> list[int]:
         if "pp" in self.fix:
-            return [self.fix["pp"]] if rest % self.fix["pp"] == 0 else []
+            p = self.fix["pp"]
+            return [p] if rest > 0 and rest % p == 0 and p <= L else []
         return [p for p in divisors(rest) if p <= L]
 
     def sp(self, tp: int) -> list[bool]:

@@ -87,9 +87,10 @@ def seven_steps(result, cm, opts) -> None:
     # (4) DP: the rest, ZeRO-1 (ZeRO-3 only when nothing else fits)
     # (7) vpp / recompute / micro-batch
     pick, pick_mem, how = None, None, ""
-    pps = [p for p in divisors(N // (tp * cp)) if p <= L and split_options(L, p)]
+    rest = N // (tp * cp) if N % (tp * cp) == 0 else 0
+    pps = [p for p in divisors(rest) if p <= L and split_options(L, p)] if rest else []
     if "pp" in opts.fix:
-        pps = [opts.fix["pp"]]
+        pps = [p for p in pps if p == opts.fix["pp"]]
     for zero in (1, 3):
         for rec in ("none", "selective", "full"):
             fitting = []

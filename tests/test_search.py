@@ -412,3 +412,18 @@ def test_plan_rejects_inputs_no_layout_could_satisfy(runner, args, message):
     result = runner.invoke(app, ["plan", "--model", "70b", "--gpus", "64", *args])
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+@pytest.mark.parametrize("gpus, fix", [
+    (1, "tp=2,pp=2,cp=2"),      # pinned degrees larger than the cluster
+    (48, "pp=4,vpp=2"),          # a pinned pp the seven steps cannot use with their tp
+    (8, "tp=3"),                 # a tp that does not divide the GPUs
+    (64, "pp=500"),              # more stages than layers
+], ids=["bigger-than-cluster", "pp-vpp", "tp-3", "pp-500"])
+def test_pinned_axes_that_cannot_tile_give_a_clean_answer(runner, gpus, fix):
+    # Found by fuzzing: these once divided by zero. Now: no layout (exit 1) or plans (exit 0),
+    # never an internal error.
+    result = runner.invoke(app, ["plan", "--model", "mixtral-8x7b", "--gpus", str(gpus),
+                                 "--fix", fix])
+    assert result.exit_code in (0, 1), result.stderr
+    assert "internal error" not in result.stderr
