@@ -558,3 +558,13 @@ def test_bad_values_name_the_file_and_the_key(tmp_path):
     with pytest.raises(SpecError) as err:
         load_any(path)
     assert str(path) in err.value.message and "tensor_model_parallel_size = 0" in err.value.message
+
+
+def test_megatron_zero_virtual_stages_is_one_clear_error(runner, tmp_path):
+    # Found by fuzzing: --num-virtual-stages-per-pipeline-rank 0 once divided by zero.
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun --nproc-per-node 8 --nnodes 1 pretrain_gpt.py "
+                      "--tensor-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 0\n")
+    result = runner.invoke(app, ["validate", str(script), "--model", "70b"])
+    assert result.exit_code == 2
+    assert "--num-virtual-stages-per-pipeline-rank 0 must be at least 1" in result.stderr

@@ -476,7 +476,11 @@ def _degrees(flags: Flags) -> dict[str, int]:
 def _vpp(flags: Flags, num_layers: int, pp: int, out: list[Violation]) -> int:
     """Virtual stages per rank: given, or layers per rank / layers per virtual stage."""
     if flags.has("--num-virtual-stages-per-pipeline-rank"):
-        return flags.int("--num-virtual-stages-per-pipeline-rank")
+        v = flags.int("--num-virtual-stages-per-pipeline-rank")
+        if v < 1:
+            raise SpecError(f"{flags.source}: --num-virtual-stages-per-pipeline-rank {v} must be "
+                            "at least 1; fix the value")
+        return v
     per_stage = flags.int("--num-layers-per-virtual-pipeline-stage")
     if per_stage is None:
         return 1
