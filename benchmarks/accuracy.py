@@ -116,6 +116,15 @@ def summarize(rows: list[dict]) -> dict:
             for k, v in groups.items()}
 
 
+def memory_check(rows: list[dict]) -> dict:
+    """Every case is a run that fitted in memory: how many does the memory model put over
+    the GPU's capacity (a conservative estimate), and by how much at most."""
+    over = [r for r in rows if r["memory_fraction"] > 1.0]
+    return {"n": len(rows), "over_capacity": len(over),
+            "max_fraction": max(r["memory_fraction"] for r in rows),
+            "cases_over": [r["id"] for r in over]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibration", type=Path, default=None)
@@ -123,14 +132,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = evaluate(load_cases(args.calibration))
     summary = summarize(rows)
+    mem = memory_check(rows)
     if args.json:
-        print(json.dumps({"cases": rows, "summary": summary}, indent=2))
+        print(json.dumps({"cases": rows, "summary": summary, "memory": mem}, indent=2))
         return 0
     print(f"{'case':44s} {'layout':26s} {'pred s':>8s} {'meas s':>8s} {'error':>7s} {'MFU':>6s} {'mem':>5s}")
     for r in rows:
         print(f"{r['id']:44s} {r['layout']:26s} {r['predicted_s']:8.3f} {r['measured_s']:8.3f} "
               f"{r['error']:+7.1%} {r['mfu']:6.1%} {r['memory_fraction']:5.0%}")
     print()
+    print(f"memory: {mem['over_capacity']} of {mem['n']} runs that fitted are estimated over "
+          f"capacity (at most {mem['max_fraction']:.0%}): {', '.join(mem['cases_over']) or '-'}")
     for k, v in summary.items():
         print(f"{k:14s} n={v['n']:3d}  median |error| {v['median_abs_error']:6.1%}  "
               f"max |error| {v['max_abs_error']:6.1%}")
