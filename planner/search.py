@@ -16,6 +16,7 @@ step time, stopping when the bound passes the K-th best (see `_rank`).
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import pickle
@@ -319,111 +320,136 @@ def _zero_order(zeros: list[int]) -> list[int]:
 def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: _Counter,
             headroom: float, cands: list, closest: list, *, estimate: bool = True,
             all_fitting: bool = False, ceiling: dict | None = None) -> dict:
-    """Micro-batch x ZeRO x recompute of one base layout.
-
-    Memory grows strictly with the micro-batch (every activation term scales with it), so
-    for each ZeRO stage and recompute mode the micro-batch sizes that fit are a prefix of the
-    valid ones: a search from the top finds its end with one to three estimates, and the
-    layouts inside are counted feasible without estimating each (their memory is computed if
-    they are timed).
-    """
-    gbs, cap = job.training.global_batch_size, cm.capacity
+    """Micro-batch x ZeRO x recompute of one base layout; returns, per (recompute, ZeRO),
+    the largest micro-batch that fits (0: none)."""
     b = base   # positional construction: dataclasses.replace costs more than the estimate
     head = (b.tp, b.cp, b.ep, b.dp, b.pp, vpp, b.etp, sp)
     tail = (b.first_stage_layers, b.last_stage_layers, b.cp_comm_type, b.overlap_grad_reduce,
             b.overlap_param_gather, sp and b.tp > 1)
-    n_zr = len(space.rec) * len(space.zero)
-    valid = []
-    for mbs in space.mbs:
-        if not batch_ok(gbs, mbs, base.dp):
-            cnt.prune("batch-divisible", n_zr)
-        elif not interleave_ok(vpp, base.pp, gbs // (mbs * base.dp)):
-            cnt.prune("vpp-needs-microbatches", n_zr)
-        else:
-            valid.append(mbs)
+    valid = _valid_micro_batches(job, base, vpp, space, cnt)
     if not valid:
         return {}
     if not estimate:
-        cnt.prune("fits-in-memory", n_zr * len(valid))
+        cnt.prune("fits-in-memory", len(space.rec) * len(space.zero) * len(valid))
         return {}
-    # Exact orderings that narrow each search: with the same micro-batch, selective recompute
-    # needs no more memory than none, and ZeRO z needs no more than z - 1 (z <= 2: pure
-    # sharding); so the fitting prefix can only grow from none to selective and from ZeRO 0
-    # to 2, and to ZeRO-3 where its weight sharding outweighs its gather buffers (checked per
-    # layout). Full recompute (a layer's working set) is searched on its own.
+    prefix = _fitting_prefixes(head, tail, valid, space, cm, cnt, headroom, closest, ceiling)
+    _contenders(head, tail, valid, prefix, space, cm, cands, all_fitting)
+    return {key: (valid[k - 1] if k else 0) for key, k in prefix.items()}
+
+
+def _valid_micro_batches(job: Job, base: Layout, vpp: int, space: _Space, cnt: _Counter) -> list[int]:
+    """Micro-batch sizes that pass batch-divisible and vpp-needs-microbatches."""
+    gbs, dp = job.training.global_batch_size, base.dp
+    n_zr = len(space.rec) * len(space.zero)
+    valid = []
+    for mbs in space.mbs:
+        if not batch_ok(gbs, mbs, dp):
+            cnt.prune("batch-divisible", n_zr)
+        elif not interleave_ok(vpp, base.pp, gbs // (mbs * dp)):
+            cnt.prune("vpp-needs-microbatches", n_zr)
+        else:
+            valid.append(mbs)
+    return valid
+
+
+def _fitting_prefixes(head: tuple, tail: tuple, valid: list[int], space: _Space, cm,
+                      cnt: _Counter, headroom: float, closest: list,
+                      ceiling: dict | None) -> dict[tuple[str, int], int]:
+    """For each (recompute, ZeRO): how many of the valid micro-batch sizes fit.
+
+    Memory grows strictly with the micro-batch (every activation term scales with it), so the
+    sizes that fit are a prefix. Exact orderings narrow each search: with the same
+    micro-batch, selective recompute needs no more memory than none, ZeRO z no more than z - 1
+    (z <= 2: pure sharding), ZeRO-3 no more than ZeRO-2 where its sharding outweighs its
+    gather buffers (checked per layout), and 1F1B no more than any interleaving (`ceiling`,
+    from vpp 1). Full recompute (a layer's working set) is searched on its own. The largest
+    micro-batch at ZeRO 1 without recompute needs the most of every ZeRO 1-2 x (none,
+    selective) layout: when it fits, they all do, with one estimate.
+    """
+    cap = cm.capacity
     n = len(valid)
-    prefix: dict[tuple[str, int], int] = {}
     zeros = _zero_order(space.zero)
+    prefix: dict[tuple[str, int], int] = {}
     z3_ok = 3 in zeros and 2 in zeros and cm.zero3_no_worse_than_2(Layout(*head, 3, 1, "none", *tail))
-    # The ordered corner: the largest micro-batch at ZeRO 1 without recompute needs the most
-    # memory of every ZeRO 1-2 x (none, selective) layout; if it fits, they all do, with one
-    # estimate (ZeRO 0 rarely fits where it matters and is searched below).
     ordered_z = [z for z in zeros if 1 <= z <= 2]
     ordered_r = [r for r in space.rec if r in ("none", "selective")]
     if ordered_z and ordered_r:
-        corner = Layout(*head, min(ordered_z), valid[-1], ordered_r[0], *tail)
         cnt.evaluated += 1
+        corner = Layout(*head, min(ordered_z), valid[-1], ordered_r[0], *tail)
         if fits(cm.memory_total(corner), cap, headroom):
-            for r in ordered_r:
-                for z in ordered_z:
-                    prefix[(r, z)] = n
+            prefix.update({(r, z): n for r in ordered_r for z in ordered_z})
+
+    def fits_at(i: int, zero: int, rec: str) -> bool:
+        lay = Layout(*head, zero, valid[i], rec, *tail)
+        total = cm.memory_total(lay)
+        cnt.evaluated += 1
+        if fits(total, cap, headroom):
+            return True
+        _closer(closest, lay, total)
+        return False
+
+    misfit = 0
     for rec in space.rec:
         for zero in zeros:
-            if (rec, zero) in prefix:
-                cnt.feasible += n
-                cnt.searched += n
-                continue
-            lo, hi = 0, n
-            if ceiling is not None:   # the largest micro-batch that fit at vpp 1
-                top = ceiling.get((rec, zero), 0)
-                hi = sum(1 for b in valid if b <= top)
-            if zero < 2:    # ZeRO z fits wherever z + 1 does not need more ... (0-2 only)
-                for z in range(zero + 1, 3):
-                    if (rec, z) in prefix:
-                        hi = min(hi, prefix[(rec, z)])
-            if zero > 0:
-                for z in range(0, min(zero, 3)):
-                    if (rec, z) in prefix and zero <= 2:
-                        lo = max(lo, prefix[(rec, z)])
-            if rec == "selective" and ("none", zero) in prefix:
-                lo = max(lo, prefix[("none", zero)])
-            if zero == 3 and (rec, 2) in prefix and z3_ok:
-                lo = max(lo, prefix[(rec, 2)])
-            if 0 < lo < hi:   # a neighbour's boundary is known: this one is likely the same
-                lay = Layout(*head, zero, valid[lo], rec, *tail)
-                total = cm.memory_total(lay)
-                cnt.evaluated += 1
-                if fits(total, cap, headroom):
-                    lo += 1
-                else:
-                    hi = lo
-                    _closer(closest, lay, total)
-            if lo < hi:   # try the largest first: usually everything fits
-                lay = Layout(*head, zero, valid[hi - 1], rec, *tail)
-                total = cm.memory_total(lay)
-                cnt.evaluated += 1
-                if fits(total, cap, headroom):
-                    lo = hi
-                else:
-                    hi -= 1
-                    _closer(closest, lay, total)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                lay = Layout(*head, zero, valid[mid], rec, *tail)
-                total = cm.memory_total(lay)
-                cnt.evaluated += 1
-                if fits(total, cap, headroom):
-                    lo = mid + 1
-                else:
-                    hi = mid
-                    _closer(closest, lay, total)
-            prefix[(rec, zero)] = lo
-            cnt.feasible += lo
-            cnt.searched += lo
-            cnt.prune("fits-in-memory", n - lo)
-    # contenders: per ZeRO stage and micro-batch, the least recompute that fits (more
-    # recompute is strictly slower), with the lower bound on their step time (the same for
-    # every ZeRO stage); every fitting layout when ranking by memory
+            k = prefix.get((rec, zero))
+            if k is None:
+                lo, hi = _known_bounds(rec, zero, prefix, n, valid, ceiling, z3_ok)
+                if 0 < lo < hi:          # a neighbour's boundary: this one is likely the same
+                    if fits_at(lo, zero, rec):
+                        lo += 1
+                    else:
+                        hi = lo
+                if lo < hi:              # then the largest: usually everything fits
+                    if fits_at(hi - 1, zero, rec):
+                        lo = hi
+                    else:
+                        hi -= 1
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if fits_at(mid, zero, rec):
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                k = prefix[(rec, zero)] = lo
+            cnt.feasible += k
+            cnt.searched += k
+            misfit += n - k
+    cnt.prune("fits-in-memory", misfit)
+    return prefix
+
+
+def _known_bounds(rec: str, zero: int, prefix: dict, n: int, valid: list[int],
+                  ceiling: dict | None, z3_ok: bool) -> tuple[int, int]:
+    """(lo, hi): the fitting prefix of (rec, zero) is known to lie in [lo, hi]."""
+    lo, hi = 0, n
+    if ceiling is not None:              # the largest micro-batch that fit at vpp 1
+        top = ceiling.get((rec, zero), 0)
+        hi = bisect.bisect_right(valid, top)
+    if zero <= 2:
+        for z in range(zero + 1, 3):     # ZeRO z + 1 needs no more memory than z
+            k = prefix.get((rec, z))
+            if k is not None and k < hi:
+                hi = k
+        for z in range(0, zero):         # ZeRO z - 1 needs no less
+            k = prefix.get((rec, z))
+            if k is not None and k > lo:
+                lo = k
+    if rec == "selective":
+        k = prefix.get(("none", zero))
+        if k is not None and k > lo:
+            lo = k
+    if zero == 3 and z3_ok:
+        k = prefix.get((rec, 2))
+        if k is not None and k > lo:
+            lo = k
+    return lo, hi
+
+
+def _contenders(head: tuple, tail: tuple, valid: list[int], prefix: dict, space: _Space, cm,
+                cands: list, all_fitting: bool) -> None:
+    """Per ZeRO stage and micro-batch, the least recompute that fits (more recompute is
+    strictly slower), with the lower bound on its step time (the same for every ZeRO stage);
+    every fitting layout when ranking by memory."""
     bounds: dict[tuple[int, str], float] = {}
     for zero in space.zero:
         for i, mbs in enumerate(valid):
@@ -436,7 +462,6 @@ def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: 
                     cands.append((lb, lay))
                     if not all_fitting:
                         break
-    return {key: (valid[k - 1] if k else 0) for key, k in prefix.items()}
 
 
 def _closer(closest: list, lay: Layout, total: float) -> None:
