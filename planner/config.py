@@ -34,8 +34,13 @@ class Job:
 
 
 def profile_dir() -> Path:
-    """hardware_profiles/ beside the package (a source checkout or an editable install)."""
-    return Path(__file__).resolve().parent.parent / "hardware_profiles"
+    """hardware_profiles/: beside the package in a checkout or an editable install, else the
+    installed data package planner.hardware_profiles."""
+    here = Path(__file__).resolve().parent
+    checkout = here.parent / "hardware_profiles"
+    if checkout.is_dir():
+        return checkout
+    return here / "hardware_profiles"
 
 
 def profile_names() -> list[str]:
