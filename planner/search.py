@@ -34,6 +34,7 @@ from planner.rules import (DEFAULT_HEADROOM, Context, batch_ok, check, expert_gr
                            experts_divisible_by_ep, fits, heads_divisible_by_tp,
                            interleave_ok, kv_heads_vs_tp, moe_sp_ok, seq_divisible_by_cp,
                            seq_tp_ok, split_options, vpp_options)
+from planner.seven_steps import pick_note, seven_steps
 from planner.units import divisors
 
 __all__ = ["SearchOptions", "Plan", "SearchResult", "search", "FIXABLE", "parse_fix"]
@@ -484,12 +485,22 @@ def search(job: Job, opts: SearchOptions = SearchOptions()) -> SearchResult:
                           evaluated=cnt.evaluated, timed=timed, pruned=cnt.pruned, steps=[],
                           closest=near,
                           headroom=opts.headroom)
-    from planner.seven_steps import seven_steps   # the procedure and its pick
-    seven_steps(result, cm, opts)
+    _seven_step_pick(result, cm, opts)
     if not cands:
         result.suggestions = _suggestions(job, near, cm, opts)
     result.elapsed_s = _time.perf_counter() - t0
     return result
+
+
+def _seven_step_pick(result: SearchResult, cm, opts: SearchOptions) -> None:
+    """The seven-step trace, and where its pick ranks among the plans."""
+    steps, pick = seven_steps(result.job, cm, opts)
+    result.steps = steps
+    if pick is None:
+        return
+    result.pick = Plan(0, pick, cm.memory(pick), cm.time(pick), [])
+    result.pick_rank = next((p.rank for p in result.plans if p.layout == pick), None)
+    result.pick_note = pick_note(result.pick, result.pick_rank, result.best, len(result.plans))
 
 
 def _collect(job: Job, space: _Space, cm, opts: SearchOptions, part: tuple[int, int]):

@@ -4,205 +4,217 @@
 (2) TP up to the GPUs of one node / NVLink domain, filled first; (3) PP across nodes, sized by
 the remaining memory gap, with m >= 4p; (4) the rest to DP with ZeRO-1/2 (ZeRO-3 only when
 nothing else fits); (5) MoE: EP matched to the experts and the all-to-all topology; (6) long
-context: CP; (7) overlap, gradient accumulation, recompute granularity. The layout the
-procedure arrives at is "the seven-step pick"; `seven_steps` places it in the search's
-ranking and says why the best differs.
+context: CP; (7) overlap, gradient accumulation, recompute granularity. `seven_steps` returns
+the trace and the layout the procedure arrives at ("the seven-step pick"); `pick_note` says
+where the search ranks it and why the best differs.
 """
 
 from __future__ import annotations
 
 from planner.cost.params import total_params
+from planner.cost.pipeline import bubble_fraction
 from planner.layout import Layout
 from planner.rules import Context, check, split_options, vpp_options
 from planner.units import GiB, divisors
 
-__all__ = ["seven_steps"]
+__all__ = ["seven_steps", "pick_note"]
 
-
-def _valid(job, lay: Layout, cm, headroom) -> tuple[bool, object]:
-    mem = cm.memory(lay)
-    errs = [v for v in check(Context(model=job.model, hardware=job.hardware,
-                                     training=job.training, num_gpus=job.num_gpus,
-                                     layout=lay, memory=mem, headroom=headroom))
-            if v.severity == "error"]
-    return not errs, mem
+CP_TOKENS_PER_RANK = 16384
+"""Step 6 splits sequences longer than this per rank (the chapter: CP for long contexts)."""
 
 
 def _step(n: int, title: str, decision: str) -> dict:
     return {"step": n, "title": title, "decision": decision}
 
 
-def seven_steps(result, cm, opts) -> None:
-    """Fill result.steps, result.pick, pick_rank and pick_note."""
-    job = result.job
-    m, hw, tr, N = job.model, job.hardware, job.training, job.num_gpus
-    gbs, seq, L = tr.global_batch_size, tr.seq_length, m.num_layers
-    headroom = opts.headroom
-    usable = hw.memory_gib * GiB * (1 - headroom)
-    steps = []
+def _fits(job, lay: Layout, cm, headroom: float):
+    """(passes every hard rule, memory breakdown)."""
+    mem = cm.memory(lay)
+    ctx = Context(model=job.model, hardware=job.hardware, training=job.training,
+                  num_gpus=job.num_gpus, layout=lay, memory=mem, headroom=headroom)
+    return not any(v.severity == "error" for v in check(ctx)), mem
 
-    # (1) memory floor -------------------------------------------------------------------
+
+def _memory_floor(job, cm, usable: float) -> dict:
+    m, tr = job.model, job.training
     P = total_params(m)
     states = P * (18 if tr.accounting == "megatron" else 16)
     one = cm.memory(Layout(tp=1, dp=1, zero=0))
-    floor_tp_pp = max(1, -(-int(one.total) // int(usable)))
-    steps.append(_step(1, "memory floor",
-        f"{P / 1e9:.1f}B params: model states {states / GiB:,.0f} GiB unsharded + activations "
-        f"{one.activations / GiB:,.0f} GiB per sequence-micro-batch = {one.total / GiB:,.0f} GiB "
-        f"on one GPU vs {usable / GiB:.0f} GiB usable: TP x PP x ZeRO must divide it by "
-        f">= {floor_tp_pp}"))
+    factor = max(1, -(-int(one.total) // int(usable)))
+    return _step(1, "memory floor",
+                 f"{P / 1e9:.1f}B params: model states {states / GiB:,.0f} GiB unsharded + "
+                 f"activations {one.activations / GiB:,.0f} GiB per sequence-micro-batch = "
+                 f"{one.total / GiB:,.0f} GiB on one GPU vs {usable / GiB:.0f} GiB usable: "
+                 f"TP x PP x ZeRO must divide it by >= {factor}")
 
-    # (2) TP: fill the node --------------------------------------------------------------
+
+def _tensor_parallel(job, fix) -> int:
+    """The largest TP that fits in a node and divides the heads (and the sequence)."""
+    m, hw, N = job.model, job.hardware, job.num_gpus
+    if "tp" in fix:
+        return fix["tp"]
     node = min(hw.gpus_per_node, hw.nvlink_domain_size)
     tps = [t for t in divisors(N) if t <= node and m.num_attention_heads % t == 0
            and (m.is_mla or m.kv_heads % t == 0 or t % m.kv_heads == 0)
-           and (seq % t == 0)]
-    if "tp" in opts.fix:
-        tps = [opts.fix["tp"]]
-    tp = max(tps) if tps else 1
-    steps.append(_step(2, "TP inside the node",
-        f"tp {tp}: the largest degree <= {node} GPUs per NVLink node that divides the "
-        f"{m.num_attention_heads} heads; its per-layer all-reduces stay on NVLink "
-        f"({hw.nvlink_bandwidth_gb_per_s:.0f} GB/s vs {hw.network_bandwidth_gb_per_s:.0f} GB/s network)"))
+           and job.training.seq_length % t == 0]
+    return max(tps) if tps else 1
 
-    # (6, decided early for memory) CP for long context ------------------------------------
+
+def _context_parallel(job, tp: int, fix) -> int:
+    """Double CP while a rank holds more than CP_TOKENS_PER_RANK tokens."""
+    if "cp" in fix:
+        return fix["cp"]
+    seq, N = job.training.seq_length, job.num_gpus
     cp = 1
-    if "cp" in opts.fix:
-        cp = opts.fix["cp"]
-    else:
-        while seq // cp > 16384 and (N // tp) % (cp * 2) == 0 and seq % (4 * cp) == 0:
-            cp *= 2
+    while seq // cp > CP_TOKENS_PER_RANK and (N // tp) % (cp * 2) == 0 and seq % (4 * cp) == 0:
+        cp *= 2
+    return cp
 
-    # (5) EP for MoE -----------------------------------------------------------------------
-    ep, etp = 1, tp
-    if m.is_moe:
-        etp = 1
-        cands = [e for e in divisors(m.num_experts) if e <= hw.nvlink_domain_size and
-                 (tp * cp) * (N // (tp * cp)) % e == 0]
-        ep = max(cands) if cands else 1
-        if "ep" in opts.fix:
-            ep = opts.fix["ep"]
 
-    # (3) PP: the smallest that closes the memory gap with ZeRO-1 ---------------------------
-    # (4) DP: the rest, ZeRO-1 (ZeRO-3 only when nothing else fits)
-    # (7) vpp / recompute / micro-batch
-    pick, pick_mem, how = None, None, ""
+def _expert_parallel(job, tp: int, cp: int, fix) -> list[int]:
+    """EP candidates: the largest that keeps the all-to-all inside the NVLink domain first,
+    then larger ones (across the network) in case the experts do not fit."""
+    m, hw, N = job.model, job.hardware, job.num_gpus
+    if not m.is_moe:
+        return [1]
+    if "ep" in fix:
+        return [fix["ep"]]
+    eps = [e for e in divisors(m.num_experts) if N % e == 0]   # the expert-grid rule decides
+    inside = [e for e in eps if e <= hw.nvlink_domain_size]
+    first = max(inside) if inside else 1
+    return [first] + [e for e in eps if e > first]
+
+
+def _pipeline(job, cm, opts, tp: int, cp: int, eps: list[int]):
+    """Steps 3-4: the least ZeRO (1, else 3), then the least recompute, then the smallest pp
+    (preferring m >= 4p) that passes every rule; EP from `eps` in order. (layout, mem, how)."""
+    m, N, gbs, L = job.model, job.num_gpus, job.training.global_batch_size, job.model.num_layers
     rest = N // (tp * cp) if N % (tp * cp) == 0 else 0
     pps = [p for p in divisors(rest) if p <= L and split_options(L, p)] if rest else []
     if "pp" in opts.fix:
         pps = [p for p in pps if p == opts.fix["pp"]]
+    etp = 1 if m.is_moe else tp
     for zero in (1, 3):
         for rec in ("none", "selective", "full"):
-            fitting = []
-            for pp in pps:
-                dp = N // (tp * cp * pp)
-                if gbs % dp:
-                    continue
-                split = split_options(L, pp)[0]
-                lay = Layout(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, etp=etp, sp=tp > 1,
-                             tp_comm_overlap=tp > 1, zero=zero, recompute=rec,
-                             first_stage_layers=split[0], last_stage_layers=split[1])
-                ok, mem = _valid(job, lay, cm, headroom)
-                if ok:
-                    fitting.append((lay, mem))
-            if fitting:
-                # the smallest pp that fits, preferring one that keeps m >= 4p
-                good = [f for f in fitting if f[0].num_microbatches(gbs) >= 4 * f[0].pp
-                        or f[0].pp == 1]
-                pick, pick_mem = (good or fitting)[0]
-                how = f"zero {zero}, recompute {rec}"
-                break
-        if pick:
-            break
-    if pick is None:
-        steps.append(_step(3, "PP across nodes", "no pp with ZeRO-1 or ZeRO-3 and any recompute fits"))
-        steps.append(_step(4, "DP with ZeRO", "-"))
-        steps.append(_step(5, "EP for MoE", "-" if not m.is_moe else f"ep {ep}"))
-        steps.append(_step(6, "CP for long context", f"cp {cp}"))
-        steps.append(_step(7, "overlap, accumulation, recompute", "nothing fits: see the suggestions"))
-        result.steps = steps
-        return
-    mb = pick.num_microbatches(gbs)
-    steps.append(_step(3, "PP across nodes",
-        f"pp {pick.pp}: the smallest degree that fits and keeps m >= 4p where one does "
-        f"({pick_mem.total / GiB:.1f} of "
-        f"{usable / GiB:.0f} GiB, {how})" + (f"; m = {mb} micro-batches "
-        f"{'>=' if mb >= 4 * pick.pp else '<'} 4p = {4 * pick.pp}" if pick.pp > 1 else "")))
-    steps.append(_step(4, "DP with ZeRO",
-        f"dp {pick.dp}: the remaining GPUs; ZeRO-{pick.zero} "
-        + ("(distributed optimizer: optimizer states / dp*cp, communication as plain DP)"
-           if pick.zero == 1 else "(ZeRO-3: only because nothing lighter fits)")))
-    steps.append(_step(5, "EP for MoE",
-        f"ep {pick.ep}, etp {pick.etp}: {m.num_experts} experts, {m.num_experts // pick.ep} per "
-        f"rank; the all-to-all spans {pick.ep * pick.etp} GPUs "
-        f"({'inside' if pick.ep * pick.etp <= hw.nvlink_domain_size else 'across'} the NVLink domain)"
-        if m.is_moe else "dense model: no experts, ep 1"))
-    steps.append(_step(6, "CP for long context",
-        f"cp {pick.cp}: {seq} tokens, {seq // pick.cp} per rank"
-        + (" (CP splits sequences beyond 16k tokens per rank)" if pick.cp > 1 else
-           " (short enough without CP)")))
+            for ep in eps:
+                fitting = []
+                for pp in pps:
+                    dp = N // (tp * cp * pp)
+                    if gbs % dp:
+                        continue
+                    split = split_options(L, pp)[0]
+                    lay = Layout(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, etp=etp, sp=tp > 1,
+                                 tp_comm_overlap=tp > 1, zero=zero, recompute=rec,
+                                 first_stage_layers=split[0], last_stage_layers=split[1])
+                    ok, mem = _fits(job, lay, cm, opts.headroom)
+                    if ok:
+                        fitting.append((lay, mem))
+                if fitting:
+                    good = [f for f in fitting
+                            if f[0].pp == 1 or f[0].num_microbatches(gbs) >= 4 * f[0].pp]
+                    lay, mem = (good or fitting)[0]
+                    return lay, mem, f"zero {zero}, recompute {rec}"
+    return None, None, ""
 
-    # (7) interleave to shrink the bubble, then the micro-batch
-    best_lay, best_t = pick, cm.time(pick).step_time_s
-    for v in vpp_options(L, pick.pp, pick.first_stage_layers, pick.last_stage_layers,
-                         opts.max_vpp):
+
+def _interleave(job, cm, opts, pick: Layout) -> Layout:
+    """Step 7: the virtual-stage count with the shortest step that still passes every rule."""
+    best, best_t = pick, cm.time(pick).step_time_s
+    for v in vpp_options(job.model.num_layers, pick.pp, pick.first_stage_layers,
+                         pick.last_stage_layers, opts.max_vpp):
         if v == 1:
             continue
         cand = pick.with_(vpp=v)
-        ok, _ = _valid(job, cand, cm, headroom)
-        if ok:
+        if _fits(job, cand, cm, opts.headroom)[0]:
             t = cm.time(cand).step_time_s
             if t < best_t:
-                best_lay, best_t = cand, t
-    pick = best_lay
-    mb = pick.num_microbatches(gbs)
-    from planner.cost.pipeline import bubble_fraction
-    steps.append(_step(7, "overlap, accumulation, recompute",
-        f"{mb} micro-batches of {pick.micro_batch_size} per step (gradient accumulation), vpp "
-        f"{pick.vpp} -> bubble {bubble_fraction(pick.pp, mb, pick.vpp):.0%}; recompute "
-        f"{pick.recompute}; DP reduce-scatter overlapped with backward, TP overlapped with GEMMs"
-        + ("" if pick.tp > 1 else " (no TP)")))
-    result.steps = steps
-
-    from planner.search import Plan
-    tm = cm.time(pick)
-    mem = cm.memory(pick)
-    result.pick = Plan(0, pick, mem, tm, [])
-    _place_pick(result)
+                best, best_t = cand, t
+    return best
 
 
-def _place_pick(result) -> None:
-    pick = result.pick
-    for p in result.plans:
-        if p.layout == pick.layout:
-            result.pick_rank = p.rank
-            break
-    best = result.best
+def _trace(job, pick: Layout, mem, how: str, usable: float) -> list[dict]:
+    """Steps 3-7 for the pick, one line each with its numbers."""
+    m, hw, tr = job.model, job.hardware, job.training
+    mb = pick.num_microbatches(tr.global_batch_size)
+    span = pick.ep * pick.etp
+    return [
+        _step(3, "PP across nodes",
+              f"pp {pick.pp}: the smallest degree that fits and keeps m >= 4p where one does "
+              f"({mem.total / GiB:.1f} of {usable / GiB:.0f} GiB, {how})"
+              + (f"; m = {mb} micro-batches {'>=' if mb >= 4 * pick.pp else '<'} 4p = "
+                 f"{4 * pick.pp}" if pick.pp > 1 else "")),
+        _step(4, "DP with ZeRO",
+              f"dp {pick.dp}: the remaining GPUs; ZeRO-{pick.zero} "
+              + ("(distributed optimizer: optimizer states / dp*cp, communication as plain DP)"
+                 if pick.zero == 1 else "(ZeRO-3: only because nothing lighter fits)")),
+        _step(5, "EP for MoE",
+              f"ep {pick.ep}, etp {pick.etp}: {m.num_experts} experts, "
+              f"{m.num_experts // pick.ep} per rank; the all-to-all spans {span} GPUs "
+              f"({'inside' if span <= hw.nvlink_domain_size else 'across'} the NVLink domain)"
+              if m.is_moe else "dense model: no experts, ep 1"),
+        _step(6, "CP for long context",
+              f"cp {pick.cp}: {tr.seq_length} tokens, {tr.seq_length // pick.cp} per rank"
+              + (f" (CP splits sequences beyond {CP_TOKENS_PER_RANK // 1024}k tokens per rank)"
+                 if pick.cp > 1 else " (short enough without CP)")),
+        _step(7, "overlap, accumulation, recompute",
+              f"{mb} micro-batches of {pick.micro_batch_size} per step (gradient accumulation), "
+              f"vpp {pick.vpp} -> bubble {bubble_fraction(pick.pp, mb, pick.vpp):.0%}; "
+              f"recompute {pick.recompute}; DP reduce-scatter overlapped with backward"
+              + (", TP overlapped with GEMMs" if pick.tp > 1 else " (no TP)")),
+    ]
+
+
+def seven_steps(job, cm, opts) -> tuple[list[dict], Layout | None]:
+    """The trace (seven {"step", "title", "decision"}) and the procedure's pick (or None)."""
+    usable = job.hardware.memory_gib * GiB * (1 - opts.headroom)
+    tp = _tensor_parallel(job, opts.fix)
+    cp = _context_parallel(job, tp, opts.fix)
+    eps = _expert_parallel(job, tp, cp, opts.fix)
+    hw = job.hardware
+    steps = [
+        _memory_floor(job, cm, usable),
+        _step(2, "TP inside the node",
+              f"tp {tp}: the largest degree <= {min(hw.gpus_per_node, hw.nvlink_domain_size)} "
+              f"GPUs per NVLink node that divides the {job.model.num_attention_heads} heads; its "
+              f"per-layer all-reduces stay on NVLink ({hw.nvlink_bandwidth_gb_per_s:.0f} GB/s vs "
+              f"{hw.network_bandwidth_gb_per_s:.0f} GB/s network)"),
+    ]
+    pick, mem, how = _pipeline(job, cm, opts, tp, cp, eps)
+    if pick is None:
+        return steps + [
+            _step(3, "PP across nodes", "no pp with ZeRO-1 or ZeRO-3 and any recompute fits"),
+            _step(4, "DP with ZeRO", "-"),
+            _step(5, "EP for MoE", f"ep {eps[0]}" if job.model.is_moe else "-"),
+            _step(6, "CP for long context", f"cp {cp}"),
+            _step(7, "overlap, accumulation, recompute", "nothing fits: see the suggestions"),
+        ], None
+    pick = _interleave(job, cm, opts, pick)
+    return steps + _trace(job, pick, mem, how, usable), pick
+
+
+def pick_note(pick, rank: int | None, best, shown: int) -> str:
+    """'seven-step pick: rank 3 (...), 4% slower than the best, because ...'."""
     if best is None:
-        return
+        return ""
+    if rank == 1:
+        return f"seven-step pick: rank 1, the best layout ({pick.layout.name})"
+    where = f"rank {rank}" if rank else f"outside the top {shown}"
     slower = pick.time.step_time_s / best.time.step_time_s - 1
-    where = f"rank {result.pick_rank}" if result.pick_rank else f"outside the top {len(result.plans)}"
-    if result.pick_rank == 1:
-        result.pick_note = f"seven-step pick: rank 1, the best layout ({pick.layout.name})"
-        return
-    why = _why(best, pick)
-    result.pick_note = (f"seven-step pick: {where} ({pick.layout.name}), {slower:.0%} slower than "
-                        f"the best, because {why}")
+    return (f"seven-step pick: {where} ({pick.layout.name}), {slower:.0%} slower than the best, "
+            f"because {_why(best, pick)}")
 
 
 def _why(best, pick) -> str:
     b, p = best.layout, pick.layout
-    diffs = []
-    for axis in ("tp", "cp", "pp", "vpp", "ep", "micro_batch_size", "zero", "recompute"):
-        if getattr(b, axis) != getattr(p, axis):
-            diffs.append(f"{axis} {getattr(b, axis)} instead of {getattr(p, axis)}")
+    diffs = [f"{axis} {getattr(b, axis)} instead of {getattr(p, axis)}"
+             for axis in ("tp", "cp", "pp", "vpp", "ep", "micro_batch_size", "zero", "recompute")
+             if getattr(b, axis) != getattr(p, axis)]
     bt, pt = best.time, pick.time
     reasons = []
-    if abs(bt.bubble_s - pt.bubble_s) > 0.02 * pt.step_time_s:
-        reasons.append(f"bubble {pt.bubble_s:.2f} -> {bt.bubble_s:.2f} s")
-    if abs(bt.exposed_comm_s - pt.exposed_comm_s) > 0.02 * pt.step_time_s:
-        reasons.append(f"exposed communication {pt.exposed_comm_s:.2f} -> {bt.exposed_comm_s:.2f} s")
-    if abs(bt.compute_s - pt.compute_s) > 0.02 * pt.step_time_s:
-        reasons.append(f"compute {pt.compute_s:.2f} -> {bt.compute_s:.2f} s")
+    for label, bv, pv in (("bubble", bt.bubble_s, pt.bubble_s),
+                          ("exposed communication", bt.exposed_comm_s, pt.exposed_comm_s),
+                          ("compute", bt.compute_s, pt.compute_s)):
+        if abs(bv - pv) > 0.02 * pt.step_time_s:
+            reasons.append(f"{label} {pv:.2f} -> {bv:.2f} s")
     what = ", ".join(diffs) or "the same degrees"
     return f"the best uses {what}" + (f" ({'; '.join(reasons)})" if reasons else "")
