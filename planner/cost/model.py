@@ -44,7 +44,8 @@ class LayerCosts:
     fwd_e: float
     bwd_e: float
     rec_e: float
-    tp: float             # exposed TP communication per layer (fwd + bwd + recompute)
+    tp: float             # exposed TP communication per dense layer (fwd + bwd + recompute)
+    tp_e: float           # ... per MoE layer (the expert block needs none when etp = 1)
     ep: float             # exposed EP all-to-all per MoE layer
     cp: float             # exposed CP communication per layer
     logits: float         # output layer + loss, fwd + bwd
@@ -129,6 +130,10 @@ class CostModel:
             if lay.tp_comm_overlap and not tp_link.crosses_network:
                 # Transformer Engine's userbuffer overlap needs the TP group in one NVLink domain
                 tp_s *= 1.0 - hide
+        # an MoE layer gathers and scatters the sequence-parallel tokens for the attention
+        # block, and for the expert block only when the experts (etp > 1) or shared experts
+        # are tensor-parallel; with etp = 1 the routed tokens travel by all-to-all instead
+        tp_e = tp_s if (lay.etp > 1 or s.f_s) else tp_s / 2
         ep_s = 0.0
         if lay.ep > 1 and s.E:
             routed = tokens / (t if lay.sp else 1) * s.k * s.capacity_factor
@@ -150,8 +155,8 @@ class CostModel:
         logits_bytes = 4.0 * tokens * vocab / t + 2.0 * tokens * s.h / (t if lay.sp else 1)
         transient = 4.0 * tokens * s.h if t > 1 and lay.sp else 0.0
         return LayerCosts(tokens, act_d, act_e, work_d, work_e, d.fwd, d.bwd, d.recompute,
-                          e.fwd, e.bwd, e.recompute, tp_s, ep_s, cp_s, logits, logits_bytes,
-                          transient)
+                          e.fwd, e.bwd, e.recompute, tp_s, tp_e, ep_s, cp_s, logits,
+                          logits_bytes, transient)
 
     # ------------------------------------------------------------------ stages
     def stages(self, lay: Layout):
@@ -260,9 +265,9 @@ class CostModel:
         s = self.shape
         m = self.gbs // (lay.micro_batch_size * lay.dp) or 1
         L_moe = s.L_moe if s.E else 0
-        total = ((s.L - L_moe) * (lc.fwd_d + lc.bwd_d + lc.rec_d)
-                 + L_moe * (lc.fwd_e + lc.bwd_e + lc.rec_e + lc.ep)
-                 + s.L * (lc.tp + lc.cp) + lc.logits)
+        total = ((s.L - L_moe) * (lc.fwd_d + lc.bwd_d + lc.rec_d + lc.tp)
+                 + L_moe * (lc.fwd_e + lc.bwd_e + lc.rec_e + lc.ep + lc.tp_e)
+                 + s.L * lc.cp + lc.logits)
         return total / lay.pp * (m + (lay.pp - 1) / lay.vpp)
 
     def time(self, lay: Layout) -> StepTime:
@@ -284,7 +289,8 @@ class CostModel:
             compute = (dl * (lc.fwd_d + lc.bwd_d + lc.rec_d)
                        + moe_layers * (lc.fwd_e + lc.bwd_e + lc.rec_e)
                        + (lc.logits if out else 0.0))
-            tp_s, ep_s, cp_s = layers * lc.tp, moe_layers * lc.ep, layers * lc.cp
+            tp_s = dl * lc.tp + moe_layers * lc.tp_e
+            ep_s, cp_s = moe_layers * lc.ep, layers * lc.cp
             parts.append((compute, tp_s, ep_s, cp_s))
             totals.append(compute + tp_s + ep_s + cp_s + (pp_s if p > 1 else 0.0))
             if rank == 0:
