@@ -28,6 +28,7 @@ from planner.cost import estimate, shape_of  # noqa: E402
 from planner.cost.compute import megatron_flops_2024, model_flops_per_step, narayanan_flops  # noqa: E402
 from planner.cost.params import padded_vocab  # noqa: E402
 from planner.layout import Layout  # noqa: E402
+from planner.tune import fill_auto  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "reference" / "calibration.yaml"
 LOCAL = Path(__file__).resolve().parent / "calibration.yaml"
@@ -55,7 +56,8 @@ def load_cases(path: Path | None = None) -> list[Case]:
     for c in data["cases"]:
         cfg = {"model": c["model"], "hardware": c["hardware"], "num_gpus": c["num_gpus"],
                "training": c["training"], "parallel": c.get("parallel", {})}
-        job, layout = config_from_data(cfg)   # fills micro-batch/vpp the source left out
+        job, layout = config_from_data(cfg)
+        layout = fill_auto(job, layout)       # micro-batch/vpp the source left out
         t_meas, how = measured_step_time(c, job, layout)
         cases.append(Case(c["id"], c["class"], job, layout, t_meas, how))
     return cases
@@ -88,7 +90,6 @@ def evaluate(cases: list[Case], hardware_override=None) -> list[dict]:
     """Predict every case; with `hardware_override` ({name: HardwareSpec}) the knobs the source
     left out are chosen again under the overriding profile, as loading the config would."""
     from dataclasses import replace
-    from planner.tune import fill_auto
 
     rows = []
     for c in cases:

@@ -270,8 +270,11 @@ def export_cmd(
         from planner.export import check_exportable, check_format, export
         from planner.rules import Context, fits_in_memory
 
+        from planner.tune import fill_auto
+
         name = check_format(fmt)
         job, layout = load_config(config)
+        layout = fill_auto(job, layout)
         check_exportable(job, layout)
         est = estimate(job, layout)
         text = export(job, layout, name, estimate=est)

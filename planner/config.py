@@ -100,11 +100,7 @@ def config_from_data(data, *, base: Path | None = None, source: str = "config") 
                                 global_batch_size=t.global_batch_size, precision=t.precision,
                                 flash_attention=t.flash_attention, accounting=t.accounting)
     job = Job(model=model, hardware=hardware, num_gpus=spec.num_gpus, training=training)
-    layout = layout_from_spec(spec.parallel, num_gpus=spec.num_gpus)
-    if layout.auto:
-        from planner.tune import fill_auto
-        layout = fill_auto(job, layout)
-    return job, layout
+    return job, layout_from_spec(spec.parallel, num_gpus=spec.num_gpus)
 
 
 def load_config(path: str | Path) -> tuple[Job, Layout]:

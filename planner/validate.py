@@ -9,6 +9,7 @@ from planner.cost import Estimate, estimate
 from planner.errors import Violation
 from planner.layout import Layout
 from planner.rules import DEFAULT_HEADROOM, Context, check
+from planner.tune import fill_auto
 
 __all__ = ["ValidationResult", "validate"]
 
@@ -44,7 +45,10 @@ def _computable(layout: Layout, job: Job) -> bool:
 def validate(job: Job, layout: Layout, *, headroom: float = DEFAULT_HEADROOM,
              extra: list[Violation] | None = None, tokens: float | None = None) -> ValidationResult:
     """Every rule, with memory (and time) where the layout is whole enough to estimate.
-    `tokens` (training tokens) adds time-to-train to the estimate."""
+    Knobs the config left to the planner (`layout.auto`) are chosen first, with the same
+    headroom. `tokens` (training tokens) adds time-to-train to the estimate."""
+    if layout.auto and _computable(layout, job):
+        layout = fill_auto(job, layout, headroom=headroom)
     est = estimate(job, layout, tokens=tokens) if _computable(layout, job) else None
     ctx = Context(model=job.model, hardware=job.hardware, training=job.training,
                   num_gpus=job.num_gpus, layout=layout,

@@ -150,3 +150,29 @@ def test_only_report_and_cli_import_rich():
     importers = _importers_of("rich")
     assert "planner/report.py" in importers
     assert importers <= {"planner/cli.py", "planner/report.py"}
+
+
+def test_validate_chooses_the_knobs_a_config_leaves_out(runner, tmp_path):
+    # micro_batch_size and vpp left out: planner picks the fastest that passes every rule
+    # (memory with the requested headroom included) and says which it chose.
+    cfg = tmp_path / "auto.yaml"
+    cfg.write_text("model: llama3-70b\nnum_gpus: 512\n"
+                   "training: {seq_length: 8192, global_batch_size: 512}\n"
+                   "parallel: {tp: 8, pp: 4}\n")
+    out = json.loads(runner.invoke(app, ["validate", str(cfg), "--json"]).stdout)
+    assert out["valid"] is True
+    assert out["chosen_by_planner"] == ["micro_batch_size", "vpp"]
+    assert 20 % out["layout"]["vpp"] == 0              # 80 layers / pp 4 per rank
+    tight = json.loads(runner.invoke(app, ["validate", str(cfg), "--json",
+                                           "--headroom", "0.5"]).stdout)
+    mem = tight["memory"]
+    assert tight["valid"] is True                     # a smaller choice that fits in half
+    assert mem["total_bytes"] <= 0.5 * mem["capacity_bytes"]
+    assert (tight["layout"]["vpp"], tight["layout"]["micro_batch_size"]) != \
+        (out["layout"]["vpp"], out["layout"]["micro_batch_size"])
+    # pinned values are kept as written
+    cfg.write_text(cfg.read_text().replace("{tp: 8, pp: 4}",
+                                           "{tp: 8, pp: 4, vpp: 1, micro_batch_size: 1}"))
+    pinned = json.loads(runner.invoke(app, ["validate", str(cfg), "--json"]).stdout)
+    assert pinned["chosen_by_planner"] == []
+    assert (pinned["layout"]["vpp"], pinned["layout"]["micro_batch_size"]) == (1, 1)
