@@ -111,3 +111,16 @@ def pipeline_split(num_layers: int, layout: Layout) -> PipelineSplit:
             and layout.last_stage_layers is not None and first == last == middle - 1):
         return PipelineSplit("accounted", first, int(middle), last)
     return PipelineSplit("explicit", first, int(middle), last)
+
+
+def shape_tail_flags(m, seq_length: int) -> list[tuple[str, str | None]]:
+    """The Megatron-style shape flags both Megatron-LM and Megatron-DeepSpeed take as they are:
+    untied embeddings, no linear biases, sequence length and position table."""
+    flags: list[tuple[str, str | None]] = []
+    if not m.tied_embeddings:
+        flags.append(("--untie-embeddings-and-output-weights", None))
+    if not m.bias:
+        flags.append(("--disable-bias-linear", None))
+    flags += [("--seq-length", str(seq_length)),
+              ("--max-position-embeddings", str(max(seq_length, m.seq_length or 0)))]
+    return flags

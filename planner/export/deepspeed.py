@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 
 from planner.errors import InfeasibleError
-from planner.export.common import header_lines, nodes_and_devices
+from planner.export.common import header_lines, nodes_and_devices, shape_tail_flags
 from planner.export.megatron import (Flag, continued, flag_lines, launcher_lines,
                                      pre_blackwell, precision_flags)
 from planner.layout import Layout
@@ -119,12 +119,7 @@ def _model_flags(m: ModelSpec, *, seq_length: int) -> list[Flag]:
         flags.append(("--normalization", "rmsnorm"))
     if m.position_embedding == "rope":
         flags.append(("--use-rotary-position-embeddings", None))
-    if not m.tied_embeddings:
-        flags.append(("--untie-embeddings-and-output-weights", None))
-    if not m.bias:
-        flags.append(("--disable-bias-linear", None))
-    flags += [("--seq-length", str(seq_length)),
-              ("--max-position-embeddings", str(max(seq_length, m.seq_length or 0)))]
+    flags += shape_tail_flags(m, seq_length)
     if m.is_moe:
         # ZeRO needs the expert parameters in their own optimizer group
         flags += [("--num-experts", str(m.num_experts)), ("--topk", str(m.moe_top_k)),

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import shlex
 
-from planner.export.common import header_lines, nodes_and_devices, pipeline_split
+from planner.export.common import header_lines, nodes_and_devices, pipeline_split, shape_tail_flags
 from planner.layout import Layout
 from planner.specs import ModelSpec
 
@@ -80,12 +80,7 @@ def model_flags(m: ModelSpec, *, seq_length: int) -> list[Flag]:
         flags += [("--normalization", "RMSNorm")]
     if m.position_embedding != "learned_absolute":
         flags.append(("--position-embedding-type", m.position_embedding))
-    if not m.tied_embeddings:
-        flags.append(("--untie-embeddings-and-output-weights", None))
-    if not m.bias:
-        flags.append(("--disable-bias-linear", None))
-    flags += [("--seq-length", str(seq_length)),
-              ("--max-position-embeddings", str(max(seq_length, m.seq_length or 0)))]
+    flags += shape_tail_flags(m, seq_length)
     return flags
 
 
