@@ -156,6 +156,7 @@ class _Space:
             self.mbs = [fix["micro_batch_size"]]
         self.zero = [fix["zero"]] if "zero" in fix else list(ZERO)
         self.rec = [fix["recompute"]] if "recompute" in fix else list(RECOMPUTE)
+        self.zero_order = _zero_order(self.zero)
 
     def cp(self, N: int, tp: int, seq: int) -> list[int]:
         if "cp" in self.fix:
@@ -369,7 +370,7 @@ def _fitting_prefixes(head: tuple, tail: tuple, valid: list[int], space: _Space,
     """
     cap = cm.capacity
     n = len(valid)
-    zeros = _zero_order(space.zero)
+    zeros = space.zero_order
     prefix: dict[tuple[str, int], int] = {}
     z3_ok = 3 in zeros and 2 in zeros and cm.zero3_no_worse_than_2(Layout(*head, 3, 1, "none", *tail))
     ordered_z = [z for z in zeros if 1 <= z <= 2]
@@ -450,19 +451,25 @@ def _contenders(head: tuple, tail: tuple, valid: list[int], prefix: dict, space:
                 cands: list, all_fitting: bool) -> None:
     """Per ZeRO stage and micro-batch, the least recompute that fits (more recompute is
     strictly slower), with the lower bound on its step time (the same for every ZeRO stage);
-    every fitting layout when ranking by memory."""
+    every fitting layout when ranking by memory. Stored as (bound, head, zero, micro-batch,
+    recompute, tail): `_layout` builds the Layout only for those that get timed."""
     bounds: dict[tuple[int, str], float] = {}
     for zero in space.zero:
         for i, mbs in enumerate(valid):
             for rec in space.rec:
                 if i < prefix[(rec, zero)]:
-                    lay = Layout(*head, zero, mbs, rec, *tail)
                     lb = bounds.get((mbs, rec))
                     if lb is None:
-                        lb = bounds[(mbs, rec)] = cm.time_lower_bound(lay)
-                    cands.append((lb, lay))
+                        lb = bounds[(mbs, rec)] = cm.time_lower_bound(
+                            Layout(*head, zero, mbs, rec, *tail))
+                    cands.append((lb, head, zero, mbs, rec, tail))
                     if not all_fitting:
                         break
+
+
+def _layout(cand: tuple) -> Layout:
+    _, head, zero, mbs, rec, tail = cand
+    return Layout(*head, zero, mbs, rec, *tail)
 
 
 def _closer(closest: list, lay: Layout, total: float) -> None:
@@ -559,7 +566,8 @@ def _rank(job: Job, cm, cands, opts: SearchOptions) -> tuple[list[Plan], int]:
     order = {r: i for i, r in enumerate(RECOMPUTE)}
     timed = 0
     if opts.sort_by == "memory":
-        with_mem = sorted(((lay, cm.memory(lay)) for _, lay in cands), key=lambda c: c[1].total)
+        with_mem = sorted(((lay, cm.memory(lay)) for lay in map(_layout, cands)),
+                          key=lambda c: c[1].total)
         scored = []
         for lay, mem in with_mem[: max(opts.top * 4, opts.top)]:
             tm = cm.time(lay)
@@ -569,9 +577,10 @@ def _rank(job: Job, cm, cands, opts: SearchOptions) -> tuple[list[Plan], int]:
         bounded = sorted(cands, key=lambda x: x[0])
         scored = []
         kth = float("inf")
-        for lb, lay in bounded:
-            if lb > kth:
+        for cand in bounded:
+            if cand[0] > kth:
                 break
+            lay = _layout(cand)
             mem = cm.memory(lay)
             tm = cm.time(lay)
             timed += 1
