@@ -79,6 +79,8 @@ class CostModel:
         self._links: dict = {}
         self._states: dict = {}
         self._stages: dict = {}
+        self._first_params: dict = {}
+        self._hardware_flops: dict = {}
         s = self.shape
         self.model_flops = model_flops_per_step(s, seq=self.seq, global_batch_size=self.gbs)
         self.L_dense = s.L_dense if s.E else s.L
@@ -270,6 +272,18 @@ class CostModel:
                  + s.L * lc.cp + lc.logits)
         return total / lay.pp * (m + (lay.pp - 1) / lay.vpp)
 
+    def _first_rank_params(self, lay: Layout, first_stage: tuple) -> tuple[float, float]:
+        """(dense, expert) parameters on a first-stage rank (experts already / ep*etp)."""
+        key = (lay.tp, lay.pp, lay.first_stage_layers, lay.last_stage_layers, lay.ep, lay.etp)
+        got = self._first_params.get(key)
+        if got is None:
+            _, _, layers, moe_layers, _, out = first_stage
+            dense_p, expert_p = stage_params(self.shape, layers=layers, moe_layers=moe_layers,
+                                             t=lay.tp, with_embedding=True, with_output=out,
+                                             vocab=padded_vocab(self.shape.V, lay.tp))
+            got = self._first_params[key] = (dense_p, expert_p / (lay.ep * lay.etp))
+        return got
+
     def time(self, lay: Layout) -> StepTime:
         s = self.shape
         lc = self.layer_costs(lay)
@@ -303,11 +317,7 @@ class CostModel:
         i_slow = max(range(len(totals)), key=totals.__getitem__)
         c, tp_s, ep_s, cp_s = parts[i_slow]
 
-        _, _, first_n, first_moe, _, first_out = stage_list[0]
-        vocab = padded_vocab(s.V, lay.tp)
-        dense_p, expert_p = stage_params(s, layers=first_n, moe_layers=first_moe, t=lay.tp,
-                                         with_embedding=True, with_output=first_out, vocab=vocab)
-        expert_p /= lay.ep * lay.etp
+        dense_p, expert_p = self._first_rank_params(lay, stage_list[0])
         dp_s = dp_exposed(zero=lay.zero, m=m, dense_params=dense_p, expert_params=expert_p,
                           dp_link=self.link(lay.dp * lay.cp, lay.tp), dp_size=lay.dp * lay.cp,
                           edp_link=self.link(lay.edp, lay.etp * lay.ep), edp_size=lay.edp,
@@ -323,8 +333,10 @@ class CostModel:
         world = lay.world_size
         tokens = self.gbs * self.seq
         F = self.model_flops
-        H = hardware_flops_per_step(s, seq=self.seq, global_batch_size=self.gbs,
-                                    recompute=lay.recompute)
+        H = self._hardware_flops.get(lay.recompute)
+        if H is None:
+            H = self._hardware_flops[lay.recompute] = hardware_flops_per_step(
+                s, seq=self.seq, global_batch_size=self.gbs, recompute=lay.recompute)
         return StepTime(
             step_time_s=step, compute_s=m * c, bubble_s=pipe - m * totals[i_slow],
             tp_comm_s=m * tp_s, pp_comm_s=m * (pp_s if p > 1 else 0.0), dp_comm_s=dp_s,
