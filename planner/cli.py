@@ -216,13 +216,14 @@ def models(json_out: JsonOpt = False) -> None:
     def body() -> int:
         from planner import report
         from planner.cost.params import active_params, total_params
-        from planner.presets import ALIASES, PRESETS, get_preset
+        from planner.presets import ALIASES, PRESETS, PUBLISHED_PARAMS, get_preset
 
         rows = []
         for key in PRESETS:
             m = get_preset(key)
             rows.append(dict(name=key, aliases=[a for a, k in ALIASES.items() if k == key],
                              parameters=total_params(m), active_parameters=active_params(m),
+                             published_parameters=PUBLISHED_PARAMS.get(key),
                              num_layers=m.num_layers, hidden_size=m.hidden_size,
                              num_attention_heads=m.num_attention_heads, num_kv_heads=m.kv_heads,
                              num_experts=m.num_experts or 0, moe_top_k=m.moe_top_k if m.is_moe else 0,

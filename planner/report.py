@@ -148,10 +148,13 @@ def validation_view(result, *, source: str = "") -> Group:
 
 def models_view(rows: list[dict]) -> Table:
     t = Table(title="Preset models")
-    for col in ("name", "aliases", "params", "active", "layers", "hidden", "heads/kv", "experts", "seq"):
+    for col in ("name", "aliases", "params", "published", "active", "layers", "hidden",
+                "heads/kv", "experts", "seq"):
         t.add_column(col, justify="right" if col not in ("name", "aliases") else "left")
     for r in rows:
+        pub = r.get("published_parameters")
         t.add_row(r["name"], ", ".join(r["aliases"]), fmt_count(r["parameters"]),
+                  fmt_count(pub) if pub else "-",
                   fmt_count(r["active_parameters"]), str(r["num_layers"]), str(r["hidden_size"]),
                   f"{r['num_attention_heads']}/{r['num_kv_heads']}",
                   f"{r['num_experts']} top-{r['moe_top_k']}" if r["num_experts"] else "-",
