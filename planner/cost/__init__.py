@@ -13,13 +13,13 @@ from planner.cost.shape import ModelShape, model_shape
 if TYPE_CHECKING:
     from planner.cost.model import CostModel
 
-__all__ = ["Estimate", "estimate", "shape_of", "memory_of", "time_of", "cost_model"]
+__all__ = ["Estimate", "estimate", "shape_of", "time_of", "cost_model"]
 
 
 @dataclass(frozen=True)
 class Estimate:
     memory: MemoryBreakdown
-    time: object = None          # StepTime once the time model runs
+    time: object = None          # a StepTime (cost/step.py)
 
 
 @lru_cache(maxsize=32)
@@ -30,10 +30,6 @@ def shape_of(model) -> ModelShape:
 def cost_model(job) -> "CostModel":
     from planner.cost.model import CostModel
     return CostModel(job, shape_of(job.model))
-
-
-def memory_of(job, layout) -> MemoryBreakdown:
-    return cost_model(job).memory(layout)
 
 
 def time_of(job, layout, *, tokens: float | None = None, model=None):

@@ -85,8 +85,8 @@ class LayerTimes:
     gemm_flops_fwd: float
 
 
-def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq_per_rank: int, seq: int,
-                tp: int, sp: bool, recompute: str, gemm_flops_per_s: float,
+def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
+                tp: int, recompute: str, gemm_flops_per_s: float,
                 attn_flops_per_s: float, hbm_bytes_per_s: float, ew_factor: float,
                 act_bytes_fwd: float, overhead_s: float = 0.0) -> LayerTimes:
     """Forward, backward and recompute time of one layer for one micro-batch of `tokens`

@@ -115,8 +115,7 @@ class CostModel:
         eff = gemm_efficiency(eff_max=cal.matmul_efficiency, half_size=cal.matmul_half_size,
                               tp=t, h=s.h, tokens=tokens)
         attn_rate = self.bf16 * cal.attention_efficiency
-        kw = dict(tokens=tokens, seq_per_rank=seq_rank, seq=self.seq, tp=t, sp=lay.sp,
-                  recompute=lay.recompute, gemm_flops_per_s=self.peak * eff,
+        kw = dict(tokens=tokens, seq=self.seq, tp=t, recompute=lay.recompute, gemm_flops_per_s=self.peak * eff,
                   attn_flops_per_s=attn_rate, hbm_bytes_per_s=self.hbm,
                   ew_factor=cal.elementwise_bytes_per_activation,
                   overhead_s=cal.layer_overhead_us * 1e-6)

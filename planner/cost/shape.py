@@ -42,7 +42,6 @@ class ModelShape:
     moe_tp: int             # TP-sharded params of an MoE layer (attention + shared experts)
     moe_rep: int            # replicated params of an MoE layer (norms + router)
     moe_experts: int        # routed-expert params of an MoE layer (all experts)
-    largest_layer: int      # params of the largest layer (ZeRO-3 gather buffer)
     emb_extra: int          # learned position embedding params (first stage)
     out_norm: int           # final norm params (last stage)
     # FLOPs per token per layer, forward (2 * MACs), excluding attention core
@@ -88,7 +87,6 @@ def model_shape(m: ModelSpec) -> ModelShape:
         capacity_factor=m.moe_capacity_factor,
         dense_tp=dense.attention + dense.mlp, dense_rep=dense.replicated,
         moe_tp=moe.attention + moe.mlp, moe_rep=moe.replicated, moe_experts=moe.experts,
-        largest_layer=max(dense.total, moe.total),
         emb_extra=emb, out_norm=out,
         attn_proj_flops=2.0 * attn_params_nobias,
         mlp_flops=2.0 * mats * h * f,
