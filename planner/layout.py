@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from planner.specs import ParallelSpec
 
-__all__ = ["Layout", "layout_from_spec", "stage_layer_counts", "AUTO_FIELDS"]
+__all__ = ["Layout", "layout_from_spec", "stage_layer_counts", "AUTO_FIELDS", "bubble_fraction"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,3 +144,10 @@ def stage_layer_counts(num_layers: int, layout: Layout) -> tuple[int, float, int
     else:
         middle = (num_layers - first - last) / (p - 2) if p > 2 else float(first)
     return first, middle, last
+
+
+def bubble_fraction(p: int, m: int, v: int = 1) -> float:
+    """(p-1)/(v*m): idle time as a fraction of the ideal (bubble-free) time."""
+    if p <= 1:
+        return 0.0
+    return (p - 1) / (v * max(m, 1))

@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
-from planner.cost.pipeline import bubble_fraction
 from planner.errors import Violation
-from planner.layout import Layout, stage_layer_counts
+from planner.layout import Layout, bubble_fraction, stage_layer_counts
 from planner.specs import HardwareSpec, ModelSpec, TrainingSpec
 from planner.units import GiB, divisors
 

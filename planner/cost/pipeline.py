@@ -15,14 +15,9 @@ fill/drain part by v: T = (m - 1/v) * t_max + sum_i t_i / v ... written below as
 
 from __future__ import annotations
 
+from planner.layout import bubble_fraction   # defined with the layout: the rules need it too
+
 __all__ = ["bubble_fraction", "pipeline_time"]
-
-
-def bubble_fraction(p: int, m: int, v: int = 1) -> float:
-    """(p-1)/(v*m): idle time as a fraction of the ideal (bubble-free) time."""
-    if p <= 1:
-        return 0.0
-    return (p - 1) / (v * max(m, 1))
 
 
 def pipeline_time(stage_times: list[float] | tuple[float, ...], *, m: int, v: int = 1) -> float:
