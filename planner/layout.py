@@ -34,6 +34,19 @@ class Layout:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
+    # production recipe settings (ParallelSpec documents each)
+    recompute_modules: tuple[str, ...] = ()
+    """What selective recompute recomputes; () with recompute selective means (core_attn,)."""
+    recompute_num_layers: int | None = None
+    """With recompute full: layers per virtual stage that recompute (None: all)."""
+    cpu_offloading_num_layers: int = 0
+    grad_reduce_in_fp32: bool = True
+    exp_avg_dtype: str = "fp32"
+    exp_avg_sq_dtype: str = "fp32"
+    moe_token_dispatcher: str = "allgather"
+    overlap_moe_expert_parallel_comm: bool = False
+    cuda_graphs: str = "none"
+    pipeline_model_parallel_layout: str | None = None
     auto: tuple[str, ...] = field(default=(), compare=False)
     """Fields the config left out that the planner chose (the fastest that fits; tune.py)."""
 
@@ -93,8 +106,25 @@ class Layout:
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "overlap_param_gather": self.overlap_param_gather,
             "tp_comm_overlap": self.tp_comm_overlap,
+            "recompute_modules": list(self.selective_modules),
+            "recompute_num_layers": self.recompute_num_layers,
+            "cpu_offloading_num_layers": self.cpu_offloading_num_layers,
+            "grad_reduce_in_fp32": self.grad_reduce_in_fp32,
+            "exp_avg_dtype": self.exp_avg_dtype, "exp_avg_sq_dtype": self.exp_avg_sq_dtype,
+            "moe_token_dispatcher": self.moe_token_dispatcher,
+            "overlap_moe_expert_parallel_comm": self.overlap_moe_expert_parallel_comm,
+            "cuda_graphs": self.cuda_graphs,
+            "pipeline_model_parallel_layout": self.pipeline_model_parallel_layout,
         })
         return d
+
+    @property
+    def selective_modules(self) -> tuple[str, ...]:
+        """The modules selective recompute recomputes (Megatron's default: core_attn); ()
+        unless recompute is selective."""
+        if self.recompute != "selective":
+            return ()
+        return self.recompute_modules or ("core_attn",)
 
 
 def layout_from_spec(spec: ParallelSpec, *, num_gpus: int) -> Layout:
@@ -111,6 +141,15 @@ def layout_from_spec(spec: ParallelSpec, *, num_gpus: int) -> Layout:
         overlap_param_gather=spec.overlap_param_gather,
         tp_comm_overlap=(spec.tp_comm_overlap if spec.tp_comm_overlap is not None
                          else sp and spec.tp > 1),
+        recompute_modules=tuple(spec.recompute_modules or ()),
+        recompute_num_layers=spec.recompute_num_layers,
+        cpu_offloading_num_layers=spec.cpu_offloading_num_layers,
+        grad_reduce_in_fp32=spec.grad_reduce_in_fp32,
+        exp_avg_dtype=spec.exp_avg_dtype, exp_avg_sq_dtype=spec.exp_avg_sq_dtype,
+        moe_token_dispatcher=spec.moe_token_dispatcher,
+        overlap_moe_expert_parallel_comm=spec.overlap_moe_expert_parallel_comm,
+        cuda_graphs=spec.cuda_graphs,
+        pipeline_model_parallel_layout=spec.pipeline_model_parallel_layout,
         auto=tuple(f for f in AUTO_FIELDS if f not in spec.model_fields_set),
     )
 

@@ -21,10 +21,18 @@ from planner.errors import SpecError
 __all__ = [
     "ModelSpec", "HardwareSpec", "PeakTflops", "Calibration", "TrainingSpec", "ParallelSpec",
     "ConfigSpec", "field_help", "ref_path", "read_text", "read_yaml", "parse_spec", "spec_error", "Precision", "Recompute",
+    "Fp8Recipe", "RecomputeModule", "Dispatcher", "CudaGraphs", "StateDtype", "Architecture",
 ]
 
 Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
+Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise"]
+RecomputeModule = Literal["core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj",
+                          "shared_experts"]
+Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
+CudaGraphs = Literal["none", "partial", "full"]
+StateDtype = Literal["fp32", "bf16"]
+Architecture = Literal["ampere", "hopper", "blackwell", "cdna3"]
 
 _MAX_DIM = 10_000_000  # no real model or cluster is larger; anything above is a typo
 
@@ -99,6 +107,10 @@ class ModelSpec(_Spec):
     """MLA rotary query/key head dim (`--qk-pos-emb-head-dim`)."""
     v_head_dim: Optional[int] = Field(default=None, ge=1, le=100_000)
     """MLA value head dim (`--v-head-dim`)."""
+    mtp_num_layers: int = Field(default=0, ge=0, le=100)
+    """Multi-token-prediction layers after the last layer (DeepSeek-V3: 1; Megatron
+    `--mtp-num-layers`): each is a transformer layer plus two norms and a 2h x h projection,
+    with its own activations and FLOPs, on the last pipeline stage."""
 
     @model_validator(mode="after")
     def _shape(self) -> "ModelSpec":
@@ -183,6 +195,9 @@ class PeakTflops(_Spec):
     fp16: float = Field(gt=0, le=1e6)
     fp8: Optional[float] = Field(default=None, gt=0, le=1e6)
     """Unset where the GPU has no FP8 tensor cores."""
+    fp4: Optional[float] = Field(default=None, gt=0, le=1e6)
+    """Dense FP4 (NVFP4 / MXFP4) peak; unset where the GPU has no FP4 tensor cores (before
+    Blackwell)."""
 
 
 class Calibration(_Spec):
@@ -219,6 +234,9 @@ class HardwareSpec(_Spec):
     """Dense peak TFLOP/s per precision."""
     hbm_bandwidth_gb_per_s: float = Field(gt=0, le=1e6)
     """HBM bandwidth per GPU, GB/s."""
+    architecture: Optional[Architecture] = None
+    """GPU generation: ampere | hopper | blackwell | cdna3 (MXFP8 and FP4 need blackwell;
+    Megatron's CUDA_DEVICE_MAX_CONNECTIONS rule is for GPUs before it); unset = unknown."""
     gpus_per_node: int = Field(ge=1, le=100_000)
     """GPUs in one server (one host)."""
     nvlink_domain_size: int = Field(ge=1, le=100_000)
@@ -227,6 +245,9 @@ class HardwareSpec(_Spec):
     """NVLink bandwidth per GPU, one direction, GB/s."""
     network_bandwidth_gb_per_s: float = Field(gt=0, le=1e6)
     """Scale-out network bandwidth per GPU, one direction, GB/s (400 Gb/s NIC = 50 GB/s)."""
+    host_bandwidth_gb_per_s: float = Field(default=55.0, gt=0, le=1e6)
+    """GPU <-> host memory bandwidth per GPU, one direction, GB/s (PCIe Gen5 x16 ~55
+    achieved; NVLink-C2C on Grace systems): activation and optimizer offloading."""
     nvlink_latency_us: float = Field(default=3.0, ge=0, le=1e6)
     """Per-hop latency of an NVLink collective step, microseconds."""
     network_latency_us: float = Field(default=8.0, ge=0, le=1e6)
@@ -268,6 +289,20 @@ class TrainingSpec(_Spec):
     """Fused attention that never stores the s x s scores (default on every modern stack)."""
     accounting: Literal["megatron", "deepspeed"] = "megatron"
     """Model-state bytes: megatron (fp32 main grads, 18 B/param) or deepspeed (16 B/param)."""
+    fp8_recipe: Optional[Fp8Recipe] = None
+    """FP8 scaling recipe (Megatron `--fp8-recipe`): delayed (amax history), tensorwise
+    (current per-tensor scaling), mxfp8 (1x32 block scales; Blackwell only) or blockwise
+    (1x128 / 128x128 blocks); needs precision fp8; default delayed (Megatron's)."""
+    fp8_param_gather: bool = False
+    """The distributed optimizer keeps FP8 weight copies and all-gathers FP8 weights
+    (`--fp8-param-gather`): no BF16 weight copy; needs precision fp8."""
+
+    @property
+    def recipe(self) -> Optional[str]:
+        """The FP8 recipe in effect: fp8_recipe, else delayed for precision fp8, else None."""
+        if self.precision != "fp8":
+            return None
+        return self.fp8_recipe or "delayed"
 
 
 class TrainingInput(_Spec):
@@ -283,6 +318,13 @@ class TrainingInput(_Spec):
     """Fused attention that never stores the s x s scores."""
     accounting: Literal["megatron", "deepspeed"] = "megatron"
     """Model-state accounting: megatron or deepspeed."""
+    fp8_recipe: Optional[Fp8Recipe] = None
+    """FP8 scaling recipe (Megatron `--fp8-recipe`): delayed (amax history), tensorwise
+    (current per-tensor scaling), mxfp8 (1x32 block scales; Blackwell only) or blockwise
+    (1x128 / 128x128 blocks); needs precision fp8; default delayed (Megatron's)."""
+    fp8_param_gather: bool = False
+    """The distributed optimizer keeps FP8 weight copies and all-gathers FP8 weights
+    (`--fp8-param-gather`): no BF16 weight copy; needs precision fp8."""
 
 
 class ParallelSpec(_Spec):
@@ -325,6 +367,39 @@ class ParallelSpec(_Spec):
     """Overlap TP collectives with GEMMs (`--tp-comm-overlap`, needs SP); default: on when
     sequence parallelism is on with tp > 1 (NeMo's recipes and Megatron-LM's published
     benchmarks run with it)."""
+    recompute_modules: Optional[tuple[RecomputeModule, ...]] = None
+    """What selective recompute recomputes (Megatron `--recompute-modules`): core_attn, mlp,
+    moe, moe_act, layernorm, mla_up_proj, shared_experts; needs recompute selective;
+    default [core_attn]."""
+    recompute_num_layers: Optional[int] = Field(default=None, ge=0, le=10_000)
+    """With recompute full: the layers of each virtual stage that recompute (Megatron
+    `--recompute-method block --recompute-num-layers N`); the others keep their activations.
+    Default: every layer (`--recompute-method uniform --recompute-num-layers 1`)."""
+    cpu_offloading_num_layers: int = Field(default=0, ge=0, le=10_000)
+    """Layers per pipeline stage whose activations go to host memory between forward and
+    backward (Megatron `--cpu-offloading-num-layers`), over the host link (PCIe or
+    NVLink-C2C, the profile's host_bandwidth_gb_per_s)."""
+    grad_reduce_in_fp32: bool = True
+    """fp32 gradient buffer and reduction (Megatron's default with bf16); false = bf16
+    gradients (`--grad-reduce-in-bf16`, Megatron-Bridge `ddp.grad_reduce_in_fp32: false`)."""
+    exp_avg_dtype: StateDtype = "fp32"
+    """Adam first moment dtype (`--exp-avg-dtype`, precision-aware optimizer)."""
+    exp_avg_sq_dtype: StateDtype = "fp32"
+    """Adam second moment dtype (`--exp-avg-sq-dtype`, precision-aware optimizer)."""
+    moe_token_dispatcher: Dispatcher = "allgather"
+    """MoE token dispatcher (`--moe-token-dispatcher-type`; deepep / hybridep are `flex`
+    with `--moe-flex-dispatcher-backend`): alltoall | allgather (Megatron's default) |
+    deepep | hybridep."""
+    overlap_moe_expert_parallel_comm: bool = False
+    """Hide the EP dispatch/combine behind the other micro-batch's compute
+    (`--overlap-moe-expert-parallel-comm`)."""
+    cuda_graphs: CudaGraphs = "none"
+    """CUDA graphs: none | partial (per-layer graphs, `--cuda-graph-impl transformer_engine`)
+    | full (the whole iteration, `--cuda-graph-impl local --cuda-graph-scope full_iteration`)."""
+    pipeline_model_parallel_layout: Optional[str] = Field(default=None, max_length=10_000)
+    """Megatron's pipeline layout string (`--pipeline-model-parallel-layout`, e.g.
+    `Et*4|(t*4|)*14tmL`: E embedding, t decoder layer, m MTP layer, L loss, | a virtual-stage
+    boundary, *n and parentheses repeat); replaces first/last_stage_layers and vpp."""
 
 
 class ConfigSpec(_Spec):
