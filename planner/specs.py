@@ -22,6 +22,7 @@ __all__ = [
     "ModelSpec", "HardwareSpec", "PeakTflops", "Calibration", "TrainingSpec", "ParallelSpec",
     "ConfigSpec", "field_help", "ref_path", "read_text", "read_yaml", "parse_spec", "spec_error", "Precision", "Recompute",
     "Fp8Recipe", "RecomputeModule", "Dispatcher", "CudaGraphs", "StateDtype", "Architecture",
+    "CaseClass",
 ]
 
 Precision = Literal["bf16", "fp16", "fp8"]
@@ -33,6 +34,7 @@ Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 CudaGraphs = Literal["none", "partial", "full"]
 StateDtype = Literal["fp32", "bf16"]
 Architecture = Literal["ampere", "hopper", "blackwell", "cdna3"]
+CaseClass = Literal["dense-bf16", "dense-fp8", "moe", "fsdp", "long-context"]
 
 _MAX_DIM = 10_000_000  # no real model or cluster is larger; anything above is a typo
 
@@ -220,6 +222,10 @@ class Calibration(_Spec):
     """Achieved fraction of the per-GPU network bandwidth for large collectives."""
     overlap_efficiency: float = Field(default=0.9, ge=0, le=1)
     """Fraction of overlappable communication (DP, CP ring) actually hidden behind compute."""
+    fitted_on: tuple[CaseClass, ...] = ()
+    """The classes of published runs on this GPU the parameters were fitted to
+    (benchmarks/calibrate.py): dense-bf16, dense-fp8, moe, fsdp, long-context. Empty: not
+    fitted here (the values are another profile's); estimates then carry a caveat."""
 
 
 class HardwareSpec(_Spec):

@@ -1,0 +1,44 @@
+"""Where an estimate stands outside calibrated ground, in words a user can act on.
+
+The time model's few efficiency parameters are fitted per hardware profile to published runs
+of some classes (`Calibration.fitted_on`). An estimate for a job of another class, or on a
+profile fitted to nothing, is an extrapolation: `caveats(job, layout)` says which, and the
+report shows it beside the numbers (table, JSON `caveats`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["case_classes", "caveats", "LONG_CONTEXT_TOKENS"]
+
+LONG_CONTEXT_TOKENS = 32768
+"""Sequences from this length on are the long-context class (calibration-modern.yaml)."""
+
+
+def case_classes(job, layout) -> list[str]:
+    """The calibration classes a job and layout belong to (a run can be in several):
+    moe (routed experts), fsdp (ZeRO-3), long-context (>= 32k tokens), and dense-fp8 or
+    dense-bf16 for the rest by precision."""
+    out = []
+    if job.model.is_moe:
+        out.append("moe")
+    if layout is not None and layout.zero == 3:
+        out.append("fsdp")
+    if job.training.seq_length >= LONG_CONTEXT_TOKENS:
+        out.append("long-context")
+    if not out:
+        out.append("dense-fp8" if job.training.precision == "fp8" else "dense-bf16")
+    return out
+
+
+def caveats(job, layout) -> list[str]:
+    """One sentence per way this estimate leaves calibrated ground (empty: on it)."""
+    hw = job.hardware
+    fitted = set(hw.calibration.fitted_on)
+    if not fitted:
+        return [f"{hw.name} has no calibration data: its efficiency parameters are borrowed "
+                "from another GPU, so treat the step time as a rough estimate"]
+    missing = [c for c in case_classes(job, layout) if c not in fitted]
+    if not missing:
+        return []
+    return [f"no {' or '.join(missing)} runs on {hw.name} in the calibration data "
+            f"(fitted on {', '.join(sorted(fitted))}): the step time is extrapolated"]
