@@ -21,26 +21,29 @@ _LLAMA = dict(activation="swiglu", tied_embeddings=False)
 PRESETS: dict[str, dict[str, Any]] = {
     # meta-llama/Llama-2-7b-hf config.json; Touvron et al. 2023 (arXiv:2307.09288): 4k context
     "llama2-7b": dict(name="Llama 2 7B", num_layers=32, hidden_size=4096, ffn_hidden_size=11008,
-                      num_attention_heads=32, vocab_size=32000, seq_length=4096, **_LLAMA),
+                      num_attention_heads=32, vocab_size=32000, seq_length=4096,
+                      rotary_base=10000.0, **_LLAMA),
     # meta-llama/Llama-2-13b-hf config.json
     "llama2-13b": dict(name="Llama 2 13B", num_layers=40, hidden_size=5120, ffn_hidden_size=13824,
-                       num_attention_heads=40, vocab_size=32000, seq_length=4096, **_LLAMA),
+                       num_attention_heads=40, vocab_size=32000, seq_length=4096,
+                       rotary_base=10000.0, **_LLAMA),
     # meta-llama/Llama-2-70b-hf config.json (GQA, 8 KV heads)
     "llama2-70b": dict(name="Llama 2 70B", num_layers=80, hidden_size=8192, ffn_hidden_size=28672,
                        num_attention_heads=64, num_kv_heads=8, vocab_size=32000, seq_length=4096,
-                       **_LLAMA),
+                       rotary_base=10000.0, **_LLAMA),
     # meta-llama/Meta-Llama-3-8B config.json; Llama 3 paper (arXiv:2407.21783) Table 3: 8k pre-training
     "llama3-8b": dict(name="Llama 3 8B", num_layers=32, hidden_size=4096, ffn_hidden_size=14336,
                       num_attention_heads=32, num_kv_heads=8, vocab_size=128256, seq_length=8192,
-                      **_LLAMA),
+                      rotary_base=500000.0, **_LLAMA),
     # meta-llama/Meta-Llama-3-70B config.json
     "llama3-70b": dict(name="Llama 3 70B", num_layers=80, hidden_size=8192, ffn_hidden_size=28672,
                        num_attention_heads=64, num_kv_heads=8, vocab_size=128256, seq_length=8192,
-                       **_LLAMA),
+                       rotary_base=500000.0, **_LLAMA),
     # meta-llama/Llama-3.1-405B config.json; Llama 3 paper Table 3
     "llama3-405b": dict(name="Llama 3.1 405B", num_layers=126, hidden_size=16384,
                         ffn_hidden_size=53248, num_attention_heads=128, num_kv_heads=8,
-                        vocab_size=128256, seq_length=8192, **_LLAMA),
+                        vocab_size=128256, seq_length=8192, rotary_base=500000.0,
+                        **_LLAMA),
     # Brown et al. 2020 (arXiv:2005.14165) Table 2.1: 96 layers, d 12288, 96 heads, 2048 ctx;
     # GPT-2 BPE vocabulary (50257), tied embeddings, learned positions, 4h GELU MLP, biases
     "gpt3-175b": dict(name="GPT-3 175B", num_layers=96, hidden_size=12288, ffn_hidden_size=49152,
@@ -50,12 +53,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "mixtral-8x7b": dict(name="Mixtral 8x7B", num_layers=32, hidden_size=4096,
                          ffn_hidden_size=14336, num_attention_heads=32, num_kv_heads=8,
                          vocab_size=32000, seq_length=32768, num_experts=8, moe_top_k=2,
-                         **_LLAMA),
+                         rotary_base=1e6, **_LLAMA),
     # mistralai/Mixtral-8x22B-v0.1 config.json (64k context)
     "mixtral-8x22b": dict(name="Mixtral 8x22B", num_layers=56, hidden_size=6144,
                           ffn_hidden_size=16384, num_attention_heads=48, num_kv_heads=8,
                           vocab_size=32768, seq_length=65536, num_experts=8, moe_top_k=2,
-                          **_LLAMA),
+                          rotary_base=1e6, **_LLAMA),
     # deepseek-ai/DeepSeek-V3 config.json; DeepSeek-V3 report (arXiv:2412.19437) §4.2: MLA,
     # 3 dense layers, 256 routed + 1 shared expert, top-8, 4k pre-training sequences
     "deepseek-v3": dict(name="DeepSeek-V3", num_layers=61, hidden_size=7168,
@@ -63,12 +66,13 @@ PRESETS: dict[str, dict[str, Any]] = {
                         seq_length=4096, num_experts=256, moe_top_k=8, moe_ffn_hidden_size=2048,
                         num_shared_experts=1, num_dense_layers=3, q_lora_rank=1536,
                         kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
-                        v_head_dim=128, **_LLAMA),
+                        v_head_dim=128, rotary_base=10000.0, **_LLAMA),
     # Qwen/Qwen3-235B-A22B config.json; Qwen3 report (arXiv:2505.09388): 4k stage-1 pre-training
     "qwen3-235b-a22b": dict(name="Qwen3-235B-A22B", num_layers=94, hidden_size=4096,
                             ffn_hidden_size=12288, num_attention_heads=64, num_kv_heads=4,
                             kv_channels=128, vocab_size=151936, seq_length=4096,
-                            num_experts=128, moe_top_k=8, moe_ffn_hidden_size=1536, **_LLAMA),
+                            num_experts=128, moe_top_k=8, moe_ffn_hidden_size=1536,
+                            rotary_base=1e6, **_LLAMA),
 }
 
 ALIASES = {
@@ -158,6 +162,9 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
                     qk_head_dim=need("qk_nope_head_dim"),
                     qk_pos_emb_head_dim=need("qk_rope_head_dim"), v_head_dim=need("v_head_dim"))
         spec.pop("num_kv_heads")
+    theta = cfg.get("rope_theta")
+    if isinstance(theta, (int, float)) and not isinstance(theta, bool) and theta > 0:
+        spec["rotary_base"] = float(theta)
     seq = cfg.get("max_position_embeddings")
     if seq:
         spec["seq_length"] = min(int(seq), 8192)   # train at <= 8k unless told otherwise

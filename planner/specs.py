@@ -87,6 +87,9 @@ class ModelSpec(_Spec):
     """Default rope for swiglu models, learned_absolute (GPT) otherwise."""
     seq_length: Optional[int] = Field(default=None, ge=1, le=100_000_000)
     """Training sequence length the model was trained at (the default for `plan`)."""
+    rotary_base: Optional[float] = Field(default=None, gt=0, le=1e12)
+    """RoPE base theta (Megatron `--rotary-base`, HF `rope_theta`): 500000 for Llama 3, 1e6
+    for Qwen and Mixtral; unset = the framework's default (10000)."""
     num_experts: Optional[int] = Field(default=None, ge=1, le=100_000)
     """Routed experts per MoE layer (`--num-experts`); unset for a dense model."""
     moe_top_k: int = Field(default=2, ge=1, le=1_000)
