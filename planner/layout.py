@@ -127,13 +127,31 @@ class Layout:
         return self.recompute_modules or ("core_attn",)
 
 
+def _layout_vpp(spec: ParallelSpec) -> int:
+    """vpp from a pipeline layout string (its stages / pp) where it gives one, else the
+    config's; a layout that does not parse or divide keeps the config's (the
+    `pipeline-layout` rule reports it)."""
+    text = spec.pipeline_model_parallel_layout
+    if not text or "vpp" in spec.model_fields_set:
+        return spec.vpp
+    from planner.pipeline_layout import parse_layout
+    try:
+        n = len(parse_layout(text))
+    except ValueError:
+        return spec.vpp
+    return n // spec.pp if n % spec.pp == 0 and n >= spec.pp else spec.vpp
+
+
 def layout_from_spec(spec: ParallelSpec, *, num_gpus: int) -> Layout:
     """The layout a config describes. dp defaults to num_gpus/(tp*pp*cp), floored; the
     `world-size` and `dp-matches-world` rules report what does not divide."""
     dp = spec.dp if spec.dp is not None else max(1, num_gpus // (spec.tp * spec.pp * spec.cp))
     sp = spec.sequence_parallel if spec.sequence_parallel is not None else spec.tp > 1
+    given = set(spec.model_fields_set)
+    if spec.pipeline_model_parallel_layout:
+        given.add("vpp")   # the layout string fixes the virtual stages
     return Layout(
-        tp=spec.tp, cp=spec.cp, ep=spec.ep, dp=dp, pp=spec.pp, vpp=spec.vpp,
+        tp=spec.tp, cp=spec.cp, ep=spec.ep, dp=dp, pp=spec.pp, vpp=_layout_vpp(spec),
         etp=spec.etp if spec.etp is not None else spec.tp, sp=sp, zero=spec.zero_stage,
         micro_batch_size=spec.micro_batch_size, recompute=spec.recompute,
         first_stage_layers=spec.first_stage_layers, last_stage_layers=spec.last_stage_layers,
@@ -150,7 +168,7 @@ def layout_from_spec(spec: ParallelSpec, *, num_gpus: int) -> Layout:
         overlap_moe_expert_parallel_comm=spec.overlap_moe_expert_parallel_comm,
         cuda_graphs=spec.cuda_graphs,
         pipeline_model_parallel_layout=spec.pipeline_model_parallel_layout,
-        auto=tuple(f for f in AUTO_FIELDS if f not in spec.model_fields_set),
+        auto=tuple(f for f in AUTO_FIELDS if f not in given),
     )
 
 

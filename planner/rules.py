@@ -134,6 +134,8 @@ def layers_divisible(c: Context) -> Optional[str]:
     except when the embedding and the loss are accounted as layers (first = last = middle - 1),
     where (L + 2) % (pp*vpp) == 0."""
     lay, L = c.layout, c.model.num_layers
+    if lay.pipeline_model_parallel_layout:
+        return None    # pipeline-layout checks the custom split instead
     p, v = lay.pp, lay.vpp
     first, mid, last = stage_layer_counts(L, lay)
     if not lay.uneven:
@@ -216,6 +218,33 @@ def _uneven_hint(L: int, p: int) -> str:
     base = L // p
     extra = L - base * p
     return f"first_stage_layers {base + extra - extra // 2}, last_stage_layers {base + extra // 2}"
+
+
+def pipeline_layout(c: Context) -> Optional[str]:
+    """Megatron's --pipeline-model-parallel-layout checks (pipeline_layout.py), and that it
+    replaces first/last_stage_layers (Megatron rejects both together) and fixes vpp."""
+    lay = c.layout
+    text = lay.pipeline_model_parallel_layout
+    if not text:
+        return None
+    from planner.pipeline_layout import layout_problem, parse_layout
+    short = text if len(text) <= 40 else text[:37] + "..."
+    try:
+        stages = parse_layout(text)
+    except ValueError as exc:
+        return f"pipeline_model_parallel_layout {short!r}: {exc}"
+    if lay.uneven:
+        return ("pipeline_model_parallel_layout replaces first_stage_layers/last_stage_layers; "
+                "remove those two")
+    problem = layout_problem(stages, pp=lay.pp, num_layers=c.model.num_layers,
+                             mtp_num_layers=c.model.mtp_num_layers)
+    if problem:
+        return f"pipeline_model_parallel_layout {short!r} {problem}; fix the layout string"
+    if len(stages) != lay.pp * lay.vpp:
+        return (f"pipeline_model_parallel_layout {short!r} has {len(stages)} stages = pp "
+                f"{lay.pp} x vpp {len(stages) // lay.pp}, but vpp is {lay.vpp}; leave vpp out "
+                "(the layout sets it)")
+    return None
 
 
 def vpp_needs_pp(c: Context) -> Optional[str]:
@@ -314,6 +343,80 @@ def moe_needs_sp(c: Context) -> Optional[str]:
     if not moe_sp_ok(c.model.is_moe, lay.ep, lay.tp, lay.sp):
         return (f"MoE with ep ({lay.ep}) > 1 and tp ({lay.tp}) > 1 needs sequence_parallel; "
                 "set sequence_parallel true")
+    return None
+
+
+# -- recipe settings -------------------------------------------------------------------------------
+
+def fp8_settings(c: Context) -> Optional[str]:
+    """Megatron: fp8_param must be used together with fp8 mode; MXFP8 (and FP4) need
+    Blackwell tensor cores."""
+    tr, hw = c.training, c.hardware
+    if tr.precision != "fp8":
+        given = [k for k, on in (("fp8_recipe", tr.fp8_recipe is not None),
+                                 ("fp8_param_gather", tr.fp8_param_gather)) if on]
+        if given:
+            return (f"{' and '.join(given)} need precision fp8 (precision is {tr.precision}); "
+                    "set precision fp8 or remove them")
+        return None
+    if tr.recipe == "mxfp8" and hw.architecture != "blackwell":
+        return (f"fp8_recipe mxfp8 needs Blackwell tensor cores ({hw.name} is "
+                f"{hw.architecture or 'of unknown architecture'}); use tensorwise or delayed, "
+                "or a Blackwell profile")
+    return None
+
+
+def recompute_settings(c: Context) -> Optional[str]:
+    """Megatron TransformerConfig: recompute_modules only with selective granularity,
+    recompute_num_layers only with full; mla_up_proj needs multi-latent attention."""
+    lay, m = c.layout, c.model
+    if lay.recompute_modules and lay.recompute != "selective":
+        return (f"recompute_modules ({', '.join(lay.recompute_modules)}) need recompute "
+                f"selective (recompute is {lay.recompute}); set recompute selective")
+    if lay.recompute_num_layers is not None and lay.recompute != "full":
+        return (f"recompute_num_layers ({lay.recompute_num_layers}) needs recompute full "
+                f"(recompute is {lay.recompute}); set recompute full or remove it")
+    if "mla_up_proj" in lay.selective_modules and not m.is_mla:
+        return (f"recompute module mla_up_proj needs multi-latent attention, which {m.name} "
+                "does not use; remove it")
+    return None
+
+
+def cpu_offloading(c: Context) -> Optional[str]:
+    """Megatron TransformerConfig: 0 <= cpu_offloading_num_layers < num_layers, no pipeline
+    parallelism, no activation recompute, no CUDA graphs with CPU offloading."""
+    lay, n = c.layout, c.layout.cpu_offloading_num_layers
+    if not n:
+        return None
+    if n >= c.model.num_layers:
+        return (f"cpu_offloading_num_layers ({n}) must be below num_layers "
+                f"({c.model.num_layers}); try {c.model.num_layers - 1} or fewer")
+    clash = [what for what, bad in (("pp > 1", lay.pp > 1),
+                                    ("recompute", lay.recompute != "none"),
+                                    ("cuda_graphs", lay.cuda_graphs != "none")) if bad]
+    if clash:
+        return (f"cpu_offloading_num_layers ({n}) does not work with {' or '.join(clash)} "
+                "(Megatron raises); turn those off or the offloading")
+    return None
+
+
+def moe_comm_overlap(c: Context) -> Optional[str]:
+    """Megatron: overlap_moe_expert_parallel_comm needs ep > 1, the alltoall or flex
+    (deepep / hybridep) dispatcher, no full recompute, no `moe` recompute module and at
+    most one MTP layer."""
+    lay, m = c.layout, c.model
+    if not lay.overlap_moe_expert_parallel_comm:
+        return None
+    why = [what for what, bad in (
+        (f"ep > 1 (ep is {lay.ep})", lay.ep <= 1 or not m.is_moe),
+        ("the alltoall, deepep or hybridep dispatcher (allgather cannot overlap)",
+         lay.moe_token_dispatcher == "allgather"),
+        ("no full recompute", lay.recompute == "full"),
+        ("no moe recompute module", "moe" in lay.selective_modules),
+        ("at most one MTP layer", m.mtp_num_layers > 1)) if bad]
+    if why:
+        return ("overlap_moe_expert_parallel_comm needs " + ", ".join(why)
+                + "; change those or turn the overlap off")
     return None
 
 
@@ -428,6 +531,7 @@ RULES: list[tuple[str, Rule]] = [
     ("kv-heads-vs-tp", kv_heads_vs_tp),
     ("precision-supported", precision_supported),
     ("layers-divisible", layers_divisible),
+    ("pipeline-layout", pipeline_layout),
     ("vpp-needs-pp", vpp_needs_pp),
     ("batch-divisible", batch_divisible),
     ("vpp-needs-microbatches", vpp_needs_microbatches),
@@ -437,6 +541,10 @@ RULES: list[tuple[str, Rule]] = [
     ("experts-divisible-by-ep", experts_divisible_by_ep),
     ("expert-grid", expert_grid),
     ("moe-needs-sp", moe_needs_sp),
+    ("fp8-settings", fp8_settings),
+    ("recompute-settings", recompute_settings),
+    ("cpu-offloading", cpu_offloading),
+    ("moe-comm-overlap", moe_comm_overlap),
     ("fits-in-memory", fits_in_memory),
 ]
 """Hard rules, in the order the search applies them (cheapest first)."""

@@ -35,13 +35,14 @@ def _memory(weights, gradients, optimizer, activations, other, capacity, stage="
 
 def make_context(*, model="llama3-70b", hardware="h100-sxm", num_gpus=64, seq_length=8192,
                  global_batch_size=1024, precision="bf16", memory=None, headroom=DEFAULT_HEADROOM,
-                 **layout) -> Context:
+                 fp8_recipe=None, fp8_param_gather=False, **layout) -> Context:
     """Job from the keyword arguments; every other keyword is a Layout field. dp defaults to
     num_gpus // (tp*cp*pp) (floored, as layout_from_spec does)."""
     m = get_preset(model) if isinstance(model, str) else model
     job = Job(model=m, hardware=resolve_hardware(hardware), num_gpus=num_gpus,
               training=default_training(m, seq_length=seq_length,
-                                        global_batch_size=global_batch_size, precision=precision))
+                                        global_batch_size=global_batch_size, precision=precision,
+                                        fp8_recipe=fp8_recipe, fp8_param_gather=fp8_param_gather))
     mp = layout.get("tp", 1) * layout.get("cp", 1) * layout.get("pp", 1)
     layout.setdefault("dp", max(1, num_gpus // mp))
     return Context(model=job.model, hardware=job.hardware, training=job.training,
@@ -50,6 +51,41 @@ def make_context(*, model="llama3-70b", hardware="h100-sxm", num_gpus=64, seq_le
 
 # (rule id, context keywords, substrings the message must contain)
 TRIGGERED = [
+    # ---- production recipe settings (Megatron's TransformerConfig and arguments checks)
+    pytest.param("pipeline-layout", dict(tp=8, pp=4, pipeline_model_parallel_layout="Et*20|t*20|t*20|t*19L"),
+                 ["has 79 decoder layers (t), but num_layers is 80"], id="layout/79-layers"),
+    pytest.param("pipeline-layout", dict(tp=8, pp=4, pipeline_model_parallel_layout="Et*40|t*40L"),
+                 ["has 2 stages, which pp (4) does not divide"], id="layout/2-stages-pp4"),
+    pytest.param("pipeline-layout", dict(tp=8, pp=2, vpp=1,
+                                         pipeline_model_parallel_layout="Et*20|t*20|t*20|t*20L"),
+                 ["has 4 stages = pp 2 x vpp 2, but vpp is 1"], id="layout/vpp-mismatch"),
+    pytest.param("pipeline-layout", dict(tp=8, pp=2, pipeline_model_parallel_layout="Et*40|(t*40L"),
+                 ["unbalanced", "use E (embedding)"], id="layout/unbalanced"),
+    pytest.param("fp8-settings", dict(tp=8, fp8_recipe="tensorwise"),
+                 ["fp8_recipe need precision fp8 (precision is bf16)"], id="fp8/recipe-on-bf16"),
+    pytest.param("fp8-settings", dict(tp=8, precision="fp8", fp8_recipe="mxfp8"),
+                 ["fp8_recipe mxfp8 needs Blackwell tensor cores (h100-sxm is hopper)"],
+                 id="fp8/mxfp8-on-h100"),
+    pytest.param("recompute-settings", dict(tp=8, recompute="full", recompute_modules=("mlp",)),
+                 ["recompute_modules (mlp) need recompute selective (recompute is full)"],
+                 id="recompute/modules-with-full"),
+    pytest.param("recompute-settings", dict(tp=8, recompute="selective", recompute_num_layers=2),
+                 ["recompute_num_layers (2) needs recompute full"], id="recompute/layers-with-selective"),
+    pytest.param("recompute-settings", dict(tp=8, recompute="selective",
+                                            recompute_modules=("mla_up_proj",)),
+                 ["mla_up_proj needs multi-latent attention"], id="recompute/mla-on-gqa"),
+    pytest.param("cpu-offloading", dict(tp=8, pp=2, cpu_offloading_num_layers=4),
+                 ["cpu_offloading_num_layers (4) does not work with pp > 1"], id="offload/pp2"),
+    pytest.param("cpu-offloading", dict(tp=8, cpu_offloading_num_layers=80),
+                 ["must be below num_layers (80); try 79"], id="offload/all-layers"),
+    pytest.param("moe-comm-overlap", dict(model="mixtral-8x7b", tp=1, ep=8,
+                                          overlap_moe_expert_parallel_comm=True,
+                                          moe_token_dispatcher="allgather"),
+                 ["allgather cannot overlap"], id="moe-overlap/allgather"),
+    pytest.param("moe-comm-overlap", dict(model="mixtral-8x7b", tp=1, ep=1,
+                                          overlap_moe_expert_parallel_comm=True,
+                                          moe_token_dispatcher="alltoall"),
+                 ["ep > 1 (ep is 1)"], id="moe-overlap/ep1"),
     # ---- errors
     pytest.param("world-size", dict(tp=8, pp=3), [
         "num_gpus (64) must be divisible by tp*pp*cp (8*3*1 = 24)", "try pp 1, 2, 4 or 8"],
@@ -162,6 +198,23 @@ TRIGGERED = [
 
 # (rule id, context keywords): the nearest case on the passing side
 CLEAN = [
+    # Megatron's docs example shape on a small model: 80 layers, pp 4, vpp 2 = 8 stages of 10
+    pytest.param("pipeline-layout", dict(tp=8, pp=4, vpp=2,
+                                         pipeline_model_parallel_layout="Et*10|(t*10|)*6t*10L"),
+                 id="layout/8-stages"),
+    pytest.param("fp8-settings", dict(tp=8, precision="fp8", fp8_recipe="tensorwise",
+                                      fp8_param_gather=True), id="fp8/tensorwise-on-h100"),
+    pytest.param("fp8-settings", dict(hardware="b200", tp=8, precision="fp8", fp8_recipe="mxfp8"),
+                 id="fp8/mxfp8-on-b200"),
+    pytest.param("recompute-settings", dict(tp=8, recompute="full", recompute_num_layers=2),
+                 id="recompute/block-2"),
+    pytest.param("recompute-settings", dict(tp=8, recompute="selective",
+                                            recompute_modules=("core_attn", "mlp", "layernorm")),
+                 id="recompute/modules"),
+    pytest.param("cpu-offloading", dict(tp=8, cpu_offloading_num_layers=40), id="offload/40"),
+    pytest.param("moe-comm-overlap", dict(model="mixtral-8x7b", tp=1, ep=8,
+                                          overlap_moe_expert_parallel_comm=True,
+                                          moe_token_dispatcher="alltoall"), id="moe-overlap/a2a"),
     pytest.param("world-size", dict(tp=8, pp=4), id="world-size/tp8-pp4-dp2"),
     pytest.param("heads-divisible-by-tp", dict(tp=8), id="heads/tp-8"),
     pytest.param("kv-heads-vs-tp", dict(model=GQA_12_4, num_gpus=2, tp=2), id="kv/tp-divides-g"),

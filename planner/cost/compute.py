@@ -88,7 +88,8 @@ class LayerTimes:
 def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
                 tp: int, recompute: str, gemm_flops_per_s: float,
                 attn_flops_per_s: float, hbm_bytes_per_s: float, ew_factor: float,
-                act_bytes_fwd: float, overhead_s: float = 0.0) -> LayerTimes:
+                act_bytes_fwd: float, overhead_s: float = 0.0,
+                modules: tuple[str, ...] = (), freed_bytes: float = 0.0) -> LayerTimes:
     """Forward, backward and recompute time of one layer for one micro-batch of `tokens`
     (= s*b/cp) tokens on one GPU of a TP group of `tp`.
 
@@ -96,6 +97,10 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
     attention core: causal 2*q*s_kv per token, s_kv = s (all keys of the sequence, CP or not)
     but only s/cp query tokens per rank; element-wise: c_ew x stored activation bytes / HBM
     bandwidth, plus a fixed per-layer overhead (kernel launches), both 2x in backward.
+    Recompute: full repeats the forward; selective repeats the forward of its modules
+    (`--recompute-modules`): core_attn the attention core, mlp the dense MLP's GEMMs, moe the
+    routed experts' GEMMs, shared_experts theirs, mla_up_proj the MLA up-projections, and for
+    every module the element-wise work that regenerates the `freed_bytes` it dropped.
     """
     mlp = shape.moe_flops if moe else shape.mlp_flops
     gemm = tokens * (shape.attn_proj_flops + mlp) / tp
@@ -108,7 +113,18 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
     if recompute == "full":
         rec = fwd
     elif recompute == "selective":
-        rec = t_attn
+        mods = set(modules or ("core_attn",))
+        flops = 0.0
+        if "mlp" in mods and not moe:
+            flops += shape.mlp_flops
+        if "moe" in mods and moe:
+            flops += shape.moe_flops - shape.shared_flops
+        if "shared_experts" in mods and moe:
+            flops += shape.shared_flops
+        if "mla_up_proj" in mods:
+            flops += shape.mla_up_flops
+        rec = (t_attn if "core_attn" in mods else 0.0) + tokens * flops / tp / gemm_flops_per_s \
+            + ew_factor * freed_bytes / hbm_bytes_per_s
     else:
         rec = 0.0
     return LayerTimes(fwd, bwd, rec, gemm)

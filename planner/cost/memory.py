@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from planner.cost.shape import ModelShape
 
-__all__ = ["MemoryBreakdown", "state_bytes_per_param", "megatron_weight_optimizer_bytes",
+__all__ = ["MemoryBreakdown", "StateDtypes", "state_dtypes", "GEMM_INPUT_BYTES",
+           "state_bytes_per_param", "megatron_weight_optimizer_bytes",
            "layer_activation_bytes", "korthikanti_layer_bytes", "stage_params", "state_bytes",
            "in_flight_layers"]
 
@@ -59,22 +60,46 @@ class MemoryBreakdown:
         }
 
 
-def state_bytes_per_param(*, zero: int, shard: int, accounting: str = "megatron",
-                          precision: str = "bf16") -> tuple[float, float, float]:
-    """(weight, gradient, optimizer) bytes per parameter on one rank.
+@dataclass(frozen=True, slots=True)
+class StateDtypes:
+    """Bytes per parameter of each model-state tensor under a recipe (`state_dtypes`)."""
 
-    megatron: w 2, g 4 (fp32 main grad; fp16: 2 + 4 sharded with the optimizer), opt 12.
-    deepspeed: w 2, g 2, opt 12. zero 0 shards nothing, 1 the optimizer, 2 + grads,
-    3 + weights, each over `shard` ranks.
+    weight: float = 2.0           # a bf16/fp16 parameter (embedding, output layer, norms, router)
+    fp8_weight: float = 2.0       # a linear layer's weight, with Transformer Engine's FP8 caches
+    grad: float = 4.0             # the main gradient buffer
+    optimizer: float = 12.0       # fp32 master copy + Adam's two moments (+ fp16's fp32 grads)
+
+
+def state_dtypes(*, accounting: str = "megatron", precision: str = "bf16",
+                 recipe: str | None = None, fp8_param_gather: bool = False,
+                 grad_reduce_in_fp32: bool = True, exp_avg_dtype: str = "fp32",
+                 exp_avg_sq_dtype: str = "fp32") -> StateDtypes:
+    """Bytes per parameter of weights, gradients and optimizer states.
+
+    megatron: bf16 weights 2, fp32 main grads 4 (`--grad-reduce-in-bf16`: 2), optimizer fp32
+    master 4 + Adam m and v 4 each (precision-aware optimizer `--exp-avg(-sq)-dtype bf16`: 2
+    each): 18 B/param by default (Megatron's distributed-optimizer docs). fp16: fp16 grads 2
+    beside fp32 main grads 4 that live with the optimizer. deepspeed: 2 + 2 + 12 (ZeRO Fig. 1).
+    FP8 linear weights (Transformer Engine): the weight in both GEMM layouts, each 1 byte
+    (+ scales: GEMM_INPUT_BYTES) -- the row-wise data and its transpose on Hopper, row- and
+    column-wise MXFP8 on Blackwell -- cached across micro-batches; with `fp8_param_gather` the
+    parameter itself is that FP8 tensor, without it a bf16 parameter (2) holds beside it.
     """
-    d = max(1, shard)
+    moments = (2.0 if exp_avg_dtype == "bf16" else 4.0) + (2.0 if exp_avg_sq_dtype == "bf16" else 4.0)
+    fp8w = 2.0
+    if recipe is not None:
+        quantized = 2.0 * GEMM_INPUT_BYTES[recipe]
+        fp8w = quantized if fp8_param_gather else 2.0 + quantized
     if accounting == "deepspeed":
-        w, g, o, g_sharded_extra = 2.0, 2.0, 12.0, 0.0
-    elif precision == "fp16":
-        w, g, o, g_sharded_extra = 2.0, 2.0, 12.0, 4.0   # fp32 main grads live with the optimizer
-    else:
-        w, g, o, g_sharded_extra = 2.0, 4.0, 12.0, 0.0
-    o += g_sharded_extra
+        return StateDtypes(2.0, fp8w, 2.0, 4.0 + moments)
+    if precision == "fp16":
+        return StateDtypes(2.0, fp8w, 2.0, 4.0 + moments + 4.0)
+    return StateDtypes(2.0, fp8w, 4.0 if grad_reduce_in_fp32 else 2.0, 4.0 + moments)
+
+
+def _shard(zero: int, shard: int, w: float, g: float, o: float) -> tuple[float, float, float]:
+    """ZeRO 0 shards nothing, 1 the optimizer, 2 + gradients, 3 + weights, over `shard`."""
+    d = max(1, shard)
     if zero == 0:
         return w, g, o
     if zero == 1:
@@ -82,6 +107,16 @@ def state_bytes_per_param(*, zero: int, shard: int, accounting: str = "megatron"
     if zero == 2:
         return w, g / d, o / d
     return w / d, g / d, o / d
+
+
+def state_bytes_per_param(*, zero: int, shard: int, accounting: str = "megatron",
+                          precision: str = "bf16",
+                          dtypes: StateDtypes | None = None) -> tuple[float, float, float]:
+    """(weight, gradient, optimizer) bytes per (non-FP8) parameter on one rank: the
+    `state_dtypes` bytes, sharded by ZeRO stage over `shard` ranks (18 B/param, or
+    6 + 12/d with the distributed optimizer, by default)."""
+    dt = dtypes or state_dtypes(accounting=accounting, precision=precision)
+    return _shard(zero, shard, dt.weight, dt.grad, dt.optimizer)
 
 
 def megatron_weight_optimizer_bytes(*, params_on_rank: float, dp: int,
@@ -103,67 +138,114 @@ def korthikanti_layer_bytes(*, s: int, b: int, h: int, a: int, t: int, sp: bool,
     return sbh * (10 + 24 / t + (0 if recompute == "selective" else score))
 
 
+GEMM_INPUT_BYTES = {None: 2.0, "delayed": 1.0, "tensorwise": 1.0, "blockwise": 1.0 + 4 / 128,
+                    "mxfp8": 1.0 + 1 / 32}
+"""Bytes per element of a saved GEMM input: bf16 2; with an FP8 recipe Transformer Engine
+saves the quantized copy it already made for the GEMM (1 byte, plus a fp32 scale per 128
+elements for blockwise and an E8M0 scale per 32 for MXFP8)."""
+
+
 def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int, sp: bool,
-                           recompute: str, flash: bool, moe: bool, etp: int = 1) -> float:
+                           recompute: str, flash: bool, moe: bool, etp: int = 1,
+                           modules: tuple[str, ...] = (), recipe: str | None = None) -> float:
     """Stored activation bytes of one layer for `tokens` = s*b/cp tokens.
 
-    Re-derivation of Korthikanti's 34*s*b*h for flash attention, GQA and gated MLPs, 16-bit,
-    no dropout (per token, h hidden, q = a*d, g KV heads, f MLP width):
-      outside the TP region: two norm inputs + two GEMM inputs      8h          (÷t with SP)
-      attention: Q, K, V 2(q + 2gd), output 2q, softmax stats 4a (fp32)         (÷t)
-                 without flash + scores, softmax and dropout 5*a*s              (÷t)
-      MLP: fc1 output 2f (gelu) or 4f (gate, up), activation output 2f          (÷t)
-    MHA + 4h GELU + the two 1-byte dropout masks gives back 34h (+5as). MoE layers replace
-    the MLP with routed tokens k*cf per token, each storing its permuted input 2h (gathered over
-    the etp group), the expert fc1/activation outputs 6f_e/etp and the combine input 2h,
-    plus router logits and probabilities (fp32, 8E) and the shared experts like a dense MLP.
-    Selective recompute (core attention) drops the scores (and the softmax stats);
-    full recompute keeps only the layer input 2h (÷t with SP).
+    Re-derivation of Korthikanti's 34*s*b*h for flash attention, GQA, gated MLPs, MoE and FP8
+    (Transformer Engine + Megatron-Core, dropout 0), per token (h hidden, q = a*d, g KV heads,
+    f MLP width, x = GEMM_INPUT_BYTES: 2 in bf16, ~1 with an FP8 recipe):
+      outside the TP region (÷t with SP): the two norm inputs (the residual stream) 4h and
+        the two norm outputs the next GEMMs keep, 2h each in bf16; with FP8 the GEMM keeps
+        its own x*h copy instead, except the MoE router (a bf16 GEMM), which keeps 2h
+      attention (÷t): Q, K, V 2(q + 2gd) (MLA: the latents and the up-projected Q, K, V);
+        the output 2a*d (+ x*a*d for the FP8 projection's own copy); softmax stats 4a
+        (fp32), or without flash the scores, softmax and dropout 5*a*s instead
+      dense MLP (÷t): fc1 output 2f (gelu) or 4f (gate and up), activation output x*f
+      MoE: router logits and probabilities 8E (fp32, ÷t with SP); per routed copy (k*cf per
+        token, ÷t with SP, all-gathered over etp) the expert fc1 input x*h*etp, its output
+        4f_e (or 2f_e) and the activation output x*f_e; the router probabilities are
+        applied inside the activation, so the experts' outputs are not kept. Shared experts
+        like a dense MLP.
+    MHA + 4h GELU in bf16 + the two 1-byte dropout masks gives back Korthikanti's 34h (+5as).
+    Selective recompute frees what its modules (`--recompute-modules`) would regenerate:
+      core_attn the softmax stats (and the scores without flash); layernorm the bf16 norm
+      outputs; mla_up_proj the up-projected Q, K, V; mlp the dense MLP's fc1 and activation
+      outputs; moe_act the experts' activation outputs; moe every routed copy and the router
+      state; shared_experts the shared experts' MLP.
+    Full recompute keeps only the layer input 2h (÷t with SP).
     """
     sp_div = t if sp else 1
+    h = shape.h
     if recompute == "full":
-        return tokens * 2.0 * shape.h / sp_div
-    attn = shape.act_attn
-    if recompute == "selective":
-        attn -= 4 * shape.a
-    elif not flash:      # scores, softmax and dropout instead of flash's softmax statistics
-        attn += 5.0 * shape.a * seq - 4 * shape.a
-    per_token = shape.act_rep / sp_div + attn / t
+        return tokens * 2.0 * h / sp_div
+    mods = set(modules or ("core_attn",)) if recompute == "selective" else set()
+    x = GEMM_INPUT_BYTES[recipe]
+    fp8 = recipe is not None
+    fc1_w = 4.0 if shape.gated else 2.0
+    norms = "layernorm" in mods
+    ln_gemm = x * h if fp8 else (0.0 if norms else 2.0 * h)        # QKV (and fc1) input
     if moe:
-        per_token += shape.act_shared / t + 8.0 * shape.E / sp_div
-        routed = shape.k * shape.capacity_factor / sp_div
-        act_w = 6 if shape.gated else 4
-        per_token += routed * (2.0 * shape.h * etp + act_w * shape.f_e + 2.0 * shape.h)
+        ln_mlp = 0.0 if norms else 2.0 * h                            # router input, bf16
+        if fp8 and shape.f_s:
+            ln_mlp += x * h                                           # shared fc1's copy
     else:
-        per_token += shape.act_mlp / t
+        ln_mlp = ln_gemm
+    outside = 4.0 * h + ln_gemm + ln_mlp
+    qkv = shape.act_qkv if not (shape.mla and "mla_up_proj" in mods) else 0.0
+    attn = shape.act_latent + qkv + (2.0 + (x if fp8 else 0.0)) * shape.attn_out
+    if "core_attn" not in mods:
+        attn += 4.0 * shape.a if flash else 5.0 * shape.a * seq
+    per_token = outside / sp_div + attn / t
+    if moe:
+        if "moe" not in mods:
+            per_token += 8.0 * shape.E / sp_div
+            routed = shape.k * shape.capacity_factor / sp_div
+            act = 0.0 if "moe_act" in mods else x * shape.f_e
+            per_token += routed * (x * h * etp + fc1_w * shape.f_e + act)
+        if shape.f_s and "shared_experts" not in mods:
+            per_token += (fc1_w + x) * shape.f_s / t
+    elif "mlp" not in mods:
+        per_token += (fc1_w + x) * shape.f / t
     return tokens * per_token
 
 
 def stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int,
-                  with_embedding: bool, with_output: bool, vocab: int) -> tuple[float, float]:
-    """(dense params, expert params) on one rank of a stage, before ep sharding of experts."""
+                 with_embedding: bool, with_output: bool, vocab: int,
+                 mtp: int = 0) -> tuple[float, float, float]:
+    """(dense params, of which linear-layer weights, expert params) on one rank of a stage,
+    before ep sharding of experts. Linear weights are what FP8 recipes quantize: attention
+    and MLP / shared-expert projections (not the embedding, output layer, norms or router).
+    `mtp` MTP layers (on the last stage) each add a transformer layer (MoE in an MoE model)
+    and their enorm, hnorm and 2h x h projection (`ModelShape.mtp_extra`)."""
     dense_layers = layers - moe_layers
-    dense = dense_layers * (shape.dense_tp / t + shape.dense_rep)
-    dense += moe_layers * (shape.moe_tp / t + shape.moe_rep)
+    linear = dense_layers * shape.dense_tp / t + moe_layers * shape.moe_tp / t
+    dense = linear + dense_layers * shape.dense_rep + moe_layers * shape.moe_rep
+    experts = moe_layers * shape.moe_experts
+    if mtp:
+        lin_m = (shape.moe_tp if shape.E else shape.dense_tp) / t + 2.0 * shape.h * shape.h / t
+        linear += mtp * lin_m
+        dense += mtp * (lin_m + (shape.moe_rep if shape.E else shape.dense_rep) + 2.0 * shape.h)
+        experts += mtp * shape.moe_experts if shape.E else 0.0
     if with_embedding:
         dense += (vocab * shape.h + shape.emb_extra) / t
     if with_output:
         dense += shape.out_norm
         if not shape.tied or not with_embedding:
             dense += vocab * shape.h / t   # untied output layer, or the tied copy on the last stage
-    return dense, moe_layers * shape.moe_experts
+    return dense, linear, experts
 
 
 def state_bytes(*, dense_params: float, expert_params: float, zero: int, shard: int,
-                expert_shard: int, accounting: str, precision: str) -> tuple[float, float, float]:
+                expert_shard: int, dtypes: StateDtypes,
+                linear_params: float = 0.0) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes of a rank holding these parameters; dense states
-    shard over `shard` = dp*cp, expert states over `expert_shard` = EDP."""
-    wd, gd, od = state_bytes_per_param(zero=zero, shard=shard, accounting=accounting,
-                                       precision=precision)
-    we, ge, oe = state_bytes_per_param(zero=zero, shard=expert_shard, accounting=accounting,
-                                       precision=precision)
-    return (dense_params * wd + expert_params * we, dense_params * gd + expert_params * ge,
-            dense_params * od + expert_params * oe)
+    shard over `shard` = dp*cp, expert states over `expert_shard` = EDP. `linear_params` (of
+    the dense ones) and every expert weight take `dtypes.fp8_weight` bytes."""
+    dt = dtypes
+    wd, gd, od = _shard(zero, shard, dt.weight, dt.grad, dt.optimizer)
+    wl = _shard(zero, shard, dt.fp8_weight, 0, 0)[0]
+    we, ge, oe = _shard(zero, expert_shard, dt.fp8_weight, dt.grad, dt.optimizer)
+    weights = (dense_params - linear_params) * wd + linear_params * wl + expert_params * we
+    return weights, dense_params * gd + expert_params * ge, dense_params * od + expert_params * oe
 
 
 def in_flight_layers(layers: float, p: int, v: int, m: int, rank: int) -> float:

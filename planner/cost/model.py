@@ -13,20 +13,23 @@ the step is pipeline_time(stages) + exposed DP + the optimizer update.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from planner.cost.comm import (all_reduce_time, all_to_all_time, group_link, p2p_time)
 from planner.cost.compute import (gemm_efficiency, hardware_flops_per_step, layer_times,
                                   logits_time, model_flops_per_step)
-from planner.cost.memory import (MemoryBreakdown, in_flight_layers, layer_activation_bytes,
-                                 stage_params, state_bytes)
+from planner.cost.memory import (MemoryBreakdown, in_flight_layers,
+                                 layer_activation_bytes, stage_params, state_bytes,
+                                 state_dtypes)
 from planner.cost.params import padded_vocab
 from planner.cost.pipeline import bubble_fraction, pipeline_time
 from planner.cost.shape import ModelShape, model_shape
 from planner.cost.step import OPTIMIZER_BYTES_PER_PARAM, StepTime, dp_exposed
 from planner.layout import Layout, stage_layer_counts
+from planner.pipeline_layout import parse_layout, rank_stages
 from planner.units import GiB
 
-__all__ = ["CostModel", "LayerCosts"]
+__all__ = ["CostModel", "LayerCosts", "Stage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,20 @@ class LayerCosts:
     transient: float      # TP/SP all-gather buffer
 
 
+class Stage(NamedTuple):
+    """A group of `count` identical pipeline ranks from `rank` on (first, middle, last, or
+    the groups of a custom layout): decoder layers, how many are MoE, what else it holds."""
+
+    name: str
+    rank: int
+    count: int
+    layers: float
+    moe_layers: float
+    embedding: bool
+    output: bool
+    mtp: int
+
+
 class CostModel:
     """Memory and time of layouts for one job (model, hardware, training)."""
 
@@ -64,12 +81,15 @@ class CostModel:
         self.cal = hw.calibration
         self.seq, self.gbs = tr.seq_length, tr.global_batch_size
         self.precision, self.flash, self.accounting = tr.precision, tr.flash_attention, tr.accounting
+        self.recipe = tr.recipe
+        self.fp8_param_gather = tr.fp8_param_gather
         self.capacity = hw.memory_gib * GiB
         self.fixed = (hw.cuda_context_gib + hw.nccl_buffer_gib) * GiB
         self.frag = hw.fragmentation_fraction
         self.bf16 = hw.peak_flops("bf16")
         self.peak = hw.peak_flops(self.precision)
         self.hbm = hw.hbm_bandwidth_gb_per_s * 1e9
+        self.host = hw.host_bandwidth_gb_per_s * 1e9
         self.link_kw = dict(
             domain=hw.nvlink_domain_size,
             nvlink_bw=hw.nvlink_bandwidth_gb_per_s * 1e9 * self.cal.nvlink_efficiency,
@@ -81,6 +101,7 @@ class CostModel:
         self._stages: dict = {}
         self._first_params: dict = {}
         self._hardware_flops: dict = {}
+        self._dtypes: dict = {}
         s = self.shape
         self.model_flops = model_flops_per_step(s, seq=self.seq, global_batch_size=self.gbs)
         self.L_dense = s.L_dense if s.E else s.L
@@ -93,9 +114,20 @@ class CostModel:
             got = self._links[key] = group_link(n=n, stride=stride, **self.link_kw)
         return got
 
+    def dtypes(self, lay: Layout):
+        """Bytes per parameter of the model states under this layout's recipe settings."""
+        key = (lay.grad_reduce_in_fp32, lay.exp_avg_dtype, lay.exp_avg_sq_dtype)
+        got = self._dtypes.get(key)
+        if got is None:
+            got = self._dtypes[key] = state_dtypes(
+                accounting=self.accounting, precision=self.precision, recipe=self.recipe,
+                fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=key[0],
+                exp_avg_dtype=key[1], exp_avg_sq_dtype=key[2])
+        return got
+
     def layer_costs(self, lay: Layout) -> LayerCosts:
         key = (lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
-               lay.cp_comm_type, lay.tp_comm_overlap)
+               lay.cp_comm_type, lay.tp_comm_overlap, lay.selective_modules)
         got = self._layers.get(key)
         if got is None:
             got = self._layers[key] = self._layer_costs(lay)
@@ -106,21 +138,26 @@ class CostModel:
         t, cp = lay.tp, lay.cp
         tokens = self.seq * lay.micro_batch_size / cp
         seq_rank = self.seq // cp
-        akw = dict(tokens=tokens, seq=seq_rank, t=t, sp=lay.sp, flash=self.flash, etp=lay.etp)
-        act_d = layer_activation_bytes(s, moe=False, recompute=lay.recompute, **akw)
+        mods = lay.selective_modules
+        akw = dict(tokens=tokens, seq=seq_rank, t=t, sp=lay.sp, flash=self.flash, etp=lay.etp,
+                   recipe=self.recipe)
+        act_d = layer_activation_bytes(s, moe=False, recompute=lay.recompute, modules=mods, **akw)
         work_d = layer_activation_bytes(s, moe=False, recompute="none", **akw)
-        act_e = layer_activation_bytes(s, moe=True, recompute=lay.recompute, **akw) if s.E else 0.0
+        act_e = (layer_activation_bytes(s, moe=True, recompute=lay.recompute, modules=mods, **akw)
+                 if s.E else 0.0)
         work_e = layer_activation_bytes(s, moe=True, recompute="none", **akw) if s.E else 0.0
 
         eff = gemm_efficiency(eff_max=cal.matmul_efficiency, half_size=cal.matmul_half_size,
                               tp=t, h=s.h, tokens=tokens)
         attn_rate = self.bf16 * cal.attention_efficiency
-        kw = dict(tokens=tokens, seq=self.seq, tp=t, recompute=lay.recompute, gemm_flops_per_s=self.peak * eff,
+        kw = dict(tokens=tokens, seq=self.seq, tp=t, recompute=lay.recompute,
+                  gemm_flops_per_s=self.peak * eff, modules=mods,
                   attn_flops_per_s=attn_rate, hbm_bytes_per_s=self.hbm,
                   ew_factor=cal.elementwise_bytes_per_activation,
                   overhead_s=cal.layer_overhead_us * 1e-6)
-        d = layer_times(s, moe=False, act_bytes_fwd=work_d, **kw)
-        e = layer_times(s, moe=True, act_bytes_fwd=work_e, **kw) if s.E else d
+        d = layer_times(s, moe=False, act_bytes_fwd=work_d, freed_bytes=work_d - act_d, **kw)
+        e = (layer_times(s, moe=True, act_bytes_fwd=work_e, freed_bytes=work_e - act_e, **kw)
+             if s.E else d)
         hide = cal.overlap_efficiency
         full = lay.recompute == "full"
 
@@ -138,8 +175,9 @@ class CostModel:
         ep_s = 0.0
         if lay.ep > 1 and s.E:
             routed = tokens / (t if lay.sp else 1) * s.k * s.capacity_factor
-            ep_s = (4 + 2 * full) * all_to_all_time(2.0 * routed * s.h, lay.ep,
-                                                    self.link(lay.ep, lay.etp))
+            again = full or "moe" in mods   # recomputing the MoE layer dispatches again
+            ep_s = (4 + 2 * again) * all_to_all_time(2.0 * routed * s.h, lay.ep,
+                                                     self.link(lay.ep, lay.etp))
         cp_s = 0.0
         if cp > 1:
             cp_link = self.link(cp, t)
@@ -160,59 +198,97 @@ class CostModel:
                           logits_bytes, transient)
 
     # ------------------------------------------------------------------ stages
-    def stages(self, lay: Layout):
-        """[(name, rank, layers, moe_layers, has_embedding, has_output)] for first/middle/last."""
-        key = (lay.pp, lay.first_stage_layers, lay.last_stage_layers)
+    def stages(self, lay: Layout) -> list[Stage]:
+        """The pipeline ranks as groups of identical ones (first, middle, last; or the groups
+        of a custom `pipeline_model_parallel_layout`)."""
+        key = (lay.pp, lay.first_stage_layers, lay.last_stage_layers,
+               lay.pipeline_model_parallel_layout)
         got = self._stages.get(key)
         if got is None:
             got = self._stages[key] = self._stage_list(lay)
         return got
 
-    def _stage_list(self, lay: Layout):
+    def _moe_in(self, layers: float, start: float) -> float:
+        """MoE layers among `layers` layers from global layer index `start` on."""
+        if not self.shape.E:
+            return 0.0
+        return max(0.0, min(layers, start + layers - self.L_dense))
+
+    def _stage_list(self, lay: Layout) -> list[Stage]:
         s = self.shape
-        first_n, mid_n, last_n = stage_layer_counts(s.L, lay)
         p = lay.pp
-
-        def moe_in(layers: float, start: float) -> float:
-            if not s.E:
-                return 0.0
-            return max(0.0, min(layers, start + layers - self.L_dense))
-
+        if lay.pipeline_model_parallel_layout:
+            return self._custom_stages(lay)
+        first_n, mid_n, last_n = stage_layer_counts(s.L, lay)
         if p == 1:
-            return [("first", 0, s.L, float(s.L_moe), True, True)]
-        out = [("first", 0, first_n, moe_in(first_n, 0), True, False)]
+            return [Stage("first", 0, 1, s.L, float(s.L_moe), True, True, s.mtp)]
+        out = [Stage("first", 0, 1, first_n, self._moe_in(first_n, 0), True, False, 0)]
         if p > 2:
-            out.append(("middle", 1, mid_n, moe_in(mid_n, first_n), False, False))
-        out.append(("last", p - 1, last_n, moe_in(last_n, s.L - last_n), False, True))
+            out.append(Stage("middle", 1, p - 2, mid_n, self._moe_in(mid_n, first_n), False,
+                             False, 0))
+        out.append(Stage("last", p - 1, 1, last_n, self._moe_in(last_n, s.L - last_n), False,
+                         True, s.mtp))
+        return out
+
+    def _custom_stages(self, lay: Layout) -> list[Stage]:
+        """Per rank from the layout string; consecutive identical ranks grouped (the lowest
+        rank of a group holds the most micro-batches in flight, so it stands for them)."""
+        stages = parse_layout(lay.pipeline_model_parallel_layout)
+        p = lay.pp
+        # global index of each stage's first decoder layer (stages are in layer order)
+        starts, n = [], 0
+        for st in stages:
+            starts.append(n)
+            n += st.count("t")
+        out: list[Stage] = []
+        prev = None
+        for rs in rank_stages(stages, p):
+            idx = [v * p + rs.rank for v in range(len(stages) // p)]
+            moe = sum(self._moe_in(stages[i].count("t"), starts[i]) for i in idx)
+            sig = (rs.layers, moe, rs.embedding, rs.loss, rs.mtp)
+            if prev is not None and prev[0] == sig:
+                g = out[-1]
+                out[-1] = g._replace(count=g.count + 1)
+                continue
+            name = "first" if rs.rank == 0 else "last" if rs.rank == p - 1 else f"rank {rs.rank}"
+            out.append(Stage(name, rs.rank, 1, float(rs.layers), moe, rs.embedding, rs.loss,
+                             rs.mtp))
+            prev = (sig,)
         return out
 
     def stage_states(self, lay: Layout, zero: int) -> tuple:
-        """(transient bytes, [(name, rank, layers, moe_layers, has_output, weights, gradients,
-        optimizer bytes) for the first, a middle and the last pipeline rank]). Cached: it does
-        not depend on the micro-batch, vpp, sp or recompute."""
+        """(transient bytes, [(stage, weights, gradients, optimizer bytes)] per stage group).
+        Cached: it does not depend on the micro-batch, vpp, sp or recompute."""
         key = (lay.tp, lay.pp, lay.first_stage_layers, lay.last_stage_layers, lay.ep, lay.etp,
-               lay.dp, lay.cp, zero)
+               lay.dp, lay.cp, zero, lay.pipeline_model_parallel_layout,
+               lay.grad_reduce_in_fp32, lay.exp_avg_dtype, lay.exp_avg_sq_dtype)
         got = self._states.get(key)
         if got is not None:
             return got
         s = self.shape
         vocab = padded_vocab(s.V, lay.tp)
+        dt = self.dtypes(lay)
         stages = []
-        for name, rank, layers, moe_layers, emb, out in self.stages(lay):
-            dense_p, expert_p = stage_params(s, layers=layers, moe_layers=moe_layers, t=lay.tp,
-                                             with_embedding=emb, with_output=out, vocab=vocab)
-            w, g, o = state_bytes(dense_params=dense_p, expert_params=expert_p / (lay.ep * lay.etp),
-                                  zero=zero, shard=lay.optimizer_shard, expert_shard=lay.edp,
-                                  accounting=self.accounting, precision=self.precision)
-            stages.append((name, rank, layers, moe_layers, out, w, g, o))
+        for st in self.stages(lay):
+            dense_p, linear_p, expert_p = stage_params(
+                s, layers=st.layers, moe_layers=st.moe_layers, t=lay.tp,
+                with_embedding=st.embedding, with_output=st.output, vocab=vocab, mtp=st.mtp)
+            w, g, o = state_bytes(dense_params=dense_p, linear_params=linear_p,
+                                  expert_params=expert_p / (lay.ep * lay.etp), zero=zero,
+                                  shard=lay.optimizer_shard, expert_shard=lay.edp, dtypes=dt)
+            stages.append((st, w, g, o))
         gather = 0.0
-        if zero == 3:   # the gathered (DP-unsharded) layer and the prefetched next one, bf16
+        if zero == 3:
+            # FSDP: the gathered (unsharded) layer and the prefetched next one, and the
+            # unsharded gradients of the layer being reduce-scattered
             dense = s.dense_tp / lay.tp + s.dense_rep
             moe = s.moe_tp / lay.tp + s.moe_rep + s.moe_experts / (lay.ep * lay.etp) if s.E else 0.0
-            gather = 2 * 2.0 * max(dense, moe)
+            w_gather = 1.0 if self.fp8_param_gather else 2.0
+            gather = (2 * w_gather + dt.grad) * max(dense, moe)
         got = self._states[key] = (gather, stages)
         return got
 
+    # ------------------------------------------------------------------ memory
     def memory(self, lay: Layout, *, zero: int | None = None) -> MemoryBreakdown:
         """The most loaded rank's memory (first, a middle or the last pipeline rank)."""
         total, w, g, o, acts, other, name = self._worst_rank(lay, lay.zero if zero is None else zero)
@@ -222,28 +298,54 @@ class CostModel:
         """`memory(lay).total` without building the breakdown (the search's hot path)."""
         return self._worst_rank(lay, lay.zero)[0]
 
+    def _recompute_share(self, lay: Layout, layers: float) -> float:
+        """Fraction of a stage's layers that recompute in full: 1 for recompute full (or
+        `recompute_num_layers` of each virtual stage's layers/vpp), else 0."""
+        if lay.recompute != "full":
+            return 0.0
+        n = lay.recompute_num_layers
+        if n is None or not layers:
+            return 1.0
+        chunk = layers / lay.vpp
+        return min(1.0, n / chunk) if chunk else 1.0
+
+    def _stage_activations(self, lay: Layout, lc: LayerCosts, st: Stage, m: int) -> float:
+        """Activation bytes a rank of this stage group holds at its peak."""
+        layers = st.layers + st.mtp
+        if not layers:
+            return lc.logits_bytes * (1 + st.mtp) if st.output else 0.0
+        moe = st.moe_layers + (st.mtp if self.shape.E else 0)
+        r = self._recompute_share(lay, st.layers)
+        kept_d = r * lc.act_d + (1 - r) * lc.work_d if lay.recompute == "full" else lc.act_d
+        kept_e = r * lc.act_e + (1 - r) * lc.work_e if lay.recompute == "full" else lc.act_e
+        per_layer = ((layers - moe) * kept_d + moe * kept_e) / layers
+        held = in_flight_layers(layers, lay.pp, lay.vpp, m, st.rank)
+        off = min(lay.cpu_offloading_num_layers, layers)
+        if off:
+            # offloaded layers leave the GPU; one layer's worth stays as the copy buffer
+            held = max(0.0, held - off) + 1.0
+        acts = per_layer * held
+        if r > 0:
+            acts += lc.work_e if moe else lc.work_d   # the working set of the recomputed layer
+        if st.output:
+            acts += lc.logits_bytes * (1 + st.mtp)     # each MTP layer computes its own loss
+        return acts
+
     def _worst_rank(self, lay: Layout, zero: int) -> tuple:
         lc = self.layer_costs(lay)
         m = self.gbs // (lay.micro_batch_size * lay.dp) or 1
-        full = lay.recompute == "full"
         gather, stages = self.stage_states(lay, zero)
         transient = lc.transient + gather
-        p, v = lay.pp, lay.vpp
         fixed, frag = self.fixed, self.frag
         best = None
         best_total = -1.0
-        for name, rank, layers, moe_layers, out, w, g, o in stages:
-            per_layer = ((layers - moe_layers) * lc.act_d + moe_layers * lc.act_e) / layers if layers else 0.0
-            acts = per_layer * in_flight_layers(layers, p, v, m, rank)
-            if full and layers:
-                acts += lc.work_e if moe_layers else lc.work_d
-            if out:
-                acts += lc.logits_bytes
+        for st, w, g, o in stages:
+            acts = self._stage_activations(lay, lc, st, m)
             tensors = w + g + o + acts
             total = tensors * (1.0 + frag) + fixed + transient
             if total > best_total:
                 best_total = total
-                best = (total, w, g, o, acts, fixed + frag * tensors + transient, name)
+                best = (total, w, g, o, acts, fixed + frag * tensors + transient, st.name)
         return best
 
     def zero3_no_worse_than_2(self, lay: Layout) -> bool:
@@ -251,8 +353,21 @@ class CostModel:
         micro-batch or recompute): the weights it shards save at least its gather buffers."""
         g3, st3 = self.stage_states(lay, 3)
         g2, st2 = self.stage_states(lay, 2)
-        return all((a[5] + a[6] + a[7]) * (1.0 + self.frag) + g3
-                   <= (b[5] + b[6] + b[7]) * (1.0 + self.frag) + g2 for a, b in zip(st3, st2))
+        return all((a[1] + a[2] + a[3]) * (1.0 + self.frag) + g3
+                   <= (b[1] + b[2] + b[3]) * (1.0 + self.frag) + g2 for a, b in zip(st3, st2))
+
+    # ------------------------------------------------------------------ time
+    def _stage_parts(self, lay: Layout, lc: LayerCosts, st: Stage) -> tuple:
+        """(compute, TP, EP, CP exposed) seconds per micro-batch on a rank of this group."""
+        s = self.shape
+        mtp_moe = st.mtp if s.E else 0
+        dl = st.layers - st.moe_layers + (st.mtp - mtp_moe)
+        el = st.moe_layers + mtp_moe
+        r = self._recompute_share(lay, st.layers) if lay.recompute == "full" else 1.0
+        compute = (dl * (lc.fwd_d + lc.bwd_d + r * lc.rec_d)
+                   + el * (lc.fwd_e + lc.bwd_e + r * lc.rec_e)
+                   + (lc.logits * (1 + st.mtp) if st.output else 0.0))
+        return compute, dl * lc.tp + el * lc.tp_e, el * lc.ep, (dl + el) * lc.cp
 
     def time_lower_bound(self, lay: Layout) -> float:
         """A cheap bound below `time(lay).step_time_s`, the same for every ZeRO stage.
@@ -263,25 +378,38 @@ class CostModel:
         the search time only the layouts that can make the top K.
         """
         lc = self.layer_costs(lay)
-        s = self.shape
         m = self.gbs // (lay.micro_batch_size * lay.dp) or 1
-        L_moe = s.L_moe if s.E else 0
-        total = ((s.L - L_moe) * (lc.fwd_d + lc.bwd_d + lc.rec_d + lc.tp)
-                 + L_moe * (lc.fwd_e + lc.bwd_e + lc.rec_e + lc.ep + lc.tp_e)
-                 + s.L * lc.cp + lc.logits)
+        total = sum(st.count * sum(self._stage_parts(lay, lc, st)) for st in self.stages(lay))
         return total / lay.pp * (m + (lay.pp - 1) / lay.vpp)
 
-    def _first_rank_params(self, lay: Layout, first_stage: tuple) -> tuple[float, float]:
-        """(dense, expert) parameters on a first-stage rank (experts already / ep*etp)."""
-        key = (lay.tp, lay.pp, lay.first_stage_layers, lay.last_stage_layers, lay.ep, lay.etp)
+    def _first_rank_params(self, lay: Layout, first: Stage) -> tuple[float, float, float]:
+        """(dense, of which linear, expert) parameters on a first-stage rank (experts already
+        / ep*etp)."""
+        key = (lay.tp, lay.pp, lay.first_stage_layers, lay.last_stage_layers, lay.ep, lay.etp,
+               lay.pipeline_model_parallel_layout)
         got = self._first_params.get(key)
         if got is None:
-            _, _, layers, moe_layers, _, out = first_stage
-            dense_p, expert_p = stage_params(self.shape, layers=layers, moe_layers=moe_layers,
-                                             t=lay.tp, with_embedding=True, with_output=out,
-                                             vocab=padded_vocab(self.shape.V, lay.tp))
-            got = self._first_params[key] = (dense_p, expert_p / (lay.ep * lay.etp))
+            dense_p, linear_p, expert_p = stage_params(
+                self.shape, layers=first.layers, moe_layers=first.moe_layers, t=lay.tp,
+                with_embedding=first.embedding, with_output=first.output,
+                vocab=padded_vocab(self.shape.V, lay.tp), mtp=first.mtp)
+            got = self._first_params[key] = (dense_p, linear_p, expert_p / (lay.ep * lay.etp))
         return got
+
+    def _offload_exposed(self, lay: Layout, lc: LayerCosts, st: Stage) -> float:
+        """Seconds per micro-batch the activation offload copies add: the offloaded layers'
+        bytes go to the host in forward and come back in backward over the host link,
+        overlapped with the other layers' compute (a fraction `overlap_efficiency`)."""
+        off = min(lay.cpu_offloading_num_layers, st.layers)
+        if not off:
+            return 0.0
+        moe = st.moe_layers / st.layers if st.layers else 0.0
+        per_layer = moe * lc.act_e + (1 - moe) * lc.act_d
+        copy = off * per_layer / self.host
+        fwd = st.layers * (moe * lc.fwd_e + (1 - moe) * lc.fwd_d)
+        bwd = st.layers * (moe * lc.bwd_e + (1 - moe) * lc.bwd_d)
+        hide = self.cal.overlap_efficiency
+        return max(0.0, copy - hide * fwd) + max(0.0, copy - hide * bwd)
 
     def time(self, lay: Layout) -> StepTime:
         s = self.shape
@@ -295,32 +423,30 @@ class CostModel:
             if v > 1:
                 pp_s *= 1.0 - self.cal.overlap_efficiency
         totals, parts = [], []
-        first_fwd = first_bwd = 0.0
         stage_list = self.stages(lay)
-        for name, rank, layers, moe_layers, emb, out in stage_list:
-            dl = layers - moe_layers
-            compute = (dl * (lc.fwd_d + lc.bwd_d + lc.rec_d)
-                       + moe_layers * (lc.fwd_e + lc.bwd_e + lc.rec_e)
-                       + (lc.logits if out else 0.0))
-            tp_s = dl * lc.tp + moe_layers * lc.tp_e
-            ep_s, cp_s = moe_layers * lc.ep, layers * lc.cp
-            parts.append((compute, tp_s, ep_s, cp_s))
-            totals.append(compute + tp_s + ep_s + cp_s + (pp_s if p > 1 else 0.0))
-            if rank == 0:
-                first_fwd = dl * lc.fwd_d + moe_layers * lc.fwd_e
-                first_bwd = dl * lc.bwd_d + moe_layers * lc.bwd_e
-        if p > 2:   # the middle entry stands for p - 2 identical ranks
-            totals = [totals[0]] + [totals[1]] * (p - 2) + [totals[2]]
-            parts = [parts[0]] + [parts[1]] * (p - 2) + [parts[2]]
+        for st in stage_list:
+            compute, tp_s, ep_s, cp_s = self._stage_parts(lay, lc, st)
+            compute += self._offload_exposed(lay, lc, st)
+            totals += [compute + tp_s + ep_s + cp_s + pp_s] * st.count
+            parts += [(compute, tp_s, ep_s, cp_s)] * st.count
+        first = stage_list[0]
+        f_moe = first.moe_layers
+        first_fwd = (first.layers - f_moe) * lc.fwd_d + f_moe * lc.fwd_e
+        first_bwd = (first.layers - f_moe) * lc.bwd_d + f_moe * lc.bwd_e
         pipe = pipeline_time(totals, m=m, v=v)
         i_slow = max(range(len(totals)), key=totals.__getitem__)
         c, tp_s, ep_s, cp_s = parts[i_slow]
 
-        dense_p, expert_p = self._first_rank_params(lay, stage_list[0])
+        dt = self.dtypes(lay)
+        dense_p, linear_p, expert_p = self._first_rank_params(lay, first)
+        # the distributed optimizer gathers FP8 weights with fp8_param_gather (1 byte)
+        gather_bytes = 2.0
+        if self.fp8_param_gather and dense_p + expert_p:
+            gather_bytes = (2.0 * (dense_p - linear_p) + linear_p + expert_p) / (dense_p + expert_p)
         dp_s = dp_exposed(zero=lay.zero, m=m, dense_params=dense_p, expert_params=expert_p,
                           dp_link=self.link(lay.dp * lay.cp, lay.tp), dp_size=lay.dp * lay.cp,
                           edp_link=self.link(lay.edp, lay.etp * lay.ep), edp_size=lay.edp,
-                          grad_bytes=2.0 if self.accounting == "deepspeed" else 4.0,
+                          grad_bytes=dt.grad, param_bytes=gather_bytes,
                           window_fwd=first_fwd, window_bwd=first_bwd,
                           hide=self.cal.overlap_efficiency,
                           overlap_grad_reduce=lay.overlap_grad_reduce,
@@ -337,7 +463,7 @@ class CostModel:
             H = self._hardware_flops[lay.recompute] = hardware_flops_per_step(
                 s, seq=self.seq, global_batch_size=self.gbs, recompute=lay.recompute)
         return StepTime(
-            step_time_s=step, compute_s=m * c, bubble_s=pipe - m * totals[i_slow],
+            step_time_s=step, compute_s=m * c, bubble_s=max(0.0, pipe - m * totals[i_slow]),
             tp_comm_s=m * tp_s, pp_comm_s=m * (pp_s if p > 1 else 0.0), dp_comm_s=dp_s,
             ep_comm_s=m * ep_s, cp_comm_s=m * cp_s, optimizer_s=opt_s,
             bubble_fraction=bubble_fraction(p, m, v), tokens_per_s=tokens / step,

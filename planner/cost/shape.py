@@ -49,11 +49,14 @@ class ModelShape:
     mlp_flops: float        # dense MLP
     moe_flops: float        # routed (top-k) + shared experts
     attn_core_flops_per_s: float  # causal attention core: 2 * 2 * q_core * s / 2 per token per s
-    # per-token activation bytes of one layer (16-bit, no parallelism), see memory.py
-    act_rep: float          # norms and GEMM inputs outside the TP region (÷t only with SP)
-    act_attn: float         # inside the TP region: QKV, attention output, softmax stats
-    act_mlp: float          # dense MLP inside the TP region
-    act_shared: float       # shared experts inside the TP region
+    shared_flops: float     # shared experts alone (part of moe_flops)
+    mla_up_flops: float     # MLA up-projections (q_up, kv_up; part of attn_proj_flops)
+    mtp: int                # multi-token-prediction layers (on the last stage)
+    mtp_extra: int          # params an MTP layer adds beside its transformer layer
+    # per-token activation widths of one layer (memory.py turns them into bytes)
+    act_qkv: float          # bytes: Q, K, V as flash attention keeps them (MLA: after up-proj)
+    act_latent: float       # bytes: MLA latents (q and kv down-projections); 0 otherwise
+    attn_out: int           # width of the attention output (a*d)
 
 
 def model_shape(m: ModelSpec) -> ModelShape:
@@ -65,20 +68,24 @@ def model_shape(m: ModelSpec) -> ModelShape:
         qk = m.qk_head_dim + (m.qk_pos_emb_head_dim if m.qk_pos_emb_head_dim is not None else 64)
         d, q = m.v_head_dim, a * qk
         attn_params_nobias = dense.attention
-        # stored: latents (q_lora, kv_lora + rope), q, k (a*qk each), v and output (a*v each)
-        act_attn = 2 * ((m.q_lora_rank or 0) + m.kv_lora_rank + qk - m.qk_head_dim) \
-            + 2 * (2 * a * qk + a * d) + 2 * a * d + 4 * a
+        # stored: latents (q_lora, kv_lora + rope), q, k (a*qk each), v (a*v)
+        act_latent = 2 * ((m.q_lora_rank or 0) + m.kv_lora_rank + qk - m.qk_head_dim)
+        act_qkv = 2 * (2 * a * qk + a * d)
+        up = (m.q_lora_rank * a * qk if m.q_lora_rank else 0) \
+            + m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim)
         core_q = a * (qk + d) / 2   # QK^T uses qk dims, PV uses v dims
     else:
         d = m.head_dim
         q = a * d
         attn_params_nobias = h * (q + 2 * d * g) + q * h
-        act_attn = 2 * (q + 2 * g * d) + 2 * q + 4 * a
+        act_latent, act_qkv, up = 0, 2 * (q + 2 * g * d), 0
         core_q = q
     mats = 3 if m.gated else 2
     f, f_e = m.ffn, m.expert_ffn
     f_s = m.num_shared_experts * f_e
-    act_mlp_per_width = 6 if m.gated else 4        # fc1 out (2 or 4 bytes/width) + act out
+    # an MTP layer (DeepSeek-V3 §2.2): its transformer layer plus enorm, hnorm and the 2h x h
+    # projection; the final norm of its output is counted with the output layer
+    mtp_extra = 2 * h * h + 2 * h
     return ModelShape(
         name=m.name, L=m.num_layers, L_moe=m.num_moe_layers,
         L_dense=m.num_layers - m.num_moe_layers, h=h, a=a, g=g, d=d, q=q, f=f, f_e=f_e, f_s=f_s,
@@ -92,8 +99,8 @@ def model_shape(m: ModelSpec) -> ModelShape:
         mlp_flops=2.0 * mats * h * f,
         moe_flops=2.0 * mats * h * (f_e * (m.moe_top_k if m.is_moe else 0) + f_s),
         attn_core_flops_per_s=2.0 * core_q,   # causal: 4*q*s/2 per token => 2*q per unit s
-        act_rep=8.0 * h,
-        act_attn=float(act_attn),
-        act_mlp=float(act_mlp_per_width * f),
-        act_shared=float(act_mlp_per_width * f_s),
+        shared_flops=2.0 * mats * h * f_s,
+        mla_up_flops=2.0 * up,
+        mtp=m.mtp_num_layers, mtp_extra=mtp_extra,
+        act_qkv=float(act_qkv), act_latent=float(act_latent), attn_out=a * d,
     )

@@ -81,7 +81,7 @@ class StepTime:
 def dp_exposed(*, zero: int, m: int, dense_params: float, expert_params: float, dp_link,
                dp_size: int, edp_link, edp_size: int, grad_bytes: float, window_fwd: float,
                window_bwd: float, hide: float, overlap_grad_reduce: bool = True,
-               overlap_param_gather: bool = True) -> float:
+               overlap_param_gather: bool = True, param_bytes: float = 2.0) -> float:
     """Seconds of data-parallel traffic not hidden behind compute, per step.
 
     ZeRO-0: all-reduce of the gradients (grad_bytes per param) during the last micro-batch's
@@ -90,14 +90,16 @@ def dp_exposed(*, zero: int, m: int, dense_params: float, expert_params: float, 
     reduce-scatter every micro-batch. ZeRO-3: per micro-batch, a parameter all-gather in
     forward and again in backward plus the reduce-scatter. `hide` is the fraction of the
     compute window that communication can actually use. Dense parameters reduce over dp*cp,
-    expert parameters over the expert-data-parallel group.
+    expert parameters over the expert-data-parallel group. Gradients move at `grad_bytes`
+    per parameter (4 fp32, 2 with bf16 reduction), parameters at `param_bytes` (2 bf16, 1 for
+    FP8 weights with fp8_param_gather).
     """
     total = 0.0
     for P, n, link in ((dense_params, dp_size, dp_link), (expert_params, edp_size, edp_link)):
         if P <= 0 or n <= 1:
             continue
         rs = reduce_scatter_time(grad_bytes * P, n, link)
-        ag = all_gather_time(2.0 * P, n, link)
+        ag = all_gather_time(param_bytes * P, n, link)
         if zero == 0:
             ar = all_reduce_time(grad_bytes * P, n, link)
             total += max(0.0, ar - hide * window_bwd) if overlap_grad_reduce else ar
