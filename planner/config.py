@@ -67,10 +67,11 @@ def resolve_hardware(ref: str | dict | HardwareSpec, *, base: Path | None = None
     if named.exists():
         return _load_profile(str(named))
     names = profile_names()
-    # a prefix first: difflib alone would answer "h100" with "h200" rather than "h100-sxm"
-    close = ([n for n in names if text and n.startswith(text.lower())][:1]
+    # prefixes first: difflib alone would answer "h100" with "h200" rather than "h100-sxm"; every
+    # profile the prefix names, since one would be a guess ("h100": h100-96g or h100-sxm)
+    close = ([n for n in names if text and n.startswith(text.lower())]
              or difflib.get_close_matches(text, names, n=1))
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    hint = (f"did you mean {' or '.join(repr(n) for n in close[:4])}? " if close else "")
     raise SpecError(f"hardware {text!r} is not a profile or a file; {hint}"
                     f"profiles: {', '.join(names) or '(none found in ' + str(profile_dir()) + ')'}")
 

@@ -162,18 +162,28 @@ def models_view(rows: list[dict]) -> Table:
     return t
 
 
-def hardware_view(rows: list[dict]) -> Table:
-    t = Table(title="Hardware profiles")
-    for col in ("name", "memory GiB", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s", "GPUs/node",
-                "NVLink domain", "NVLink GB/s", "network GB/s"):
-        t.add_column(col, justify="left" if col == "name" else "right")
-    for r in rows:
-        t.add_row(r["name"], f"{r['memory_gib']:.1f}", f"{r['peak_tflops']['bf16']:.0f}",
-                  f"{r['peak_tflops']['fp8']:.0f}" if r["peak_tflops"].get("fp8") else "-",
-                  f"{r['hbm_bandwidth_gb_per_s']:.0f}", str(r["gpus_per_node"]),
-                  str(r["nvlink_domain_size"]), f"{r['nvlink_bandwidth_gb_per_s']:.0f}",
-                  f"{r['network_bandwidth_gb_per_s']:.0f}")
-    return t
+def hardware_view(rows: list[dict]) -> Group:
+    """The profiles, one row each; fits 80 columns without truncating a value (h100-96g and
+    h100-sxm must stay apart): headers wrap, each column at least as wide as its values."""
+    from rich import box
+
+    peak = lambda r, p: f"{r['peak_tflops'][p]:.0f}" if r["peak_tflops"].get(p) else "-"
+    cells = [[r["name"], f"{r['memory_gib']:.1f}", peak(r, "bf16"), peak(r, "fp8"), peak(r, "fp4"),
+              f"{r['hbm_bandwidth_gb_per_s']:.0f}", str(r["gpus_per_node"]),
+              str(r["nvlink_domain_size"]), f"{r['nvlink_bandwidth_gb_per_s']:.0f}",
+              f"{r['network_bandwidth_gb_per_s']:.0f}"] for r in rows]
+    t = Table(title="Hardware profiles", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              padding=(0, 1, 0, 0))
+    heads = ("name", "memory GiB", "bf16", "fp8", "fp4", "HBM", "GPUs/ node", "NVLink GPUs",
+             "NVLink", "network")
+    for i, head in enumerate(heads):
+        widest = max([len(c[i]) for c in cells] + [len(w) for w in head.split()])
+        t.add_column(head, justify="left" if i == 0 else "right", min_width=widest,
+                     max_width=widest)
+    for c in cells:
+        t.add_row(*c)
+    return Group(t, Text("bf16/fp8/fp4: dense peak TFLOP/s; HBM, NVLink, network: GB/s per GPU "
+                         "(links one direction); NVLink GPUs: the NVLink domain", style="dim"))
 
 
 # ------------------------------------------------------------------------------ plan

@@ -10,7 +10,8 @@ import pytest
 from planner.cli import app
 from planner.presets import PRESETS
 
-PROFILES = ["a100-40g", "a100-80g", "h100-sxm", "h200", "b200", "gb200-nvl72", "mi300x"]
+PROFILES = ["a100-40g", "a100-80g", "h100-sxm", "h100-96g", "h800", "h200", "b200", "b300",
+            "gb200-nvl72", "gb300-nvl72", "mi300x"]
 
 MISSING = object()     # the config path does not exist
 DIRECTORY = object()   # the config path is a directory
@@ -75,7 +76,7 @@ BAD = [
     pytest.param("model: llama9-70b\nnum_gpus: 64\n", {}, [],
                  ["'llama9-70b' is not a preset", "did you mean 'llama3-70b'?", *PRESETS], id="unknown-preset"),
     pytest.param("model: llama3-70b\nhardware: h100\nnum_gpus: 64\n", {}, [],
-                 ["'h100' is not a profile", "did you mean 'h100-sxm'?", *PROFILES], id="unknown-hardware"),
+                 ["'h100' is not a profile", "did you mean 'h100-96g' or 'h100-sxm'?", *PROFILES], id="unknown-hardware"),
     pytest.param(INLINE.format(extra="  num_kv_heads: 3\n"), {}, [],
                  ["num_kv_heads (3) must divide num_attention_heads (8); try one of 1, 2, 4 or 8"],
                  id="kv-heads-not-dividing"),
