@@ -1,11 +1,16 @@
-"""Accuracy report: predicted vs measured step time on the published runs of calibration.yaml.
+"""Accuracy report: predicted vs measured step time and peak memory on every published run of
+calibration.yaml (dense BF16, A100/H100) and calibration-modern.yaml (Megatron-Bridge, NeMo,
+torchtitan: MoE, FP8 recipes, Blackwell, FSDP, long context).
 
-    python benchmarks/accuracy.py [--calibration PATH] [--json]
+    python benchmarks/accuracy.py [--calibration PATH ...] [--json] [--cases]
 
-Reads ../shared/reference/calibration.yaml (or the copy beside this file), builds each case's
-config exactly as written (planner defaults for what the source left out), predicts the step
-time, and prints per case predicted vs measured and the error, then the median and max
-|error| per class and overall. Measured step time (the file's own rule, first that applies):
+Reads ../shared/reference/calibration*.yaml (or the copies beside this file), builds each
+case's config exactly as written (planner defaults for what the source left out), predicts
+the step time and memory, and prints per case predicted vs measured and the error, then per
+class, per GPU and per class x GPU: n, median |error|, max |error| and the bias (median
+signed error; negative = planner too fast). Memory: predicted vs published peak for the
+cases that publish one, and how many runs (every one of which ran) the memory model puts
+over the GPU's capacity. Measured step time (each file's own rule, first that applies):
 iteration_time_s; GBS*seq/(tokens_per_s_per_gpu*GPUs); F/(tflops_per_gpu*1e12*GPUs) with F
 the source's own FLOP count (narayanan-eq3, megatron-2024, megatron).
 """
@@ -28,14 +33,22 @@ from planner.cost import estimate, shape_of  # noqa: E402
 from planner.cost.compute import megatron_flops_2024, model_flops_per_step, narayanan_flops  # noqa: E402
 from planner.cost.params import padded_vocab  # noqa: E402
 from planner.layout import Layout  # noqa: E402
+from planner.rules import MEMORY_MARGIN  # noqa: E402
 from planner.tune import fill_auto  # noqa: E402
+from planner.units import GiB  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "reference" / "calibration.yaml"
-LOCAL = Path(__file__).resolve().parent / "calibration.yaml"
+FILES = ("calibration.yaml", "calibration-modern.yaml")
+SHARED = ROOT.parent / "shared" / "reference"
+LOCAL = Path(__file__).resolve().parent
+
+
+def default_paths() -> list[Path]:
+    """Each calibration file from ../shared/reference, else the copy beside this script."""
+    return [SHARED / f if (SHARED / f).exists() else LOCAL / f for f in FILES]
 
 
 def default_path() -> Path:
-    return SHARED if SHARED.exists() else LOCAL
+    return default_paths()[0]
 
 
 @dataclass(frozen=True)
@@ -46,21 +59,36 @@ class Case:
     layout: Layout
     measured_s: float
     measured_from: str
+    peak_memory_gib: float | None = None
+    peak_memory_kind: str = ""
+    source_file: str = ""
 
 
-def load_cases(path: Path | None = None) -> list[Case]:
+def load_cases(path: Path | str | None = None, *, paths=None) -> list[Case]:
+    """The cases of one calibration file (`path`, default calibration.yaml) or of several."""
     import yaml
 
-    data = yaml.safe_load(Path(path or default_path()).read_text())
+    if paths is None:
+        paths = [Path(path)] if path is not None else [default_path()]
     cases = []
-    for c in data["cases"]:
-        cfg = {"model": c["model"], "hardware": c["hardware"], "num_gpus": c["num_gpus"],
-               "training": c["training"], "parallel": c.get("parallel", {})}
-        job, layout = config_from_data(cfg)
-        layout = fill_auto(job, layout)       # micro-batch/vpp the source left out
-        t_meas, how = measured_step_time(c, job, layout)
-        cases.append(Case(c["id"], c["class"], job, layout, t_meas, how))
+    for p in paths:
+        data = yaml.safe_load(Path(p).read_text())
+        for c in data["cases"]:
+            cfg = {"model": c["model"], "hardware": c["hardware"], "num_gpus": c["num_gpus"],
+                   "training": c["training"], "parallel": c.get("parallel", {})}
+            job, layout = config_from_data(cfg)
+            layout = fill_auto(job, layout)       # micro-batch/vpp the source left out
+            t_meas, how = measured_step_time(c, job, layout)
+            meas = c["measured"]
+            cases.append(Case(c["id"], c["class"], job, layout, t_meas, how,
+                              meas.get("peak_memory_gib"), meas.get("peak_memory_kind", ""),
+                              Path(p).name))
     return cases
+
+
+def load_all() -> list[Case]:
+    """Every case of both calibration files."""
+    return load_cases(paths=default_paths())
 
 
 def measured_step_time(c: dict, job: Job, layout: Layout) -> tuple[float, str]:
@@ -82,7 +110,7 @@ def measured_step_time(c: dict, job: Job, layout: Layout) -> tuple[float, str]:
     elif kind == "megatron":
         F = model_flops_per_step(shape_of(m), seq=s, global_batch_size=B, vocab=V)
     else:
-        raise ValueError(f"{c['id']}: unknown tflops_kind {kind!r}")
+        raise ValueError(f"{c['id']}: no step time can be derived from tflops_kind {kind!r}")
     return F / (meas["tflops_per_gpu"] * 1e12 * n), f"tflops_per_gpu ({kind})"
 
 
@@ -100,53 +128,109 @@ def evaluate(cases: list[Case], hardware_override=None) -> list[dict]:
                 layout = fill_auto(job, layout.with_(micro_batch_size=1, vpp=1))
         est = estimate(job, layout)
         pred = est.time.step_time_s
+        mem = est.memory
         rows.append({"id": c.id, "class": c.cls, "hardware": job.hardware.name,
-                     "layout": layout.name, "micro_batch_size": layout.micro_batch_size,
+                     "file": c.source_file, "layout": layout.name,
+                     "micro_batch_size": layout.micro_batch_size,
                      "chosen": list(layout.auto), "predicted_s": pred, "measured_s": c.measured_s,
                      "error": pred / c.measured_s - 1, "mfu": est.time.mfu,
-                     "memory_fraction": est.memory.fraction})
+                     "memory_fraction": mem.fraction,
+                     "memory_gib": mem.total / GiB,
+                     "peak_memory_gib": c.peak_memory_gib,
+                     "peak_memory_kind": c.peak_memory_kind,
+                     "memory_error": (mem.total / GiB / c.peak_memory_gib - 1
+                                      if c.peak_memory_gib else None)})
     return rows
 
 
+def _stats(errors: list[float]) -> dict:
+    a = [abs(e) for e in errors]
+    return {"n": len(errors), "median_abs_error": statistics.median(a), "max_abs_error": max(a),
+            "bias": statistics.median(errors)}
+
+
 def summarize(rows: list[dict]) -> dict:
+    """Per class, per GPU, per class x GPU and overall."""
     groups: dict[str, list[float]] = {}
     for r in rows:
-        for key in (r["class"], r["hardware"], "all"):
-            groups.setdefault(key, []).append(abs(r["error"]))
-    return {k: {"n": len(v), "median_abs_error": statistics.median(v), "max_abs_error": max(v)}
-            for k, v in groups.items()}
+        for key in (r["class"], r["hardware"], f"{r['class']} / {r['hardware']}", "all"):
+            groups.setdefault(key, []).append(r["error"])
+    return {k: _stats(v) for k, v in groups.items()}
+
+
+def summarize_by(rows: list[dict], key: str) -> dict:
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        groups.setdefault(r[key], []).append(r["error"])
+    return {k: _stats(v) for k, v in sorted(groups.items())}
 
 
 def memory_check(rows: list[dict]) -> dict:
     """Every case is a run that fitted in memory: how many does the memory model put over
-    the GPU's capacity (a conservative estimate), and by how much at most."""
+    the GPU's capacity, by how much at most; and the published peaks against the estimate."""
     over = [r for r in rows if r["memory_fraction"] > 1.0]
-    return {"n": len(rows), "over_capacity": len(over),
-            "max_fraction": max(r["memory_fraction"] for r in rows),
-            "cases_over": [r["id"] for r in over]}
+    judged = [r for r in rows if r["memory_fraction"] > 1.0 + MEMORY_MARGIN]
+    peaks = [r for r in rows if r["peak_memory_gib"]]
+    out = {"runs": len(rows), "over_capacity": len(over),
+           "judged_infeasible": len(judged), "cases_judged_infeasible": [r["id"] for r in judged],
+           "max_fraction": max(r["memory_fraction"] for r in rows),
+           "cases_over": [r["id"] for r in over],
+           "published_peaks": len(peaks)}
+    if peaks:
+        out.update(_stats([r["memory_error"] for r in peaks]))
+        out["within_10pct"] = sum(abs(r["memory_error"]) <= 0.10 for r in peaks)
+    return out
+
+
+def _print_stats(title: str, table: dict) -> None:
+    print(title)
+    for k, v in table.items():
+        print(f"  {k:34s} n={v['n']:3d}  median |error| {v['median_abs_error']:6.1%}  "
+              f"max |error| {v['max_abs_error']:6.1%}  bias {v['bias']:+6.1%}")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calibration", type=Path, default=None)
+    ap.add_argument("--calibration", type=Path, action="append", default=None,
+                    help="a calibration file (repeatable); default both")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--cases", action="store_true", help="print every case")
     args = ap.parse_args(argv)
-    rows = evaluate(load_cases(args.calibration))
-    summary = summarize(rows)
+    rows = evaluate(load_cases(paths=args.calibration or default_paths()))
     mem = memory_check(rows)
     if args.json:
-        print(json.dumps({"cases": rows, "summary": summary, "memory": mem}, indent=2))
+        print(json.dumps({"cases": rows, "summary": summarize(rows),
+                          "by_file": {f: summarize([r for r in rows if r["file"] == f])
+                                      for f in sorted({r["file"] for r in rows})},
+                          "memory": mem}, indent=2))
         return 0
-    print(f"{'case':44s} {'layout':26s} {'pred s':>8s} {'meas s':>8s} {'error':>7s} {'MFU':>6s} {'mem':>5s}")
-    for r in rows:
-        print(f"{r['id']:44s} {r['layout']:26s} {r['predicted_s']:8.3f} {r['measured_s']:8.3f} "
-              f"{r['error']:+7.1%} {r['mfu']:6.1%} {r['memory_fraction']:5.0%}")
+    if args.cases:
+        print(f"{'case':52s} {'layout':24s} {'pred s':>8s} {'meas s':>8s} {'error':>7s} "
+              f"{'MFU':>6s} {'mem':>5s}")
+        for r in rows:
+            print(f"{r['id'][:52]:52s} {r['layout'][:24]:24s} {r['predicted_s']:8.3f} "
+                  f"{r['measured_s']:8.3f} {r['error']:+7.1%} {r['mfu']:6.1%} "
+                  f"{r['memory_fraction']:5.0%}")
+        print()
+    for f in sorted({r["file"] for r in rows}):
+        sub = [r for r in rows if r["file"] == f]
+        _print_stats(f"{f}: step time by class", summarize_by(sub, "class"))
+        _print_stats(f"{f}: step time by GPU", summarize_by(sub, "hardware"))
+        _print_stats(f"{f}: all", {"all": _stats([r["error"] for r in sub])})
     print()
-    print(f"memory: {mem['over_capacity']} of {mem['n']} runs that fitted are estimated over "
-          f"capacity (at most {mem['max_fraction']:.0%}): {', '.join(mem['cases_over']) or '-'}")
-    for k, v in summary.items():
-        print(f"{k:14s} n={v['n']:3d}  median |error| {v['median_abs_error']:6.1%}  "
-              f"max |error| {v['max_abs_error']:6.1%}")
+    peaks = [r for r in rows if r["peak_memory_gib"]]
+    if peaks:
+        print("peak memory: predicted vs published")
+        for r in peaks:
+            print(f"  {r['id'][:52]:52s} {r['memory_gib']:6.1f} vs {r['peak_memory_gib']:6.1f} GiB "
+                  f"{r['memory_error']:+6.1%}  ({r['peak_memory_kind'][:40]})")
+        print(f"  {mem['within_10pct']} of {mem['published_peaks']} within 10%; median "
+              f"|error| {mem['median_abs_error']:.1%}, max {mem['max_abs_error']:.1%}, "
+              f"bias {mem['bias']:+.1%}")
+    print(f"memory: {mem['over_capacity']} of {mem['runs']} runs (all of which ran) are estimated "
+          f"over capacity (at most {mem['max_fraction']:.0%}): {', '.join(mem['cases_over']) or '-'}")
+    print(f"        {mem['judged_infeasible']} judged infeasible (more than {MEMORY_MARGIN:.0%} over, "
+          f"the fits-in-memory rule): {', '.join(mem['cases_judged_infeasible']) or '-'}")
     return 0
 
 

@@ -17,11 +17,17 @@ from planner.specs import HardwareSpec, ModelSpec, TrainingSpec
 from planner.units import GiB, divisors
 
 __all__ = ["Context", "RULES", "WARNINGS", "check", "rule_ids", "DEFAULT_HEADROOM",
+           "MEMORY_MARGIN",
            "USUAL_MAX_BATCH_TOKENS", "batch_ok", "interleave_ok", "seq_tp_ok", "moe_sp_ok", "fits",
            "split_options", "vpp_options"]
 
 DEFAULT_HEADROOM = 0.05
 """Fraction of GPU memory kept free on top of the modelled overheads (fits-in-memory)."""
+MEMORY_MARGIN = 0.10
+"""The memory model's uncertainty: published peaks are within ~10% of the estimate
+(benchmarks/accuracy.py). validate calls a layout infeasible only when its estimate exceeds
+the GPU by more than this; between the headroom and that, it warns how near the edge it is.
+plan proposes only layouts that keep the headroom."""
 USUAL_MAX_BATCH_TOKENS = 2**24
 """16.8M tokens: the largest global batch of published dense pre-training (Llama 3 405B: 16M)."""
 
@@ -422,18 +428,39 @@ def moe_comm_overlap(c: Context) -> Optional[str]:
 
 # -- memory --------------------------------------------------------------------------------------
 
+_MEMORY_FIX = ("raise tp or pp, use recompute full (or more recompute modules), a higher "
+               "zero_stage, bf16 gradients and moments, or a smaller micro_batch_size")
+
+
 def fits_in_memory(c: Context) -> Optional[str]:
-    """The most loaded rank fits in (1 - headroom) of the GPU's memory."""
+    """The most loaded rank's estimate does not exceed the GPU's memory by more than the
+    model's uncertainty (MEMORY_MARGIN)."""
     mem = c.memory
     if mem is None:
         return None
-    cap = mem.capacity * (1 - c.headroom)
-    if not fits(mem.total, mem.capacity, c.headroom):
-        return (f"memory per GPU ({mem.total / GiB:.1f} GiB on the {mem.stage} pipeline rank) "
-                f"exceeds {mem.capacity / GiB:.1f} GiB less {c.headroom:.0%} headroom "
-                f"({cap / GiB:.1f} GiB) by {(mem.total - cap) / GiB:.1f} GiB; raise tp or pp, "
-                "use recompute full, a higher zero_stage, or a smaller micro_batch_size")
+    limit = mem.capacity * (1 + MEMORY_MARGIN)
+    if mem.total > limit:
+        return (f"memory per GPU ({mem.total / GiB:.1f} GiB on the {mem.stage} pipeline rank, "
+                f"{mem.fraction:.0%}) exceeds the {mem.capacity / GiB:.1f} GiB the GPU has by "
+                f"{(mem.total - mem.capacity) / GiB:.1f} GiB, beyond the estimate's "
+                f"{MEMORY_MARGIN:.0%} uncertainty; " + _MEMORY_FIX)
     return None
+
+
+def memory_near_capacity(c: Context) -> Optional[str]:
+    """Inside the headroom (or over capacity by less than the model's uncertainty): it may
+    fit or not; say how near."""
+    mem = c.memory
+    if mem is None or fits(mem.total, mem.capacity, c.headroom) \
+            or mem.total > mem.capacity * (1 + MEMORY_MARGIN):
+        return None
+    cap = mem.capacity * (1 - c.headroom)
+    where = ("over" if mem.total > mem.capacity else "within")
+    return (f"memory per GPU ({mem.total / GiB:.1f} GiB on the {mem.stage} pipeline rank) is "
+            f"{mem.fraction:.0%} of the {mem.capacity / GiB:.1f} GiB the GPU has, {where} it and "
+            f"inside the {c.headroom:.0%} headroom ({cap / GiB:.1f} GiB) by "
+            f"{(mem.total - cap) / GiB:.1f} GiB; the estimate is good to about "
+            f"{MEMORY_MARGIN:.0%}, so it may not fit: " + _MEMORY_FIX)
 
 
 # -- warnings: the reference chapters' guidance ------------------------------------------------
@@ -550,6 +577,7 @@ RULES: list[tuple[str, Rule]] = [
 """Hard rules, in the order the search applies them (cheapest first)."""
 
 WARNINGS: list[tuple[str, Rule]] = [
+    ("memory-near-capacity", memory_near_capacity),
     ("sp-needs-tp", sp_needs_tp),
     ("tp-crosses-node", tp_crosses_node),
     ("tp-above-8", tp_above_8),

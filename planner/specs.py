@@ -210,6 +210,9 @@ class Calibration(_Spec):
 
     matmul_efficiency: float = Field(default=0.75, gt=0, le=1)
     """Fraction of peak a large bf16 GEMM reaches."""
+    fp8_matmul_efficiency: float = Field(default=0.65, gt=0, le=1)
+    """Fraction of the FP8 peak a large per-tensor-scaled FP8 GEMM reaches (cost/precision.py
+    scales it per recipe)."""
     matmul_half_size: float = Field(default=256.0, ge=0, le=1e6)
     """GEMM inner size (h/tp-ish) at which efficiency halves: eff = max * n / (n + half)."""
     attention_efficiency: float = Field(default=0.5, gt=0, le=1)
@@ -217,8 +220,11 @@ class Calibration(_Spec):
     elementwise_bytes_per_activation: float = Field(default=4.0, ge=0, le=100)
     """HBM bytes moved by non-GEMM kernels per byte of stored activation (norms, activations, rope)."""
     layer_overhead_us: float = Field(default=0.0, ge=0, le=1e5)
-    """Fixed time per layer per micro-batch forward (kernel launches, small kernels, syncs);
-    backward costs twice this."""
+    """Fixed device time per layer per micro-batch forward (small kernels, syncs); backward
+    costs twice this."""
+    launch_overhead_us: float = Field(default=5.0, ge=0, le=1e4)
+    """Host time to issue one kernel (PyTorch op dispatch + launch, cost/launch.py): hidden
+    while the host runs ahead of the GPU, exposed after a host sync; CUDA graphs remove it."""
     nvlink_efficiency: float = Field(default=0.75, gt=0, le=1)
     """Achieved fraction of NVLink bandwidth for large collectives (bus bandwidth)."""
     network_efficiency: float = Field(default=0.75, gt=0, le=1)
@@ -229,6 +235,8 @@ class Calibration(_Spec):
     """The classes of published runs on this GPU the parameters were fitted to
     (benchmarks/calibrate.py): dense-bf16, dense-fp8, moe, fsdp, long-context. Empty: not
     fitted here (the values are another profile's); estimates then carry a caveat."""
+    fitted_recipes: tuple[Fp8Recipe, ...] = ()
+    """The FP8 recipes among those runs; an FP8 job with another recipe carries a caveat."""
 
 
 class HardwareSpec(_Spec):

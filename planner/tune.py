@@ -2,7 +2,8 @@
 
 Megatron has no default for --micro-batch-size, and published runs are tuned, so when a
 config leaves `micro_batch_size` or `vpp` out, planner picks the value with the shortest
-estimated step time among those that pass every hard rule (memory included), and reports it
+estimated step time among those that pass every hard rule and keep the memory headroom (as
+`plan` does), and reports it
 as chosen (`Layout.auto`). Everything the config does state is kept as it is.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from planner.cost import cost_model
 from planner.layout import Layout
-from planner.rules import DEFAULT_HEADROOM, Context, RULES, vpp_options
+from planner.rules import DEFAULT_HEADROOM, Context, RULES, fits, vpp_options
 
 __all__ = ["fill_auto", "MAX_MICRO_BATCH", "MAX_VPP"]
 
@@ -47,7 +48,7 @@ def fill_auto(job, lay: Layout, *, headroom: float = DEFAULT_HEADROOM) -> Layout
                 continue
             ctx = Context(model=job.model, hardware=job.hardware, training=job.training,
                           num_gpus=job.num_gpus, layout=cand, memory=mem, headroom=headroom)
-            if any(fn(ctx) for _, fn in RULES):
+            if not fits(mem.total, mem.capacity, headroom) or any(fn(ctx) for _, fn in RULES):
                 continue
             t = cm.time(cand).step_time_s
             if t < best_t:

@@ -15,7 +15,8 @@ from planner.config import Job, default_training, resolve_hardware
 from planner.cost.model import CostModel
 from planner.layout import Layout, stage_layer_counts
 from planner.presets import get_preset
-from planner.rules import RULES, Context, check, layers_divisible, split_options, vpp_needs_pp
+from planner.rules import (DEFAULT_HEADROOM, RULES, Context, check, fits, layers_divisible,
+                           split_options, vpp_needs_pp)
 from planner.search import RECOMPUTE, SearchOptions, parse_fix, search
 from planner.specs import ModelSpec
 from planner.units import divisors
@@ -88,7 +89,9 @@ def _oracle(job: Job, opts: SearchOptions):
                     if any(fn(ctx) for _, fn in RULES):
                         continue
                     mem = cm.memory(lay)
-                    if _errors(job, lay, mem):
+                    # plan proposes only what passes every rule and keeps the headroom
+                    if _errors(job, lay, mem) or not fits(mem.total, mem.capacity,
+                                                          DEFAULT_HEADROOM):
                         continue
                     feasible.append((lay, mem, cm.time(lay)))
     return feasible

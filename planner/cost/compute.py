@@ -89,45 +89,60 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
                 tp: int, recompute: str, gemm_flops_per_s: float,
                 attn_flops_per_s: float, hbm_bytes_per_s: float, ew_factor: float,
                 act_bytes_fwd: float, overhead_s: float = 0.0,
-                modules: tuple[str, ...] = (), freed_bytes: float = 0.0) -> LayerTimes:
+                modules: tuple[str, ...] = (), freed_bytes: float = 0.0,
+                expert_flops_per_s: float | None = None, copies: float = 0.0,
+                extra_bytes_fwd: float = 0.0, extra_bytes_bwd: float = 0.0,
+                host_s: float = 0.0, sync: bool = False) -> LayerTimes:
     """Forward, backward and recompute time of one layer for one micro-batch of `tokens`
     (= s*b/cp) tokens on one GPU of a TP group of `tp`.
 
-    GEMM FLOPs per token (fwd): (QKV + out projections + MLP or routed/shared experts)/tp;
+    GEMM FLOPs per token (fwd): (QKV + out projections + MLP or shared experts)/tp at
+    `gemm_flops_per_s`, the routed experts' (k*cf copies of each token, spread over the EP
+    group) at `expert_flops_per_s` (grouped GEMMs of the experts' own size, moe.py);
     attention core: causal 2*q*s_kv per token, s_kv = s (all keys of the sequence, CP or not)
     but only s/cp query tokens per rank; element-wise: c_ew x stored activation bytes / HBM
-    bandwidth, plus a fixed per-layer overhead (kernel launches), both 2x in backward.
+    bandwidth, plus `extra_bytes` of traffic that is not stored (MoE permute / unpermute of
+    the `copies` rows, FP8 quantization), plus a fixed per-layer overhead, all 2x in
+    backward. The host's launch time `host_s` (launch.py; 2x in backward) hides behind the
+    device unless `sync`.
     Recompute: full repeats the forward; selective repeats the forward of its modules
     (`--recompute-modules`): core_attn the attention core, mlp the dense MLP's GEMMs, moe the
     routed experts' GEMMs, shared_experts theirs, mla_up_proj the MLA up-projections, and for
     every module the element-wise work that regenerates the `freed_bytes` it dropped.
     """
-    mlp = shape.moe_flops if moe else shape.mlp_flops
-    gemm = tokens * (shape.attn_proj_flops + mlp) / tp
+    from planner.cost.launch import layer_wall
+
+    routed = shape.moe_flops - shape.shared_flops if moe else 0.0
+    dense = shape.attn_proj_flops + (shape.shared_flops if moe else shape.mlp_flops)
+    x_rate = expert_flops_per_s or gemm_flops_per_s
+    t_dense = tokens * dense / tp / gemm_flops_per_s
+    t_experts = tokens * shape.capacity_factor * routed / tp / x_rate if moe else 0.0
+    t_gemm = t_dense + t_experts
     attn = tokens * shape.attn_core_flops_per_s * seq / tp
-    ew = ew_factor * act_bytes_fwd / hbm_bytes_per_s + overhead_s
-    t_gemm = gemm / gemm_flops_per_s
     t_attn = attn / attn_flops_per_s
-    fwd = t_gemm + t_attn + ew
-    bwd = 2.0 * t_gemm + ATTN_BWD_FACTOR * t_attn + 2.0 * ew
+    ew_f = ew_factor * act_bytes_fwd / hbm_bytes_per_s + extra_bytes_fwd / hbm_bytes_per_s
+    ew_b = 2.0 * ew_factor * act_bytes_fwd / hbm_bytes_per_s + extra_bytes_bwd / hbm_bytes_per_s
+    fwd = layer_wall(t_gemm + t_attn + ew_f + overhead_s, host_s, sync=sync)
+    bwd = layer_wall(2.0 * t_gemm + ATTN_BWD_FACTOR * t_attn + ew_b + 2.0 * overhead_s,
+                     2.0 * host_s, sync=sync)
     if recompute == "full":
         rec = fwd
     elif recompute == "selective":
         mods = set(modules or ("core_attn",))
-        flops = 0.0
+        t = 0.0
         if "mlp" in mods and not moe:
-            flops += shape.mlp_flops
+            t += tokens * shape.mlp_flops / tp / gemm_flops_per_s
         if "moe" in mods and moe:
-            flops += shape.moe_flops - shape.shared_flops
+            t += t_experts
         if "shared_experts" in mods and moe:
-            flops += shape.shared_flops
+            t += tokens * shape.shared_flops / tp / gemm_flops_per_s
         if "mla_up_proj" in mods:
-            flops += shape.mla_up_flops
-        rec = (t_attn if "core_attn" in mods else 0.0) + tokens * flops / tp / gemm_flops_per_s \
+            t += tokens * shape.mla_up_flops / tp / gemm_flops_per_s
+        rec = (t_attn if "core_attn" in mods else 0.0) + t \
             + ew_factor * freed_bytes / hbm_bytes_per_s
     else:
         rec = 0.0
-    return LayerTimes(fwd, bwd, rec, gemm)
+    return LayerTimes(fwd, bwd, rec, t_gemm * gemm_flops_per_s)
 
 
 def logits_time(*, tokens: float, h: int, vocab: int, tp: int, flops_per_s: float,

@@ -29,7 +29,7 @@ from planner.cost.shape import ModelShape
 
 __all__ = ["MemoryBreakdown", "StateDtypes", "state_dtypes", "GEMM_INPUT_BYTES",
            "state_bytes_per_param", "megatron_weight_optimizer_bytes",
-           "layer_activation_bytes", "korthikanti_layer_bytes", "stage_params", "state_bytes",
+           "layer_activation_bytes", "routed_activation_bytes", "korthikanti_layer_bytes", "stage_params", "state_bytes",
            "in_flight_layers"]
 
 
@@ -206,6 +206,18 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
     elif "mlp" not in mods:
         per_token += (fc1_w + x) * shape.f / t
     return tokens * per_token
+
+
+def routed_activation_bytes(shape: ModelShape, *, tokens: float, t: int, sp: bool,
+                            etp: int = 1, recipe: str | None = None) -> float:
+    """The routed copies' share of `layer_activation_bytes` (moe, no recompute): per token a
+    rank holds, k*cf copies of x*h*etp + (fc1 width + x)*f_e."""
+    if not shape.E:
+        return 0.0
+    x = GEMM_INPUT_BYTES[recipe]
+    fc1_w = 4.0 if shape.gated else 2.0
+    routed = shape.k * shape.capacity_factor / (t if sp else 1)
+    return tokens * routed * (x * shape.h * etp + (fc1_w + x) * shape.f_e)
 
 
 def stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int,

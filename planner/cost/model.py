@@ -18,9 +18,12 @@ from typing import NamedTuple
 from planner.cost.comm import (all_reduce_time, all_to_all_time, group_link, p2p_time)
 from planner.cost.compute import (gemm_efficiency, hardware_flops_per_step, layer_times,
                                   logits_time, model_flops_per_step)
+from planner.cost.launch import host_seconds
+from planner.cost.moe import dispatch_seconds, expert_tokens, exposed_dispatch, host_sync
+from planner.cost.precision import QUANTIZE_BYTES, linear_peak, quantized_elements
 from planner.cost.memory import (MemoryBreakdown, in_flight_layers,
-                                 layer_activation_bytes, stage_params, state_bytes,
-                                 state_dtypes)
+                                 layer_activation_bytes, routed_activation_bytes, stage_params,
+                                 state_bytes, state_dtypes)
 from planner.cost.params import padded_vocab
 from planner.cost.pipeline import bubble_fraction, pipeline_time
 from planner.cost.shape import ModelShape, model_shape
@@ -127,7 +130,8 @@ class CostModel:
 
     def layer_costs(self, lay: Layout) -> LayerCosts:
         key = (lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
-               lay.cp_comm_type, lay.tp_comm_overlap, lay.selective_modules)
+               lay.cp_comm_type, lay.tp_comm_overlap, lay.selective_modules, lay.cuda_graphs,
+               lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm)
         got = self._layers.get(key)
         if got is None:
             got = self._layers[key] = self._layer_costs(lay)
@@ -147,19 +151,50 @@ class CostModel:
                  if s.E else 0.0)
         work_e = layer_activation_bytes(s, moe=True, recompute="none", **akw) if s.E else 0.0
 
-        eff = gemm_efficiency(eff_max=cal.matmul_efficiency, half_size=cal.matmul_half_size,
-                              tp=t, h=s.h, tokens=tokens)
+        full = lay.recompute == "full"
+        rates = self._rates(lay, tokens)
         attn_rate = self.bf16 * cal.attention_efficiency
+        host_d = host_seconds(moe=False, cuda_graphs=lay.cuda_graphs,
+                              launch_us=cal.launch_overhead_us)
         kw = dict(tokens=tokens, seq=self.seq, tp=t, recompute=lay.recompute,
-                  gemm_flops_per_s=self.peak * eff, modules=mods,
+                  gemm_flops_per_s=rates[0], modules=mods,
                   attn_flops_per_s=attn_rate, hbm_bytes_per_s=self.hbm,
                   ew_factor=cal.elementwise_bytes_per_activation,
                   overhead_s=cal.layer_overhead_us * 1e-6)
-        d = layer_times(s, moe=False, act_bytes_fwd=work_d, freed_bytes=work_d - act_d, **kw)
-        e = (layer_times(s, moe=True, act_bytes_fwd=work_e, freed_bytes=work_e - act_e, **kw)
-             if s.E else d)
+        qd = self._quant_bytes(lay, tokens, moe=False)
+        d = layer_times(s, moe=False, act_bytes_fwd=work_d, freed_bytes=work_d - act_d,
+                        extra_bytes_fwd=qd[0], extra_bytes_bwd=qd[1], host_s=host_d, **kw)
+        e = d
+        local = tokens / (t if lay.sp else 1)          # tokens a rank routes (SP shards them)
+        ep_s = 0.0
+        if s.E:
+            copies = tokens / t * s.k * s.capacity_factor * lay.etp   # expert rows per GPU
+            qe = self._quant_bytes(lay, tokens, moe=True)
+            # element-wise traffic of the routed rows, counted per kernel rather than through
+            # c_ew: permute + unpermute read and write h each; the activation reads the fc1
+            # output and writes its result (6 f_e gated, 4 f_e gelu; backward 10 and 6)
+            fc1_w = 4.0 if s.gated else 2.0
+            per_row = copies / lay.etp * s.f_e
+            routed_f = 8.0 * s.h * copies + (fc1_w + 2.0) * per_row
+            routed_b = 8.0 * s.h * copies + (2.0 * fc1_w + 2.0) * per_row
+            kept = work_e - routed_activation_bytes(s, tokens=tokens, t=t, sp=lay.sp,
+                                                    etp=lay.etp, recipe=self.recipe)
+            sync = host_sync(lay.cuda_graphs)
+            e = layer_times(s, moe=True, act_bytes_fwd=kept, freed_bytes=work_e - act_e,
+                            expert_flops_per_s=rates[1], copies=copies,
+                            extra_bytes_fwd=qe[0] + routed_f, extra_bytes_bwd=qe[1] + routed_b,
+                            host_s=host_seconds(moe=True, cuda_graphs=lay.cuda_graphs,
+                                                launch_us=cal.launch_overhead_us),
+                            sync=sync, **kw)
+            if lay.ep > 1:
+                again = full or "moe" in mods   # recomputing the MoE layer dispatches again
+                one = dispatch_seconds(lay.moe_token_dispatcher, tokens=local, h=s.h, k=s.k,
+                                       cf=s.capacity_factor, experts=s.E, ep=lay.ep,
+                                       link=self.link(lay.ep, lay.etp))
+                ep_s = exposed_dispatch((2 + again) * one, window=e.fwd + e.bwd,
+                                        overlap=lay.overlap_moe_expert_parallel_comm,
+                                        hide=cal.overlap_efficiency)
         hide = cal.overlap_efficiency
-        full = lay.recompute == "full"
 
         tp_s = 0.0
         if t > 1:
@@ -172,12 +207,6 @@ class CostModel:
         # block, and for the expert block only when the experts (etp > 1) or shared experts
         # are tensor-parallel; with etp = 1 the routed tokens travel by all-to-all instead
         tp_e = tp_s if (lay.etp > 1 or s.f_s) else tp_s / 2
-        ep_s = 0.0
-        if lay.ep > 1 and s.E:
-            routed = tokens / (t if lay.sp else 1) * s.k * s.capacity_factor
-            again = full or "moe" in mods   # recomputing the MoE layer dispatches again
-            ep_s = (4 + 2 * again) * all_to_all_time(2.0 * routed * s.h, lay.ep,
-                                                     self.link(lay.ep, lay.etp))
         cp_s = 0.0
         if cp > 1:
             cp_link = self.link(cp, t)
@@ -189,13 +218,38 @@ class CostModel:
                 a2a = all_to_all_time(2.0 * tokens * (2 * s.q + 2 * s.g * s.d) / t, cp, cp_link)
                 cp_s = 2 * a2a * (1.5 if full else 1.0)
         vocab = padded_vocab(s.V, t)
-        logits = logits_time(tokens=tokens, h=s.h, vocab=vocab, tp=t, flops_per_s=self.bf16 * eff,
-                             hbm_bytes_per_s=self.hbm)
+        logits = logits_time(tokens=tokens, h=s.h, vocab=vocab, tp=t,
+                             flops_per_s=rates[2], hbm_bytes_per_s=self.hbm)
         logits_bytes = 4.0 * tokens * vocab / t + 2.0 * tokens * s.h / (t if lay.sp else 1)
         transient = 4.0 * tokens * s.h if t > 1 and lay.sp else 0.0
         return LayerCosts(tokens, act_d, act_e, work_d, work_e, d.fwd, d.bwd, d.recompute,
                           e.fwd, e.bwd, e.recompute, tp_s, tp_e, ep_s, cp_s, logits,
                           logits_bytes, transient)
+
+    def _rates(self, lay: Layout, tokens: float) -> tuple[float, float, float]:
+        """FLOP/s of (the TP-sharded projections, the routed experts' grouped GEMMs, the
+        BF16 output layer): peak x efficiency (precision.py) x the size factor n/(n + n_half)
+        of `gemm_efficiency`, 1/n = tp/h + 1/tokens, or for an expert etp/f_e + 1/n_e."""
+        s, cal = self.shape, self.cal
+        size = gemm_efficiency(eff_max=1.0, half_size=cal.matmul_half_size, tp=lay.tp, h=s.h,
+                               tokens=tokens)
+        lin = linear_peak(self.hw, self.recipe) if self.recipe else self.peak * cal.matmul_efficiency
+        expert = lin * size
+        if s.E:
+            n_e = expert_tokens(tokens=tokens / lay.tp * lay.etp, ep=lay.ep, k=s.k,
+                                cf=s.capacity_factor, experts=s.E)
+            expert = lin * gemm_efficiency(eff_max=1.0, half_size=cal.matmul_half_size,
+                                           tp=lay.etp, h=s.f_e, tokens=n_e)
+        return lin * size, expert, self.bf16 * cal.matmul_efficiency * size
+
+    def _quant_bytes(self, lay: Layout, tokens: float, *, moe: bool) -> tuple[float, float]:
+        """HBM bytes of FP8 quantization per layer and micro-batch, (forward, backward)."""
+        if self.recipe is None:
+            return 0.0, 0.0
+        q = QUANTIZE_BYTES[self.recipe]
+        f_tp, b_tp, f_r, b_r = quantized_elements(self.shape, moe=moe, etp=lay.etp)
+        per = tokens / lay.tp
+        return q * per * (f_tp + f_r), q * per * (b_tp + b_r)
 
     # ------------------------------------------------------------------ stages
     def stages(self, lay: Layout) -> list[Stage]:
@@ -450,7 +504,8 @@ class CostModel:
                           window_fwd=first_fwd, window_bwd=first_bwd,
                           hide=self.cal.overlap_efficiency,
                           overlap_grad_reduce=lay.overlap_grad_reduce,
-                          overlap_param_gather=lay.overlap_param_gather)
+                          overlap_param_gather=lay.overlap_param_gather,
+                          units=max(1, round(first.layers)))
         shard = lay.optimizer_shard if lay.zero >= 1 else 1
         eshard = lay.edp if lay.zero >= 1 else 1
         opt_s = OPTIMIZER_BYTES_PER_PARAM * (dense_p / shard + expert_p / eshard) / self.hbm

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from planner.cost.comm import all_gather_time, all_reduce_time, reduce_scatter_time
 
-__all__ = ["StepTime", "dp_exposed", "OPTIMIZER_BYTES_PER_PARAM"]
+__all__ = ["StepTime", "dp_exposed", "dp_buckets", "OPTIMIZER_BYTES_PER_PARAM"]
 
 OPTIMIZER_BYTES_PER_PARAM = 30.0
 """HBM bytes an Adam update moves per sharded parameter: fp32 master, m, v read and written
@@ -78,17 +78,34 @@ class StepTime:
                 "model_tflops_per_gpu": self.model_tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu}
 
 
+def dp_buckets(params: float, n: int) -> int:
+    """Gradient buckets Megatron's DDP reduces: one per max(40M, 1M x dp) parameters
+    (`--ddp-bucket-size`'s default); each pays its collective's latency."""
+    return max(1, -(-int(params) // int(max(40e6, 1e6 * n))))
+
+
+def _bucketed(time_fn, size: float, n: int, link, buckets: int) -> float:
+    """A collective of `size` bytes sent as `buckets` calls: the bandwidth term once, the
+    ring latency (n-1)*alpha once per call."""
+    return time_fn(size / buckets, n, link) * buckets
+
+
 def dp_exposed(*, zero: int, m: int, dense_params: float, expert_params: float, dp_link,
                dp_size: int, edp_link, edp_size: int, grad_bytes: float, window_fwd: float,
                window_bwd: float, hide: float, overlap_grad_reduce: bool = True,
-               overlap_param_gather: bool = True, param_bytes: float = 2.0) -> float:
+               overlap_param_gather: bool = True, param_bytes: float = 2.0,
+               units: int = 1) -> float:
     """Seconds of data-parallel traffic not hidden behind compute, per step.
 
     ZeRO-0: all-reduce of the gradients (grad_bytes per param) during the last micro-batch's
     backward. ZeRO-1 (distributed optimizer): reduce-scatter of the gradients there, and an
     all-gather of the bf16 parameters behind the first micro-batch's forward. ZeRO-2: the
-    reduce-scatter every micro-batch. ZeRO-3: per micro-batch, a parameter all-gather in
-    forward and again in backward plus the reduce-scatter. `hide` is the fraction of the
+    reduce-scatter every micro-batch. Both in Megatron's buckets (`dp_buckets`), each paying
+    the ring latency. ZeRO-3 / FSDP: per micro-batch and per FSDP unit (a layer: `units` of
+    them on the stage), a parameter all-gather in forward (prefetched behind the previous
+    unit's compute) and again in backward plus the gradient reduce-scatter, each a ring of n
+    ranks with its (n-1)*alpha latency -- so at large n a fixed global batch stops scaling:
+    the latency grows with n while each rank's compute shrinks. `hide` is the fraction of the
     compute window that communication can actually use. Dense parameters reduce over dp*cp,
     expert parameters over the expert-data-parallel group. Gradients move at `grad_bytes`
     per parameter (4 fp32, 2 with bf16 reduction), parameters at `param_bytes` (2 bf16, 1 for
@@ -98,17 +115,23 @@ def dp_exposed(*, zero: int, m: int, dense_params: float, expert_params: float, 
     for P, n, link in ((dense_params, dp_size, dp_link), (expert_params, edp_size, edp_link)):
         if P <= 0 or n <= 1:
             continue
-        rs = reduce_scatter_time(grad_bytes * P, n, link)
-        ag = all_gather_time(param_bytes * P, n, link)
+        if zero == 3:
+            u = max(1, units)
+            ag = all_gather_time(param_bytes * P / u, n, link)
+            rs = reduce_scatter_time(grad_bytes * P / u, n, link)
+            fwd, bwd = window_fwd / u, window_bwd / u
+            total += m * u * (max(0.0, ag - hide * fwd) + max(0.0, ag + rs - hide * bwd))
+            continue
+        buckets = dp_buckets(P, n)
+        rs = _bucketed(reduce_scatter_time, grad_bytes * P, n, link, buckets)
+        ag = _bucketed(all_gather_time, param_bytes * P, n, link, buckets)
         if zero == 0:
-            ar = all_reduce_time(grad_bytes * P, n, link)
+            ar = _bucketed(all_reduce_time, grad_bytes * P, n, link, buckets)
             total += max(0.0, ar - hide * window_bwd) if overlap_grad_reduce else ar
         elif zero == 1:
             total += max(0.0, rs - hide * window_bwd) if overlap_grad_reduce else rs
             total += max(0.0, ag - hide * window_fwd) if overlap_param_gather else ag
-        elif zero == 2:
+        else:
             total += m * max(0.0, rs - hide * window_bwd)
             total += max(0.0, ag - hide * window_fwd) if overlap_param_gather else ag
-        else:
-            total += m * (max(0.0, ag - hide * window_fwd) + max(0.0, ag + rs - hide * window_bwd))
     return total

@@ -1,0 +1,93 @@
+"""MoE layers: expert GEMM sizes, the token dispatcher's traffic, and what overlap hides.
+
+Routed copies: a rank holding T tokens sends k*cf copies of each to the experts (cf = the
+capacity / imbalance factor on the hottest rank). A local expert's GEMM multiplies
+    n_e = T * ep * k * cf / E        tokens (its share of the EP group's copies)
+by its weights (h x f_e/etp): small for fine-grained experts (Qwen3, DeepSeek: f_e 768-2048),
+so the grouped GEMM runs at the size-dependent efficiency of `gemm_efficiency` with
+1/n = etp/f_e + 1/n_e.
+
+Dispatchers (Megatron `--moe-token-dispatcher-type`, flex backends), per MoE layer forward
+(dispatch + combine; backward repeats both), S = bytes of one copy = 2h (bf16):
+  alltoall   NCCL all-to-all of every copy, S*T*k*cf each way, on the EP group's links
+             (comm.all_to_all_time).
+  allgather  all-gather of the tokens over the EP group and a reduce-scatter back:
+             (ep-1) * T * 2h each way.
+  deepep     DeepEP kernels: a token travels once to each distinct node it needs over RDMA
+             and once to each distinct GPU over NVLink (dedup):
+                 D(g) = g * (1 - C(E - E/g, k) / C(E, k))  distinct groups of g hit by top-k
+             network bytes T * D(nodes) * (nodes-1)/nodes * 2h, NVLink bytes T * D(ranks) * 2h,
+             concurrently.
+  hybridep   the same deduplicated traffic (NVIDIA's HybridEP kernels).
+Every dispatcher hands the experts' grouped GEMM its per-expert token counts, which
+Transformer Engine's GroupedLinear takes as a host list: a device-to-host sync in every MoE
+layer (`host_sync`), unless the dispatch is padded to a fixed capacity, which full-iteration
+CUDA graphs require (`cuda_graphs: full`).
+`overlap_moe_expert_parallel_comm` (Megatron's 1F1B all-to-all overlap) hides a layer's
+dispatch and combine behind the other micro-batch's compute of that layer, up to the
+profile's `overlap_efficiency`.
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+from planner.cost.comm import Link, all_gather_time, all_to_all_time, reduce_scatter_time
+
+__all__ = ["host_sync", "distinct_groups", "expert_tokens", "dispatch_seconds",
+           "exposed_dispatch"]
+
+
+def host_sync(cuda_graphs: str) -> bool:
+    """Whether an MoE layer stops the host for the device (launch.py): yes, unless the
+    whole iteration runs as a CUDA graph (padded, fixed-capacity dispatch)."""
+    return cuda_graphs != "full"
+
+_KERNEL_LATENCY_S = 20e-6   # a DeepEP / HybridEP dispatch or combine kernel's fixed cost
+
+
+def distinct_groups(groups: int, experts: int, k: int) -> float:
+    """Expected distinct groups (ranks or nodes, each holding experts/groups experts) that a
+    token's top-k experts fall in, for uniform routing: g * (1 - C(E - E/g, k) / C(E, k))."""
+    if groups <= 1 or experts <= 0:
+        return 1.0
+    per = experts // groups
+    if k >= experts - per + 1:
+        return float(groups)
+    return groups * (1.0 - comb(experts - per, k) / comb(experts, k))
+
+
+def expert_tokens(*, tokens: float, ep: int, k: int, cf: float, experts: int) -> float:
+    """Tokens one local expert's GEMM gets per micro-batch: T * ep * k * cf / E."""
+    return tokens * ep * k * cf / max(experts, 1)
+
+
+def dispatch_seconds(kind: str, *, tokens: float, h: int, k: int, cf: float, experts: int,
+                     ep: int, link: Link, elem_bytes: float = 2.0) -> float:
+    """Dispatch + combine of one MoE layer's forward on one rank holding `tokens` tokens."""
+    if ep <= 1:
+        return 0.0
+    row = elem_bytes * h
+    if kind == "alltoall":
+        return 2.0 * all_to_all_time(tokens * k * cf * row, ep, link)
+    if kind == "allgather":
+        full = tokens * ep * row          # the gathered buffer
+        return all_gather_time(full, ep, link) + reduce_scatter_time(full, ep, link)
+    # deepep / hybridep: deduplicated per node over the network and per GPU over NVLink
+    local = link.local_ranks if link.crosses_network else ep
+    nodes = max(1, ep // max(local, 1))
+    ranks = distinct_groups(ep, experts, k) * cf
+    inside = tokens * ranks * row / link.nvlink_bandwidth
+    outside = 0.0
+    if link.crosses_network and nodes > 1:
+        remote = distinct_groups(nodes, experts, k) * (nodes - 1) / nodes * cf
+        outside = tokens * remote * row / link.network_bandwidth
+    return 2.0 * (max(inside, outside) + _KERNEL_LATENCY_S + link.latency)
+
+
+def exposed_dispatch(comm: float, *, window: float, overlap: bool, hide: float) -> float:
+    """What of a layer's dispatcher traffic stays on the critical path: all of it, or with
+    the all-to-all overlap what the other micro-batch's compute `window` cannot hide."""
+    if not overlap:
+        return comm
+    return max(0.0, comm - hide * window)
