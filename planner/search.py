@@ -34,6 +34,7 @@ from planner.rules import (DEFAULT_HEADROOM, Context, batch_ok, check, expert_gr
                            experts_divisible_by_ep, fits, heads_divisible_by_tp,
                            interleave_ok, kv_heads_vs_tp, moe_sp_ok, seq_divisible_by_cp,
                            seq_tp_ok, split_options, vpp_options)
+from planner.savers import Saver, chains, savers
 from planner.seven_steps import pick_note, seven_steps
 from planner.units import divisors
 
@@ -129,6 +130,21 @@ class SearchResult:
 
 # ---------------------------------------------------------------------------- the space
 
+def _moe_variants(model, fix) -> list[tuple[str, bool]]:
+    """(dispatcher, all-to-all overlap) pairs tried for an MoE layout with ep > 1: Megatron's
+    default allgather, alltoall, and alltoall with overlap; `--fix` pins either."""
+    if not model.is_moe:
+        return [("allgather", False)]
+    out = [("allgather", False), ("alltoall", False), ("alltoall", True)]
+    if "moe_token_dispatcher" in fix:
+        d = fix["moe_token_dispatcher"]
+        out = [(d, False), (d, True)] if d != "allgather" else [(d, False)]
+    if "overlap_moe_expert_parallel_comm" in fix:
+        out = [v for v in out if v[1] == fix["overlap_moe_expert_parallel_comm"]] or \
+            [(out[0][0], fix["overlap_moe_expert_parallel_comm"])]
+    return out
+
+
 def _pow2_upto(n: int, cap: int) -> list[int]:
     out, c = [], 1
     while c <= cap and n % c == 0:
@@ -155,8 +171,13 @@ class _Space:
         if "micro_batch_size" in fix:
             self.mbs = [fix["micro_batch_size"]]
         self.zero = [fix["zero"]] if "zero" in fix else list(ZERO)
-        self.rec = [fix["recompute"]] if "recompute" in fix else list(RECOMPUTE)
+        self.rec: list[Saver] = savers(m, fix)
+        self.chains = chains(self.rec)
+        self.by_key = {sv.key: sv for sv in self.rec}
+        self.fp32_twin = {sv.key: self.by_key.get(sv.key.replace("+bf16", ""))
+                          for sv in self.rec if sv.bf16_states}
         self.zero_order = _zero_order(self.zero)
+        self.variants = _moe_variants(m, fix)
 
     def cp(self, N: int, tp: int, seq: int) -> list[int]:
         if "cp" in self.fix:
@@ -280,13 +301,18 @@ def _subtree(job: Job, base: Layout, vpps: list[int], sps: list[bool], space: _S
     if probe_sp and space.mbs:
         low = base.with_(vpp=1, sp=max(probe_sp), tp_comm_overlap=max(probe_sp) and base.tp > 1,
                          micro_batch_size=space.mbs[0])
-        # the minimum is at ZeRO 2 or 3 (0-2 only shard more) and full or selective
-        # recompute (selective never needs more than none)
+        # the minimum is at ZeRO 2 or 3 (0-2 only shard more), among the savers that need
+        # the least: bf16 states (they never need more than fp32) with some recompute
         zs = [z for z in space.zero if z >= 2] or [max(space.zero)]
-        rs = [r for r in space.rec if r != "none"] or ["none"]
+        least = [sv for sv in space.rec if sv.bf16_states] or space.rec
+        rs = [sv for sv in least if sv.recompute != "none" or sv.offload_layers] or least
+        tail = _tail(low)
         for zero in zs:
-            for rec in rs:
-                probe = low.with_(zero=zero, recompute=rec)
+            for sv in rs:
+                if sv.offload_layers and base.pp > 1:
+                    continue
+                head = (low.tp, low.cp, low.ep, low.dp, low.pp, low.vpp, low.etp, low.sp)
+                probe = _build(head, zero, low.micro_batch_size, sv, tail, space.variants[0])
                 total = cm.memory_total(probe)
                 cnt.evaluated += 1
                 if fits(total, cm.capacity, headroom):
@@ -328,11 +354,15 @@ def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: 
     head = (b.tp, b.cp, b.ep, b.dp, b.pp, vpp, b.etp, sp)
     tail = (b.first_stage_layers, b.last_stage_layers, b.cp_comm_type, b.overlap_grad_reduce,
             b.overlap_param_gather, sp and b.tp > 1)
+    if b.pp > 1 and any(sv.offload_layers for sv in space.rec):
+        # Megatron offloads activations only without pipeline parallelism
+        n_off = sum(1 for sv in space.rec if sv.offload_layers)
+        cnt.prune("cpu-offloading", n_off * len(space.zero) * len(space.mbs))
     valid = _valid_micro_batches(job, base, vpp, space, cnt)
     if not valid:
         return {}
     if not estimate:
-        cnt.prune("fits-in-memory", len(space.rec) * len(space.zero) * len(valid))
+        cnt.prune("fits-in-memory", len(_savers_for(space, b.pp)) * len(space.zero) * len(valid))
         return {}
     prefix = _fitting_prefixes(head, tail, valid, space, cm, cnt, headroom, closest, ceiling)
     _contenders(head, tail, valid, prefix, space, cm, cands, all_fitting)
@@ -342,7 +372,7 @@ def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: 
 def _valid_micro_batches(job: Job, base: Layout, vpp: int, space: _Space, cnt: _Counter) -> list[int]:
     """Micro-batch sizes that pass batch-divisible and vpp-needs-microbatches."""
     gbs, dp = job.training.global_batch_size, base.dp
-    n_zr = len(space.rec) * len(space.zero)
+    n_zr = len(_savers_for(space, base.pp)) * len(space.zero)
     valid = []
     for mbs in space.mbs:
         if not batch_ok(gbs, mbs, dp):
@@ -354,35 +384,58 @@ def _valid_micro_batches(job: Job, base: Layout, vpp: int, space: _Space, cnt: _
     return valid
 
 
+def _tail(lay: Layout) -> tuple:
+    return (lay.first_stage_layers, lay.last_stage_layers, lay.cp_comm_type,
+            lay.overlap_grad_reduce, lay.overlap_param_gather, lay.tp_comm_overlap)
+
+
+def _build(head: tuple, zero: int, mbs: int, sv: Saver, tail: tuple,
+           moe: tuple[str, bool]) -> Layout:
+    """A Layout from the search's pieces (positional: dataclasses.replace costs more than an
+    estimate)."""
+    dt = "bf16" if sv.bf16_states else "fp32"
+    return Layout(*head, zero, mbs, sv.recompute, *tail, sv.modules, sv.num_layers,
+                  sv.offload_layers, not sv.bf16_states, dt, dt, moe[0], moe[1])
+
+
+def _savers_for(space: _Space, pp: int) -> list[Saver]:
+    return [sv for sv in space.rec if not (sv.offload_layers and pp > 1)]
+
+
 def _fitting_prefixes(head: tuple, tail: tuple, valid: list[int], space: _Space, cm,
                       cnt: _Counter, headroom: float, closest: list,
                       ceiling: dict | None) -> dict[tuple[str, int], int]:
-    """For each (recompute, ZeRO): how many of the valid micro-batch sizes fit.
+    """For each (saver, ZeRO): how many of the valid micro-batch sizes fit.
 
     Memory grows strictly with the micro-batch (every activation term scales with it), so the
     sizes that fit are a prefix. Exact orderings narrow each search: with the same
-    micro-batch, selective recompute needs no more memory than none, ZeRO z no more than z - 1
-    (z <= 2: pure sharding), ZeRO-3 no more than ZeRO-2 where its sharding outweighs its
-    gather buffers (checked per layout), and 1F1B no more than any interleaving (`ceiling`,
-    from vpp 1). Full recompute (a layer's working set) is searched on its own. The largest
-    micro-batch at ZeRO 1 without recompute needs the most of every ZeRO 1-2 x (none,
-    selective) layout: when it fits, they all do, with one estimate.
+    micro-batch, a saver needs no more memory than the one before it in its chain
+    (savers.py), bf16 states no more than fp32 ones, ZeRO z no more than z - 1 (z <= 2: pure
+    sharding), ZeRO-3 no more than ZeRO-2 where its sharding outweighs its gather buffers
+    (checked per layout), and 1F1B no more than any interleaving (`ceiling`, from vpp 1). The
+    largest micro-batch at ZeRO 1 without recompute needs the most of every ZeRO 1-2 layout
+    but full recompute (whose working layer is searched on its own): when it fits, they all
+    do, with one estimate.
     """
     cap = cm.capacity
     n = len(valid)
     zeros = space.zero_order
+    moe = space.variants[0]
+    options = _savers_for(space, head[4])
     prefix: dict[tuple[str, int], int] = {}
-    z3_ok = 3 in zeros and 2 in zeros and cm.zero3_no_worse_than_2(Layout(*head, 3, 1, "none", *tail))
+    none = space.by_key.get("none")
+    z3_ok = 3 in zeros and 2 in zeros and cm.zero3_no_worse_than_2(
+        _build(head, 3, 1, options[0], tail, moe))
     ordered_z = [z for z in zeros if 1 <= z <= 2]
-    ordered_r = [r for r in space.rec if r in ("none", "selective")]
-    if ordered_z and ordered_r:
+    if ordered_z and none is not None:
         cnt.evaluated += 1
-        corner = Layout(*head, min(ordered_z), valid[-1], ordered_r[0], *tail)
+        corner = _build(head, min(ordered_z), valid[-1], none, tail, moe)
         if fits(cm.memory_total(corner), cap, headroom):
-            prefix.update({(r, z): n for r in ordered_r for z in ordered_z})
+            prefix.update({(sv.key, z): n for sv in options if sv.recompute != "full"
+                           for z in ordered_z})
 
-    def fits_at(i: int, zero: int, rec: str) -> bool:
-        lay = Layout(*head, zero, valid[i], rec, *tail)
+    def fits_at(i: int, zero: int, sv: Saver) -> bool:
+        lay = _build(head, zero, valid[i], sv, tail, moe)
         total = cm.memory_total(lay)
         cnt.evaluated += 1
         if fits(total, cap, headroom):
@@ -391,28 +444,28 @@ def _fitting_prefixes(head: tuple, tail: tuple, valid: list[int], space: _Space,
         return False
 
     misfit = 0
-    for rec in space.rec:
+    for sv in options:
         for zero in zeros:
-            k = prefix.get((rec, zero))
+            k = prefix.get((sv.key, zero))
             if k is None:
-                lo, hi = _known_bounds(rec, zero, prefix, n, valid, ceiling, z3_ok)
+                lo, hi = _known_bounds(sv, zero, prefix, n, valid, ceiling, z3_ok, space)
                 if 0 < lo < hi:          # a neighbour's boundary: this one is likely the same
-                    if fits_at(lo, zero, rec):
+                    if fits_at(lo, zero, sv):
                         lo += 1
                     else:
                         hi = lo
                 if lo < hi:              # then the largest: usually everything fits
-                    if fits_at(hi - 1, zero, rec):
+                    if fits_at(hi - 1, zero, sv):
                         lo = hi
                     else:
                         hi -= 1
                 while lo < hi:
                     mid = (lo + hi) // 2
-                    if fits_at(mid, zero, rec):
+                    if fits_at(mid, zero, sv):
                         lo = mid + 1
                     else:
                         hi = mid
-                k = prefix[(rec, zero)] = lo
+                k = prefix[(sv.key, zero)] = lo
             cnt.feasible += k
             cnt.searched += k
             misfit += n - k
@@ -420,56 +473,94 @@ def _fitting_prefixes(head: tuple, tail: tuple, valid: list[int], space: _Space,
     return prefix
 
 
-def _known_bounds(rec: str, zero: int, prefix: dict, n: int, valid: list[int],
-                  ceiling: dict | None, z3_ok: bool) -> tuple[int, int]:
-    """(lo, hi): the fitting prefix of (rec, zero) is known to lie in [lo, hi]."""
+def _known_bounds(sv: Saver, zero: int, prefix: dict, n: int, valid: list[int],
+                  ceiling: dict | None, z3_ok: bool, space: _Space) -> tuple[int, int]:
+    """(lo, hi): the fitting prefix of (saver, zero) is known to lie in [lo, hi]."""
     lo, hi = 0, n
-    if ceiling is not None:              # the largest micro-batch that fit at vpp 1
-        top = ceiling.get((rec, zero), 0)
+    if ceiling is not None and sv.num_layers is None:
+        # the largest micro-batch that fit at vpp 1 (block recompute is not bounded by it:
+        # its N layers per virtual stage are a larger share of a smaller chunk)
+        top = ceiling.get((sv.key, zero), 0)
         hi = bisect.bisect_right(valid, top)
     if zero <= 2:
         for z in range(zero + 1, 3):     # ZeRO z + 1 needs no more memory than z
-            k = prefix.get((rec, z))
+            k = prefix.get((sv.key, z))
             if k is not None and k < hi:
                 hi = k
         for z in range(0, zero):         # ZeRO z - 1 needs no less
-            k = prefix.get((rec, z))
+            k = prefix.get((sv.key, z))
             if k is not None and k > lo:
                 lo = k
-    if rec == "selective":
-        k = prefix.get(("none", zero))
-        if k is not None and k > lo:
-            lo = k
+    for before in (sv.after, space.fp32_twin.get(sv.key) and space.fp32_twin[sv.key].key):
+        if before and before != sv.key:  # the option before it in its chain needs no less
+            k = prefix.get((before, zero))
+            if k is not None and k > lo:
+                lo = k
     if zero == 3 and z3_ok:
-        k = prefix.get((rec, 2))
+        k = prefix.get((sv.key, 2))
         if k is not None and k > lo:
             lo = k
-    return lo, hi
+    return lo, max(lo, hi)
 
 
 def _contenders(head: tuple, tail: tuple, valid: list[int], prefix: dict, space: _Space, cm,
                 cands: list, all_fitting: bool) -> None:
-    """Per ZeRO stage and micro-batch, the least recompute that fits (more recompute is
-    strictly slower), with the lower bound on its step time (the same for every ZeRO stage);
-    every fitting layout when ranking by memory. Stored as (bound, head, zero, micro-batch,
-    recompute, tail): `_layout` builds the Layout only for those that get timed."""
+    """Per ZeRO stage and micro-batch, the least saver of each chain that fits (along a chain
+    each step is no faster), with the lower bound on its step time (the same for every ZeRO
+    stage; the least over the dispatcher variants); bf16 states only where the fp32 states
+    need some recompute to fit; every fitting layout when ranking by memory. Stored as
+    (bound, head, zero, micro-batch, saver, tail): `_layout` builds the Layout only for those
+    that get timed."""
     bounds: dict[tuple[int, str], float] = {}
+    pp = head[4]
+    none = space.by_key.get("none")
     for zero in space.zero:
         for i, mbs in enumerate(valid):
-            for rec in space.rec:
-                if i < prefix[(rec, zero)]:
-                    lb = bounds.get((mbs, rec))
-                    if lb is None:
-                        lb = bounds[(mbs, rec)] = cm.time_lower_bound(
-                            Layout(*head, zero, mbs, rec, *tail))
-                    cands.append((lb, head, zero, mbs, rec, tail))
-                    if not all_fitting:
-                        break
+            roomy = none is not None and i < prefix.get((none.key, zero), 0)
+            seen = set()
+            for chain in space.chains:
+                if chain[0].bf16_states and roomy:
+                    continue             # fp32 states fit without recompute: no need for bf16
+                for sv in chain:
+                    if sv.offload_layers and pp > 1:
+                        continue
+                    if i < prefix[(sv.key, zero)]:
+                        if sv.key not in seen:
+                            seen.add(sv.key)
+                            lb = bounds.get((mbs, sv.key))
+                            if lb is None:
+                                lb = bounds[(mbs, sv.key)] = min(
+                                    cm.time_lower_bound(_build(head, zero, mbs, sv, tail, v))
+                                    for v in _variants_for(space, head, sv))
+                            cands.append((lb, head, zero, mbs, sv, tail))
+                        if not all_fitting:
+                            break
 
 
-def _layout(cand: tuple) -> Layout:
-    _, head, zero, mbs, rec, tail = cand
-    return Layout(*head, zero, mbs, rec, *tail)
+def _variants_for(space: _Space, head: tuple, sv: Saver) -> list[tuple[str, bool]]:
+    """The dispatcher variants that apply: only with ep > 1; the all-to-all overlap not with
+    full recompute (Megatron rejects it)."""
+    if head[2] <= 1:
+        return space.variants[:1]
+    return [v for v in space.variants if not (v[1] and sv.recompute == "full")] \
+        or space.variants[:1]
+
+
+def _layout(cand: tuple, variant: tuple[str, bool] = ("allgather", False)) -> Layout:
+    _, head, zero, mbs, sv, tail = cand
+    return _build(head, zero, mbs, sv, tail, variant)
+
+
+def _timed(cand: tuple, space: _Space, cm) -> tuple[Layout, object, object]:
+    """The candidate at its fastest dispatcher variant: (layout, memory, time)."""
+    best = None
+    for v in _variants_for(space, cand[1], cand[4]):
+        lay = _layout(cand, v)
+        tm = cm.time(lay)
+        if best is None or tm.step_time_s < best[2].step_time_s:
+            best = (lay, None, tm)
+    lay = best[0]
+    return lay, cm.memory(lay), best[2]
 
 
 def _closer(closest: list, lay: Layout, total: float) -> None:
@@ -484,7 +575,7 @@ def search(job: Job, opts: SearchOptions = SearchOptions()) -> SearchResult:
     cm = cost_model(job)
     space = _Space(job, opts)
     cnt, cands, closest = _collect_all(job, space, cm, opts)
-    plans, timed = _rank(job, cm, cands, opts)
+    plans, timed = _rank(job, cm, cands, opts, space)
     if opts.tokens:
         plans = [_with_train(p, job, opts.tokens) for p in plans]
     near = (closest[0][0], cm.memory(closest[0][0])) if closest and not cands else None
@@ -554,25 +645,23 @@ def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
     return cnt, mine[1] + theirs[1], closest
 
 
-def _rank(job: Job, cm, cands, opts: SearchOptions) -> tuple[list[Plan], int]:
+def _rank(job: Job, cm, cands, opts: SearchOptions, space: _Space) -> tuple[list[Plan], int]:
     """Sort the feasible layouts and keep the top K with their warnings.
 
-    By time (or MFU, the same order): the contenders (the least recompute that fits per
-    otherwise-equal layout, with a lower bound on their step time, from `_leaves`) are timed
-    in order of that bound until it passes the K-th best time found, which leaves the top K
-    exactly as timing all of them would. By memory: memory first, then time, for the K
-    smallest.
+    By time (or MFU, the same order): the contenders (the least saver of each chain that fits
+    per otherwise-equal layout, with a lower bound on their step time, from `_leaves`) are
+    timed, each at its fastest dispatcher variant, in order of that bound until it passes the
+    K-th best time found, which leaves the top K exactly as timing all of them would. By
+    memory: memory first, then time, for the K smallest.
     """
-    order = {r: i for i, r in enumerate(RECOMPUTE)}
     timed = 0
     if opts.sort_by == "memory":
-        with_mem = sorted(((lay, cm.memory(lay)) for lay in map(_layout, cands)),
-                          key=lambda c: c[1].total)
+        with_mem = sorted(((c, cm.memory(_layout(c))) for c in cands), key=lambda c: c[1].total)
         scored = []
-        for lay, mem in with_mem[: max(opts.top * 4, opts.top)]:
-            tm = cm.time(lay)
+        for cand, mem in with_mem[: max(opts.top * 4, opts.top)]:
+            lay, _, tm = _timed(cand, space, cm)
             timed += 1
-            scored.append(((mem.total, tm.step_time_s, _mp(lay)) + _tie(lay, order), lay, mem, tm))
+            scored.append(((mem.total, tm.step_time_s, _mp(lay)) + _tie(lay), lay, mem, tm))
     else:
         bounded = sorted(cands, key=lambda x: x[0])
         scored = []
@@ -580,11 +669,9 @@ def _rank(job: Job, cm, cands, opts: SearchOptions) -> tuple[list[Plan], int]:
         for cand in bounded:
             if cand[0] > kth:
                 break
-            lay = _layout(cand)
-            mem = cm.memory(lay)
-            tm = cm.time(lay)
+            lay, mem, tm = _timed(cand, space, cm)
             timed += 1
-            scored.append(((tm.step_time_s, mem.total, _mp(lay)) + _tie(lay, order), lay, mem, tm))
+            scored.append(((tm.step_time_s, mem.total, _mp(lay)) + _tie(lay), lay, mem, tm))
             if len(scored) >= opts.top:
                 scored.sort(key=lambda x: x[0])
                 del scored[opts.top:]
@@ -615,10 +702,16 @@ def _mp(lay: Layout) -> int:
     return lay.tp * lay.cp * lay.pp * lay.ep
 
 
-def _tie(lay: Layout, order: dict) -> tuple:
+_REC_ORDER = {r: i for i, r in enumerate(RECOMPUTE)}
+
+
+def _tie(lay: Layout) -> tuple:
     """A deterministic order among layouts equal on every measured key."""
     return (lay.tp, lay.cp, lay.ep, lay.pp, lay.vpp, lay.etp, lay.zero, lay.micro_batch_size,
-            order[lay.recompute], lay.sp)
+            _REC_ORDER[lay.recompute], len(lay.recompute_modules),
+            lay.recompute_num_layers or 0, lay.cpu_offloading_num_layers,
+            not lay.grad_reduce_in_fp32, lay.sp, lay.moe_token_dispatcher,
+            lay.overlap_moe_expert_parallel_comm)
 
 
 def _suggestions(job: Job, closest, cm, opts: SearchOptions) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from planner.cost.params import total_params
 from planner.cost.pipeline import bubble_fraction
 from planner.layout import Layout
-from planner.rules import Context, check, split_options, vpp_options
+from planner.rules import Context, check, fits, split_options, vpp_options
 from planner.units import GiB, divisors
 
 __all__ = ["seven_steps", "pick_note"]
@@ -32,7 +32,9 @@ def _fits(job, lay: Layout, cm, headroom: float):
     mem = cm.memory(lay)
     ctx = Context(model=job.model, hardware=job.hardware, training=job.training,
                   num_gpus=job.num_gpus, layout=lay, memory=mem, headroom=headroom)
-    return not any(v.severity == "error" for v in check(ctx)), mem
+    ok = fits(mem.total, mem.capacity, headroom) and not any(
+        v.severity == "error" for v in check(ctx))
+    return ok, mem
 
 
 def _memory_floor(job, cm, usable: float) -> dict:

@@ -17,6 +17,7 @@ from planner.layout import Layout, stage_layer_counts
 from planner.presets import get_preset
 from planner.rules import (DEFAULT_HEADROOM, RULES, Context, check, fits, layers_divisible,
                            split_options, vpp_needs_pp)
+from planner.savers import chains, savers
 from planner.search import RECOMPUTE, SearchOptions, parse_fix, search
 from planner.specs import ModelSpec
 from planner.units import divisors
@@ -49,18 +50,23 @@ def _errors(job: Job, lay: Layout, memory=None) -> list[str]:
 ORDER = {r: i for i, r in enumerate(RECOMPUTE)}
 
 
+def _saver_fields(sv) -> dict:
+    dt = "bf16" if sv.bf16_states else "fp32"
+    return dict(recompute=sv.recompute, recompute_modules=sv.modules,
+                recompute_num_layers=sv.num_layers, cpu_offloading_num_layers=sv.offload_layers,
+                grad_reduce_in_fp32=not sv.bf16_states, exp_avg_dtype=dt, exp_avg_sq_dtype=dt)
+
+
 def _oracle(job: Job, opts: SearchOptions):
     """Every layout of the space search.py's docstring defines, no pruning: tp divisors of the
-    GPUs up to the NVLink domain; cp powers of two dividing what is left, up to max_cp, with
-    2cp <= seq; pp divisors of what is left up to the layers, split by rules.split_options;
-    dp the rest; ep divisors of the experts and etp 1 or tp (MoE; dense: ep 1, etp tp); vpp
-    every v <= max_vpp dividing some rank's layer count (a superset: layers-divisible decides);
-    sp on or off with tp > 1 (TP-comm overlap with SP); micro-batch 1..max; ZeRO 0..3; every
-    recompute. Kept: no error from rules.check with the memory of CostModel(job).memory.
-    Returns [(layout, memory, step time)] of the feasible layouts."""
+    NVLink domain, cp powers of two, pp divisors, every vpp the split allows, ep x etp, sp,
+    micro-batch, ZeRO and every memory saver of savers.py. Kept: no error from rules.check
+    with the memory of CostModel(job).memory, and the headroom. Returns [(saver, layout,
+    memory)] with the Allgather dispatcher (memory does not depend on it)."""
     m, N, tr = job.model, job.num_gpus, job.training
     cm = CostModel(job)
     L, seq = m.num_layers, tr.seq_length
+    options = savers(m, dict(opts.fix))
     feasible = []
     for tp in (t for t in divisors(N) if t <= job.hardware.nvlink_domain_size):
         cps = [c for c in (2**i for i in range(16)) if c <= opts.max_cp
@@ -76,12 +82,12 @@ def _oracle(job: Job, opts: SearchOptions):
                 eps = ([(e, x) for e in divisors(m.num_experts) for x in sorted({1, tp})]
                        if m.is_moe else [(1, tp)])
                 sps = [False, True] if tp > 1 else [False]
-                for (ep, etp), sp, vpp, mbs, zero, rec in itertools.product(
-                        eps, sps, vpps, range(1, opts.max_micro_batch + 1), range(4), RECOMPUTE):
+                for (ep, etp), sp, vpp, mbs, zero, sv in itertools.product(
+                        eps, sps, vpps, range(1, opts.max_micro_batch + 1), range(4), options):
                     lay = Layout(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, vpp=vpp, etp=etp, sp=sp,
-                                 zero=zero, micro_batch_size=mbs, recompute=rec,
+                                 zero=zero, micro_batch_size=mbs,
                                  first_stage_layers=first, last_stage_layers=last,
-                                 tp_comm_overlap=sp and tp > 1)
+                                 tp_comm_overlap=sp and tp > 1, **_saver_fields(sv))
                     ctx = Context(model=m, hardware=job.hardware, training=tr, num_gpus=N,
                                   layout=lay)
                     # the hard rules without memory first (check's errors are exactly RULES)
@@ -93,7 +99,7 @@ def _oracle(job: Job, opts: SearchOptions):
                     if _errors(job, lay, mem) or not fits(mem.total, mem.capacity,
                                                           DEFAULT_HEADROOM):
                         continue
-                    feasible.append((lay, mem, cm.time(lay)))
+                    feasible.append((sv, lay, mem))
     return feasible
 
 
@@ -102,21 +108,53 @@ def _key(lay: Layout, mem, tm) -> tuple:
     ranks, then the axes in order."""
     return (tm.step_time_s, mem.total, lay.tp * lay.cp * lay.pp * lay.ep, lay.tp, lay.cp, lay.ep,
             lay.pp, lay.vpp, lay.etp, lay.zero, lay.micro_batch_size, ORDER[lay.recompute],
-            lay.sp)
+            len(lay.recompute_modules), lay.recompute_num_layers or 0,
+            lay.cpu_offloading_num_layers, not lay.grad_reduce_in_fp32, lay.sp,
+            lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm)
 
 
-def _least_recompute(feasible):
-    """The search ranks only the least recompute that fits per otherwise-equal layout (more
-    recompute is strictly slower: search.py `_rank`)."""
-    best: dict = {}
-    for lay, mem, tm in feasible:
-        k = lay.with_(recompute="none")
-        if k not in best or ORDER[lay.recompute] < ORDER[best[k][0].recompute]:
-            best[k] = (lay, mem, tm)
-    return list(best.values())
+def _fastest_variant(cm, lay: Layout):
+    """The dispatcher variants search.py tries for an MoE layout with ep > 1 (allgather,
+    alltoall, alltoall with overlap; no overlap with full recompute): the fastest."""
+    if lay.ep <= 1:
+        return lay, cm.time(lay)
+    variants = [("allgather", False), ("alltoall", False)]
+    if lay.recompute != "full":
+        variants.append(("alltoall", True))
+    timed = [(lay.with_(moe_token_dispatcher=d, overlap_moe_expert_parallel_comm=o),)
+             for d, o in variants]
+    timed = [(v[0], cm.time(v[0])) for v in timed]
+    return min(timed, key=lambda x: x[1].step_time_s)
 
 
-ORACLE_CASES = [(model, N) for model in ("llama3-8b", TINY_MOE) for N in (8, 16, 32, 64)]
+def _least_recompute(job, feasible, opts):
+    """The search ranks, per otherwise-equal layout, the least saver of each chain that fits
+    (along a chain each is no faster: savers.py); bf16-state chains only where the fp32 states
+    need recompute (no fp32 `none` fits). Each at its fastest dispatcher variant."""
+    cm = CostModel(job)
+    fit: dict = {}
+    for sv, lay, mem in feasible:
+        base = lay.with_(**_saver_fields(savers(job.model, {})[0]))
+        fit.setdefault(base, {})[sv.key] = (lay, mem)
+    out = []
+    for base, got in fit.items():
+        roomy = "none" in got
+        picked = set()
+        for chain in chains(savers(job.model, dict(opts.fix))):
+            if chain[0].bf16_states and roomy:
+                continue
+            for sv in chain:
+                if sv.key in got:
+                    picked.add(sv.key)
+                    break
+        for key in picked:
+            lay, mem = got[key]
+            lay, tm = _fastest_variant(cm, lay)
+            out.append((lay, mem, tm))
+    return out
+
+
+ORACLE_CASES = [("llama3-8b", 8), ("llama3-8b", 32), (TINY_MOE, 8), (TINY_MOE, 16)]
 
 
 @pytest.mark.parametrize("model, N", ORACLE_CASES,
@@ -130,7 +168,7 @@ def test_search_agrees_with_the_brute_force_oracle(model, N):
     # the same feasible set size: the search's shortcuts count, they do not drop
     assert result.feasible == len(feasible)
     assert feasible, "the oracle found no layout: pick a smaller model or more GPUs"
-    ranked = sorted(_least_recompute(feasible), key=lambda x: _key(*x))
+    ranked = sorted(_least_recompute(job, feasible, opts), key=lambda x: _key(*x))
     best_lay, best_mem, best_tm = ranked[0]
     assert result.best is not None
     assert result.best.time.step_time_s == pytest.approx(best_tm.step_time_s, rel=1e-12)
@@ -218,7 +256,7 @@ def _space_size(job: Job, opts: SearchOptions) -> int:
     counted as the values 1..max_vpp the layers-divisible and vpp-needs-pp rules accept for
     the split; 1 where no split exists, as the search counts it)."""
     m, N, L, seq = job.model, job.num_gpus, job.model.num_layers, job.training.seq_length
-    leaf = opts.max_micro_batch * 4 * len(RECOMPUTE)
+    leaf = opts.max_micro_batch * 4 * len(savers(m, {}))
     size = 0
     for tp in (t for t in divisors(N) if t <= job.hardware.nvlink_domain_size):
         eps = len(divisors(m.num_experts)) * len({1, tp}) if m.is_moe else 1

@@ -105,6 +105,8 @@ class CostModel:
         self._first_params: dict = {}
         self._hardware_flops: dict = {}
         self._dtypes: dict = {}
+        self._acts: dict = {}
+        self._bounds: dict = {}
         s = self.shape
         self.model_flops = model_flops_per_step(s, seq=self.seq, global_batch_size=self.gbs)
         self.L_dense = s.L_dense if s.E else s.L
@@ -126,6 +128,18 @@ class CostModel:
                 accounting=self.accounting, precision=self.precision, recipe=self.recipe,
                 fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=key[0],
                 exp_avg_dtype=key[1], exp_avg_sq_dtype=key[2])
+        return got
+
+    def act_costs(self, lay: Layout) -> tuple:
+        """(act_d, act_e, work_d, work_e, logits_bytes, transient) per layer and micro-batch:
+        the memory side of `layer_costs`, cached on what activations depend on only."""
+        key = (lay.tp, lay.cp, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
+               lay.selective_modules)
+        got = self._acts.get(key)
+        if got is None:
+            lc = self.layer_costs(lay)
+            got = self._acts[key] = (lc.act_d, lc.act_e, lc.work_d, lc.work_e, lc.logits_bytes,
+                                     lc.transient)
         return got
 
     def layer_costs(self, lay: Layout) -> LayerCosts:
@@ -363,15 +377,16 @@ class CostModel:
         chunk = layers / lay.vpp
         return min(1.0, n / chunk) if chunk else 1.0
 
-    def _stage_activations(self, lay: Layout, lc: LayerCosts, st: Stage, m: int) -> float:
-        """Activation bytes a rank of this stage group holds at its peak."""
+    def _stage_activations(self, lay: Layout, ac: tuple, st: Stage, m: int) -> float:
+        """Activation bytes a rank of this stage group holds at its peak (`ac`: act_costs)."""
+        act_d, act_e, work_d, work_e, logits_bytes, _ = ac
         layers = st.layers + st.mtp
         if not layers:
-            return lc.logits_bytes * (1 + st.mtp) if st.output else 0.0
+            return logits_bytes * (1 + st.mtp) if st.output else 0.0
         moe = st.moe_layers + (st.mtp if self.shape.E else 0)
         r = self._recompute_share(lay, st.layers)
-        kept_d = r * lc.act_d + (1 - r) * lc.work_d if lay.recompute == "full" else lc.act_d
-        kept_e = r * lc.act_e + (1 - r) * lc.work_e if lay.recompute == "full" else lc.act_e
+        kept_d = r * act_d + (1 - r) * work_d if lay.recompute == "full" else act_d
+        kept_e = r * act_e + (1 - r) * work_e if lay.recompute == "full" else act_e
         per_layer = ((layers - moe) * kept_d + moe * kept_e) / layers
         held = in_flight_layers(layers, lay.pp, lay.vpp, m, st.rank)
         off = min(lay.cpu_offloading_num_layers, layers)
@@ -379,22 +394,24 @@ class CostModel:
             # offloaded layers leave the GPU; one layer's worth stays as the copy buffer
             held = max(0.0, held - off) + 1.0
         acts = per_layer * held
-        if r > 0:
-            acts += lc.work_e if moe else lc.work_d   # the working set of the recomputed layer
+        if r >= 1.0:
+            # the working set of a recomputed layer; with block recompute (some layers keep
+            # theirs) the layers backwarded before it have freed more than it needs
+            acts += work_e if moe else work_d
         if st.output:
-            acts += lc.logits_bytes * (1 + st.mtp)     # each MTP layer computes its own loss
+            acts += logits_bytes * (1 + st.mtp)     # each MTP layer computes its own loss
         return acts
 
     def _worst_rank(self, lay: Layout, zero: int) -> tuple:
-        lc = self.layer_costs(lay)
+        ac = self.act_costs(lay)
         m = self.gbs // (lay.micro_batch_size * lay.dp) or 1
         gather, stages = self.stage_states(lay, zero)
-        transient = lc.transient + gather
+        transient = ac[5] + gather
         fixed, frag = self.fixed, self.frag
         best = None
         best_total = -1.0
         for st, w, g, o in stages:
-            acts = self._stage_activations(lay, lc, st, m)
+            acts = self._stage_activations(lay, ac, st, m)
             tensors = w + g + o + acts
             total = tensors * (1.0 + frag) + fixed + transient
             if total > best_total:
@@ -423,17 +440,29 @@ class CostModel:
                    + (lc.logits * (1 + st.mtp) if st.output else 0.0))
         return compute, dl * lc.tp + el * lc.tp_e, el * lc.ep, (dl + el) * lc.cp
 
-    def time_lower_bound(self, lay: Layout) -> float:
+    def time_lower_bound(self, lay: Layout, *, with_ep: bool = True) -> float:
         """A cheap bound below `time(lay).step_time_s`, the same for every ZeRO stage.
 
         With t_i the stages' micro-batch times and t̄ their mean, the pipeline takes
         m·t_max + (Σt_i − t_max)/v = t_max·(m − 1/v) + p·t̄/v ≥ t̄·(m + (p−1)/v); DP traffic
         and the optimizer only add. t̄ counts compute and the TP/EP/CP traffic per layer. Lets
-        the search time only the layouts that can make the top K.
+        the search time only the layouts that can make the top K. `with_ep=False` leaves the
+        EP traffic out: a bound for every dispatcher of the layout at once.
         """
-        lc = self.layer_costs(lay)
         m = self.gbs // (lay.micro_batch_size * lay.dp) or 1
-        total = sum(st.count * sum(self._stage_parts(lay, lc, st)) for st in self.stages(lay))
+        key = (lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
+               lay.cp_comm_type, lay.tp_comm_overlap, lay.selective_modules, lay.cuda_graphs,
+               lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm, lay.pp,
+               lay.first_stage_layers, lay.last_stage_layers, lay.pipeline_model_parallel_layout,
+               lay.recompute_num_layers, lay.vpp if lay.recompute_num_layers else 1, with_ep)
+        total = self._bounds.get(key)
+        if total is None:
+            lc = self.layer_costs(lay)
+            total = 0.0
+            for st in self.stages(lay):
+                c, tp, ep, cp = self._stage_parts(lay, lc, st)
+                total += st.count * (c + tp + cp + (ep if with_ep else 0.0))
+            self._bounds[key] = total
         return total / lay.pp * (m + (lay.pp - 1) / lay.vpp)
 
     def _first_rank_params(self, lay: Layout, first: Stage) -> tuple[float, float, float]:

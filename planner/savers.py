@@ -1,0 +1,111 @@
+"""The memory savers the search tries, ordered so that "the least that fits" is well defined.
+
+A layout that does not fit can trade time or numerics for memory. The search tries, for
+every layout, options along chains in which each step needs no more memory than the one
+before and is no faster:
+  modules  none -> selective [core_attn] (Megatron's default) -> selective with the cheap
+           element-wise modules (layernorm, and moe_act / mla_up_proj where the model has
+           them) -> full recompute
+  layers   none -> full recompute of 1, 2 layers per virtual stage (Megatron
+           `--recompute-method block`) -> full recompute
+  offload  none -> the activations of half the layers offloaded to host memory (pp 1 only)
+The least option of each chain that fits is a contender; the ranking by time decides
+between chains ("recompute 2 layers per stage" beats "full recompute" when both fit).
+bf16 states (`grad_reduce_in_fp32: false` and bf16 Adam moments, the precision-aware
+optimizer) change numerics, not only speed: they are tried only where the fp32 states need
+some recompute to fit, along shorter chains (none -> the cheap modules; none -> 1, 2 layers
+-> full).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Saver", "savers", "chains", "BASE_KEYS"]
+
+BASE_KEYS = ("none", "selective", "full")
+"""The three plain recompute settings (`--fix recompute=...`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Saver:
+    """One memory-saving option: Layout fields and where it stands in its chain."""
+
+    key: str                      # e.g. "none", "selective", "full:2", "offload", "+bf16"
+    recompute: str
+    modules: tuple[str, ...] = ()
+    num_layers: int | None = None
+    offload_layers: int = 0
+    bf16_states: bool = False
+    after: str | None = None      # the option before it in its chain (needs at least as much)
+
+    @property
+    def label(self) -> str:
+        """How the plan table shows it."""
+        base = {"none": "none", "selective": "sel", "full": "full"}[self.recompute]
+        if self.key.startswith("selective+"):
+            base = "sel+"
+        elif self.num_layers is not None:
+            base = f"full{self.num_layers}"
+        elif self.offload_layers:
+            base = f"off{self.offload_layers}"
+        return base + ("*" if self.bf16_states else "")
+
+
+def _chain(model, bf16: bool) -> list[Saver]:
+    sfx = "+bf16" if bf16 else ""
+    cheap = ["core_attn", "layernorm"]
+    if model.is_moe:
+        cheap.append("moe_act")
+    if model.is_mla:
+        cheap.append("mla_up_proj")
+    none = Saver("none" + sfx, "none", bf16_states=bf16, after="none" if bf16 else None)
+    out = [none]
+    prev = none.key
+    if not bf16:   # bf16 states come with the cheap modules at once (fewer estimates)
+        out.append(Saver("selective", "selective", after=none.key))
+        prev = "selective"
+    out.append(Saver("selective+" + sfx, "selective", tuple(cheap), bf16_states=bf16,
+                     after=prev))
+    prev = none.key
+    for n in (1, 2):
+        out.append(Saver(f"full:{n}{sfx}", "full", num_layers=n, bf16_states=bf16, after=prev))
+        prev = out[-1].key
+    out.append(Saver("full" + sfx, "full", bf16_states=bf16, after=prev))
+    if model.num_layers >= 4 and not bf16:
+        out.append(Saver("offload", "none", offload_layers=model.num_layers // 2,
+                         after=none.key))
+    return out
+
+
+def savers(model, fix: dict) -> list[Saver]:
+    """Every option the search tries for this model, fp32 states first; `--fix recompute=X`
+    keeps the plain setting X only (with fp32 states)."""
+    if "recompute" in fix:
+        r = fix["recompute"]
+        return [Saver(r, r)]
+    return _chain(model, False) + _chain(model, True)
+
+
+def chains(options: list[Saver]) -> list[list[Saver]]:
+    """The chains among `options` (by their `after` links): each from `none` (or the single
+    fixed option) to its end, in order; the fp32 chains first."""
+    by_key = {o.key: o for o in options}
+    nexts: dict[str | None, list[Saver]] = {}
+    for o in options:
+        prev = o.after if o.after in by_key and o.after != o.key else None
+        if o.bf16_states and o.key == "none+bf16":
+            prev = None          # the bf16 chains start afresh (tried only where fp32 needs more)
+        nexts.setdefault(prev, []).append(o)
+    out = []
+
+    def walk(path: list[Saver]) -> None:
+        more = [o for o in nexts.get(path[-1].key, []) if not (o.bf16_states ^ path[-1].bf16_states)]
+        if not more:
+            out.append(path)
+        for o in more:
+            walk(path + [o])
+
+    for root in nexts.get(None, []):
+        walk([root])
+    return out
