@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["PlannerError", "SpecError", "InfeasibleError", "Violation", "Severity", "short",
-           "MAX_MESSAGE_CHARS"]
+__all__ = ["PlannerError", "SpecError", "InfeasibleError", "InternalError", "Violation",
+           "Severity", "short", "clip", "MAX_MESSAGE_CHARS"]
 
 Severity = Literal["error", "warning"]
 
@@ -56,12 +56,13 @@ class PlannerError(Exception):
     def has_value(self) -> bool:
         return self.value is not _UNSET
 
-    def prefixed(self, prefix: str) -> "PlannerError":
-        """The same error with `prefix: ` in front of the message (a file name, say)."""
+    def prefixed(self, prefix: str, suffix: str = "") -> "PlannerError":
+        """The same error (field, value) with `prefix: ` in front of the message (a file
+        name, say) and `suffix` after it."""
         kw = {"field": self.field}
         if self.has_value:
             kw["value"] = self.value
-        return type(self)(f"{prefix}: {self.message}", **kw)
+        return type(self)(f"{prefix}: {self.message}{suffix}", **kw)
 
     def as_json(self) -> dict[str, Any]:
         """{"code", "field", "value", "message"}: `value` as JSON data (a number, bool, null or
@@ -87,6 +88,13 @@ class InfeasibleError(PlannerError):
     """The input is usable but breaks a rule or nothing fits (exit 1)."""
 
     exit_code = 1
+
+
+class InternalError(PlannerError):
+    """A bug in planner (exit 3): only cli.py makes one, from an unexpected exception, to
+    report it in the same one-line (and --json) form as every other error."""
+
+    exit_code = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +132,12 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, str):
         return value if len(value) <= 200 else value[:197] + "..."
     return short(value, limit=200)
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """Plain text (a parser's message, say) cut to `limit` characters, unquoted."""
+    text = " ".join(str(text).splitlines())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def short(value: Any, limit: int = 60) -> str:

@@ -22,14 +22,14 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
                       field_validator, model_validator)
 
-from planner.errors import SpecError, short
+from planner.errors import SpecError, clip, short
 
 __all__ = [
     "ModelSpec", "HardwareSpec", "PeakTflops", "Calibration", "TrainingSpec", "ParallelSpec",
     "ConfigSpec", "field_help", "ref_path", "read_text", "read_yaml", "load_yaml", "load_json",
     "check_text", "check_tree", "read_budget", "safe_exists", "safe_is_file", "safe_is_dir", "parse_spec",
     "spec_error", "Precision", "Recompute", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES",
-    "MAX_DIGITS", "MAX_NAME_CHARS", "READ_BUDGET_S",
+    "MAX_DIGITS", "MAX_NAME_CHARS", "READ_BUDGET_S", "MAX_GPUS",
     "Fp8Recipe", "RecomputeModule", "Dispatcher", "CudaGraphs", "StateDtype", "Architecture",
     "CaseClass",
 ]
@@ -46,6 +46,7 @@ Architecture = Literal["ampere", "hopper", "blackwell", "cdna3"]
 CaseClass = Literal["dense-bf16", "dense-fp8", "moe", "fsdp", "long-context"]
 
 _MAX_DIM = 10_000_000  # no real model or cluster is larger; anything above is a typo
+MAX_GPUS = _MAX_DIM    # num_gpus, --gpus and --nodes x GPUs per node
 
 
 class _Spec(BaseModel):
@@ -768,12 +769,12 @@ def load_yaml(text: str, *, what: str, source: str, lenient: bool = False) -> An
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{what} {source} is not valid YAML{where}: {short(problem, 120)}; "
+        raise SpecError(f"{what} {source} is not valid YAML{where}: {clip(problem, 120)}; "
                         "fix the syntax there", field=what) from None
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # a value the YAML constructor cannot build (a date like 2024-13-45, say)
         raise SpecError(f"{what} {source} has a value YAML cannot read "
-                        f"({exc.__class__.__name__}: {short(str(exc), 80)}); fix the value",
+                        f"({exc.__class__.__name__}: {clip(str(exc), 80)}); fix the value",
                         field=what) from None
 
 

@@ -312,6 +312,9 @@ class CostModel:
         if p > 2:   # the middle entry stands for p - 2 identical ranks
             totals = [totals[0]] + [totals[1]] * (p - 2) + [totals[2]]
             parts = [parts[0]] + [parts[1]] * (p - 2) + [parts[2]]
+        # an invalid split (layers-divisible) can leave a stage a negative layer count: it
+        # does no work, it does not run backwards in time (bubble_s >= 0 by construction)
+        totals = [max(0.0, t) for t in totals]
         pipe = pipeline_time(totals, m=m, v=v)
         i_slow = max(range(len(totals)), key=totals.__getitem__)
         c, tp_s, ep_s, cp_s = parts[i_slow]
