@@ -178,7 +178,7 @@ def _export_best(job, result, fmt):
 
 @app.command()
 def plan(
-    model: Annotated[str, typer.Option("--model", help="Preset, alias, model YAML or HF config.json.")],
+    model: Annotated[str, typer.Option("--model", help="Preset, alias, model YAML, HF config.json or a folder with one.")],
     gpus: GpusOpt = None,
     nodes: NodesOpt = None,
     hardware: HardwareOpt = None,
@@ -272,7 +272,7 @@ def validate(
     config: Annotated[Path, typer.Argument(help="Config: planner YAML (see examples/), Megatron-LM "
                                                 "script or argument file, NeMo YAML, DeepSpeed "
                                                 "ds_config.json or torchtitan TOML.")],
-    model: Annotated[Optional[str], typer.Option("--model", help="Preset, alias, model YAML or HF config.json; replaces the file's model (needed when it has none).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Preset, alias, model YAML, HF config.json or a folder with one; replaces the file's model (needed when it has none).")] = None,
     hardware: HardwareOpt = None,
     gpus: GpusOpt = None,
     nodes: NodesOpt = None,

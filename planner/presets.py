@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from planner.errors import SpecError, short
+from planner.errors import SpecError, clip, short
 from planner.specs import (ModelSpec, load_json, parse_spec, read_text, read_yaml, ref_path,
                            safe_is_dir, safe_is_file)
 
@@ -181,7 +181,7 @@ class _HfConfig:
     def name(self) -> str:
         value = self.cfg.get("_name_or_path")
         if isinstance(value, str) and value.strip():
-            return value.strip()
+            return clip(value.strip(), 255)
         return self.mtype
 
 

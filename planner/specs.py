@@ -69,7 +69,7 @@ class _Spec(BaseModel):
 class ModelSpec(_Spec):
     """A decoder-only transformer, in Megatron-LM's vocabulary."""
 
-    name: str = "custom"
+    name: str = Field(default="custom", max_length=255)
     """Display name."""
     num_layers: int = Field(ge=1, le=10_000)
     """Transformer layers (Megatron `--num-layers`)."""
@@ -244,7 +244,7 @@ class Calibration(_Spec):
 class HardwareSpec(_Spec):
     """One GPU system: the GPU, its node, and the network between nodes."""
 
-    name: str
+    name: str = Field(max_length=255)
     """Profile name, e.g. h100-sxm."""
     description: str = ""
     memory_gib: float = Field(gt=0, le=100_000)

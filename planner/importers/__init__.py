@@ -93,7 +93,8 @@ def _planner(p: Path, ov: Overrides) -> Imported:
         return Imported(job, layout, [], "planner", str(p))
     data = read_yaml(p, what="config")
     if not isinstance(data, dict):
-        raise SpecError(f"config {str(p)!r} must be a mapping of keys to values; see examples/")
+        raise SpecError(f"config {short(str(p), 200)} must be a mapping of keys to values; see "
+                        "examples/", field="config", value=str(p))
     data = dict(data)
     if ov.model is not None:
         data["model"] = ov.model
@@ -103,7 +104,7 @@ def _planner(p: Path, ov: Overrides) -> Imported:
         hw = resolve_hardware(data.get("hardware", DEFAULT_HARDWARE), base=p.parent)
         data["num_gpus"] = resolve_world(ov, hardware=hw, source=str(p))
     if "num_gpus" not in data:
-        raise SpecError(f"config {str(p)!r} has no num_gpus; add num_gpus: N or give --gpus N "
+        raise SpecError(f"config {short(str(p), 200)} has no num_gpus; add num_gpus: N or give --gpus N "
                         "or --nodes N")
     job, layout = config_from_data(data, base=p.parent, source=str(p))
     return Imported(job, layout, [], "planner", str(p))

@@ -171,10 +171,10 @@ def unknown_key(rule: str, key: str, valid: Iterable[str], *, severity: str,
                 consequence: str) -> Violation:
     """`key` is not one the framework knows: name it, suggest the closest, say what happens."""
     leaf = key.rsplit(".", 1)[-1]
-    close = difflib.get_close_matches(leaf, list(valid), n=1, cutoff=0.75)
+    close = difflib.get_close_matches(leaf[:100], list(valid), n=1, cutoff=0.75)
     prefix = key[: len(key) - len(leaf)]
     hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
-    return Violation(rule, f"unknown {'flag' if key.startswith('-') else 'key'} {key!r}{hint}: "
+    return Violation(rule, f"unknown {'flag' if key.startswith('-') else 'key'} {short(key, 120)}{hint}: "
                            f"{consequence}", severity)
 
 
