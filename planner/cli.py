@@ -73,6 +73,10 @@ def _run(fn: Callable[[], int], *, json_mode: bool = False) -> None:
         _fail(SpecError("the input nests too deeply to read (RecursionError); flatten it"),
               json_mode)
         raise typer.Exit(2)
+    except MemoryError:      # likewise: input that grows (a script's A=$A$A) past memory
+        _fail(SpecError("reading the input ran out of memory (MemoryError); a value grows "
+                        "without bound: simplify the input"), json_mode)
+        raise typer.Exit(2)
     except Exception as exc:  # a bug: one line, never a traceback
         raise typer.Exit(_internal(exc, json_mode))
     raise typer.Exit(code)

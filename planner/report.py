@@ -16,6 +16,11 @@ from rich.text import Text
 from planner.units import GiB, fmt_count
 
 
+MAX_RULE_ROWS = 50
+"""Rows per severity in validate's rule table (a file of 20,000 unknown flags is a wall of
+text; the JSON keeps every one)."""
+
+
 def _row(table: Table, *cells: Any) -> None:
     """add_row with every plain string as literal text (rich would read `[...]` as markup)."""
     table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
@@ -136,10 +141,13 @@ def validation_view(result, *, source: str = "") -> Group:
         t.add_column("")
         t.add_column("rule")
         t.add_column("message", overflow="fold")
-        for v in result.errors:
-            _row(t, Text("error", style="red"), v.rule, v.message)
-        for v in result.warnings:
-            _row(t, Text("warning", style="yellow"), v.rule, v.message)
+        for kind, style, found in (("error", "red", result.errors),
+                                   ("warning", "yellow", result.warnings)):
+            for v in found[:MAX_RULE_ROWS]:
+                _row(t, Text(kind, style=style), v.rule, v.message)
+            if len(found) > MAX_RULE_ROWS:
+                _row(t, Text(kind, style=style), "...",
+                     f"and {len(found) - MAX_RULE_ROWS:,} more {kind}s (--json lists every one)")
         parts.append(t)
     else:
         parts.append(Text("Rules: all pass"))

@@ -42,7 +42,7 @@ HEADROOM_BYTES = 2**30
 
 SHORT = settings(max_examples=6, deadline=None, derandomize=True, database=None,
                  suppress_health_check=list(HealthCheck))
-LONG = settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+LONG = settings(max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 def fuzz(strategy):
@@ -367,6 +367,111 @@ CLI_FLAGS = ["--gpus", "--nodes", "--fix", "--top", "--seq-length", "--global-ba
 test_random_plan_options, test_random_plan_options_long = fuzz(
     st.lists(st.tuples(st.sampled_from(CLI_FLAGS), CLI_VALUES), max_size=4).map(
         lambda pairs: ["plan", "--model", "8b", "--gpus", "8"] + [x for p in pairs for x in p]))(_cli)
+
+
+# ------------------------------------------- structured: real keys, hostile values
+
+HOSTILE_VALUES = st.one_of(JSONISH, st.sampled_from(
+    ["[1]*x", "[0]*1e9", "[1]*4+[0]*4", "([1]*3+[0])*2", "8", "'8'", "-1", "0", "1.5", "1e20",
+     "150000000000000000000", "auto", "", "$((2**10))", "${UNSET}", "$1", "true", "[/x]"]))
+MEGATRON_FLAGS = ["--num-layers", "--hidden-size", "--num-attention-heads", "--num-query-groups",
+                  "--ffn-hidden-size", "--seq-length", "--micro-batch-size",
+                  "--global-batch-size", "--tensor-model-parallel-size",
+                  "--pipeline-model-parallel-size", "--context-parallel-size",
+                  "--expert-model-parallel-size", "--num-experts", "--moe-layer-freq",
+                  "--moe-router-topk", "--num-virtual-stages-per-pipeline-rank",
+                  "--decoder-first-pipeline-num-layers", "--recompute-granularity",
+                  "--recompute-num-layers", "--vocab-size", "--kv-channels", "--nnodes",
+                  "--nproc-per-node", "--pipeline-model-parallel-layout", "--x[/x]"]
+
+
+@st.composite
+def megatron_with_flags(draw) -> str:
+    base = _fixture("megatron_llama3_70b_1node.sh").rstrip() + " \\\n"
+    pairs = draw(st.lists(st.tuples(st.sampled_from(MEGATRON_FLAGS), HOSTILE_VALUES.map(str)),
+                          min_size=1, max_size=4))
+    import shlex
+    return base + " \\\n".join(f"    {flag} {shlex.quote(value)}" for flag, value in pairs) + "\n"
+
+
+def _megatron_flags(text):
+    validate_file("train.sh", text, "--gpus", "64")
+
+
+test_megatron_hostile_flags, test_megatron_hostile_flags_long = fuzz(megatron_with_flags())(
+    _megatron_flags)
+
+NEMO_KEYS = [("trainer", "devices"), ("trainer", "num_nodes"), ("trainer", "precision"),
+             ("model", "num_layers"), ("model", "hidden_size"), ("model", "num_attention_heads"),
+             ("model", "num_moe_experts"), ("model", "tensor_model_parallel_size"),
+             ("model", "pipeline_model_parallel_size"), ("model", "micro_batch_size"),
+             ("model", "global_batch_size"), ("model", "encoder_seq_length"),
+             ("model", "virtual_pipeline_model_parallel_size"), ("model", 1), ("model", True),
+             ("model", "activations_checkpoint_granularity"), ("model", "sequence_parallel")]
+
+
+@st.composite
+def nemo_with_values(draw) -> str:
+    import yaml
+    data = yaml.safe_load(_fixture("nemo_llama3_70b_128nodes.yaml"))
+    for section, key in draw(st.lists(st.sampled_from(NEMO_KEYS), min_size=1, max_size=4)):
+        if isinstance(data.get(section), dict):
+            data[section][key] = draw(HOSTILE_VALUES)
+    return yaml.safe_dump(data, allow_unicode=True)
+
+
+test_nemo_hostile_values, test_nemo_hostile_values_long = fuzz(nemo_with_values())(_nemo)
+# the NeMo importer compares a string value with a number (`num_moe_experts: '[1]*x'`, issue
+# 12's `num_moe_experts: "8"`): exit 3. Its internals are another branch's (yamlio); strict,
+# so the fix there turns this into a failure that says: remove the mark.
+test_nemo_hostile_values = pytest.mark.xfail(
+    strict=True, reason="NeMo importer: a string where a number is expected is exit 3 "
+                        "(issue 12, branch yamlio)")(test_nemo_hostile_values)
+
+TITAN_KEYS = [("parallelism", k) for k in (
+    "data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
+    "pipeline_parallel_degree", "context_parallel_degree", "expert_parallel_degree",
+    "pipeline_parallel_layers_per_stage", "pipeline_parallel_first_stage_less_layers",
+    "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_microbatch_size",
+    "pipeline_parallel_schedule")] + [("training", k) for k in (
+    "local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param")] + [
+    ("model", "flavor"), ("model", "name"), ("activation_checkpoint", "mode")]
+
+
+def _toml_value(value) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return {float("inf"): "inf", float("-inf"): "-inf"}.get(value, "nan" if value != value
+                                                                 else repr(value))
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        items = [_toml_value(v) for v in value]
+        return None if None in items else "[" + ", ".join(items) + "]"
+    return None
+
+
+@st.composite
+def torchtitan_with_values(draw) -> str:
+    import tomllib
+    data = tomllib.loads(_fixture("torchtitan_llama3_70b_128nodes.toml"))
+    for section, key in draw(st.lists(st.sampled_from(TITAN_KEYS), min_size=1, max_size=4)):
+        data.setdefault(section, {})[key] = draw(HOSTILE_VALUES)
+    lines = []
+    for section, table in data.items():
+        lines.append(f"[{section}]")
+        for key, value in table.items():
+            text = _toml_value(value)
+            if text is not None:
+                lines.append(f"{key} = {text}")
+    return "\n".join(lines) + "\n"
+
+
+test_torchtitan_hostile_values, test_torchtitan_hostile_values_long = fuzz(
+    torchtitan_with_values())(_torchtitan)
 
 
 # -------------------------------------------------------------------------- round trips

@@ -87,6 +87,12 @@ FILES: dict[str, str | bytes] = {
                 "activation: swiglu\n",
     "world.toml": "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[parallelism]\n"
                   "data_parallel_shard_degree = 150000000000000000000\n",
+    "many-flags.sh": "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+                     "--num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
+                     "--micro-batch-size 1 --global-batch-size 8 --vocab-size 1000 --bf16 "
+                     + " ".join(f"--unknown-flag-{i} 1" for i in range(20000)) + "\n",
+    "many-keys.json": json.dumps({"train_batch_size": 8,
+                                  **{f"k{i}": 1 for i in range(150_000)}}),
     "hf-ok/config.json": _hf(),
     "hf-empty-dir/README": "no config here\n",
     "hf-not-json/config.json": "{'model_type': 'llama',}\n",
@@ -177,6 +183,10 @@ CASES = [
      ["moe_intermediate_size = 0"]),
     ("misspelt-model-key", ["plan", "--model", "{d}/misspelt.yaml", "--gpus", "8"], 2,
      ["unknown key 'model.num_layer'; did you mean 'num_layers'?"]),
+    # issue 12's "slow but finishing": now bounded by the rows shown and the suggestions made
+    ("20000-unknown-flags", ["validate", "{d}/many-flags.sh"], 1, []),
+    ("150000-key-ds-config", ["validate", "{d}/many-keys.json", "--model", "8b", "--gpus", "8"],
+     1, []),
     ("markup-in-fix", ["plan", "--model", "8b", "--gpus", "8", "--fix", "[/x]=1"], 2,
      ["--fix axis '[/x]' is unknown"]),
 ]
@@ -209,6 +219,9 @@ def test_each_example_is_one_line_and_the_right_exit_under_1gib(results, cid, ar
     assert r["code"] == code, r
     assert r["seconds"] < SECONDS, r["seconds"]
     lines = r["stderr"].splitlines()
+    if code == 1:       # a rule broken: the verdict on stdout, every row bounded
+        assert "INVALID" in r["stdout"] and "more errors (--json lists every one)" in r["stdout"] \
+            or "more warnings" in r["stdout"]
     if code == 2:
         assert len(lines) == 1 and lines[0].startswith("error: "), r["stderr"]
         assert len(lines[0]) <= 1000

@@ -16,6 +16,7 @@ from planner.config import config_from_data, load_config, resolve_hardware
 from planner.errors import SpecError, short
 from planner.importers import deepspeed, megatron, nemo, torchtitan
 from planner.importers.common import (DEFAULT_HARDWARE, Imported, Overrides, naming,
+                                      suggestion_budget,
                                       read_text, resolve_world)
 from planner.specs import check_tree, load_yaml, read_budget, read_yaml
 
@@ -61,7 +62,7 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
     """Read `path` in whatever format it is; options fill or override what it lacks."""
     ov = Overrides(model=model, hardware=hardware, gpus=gpus, nodes=nodes)
     p = Path(path)
-    with read_budget(str(p)):
+    with read_budget(str(p)), suggestion_budget():
         fmt = detect_format(p)
         if fmt == "planner":
             return _planner(p, ov)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -25,7 +26,7 @@ from planner.specs import MAX_GPUS, HardwareSpec, ModelSpec, parse_spec
 
 __all__ = ["Imported", "Overrides", "read_text", "resolve_world", "hardware_of", "model_of",
            "inline_model", "vocab_from_tokenizer", "make_job", "unknown_key", "accounted_split",
-           "naming", "DEFAULT_HARDWARE"]
+           "naming", "suggestion_budget", "MAX_SUGGESTIONS", "DEFAULT_HARDWARE"]
 
 DEFAULT_HARDWARE = "h100-sxm"   # as in a planner config that names no hardware
 
@@ -167,11 +168,37 @@ def make_job(*, model: ModelSpec, hardware: HardwareSpec, num_gpus: int,
     return Job(model=model, hardware=hardware, num_gpus=num_gpus, training=training)
 
 
+MAX_SUGGESTIONS = 100
+"""Unknown keys of one file that get a "did you mean" (each is a search of the valid names;
+a file of 20,000 unknown flags would take half a minute): the rest are named without one."""
+_suggestions_left: ContextVar[list[int] | None] = ContextVar("suggestions_left", default=None)
+
+
+@contextmanager
+def suggestion_budget(n: int = MAX_SUGGESTIONS):
+    """Within: at most `n` unknown keys get a "did you mean" (load_any reads each file so)."""
+    token = _suggestions_left.set([n])
+    try:
+        yield
+    finally:
+        _suggestions_left.reset(token)
+
+
+def _closest(leaf: str, valid: Iterable[str]) -> list[str]:
+    left = _suggestions_left.get()
+    if left is not None:
+        if left[0] <= 0:
+            return []
+        left[0] -= 1
+    return difflib.get_close_matches(leaf[:100], list(valid), n=1, cutoff=0.75)
+
+
 def unknown_key(rule: str, key: str, valid: Iterable[str], *, severity: str,
                 consequence: str) -> Violation:
-    """`key` is not one the framework knows: name it, suggest the closest, say what happens."""
+    """`key` is not one the framework knows: name it, suggest the closest (for the first
+    MAX_SUGGESTIONS of a file), say what happens."""
     leaf = key.rsplit(".", 1)[-1]
-    close = difflib.get_close_matches(leaf[:100], list(valid), n=1, cutoff=0.75)
+    close = _closest(leaf, valid)
     prefix = key[: len(key) - len(leaf)]
     hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
     return Violation(rule, f"unknown {'flag' if key.startswith('-') else 'key'} {short(key, 120)}{hint}: "
