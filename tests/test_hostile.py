@@ -414,3 +414,33 @@ def test_unreadable_folder_in_process(runner, tmp_path, monkeypatch):
     result = runner.invoke(app, ["plan", "--model", f"{locked}/model.yaml", "--gpus", "8"])
     assert result.exit_code == 2 and "model file" in result.stderr
     assert "permission denied" in result.stderr
+
+
+def test_reading_budget_stops_an_import_that_never_ends(runner, tmp_path, monkeypatch):
+    import planner.importers
+    import planner.specs
+
+    def forever(path):
+        while True:
+            pass
+
+    monkeypatch.setattr(planner.specs, "READ_BUDGET_S", 0.2)
+    monkeypatch.setattr(planner.importers, "detect_format", forever)
+    (tmp_path / "c.yaml").write_text("model: llama3-8b\nnum_gpus: 8\n")
+    from planner.cli import app
+    result = runner.invoke(app, ["validate", str(tmp_path / "c.yaml"), "--json"])
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)["error"]
+    assert error["message"].endswith("took more than 0.2 s; planner gives one file at most "
+                                     "0.2 s (limit: reading time); simplify the file")
+    import signal
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)   # the timer is cleared
+
+
+def test_short_forms_never_build_a_whole_repr():
+    from planner.errors import short
+    assert short("x" * 10**6) == "'" + "x" * 56 + "..."
+    assert short(10**5000) == "<an integer of about 5001 digits>"
+    nested = [[["a" * 1000] * 1000] * 1000] * 1000    # 10^9 strings if expanded
+    assert len(short(nested)) <= 60
+    assert short({"k": 1, "j": [1, 2]}) == "{'k': 1, 'j': [1, 2]}"
