@@ -6,14 +6,17 @@ Exit codes: 0 success; 1 a rule is broken or nothing fits (InfeasibleError); 2 u
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
 import typer
 
-from planner.errors import PlannerError, SpecError
+from planner.errors import InternalError, PlannerError, SpecError, clip, short
+from planner.specs import MAX_GPUS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan and check how to split a large model across a GPU cluster.")
@@ -27,31 +30,102 @@ NodesOpt = Annotated[Optional[int], typer.Option("--nodes", help="Nodes (x the p
 
 
 def _console(stderr: bool = False):
-    """Rich console; when not a terminal (pipes, CI) wide enough for the plan table."""
+    """Rich console; when not a terminal (pipes, CI) wide enough for the plan table. A closed
+    pipe raises BrokenPipeError for `_run` (rich's own handling would exit 1)."""
     from rich.console import Console
-    console = Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    console = _Console(stderr=stderr, highlight=False, soft_wrap=False)
     if not console.is_terminal:
-        console = Console(stderr=stderr, highlight=False, soft_wrap=False, width=132)
+        console = _Console(stderr=stderr, highlight=False, soft_wrap=False, width=132)
     return console
 
 
-def _run(fn: Callable[[], int]) -> None:
-    """Run a command body; map every error to one stderr line and an exit code."""
+def _run(fn: Callable[[], int], *, json_mode: bool = False) -> None:
+    """Run a command body; map every error to one stderr line and an exit code.
+
+    Every command calls its body through here, saying whether it prints JSON (`json_mode`):
+    then every exit prints exactly one JSON object on stdout; the body prints its own result
+    (exit 0 or 1), this prints `{"error": {"code", "field", "value", "message"}}` for 2 and 3.
+    Output that cannot be written ends quietly: a closed pipe (`| head`) with 141, as a
+    process that SIGPIPE ends; a full disk with one line and 2.
+    """
     try:
         code = fn()
+        sys.stdout.flush()
     except PlannerError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        _fail(exc, json_mode)
         raise typer.Exit(exc.exit_code)
     except typer.Exit:
         raise
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         raise typer.Exit(130)
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            raise typer.Exit(_internal(exc, json_mode))
+        raise typer.Exit(_output_failed(exc))
+    except RecursionError:   # the reading limits stop deep input first; this is the backstop
+        _fail(SpecError("the input nests too deeply to read (RecursionError); flatten it"),
+              json_mode)
+        raise typer.Exit(2)
+    except MemoryError:      # likewise: input that grows (a script's A=$A$A) past memory
+        _fail(SpecError("reading the input ran out of memory (MemoryError); a value grows "
+                        "without bound: simplify the input"), json_mode)
+        raise typer.Exit(2)
     except Exception as exc:  # a bug: one line, never a traceback
-        print(f"internal error (a bug in planner, please report it): "
-              f"{exc.__class__.__name__}: {exc}", file=sys.stderr)
-        raise typer.Exit(3)
+        raise typer.Exit(_internal(exc, json_mode))
     raise typer.Exit(code)
+
+
+_OUTPUT_ERRNOS = {errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EFBIG,
+                  getattr(errno, "EDQUOT", errno.ENOSPC)}
+MAX_TOP = 1000          # --top: more rows than anyone reads, and bounded search time
+EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE: what a shell reports for `yes | head -1`
+
+
+def _fail(exc: PlannerError, json_mode: bool) -> None:
+    """The one stderr line, and with --json the error object on stdout."""
+    print(f"error: {exc.message}", file=sys.stderr)
+    if json_mode:
+        try:
+            print(json.dumps({"error": exc.as_json()}, indent=2))
+            sys.stdout.flush()
+        except OSError as out:
+            _output_failed(out)
+
+
+def _internal(exc: BaseException, json_mode: bool) -> int:
+    err = InternalError(f"internal error (a bug in planner, please report it): "
+                        f"{exc.__class__.__name__}: {clip(str(exc), 300)}")
+    print(err.message, file=sys.stderr)
+    if json_mode:
+        try:
+            print(json.dumps({"error": err.as_json()}, indent=2))
+            sys.stdout.flush()
+        except OSError:
+            pass
+    return 3
+
+
+def _output_failed(exc: OSError) -> int:
+    """stdout cannot take the output: a reader that closed the pipe ends us quietly (141);
+    anything else (a full disk) is one line and exit 2. stdout then points at /dev/null so
+    the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):   # not a real file (tests' captured stdout)
+        pass
+    if exc.errno == errno.EPIPE:
+        return EXIT_BROKEN_PIPE
+    print(f"error: cannot write the output ({exc.strerror or exc.__class__.__name__}); free "
+          "space or write it elsewhere", file=sys.stderr)
+    return 2
 
 
 def _headroom(value: float) -> float:
@@ -67,15 +141,19 @@ def _tokens(value: Optional[str]) -> Optional[float]:
     try:
         return parse_count(value)
     except ValueError as exc:
-        raise SpecError(f"--tokens = {value!r}: {exc}") from None
+        raise SpecError(f"--tokens = {short(value)}: {exc}", field="--tokens", value=value) from None
+
+
+def _count(flag: str, value: Optional[int], most: int) -> None:
+    if value is not None and not 1 <= value <= most:
+        raise SpecError(f"{flag} = {short(value)}: must be a whole number from 1 to {most:,} "
+                        "(limit: GPUs, as for num_gpus)", field=flag, value=value)
 
 
 def _world(gpus: Optional[int], nodes: Optional[int], hardware) -> Optional[int]:
-    """--gpus, or --nodes x gpus_per_node; both given must agree."""
-    if gpus is not None and gpus < 1:
-        raise SpecError(f"--gpus = {gpus}: must be a positive whole number")
-    if nodes is not None and nodes < 1:
-        raise SpecError(f"--nodes = {nodes}: must be a positive whole number")
+    """--gpus, or --nodes x gpus_per_node; both given must agree; capped like num_gpus."""
+    _count("--gpus", gpus, MAX_GPUS)
+    _count("--nodes", nodes, MAX_GPUS // hardware.gpus_per_node)
     if nodes is None:
         return gpus
     n = nodes * hardware.gpus_per_node
@@ -85,9 +163,26 @@ def _world(gpus: Optional[int], nodes: Optional[int], hardware) -> Optional[int]
     return n
 
 
+def _export_best(job, result, fmt):
+    """(text, None) for the top plan in `fmt`, or (None, the refusal): a refusal goes into
+    the result (JSON `"export": {"refused": ...}`), it does not replace it."""
+    if fmt is None:
+        return None, None
+    if not result.plans:
+        return None, SpecError("no layout fits, so there is no plan to export")
+    from planner.cost import Estimate
+    from planner.export import export as run_export
+    best = result.best
+    try:
+        return run_export(job, best.layout, fmt,
+                          estimate=Estimate(memory=best.memory, time=best.time)), None
+    except PlannerError as exc:
+        return None, exc
+
+
 @app.command()
 def plan(
-    model: Annotated[str, typer.Option("--model", help="Preset, alias, model YAML or HF config.json.")],
+    model: Annotated[str, typer.Option("--model", help="Preset, alias, model YAML, HF config.json or a folder with one.")],
     gpus: GpusOpt = None,
     nodes: NodesOpt = None,
     hardware: HardwareOpt = None,
@@ -115,15 +210,18 @@ def plan(
         n = _world(gpus, nodes, hw)
         if n is None:
             raise SpecError("the GPU count is missing; give --gpus N or --nodes N")
-        if top < 1:
-            raise SpecError(f"--top = {top}: must be at least 1")
+        if not 1 <= top <= MAX_TOP:
+            raise SpecError(f"--top = {short(top)}: must be from 1 to {MAX_TOP:,}",
+                            field="--top", value=top)
         for flag, value in (("--seq-length", seq_length), ("--global-batch-size", global_batch_size)):
             if value is not None and value < 1:
                 raise SpecError(f"{flag} = {value}: must be a positive whole number")
         if sort_by not in ("time", "memory", "mfu"):
-            raise SpecError(f"--sort-by = {sort_by!r}: must be time, memory or mfu")
+            raise SpecError(f"--sort-by = {short(sort_by)}: must be time, memory or mfu",
+                            field="--sort-by", value=sort_by)
         if precision not in ("bf16", "fp16", "fp8"):
-            raise SpecError(f"--precision = {precision!r}: must be bf16, fp16 or fp8")
+            raise SpecError(f"--precision = {short(precision)}: must be bf16, fp16 or fp8",
+                            field="--precision", value=precision)
         if max_tp is not None and max_tp < 1:
             raise SpecError(f"--max-tp = {max_tp}: must be a positive whole number")
         fmt = None
@@ -143,17 +241,12 @@ def plan(
         opts = SearchOptions(top=top, sort_by=sort_by, fix=parse_fix(fix), max_tp=max_tp,
                              headroom=_headroom(headroom), tokens=_tokens(tokens))
         result = search(job, opts)
-        text = None
-        if fmt and result.plans:
-            from planner.cost import Estimate
-            from planner.export import export as run_export
-            best = result.best
-            text = run_export(job, best.layout, fmt,
-                              estimate=Estimate(memory=best.memory, time=best.time))
+        text, refused = _export_best(job, result, fmt)
         if json_out:
             out = report.plan_json(result)
-            if text is not None:
-                out["export"] = {"format": fmt, "text": text}
+            if fmt is not None:
+                out["export"] = ({"format": fmt, "text": text} if refused is None else
+                                 {"format": fmt, "refused": refused.message})
             print(json.dumps(out, indent=2))
         else:
             _console().print(report.plan_view(result))
@@ -161,17 +254,21 @@ def plan(
                 print(text)
         if not result.plans:
             lay_mem = result.closest
-            short = ""
+            short_by = ""
             if lay_mem is not None:
                 lay, mem = lay_mem
-                short = (f"; the closest ({lay.name}) lacks "
-                         f"{(mem.total - mem.capacity * (1 - opts.headroom)) / 2**30:.1f} GiB per GPU")
-            print(f"error: no layout of {m.name} fits on {n} x {hw.name}{short}; see the "
+                short_by = (f"; the closest ({lay.name}) lacks "
+                            f"{(mem.total - mem.capacity * (1 - opts.headroom)) / 2**30:.1f} GiB "
+                            "per GPU")
+            print(f"error: no layout of {m.name} fits on {n} x {hw.name}{short_by}; see the "
                   "suggestions above", file=sys.stderr)
             return 1
+        if refused is not None:
+            print(f"error: --export {fmt}: {refused.message}", file=sys.stderr)
+            return refused.exit_code
         return 0
 
-    _run(body)
+    _run(body, json_mode=json_out)
 
 
 @app.command()
@@ -179,7 +276,7 @@ def validate(
     config: Annotated[Path, typer.Argument(help="Config: planner YAML (see examples/), Megatron-LM "
                                                 "script or argument file, NeMo YAML, DeepSpeed "
                                                 "ds_config.json or torchtitan TOML.")],
-    model: Annotated[Optional[str], typer.Option("--model", help="Preset, alias, model YAML or HF config.json; replaces the file's model (needed when it has none).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Preset, alias, model YAML, HF config.json or a folder with one; replaces the file's model (needed when it has none).")] = None,
     hardware: HardwareOpt = None,
     gpus: GpusOpt = None,
     nodes: NodesOpt = None,
@@ -206,7 +303,7 @@ def validate(
                                                     source=f"{imported.format}: {config}"))
         return 0 if result.valid else 1
 
-    _run(body)
+    _run(body, json_mode=json_out)
 
 
 @app.command()
@@ -234,7 +331,7 @@ def models(json_out: JsonOpt = False) -> None:
             _console().print(report.models_view(rows))
         return 0
 
-    _run(body)
+    _run(body, json_mode=json_out)
 
 
 @app.command()
@@ -252,7 +349,7 @@ def hardware(json_out: JsonOpt = False) -> None:
             _console().print(report.hardware_view(rows))
         return 0
 
-    _run(body)
+    _run(body, json_mode=json_out)
 
 
 @app.command("export")
@@ -290,7 +387,7 @@ def export_cmd(
             try:
                 output.write_text(text, encoding="utf-8")
             except OSError as exc:
-                raise SpecError(f"--output {str(output)!r} cannot be written "
+                raise SpecError(f"--output {short(str(output), 200)} cannot be written "
                                 f"({exc.__class__.__name__}); check the path") from None
             print(f"wrote {output}", file=sys.stderr)
         return 0
@@ -300,20 +397,31 @@ def export_cmd(
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: typer's own usage errors (unknown option, missing or malformed value) also
-    become one `error:` line and exit 2, like every other bad input."""
+    become one `error:` line and exit 2, like every other bad input (with `--json`, the error
+    object on stdout too); output that cannot be written ends as `_run` says."""
+    args = sys.argv[1:] if argv is None else argv
+    json_mode = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
     try:
         code = app(args=argv, standalone_mode=False)
+        sys.stdout.flush()
     except typer.Abort:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            sys.exit(_internal(exc, json_mode))
+        sys.exit(_output_failed(exc))
     except Exception as exc:   # typer's (vendored click's) usage errors
         if not hasattr(exc, "format_message") or not hasattr(exc, "exit_code"):
-            raise
+            sys.exit(_internal(exc, json_mode))
         ctx = getattr(exc, "ctx", None)
         if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
             print(ctx.get_help())
             sys.exit(2)
         cmd = ctx.command_path if ctx is not None else "planner"
-        print(f"error: {exc.format_message().rstrip('.')}; see '{cmd} --help'", file=sys.stderr)
+        param = getattr(exc, "param", None)
+        flag = (param.opts[0] if getattr(param, "opts", None) else None) if param else None
+        _fail(SpecError(f"{clip(exc.format_message(), 400).rstrip('.')}; see '{cmd} --help'",
+                        field=flag), json_mode)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from planner.errors import SpecError
+from planner.errors import SpecError, short
 from planner.layout import Layout, layout_from_spec
 from planner.presets import resolve_model
-from planner.specs import (ConfigSpec, HardwareSpec, ModelSpec, TrainingSpec, parse_spec, read_yaml,
-                           ref_path)
+from planner.specs import (MAX_NAME_CHARS, ConfigSpec, HardwareSpec, ModelSpec, TrainingSpec,
+                           parse_spec, read_yaml, ref_path, safe_is_file)
 
 __all__ = ["Job", "load_config", "config_from_data", "resolve_hardware", "profile_dir",
            "profile_names", "default_training"]
@@ -64,16 +64,17 @@ def resolve_hardware(ref: str | dict | HardwareSpec, *, base: Path | None = None
     if text.endswith((".yaml", ".yml")) or "/" in text:
         return _load_profile(str(path))
     named = profile_dir() / f"{text}.yaml"
-    if named.exists():
+    if len(text) <= MAX_NAME_CHARS and safe_is_file(named):
         return _load_profile(str(named))
     names = profile_names()
     # prefixes first: difflib alone would answer "h100" with "h200" rather than "h100-sxm"; every
     # profile the prefix names, since one would be a guess ("h100": h100-96g or h100-sxm)
     close = ([n for n in names if text and n.startswith(text.lower())]
-             or difflib.get_close_matches(text, names, n=1))
+             or difflib.get_close_matches(text[:100], names, n=1))
     hint = (f"did you mean {' or '.join(repr(n) for n in close[:4])}? " if close else "")
-    raise SpecError(f"hardware {text!r} is not a profile or a file; {hint}"
-                    f"profiles: {', '.join(names) or '(none found in ' + str(profile_dir()) + ')'}")
+    raise SpecError(f"hardware {short(text)} is not a profile or a file; {hint}"
+                    f"profiles: {', '.join(names) or '(none found in ' + str(profile_dir()) + ')'}",
+                    field="hardware", value=text)
 
 
 def default_training(model: ModelSpec, *, seq_length: int | None = None,
@@ -91,7 +92,7 @@ def default_training(model: ModelSpec, *, seq_length: int | None = None,
 def config_from_data(data, *, base: Path | None = None, source: str = "config") -> tuple[Job, Layout]:
     if not isinstance(data, dict):   # parse_spec would name the class (ConfigSpec), not the file
         got = "nothing (only comments?)" if data is None else type(data).__name__
-        raise SpecError(f"config {source!r} must be a mapping of keys to values at the top level, "
+        raise SpecError(f"config {short(source, 200)} must be a mapping of keys to values at the top level, "
                         f"got {got}; see examples/")
     spec: ConfigSpec = parse_spec(ConfigSpec, data, where="")
     model = resolve_model(spec.model, base=base)

@@ -7,11 +7,13 @@ model YAML path, HF config.json path or inline mapping into a `ModelSpec`.
 from __future__ import annotations
 
 import difflib
+import math
 from pathlib import Path
 from typing import Any
 
-from planner.errors import SpecError
-from planner.specs import ModelSpec, parse_spec, read_yaml, ref_path
+from planner.errors import SpecError, clip, short
+from planner.specs import (ModelSpec, load_json, parse_spec, read_text, read_yaml, ref_path,
+                           safe_is_dir, safe_is_file)
 
 __all__ = ["PRESETS", "ALIASES", "PUBLISHED_PARAMS", "get_preset", "resolve_model",
            "model_from_hf_config"]
@@ -93,24 +95,36 @@ PUBLISHED_PARAMS = {
 def get_preset(name: str) -> ModelSpec:
     key = ALIASES.get(name.lower(), name.lower())
     if key not in PRESETS:
-        close = difflib.get_close_matches(name.lower(), list(PRESETS) + list(ALIASES), n=1)
+        close = difflib.get_close_matches(name.lower()[:100], list(PRESETS) + list(ALIASES), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise SpecError(f"model {name!r} is not a preset, alias or file; {hint}"
+        raise SpecError(f"model {short(name)} is not a preset, alias or file; {hint}"
                         f"presets: {', '.join(PRESETS)}; aliases: {', '.join(ALIASES)}")
     return ModelSpec(**PRESETS[key])
 
 
 def resolve_model(ref: str | dict | ModelSpec, *, base: Path | None = None) -> ModelSpec:
-    """Preset/alias, path to model YAML or HF config.json, or an inline mapping."""
+    """Preset/alias, path to a model YAML or HF config.json, a folder holding a config.json
+    (a Hugging Face checkpoint), or an inline mapping."""
     if isinstance(ref, ModelSpec):
         return ref
     if isinstance(ref, dict):
         return parse_spec(ModelSpec, ref, where="model")
     text = str(ref)
     path = ref_path(text, base)
+    if safe_is_dir(path):
+        inner = path / "config.json"
+        if not safe_is_file(inner):
+            raise SpecError(f"model folder {short(str(path), 200)} has no config.json; give a "
+                            "Hugging Face checkpoint folder, a config.json, a model YAML or a "
+                            "preset", field="model", value=text)
+        path = inner
     looks_like_file = text.endswith((".json", ".yaml", ".yml")) or "/" in text
-    if looks_like_file or (path.exists() and path.is_file()):
-        data = read_yaml(path, what="model file")   # YAML is a superset of JSON
+    if looks_like_file or safe_is_file(path):
+        if path.suffix.lower() == ".json":
+            data = load_json(read_text(path, what="model file"), what="model file",
+                             source=short(str(path), 200))
+        else:
+            data = read_yaml(path, what="model file")   # YAML is a superset of JSON
         if isinstance(data, dict) and ("architectures" in data or "model_type" in data):
             return model_from_hf_config(data, source=str(path))
         return parse_spec(ModelSpec, data, where="model")
@@ -121,27 +135,78 @@ _HF_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen
              "deepseek_v3", "deepseek_v2"}
 
 
+class _HfConfig:
+    """Typed access to a config.json: each value planner uses is checked where it is read,
+    so a wrong type or a zero is one line naming the key (never a crash further on)."""
+
+    def __init__(self, cfg: dict, source: str, mtype: str):
+        self.cfg, self.source, self.mtype = cfg, short(source, 200), mtype
+
+    def _bad(self, key: str, value: Any, want: str) -> SpecError:
+        return SpecError(f"{self.source}: {key} = {short(value)}: must be {want}; fix the value",
+                         field=key, value=value)
+
+    def count(self, key: str, *, minimum: int = 1, required: bool = True) -> int | None:
+        """A whole number >= minimum; absent (or null) is an error when required, else None."""
+        value = self.cfg.get(key)
+        if value is None:
+            if required:
+                raise SpecError(f"{self.source}: missing {key!r}, which a {self.mtype} "
+                                "config.json must have", field=key, value=None)
+            return None
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            want = "a positive whole number" if minimum == 1 else f"a whole number >= {minimum}"
+            raise self._bad(key, value, want)
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.cfg.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._bad(key, value, "true or false")
+        return value
+
+    def positive(self, key: str) -> float | None:
+        value = self.cfg.get(key)
+        if value is None:
+            return None
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value <= 0):
+            raise self._bad(key, value, "a positive number")
+        return float(value)
+
+    def name(self) -> str:
+        value = self.cfg.get("_name_or_path")
+        if isinstance(value, str) and value.strip():
+            return clip(value.strip(), 255)
+        return self.mtype
+
+
 def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec:
-    """Map a Hugging Face config.json (Llama/Mistral/Mixtral/Qwen2/Qwen3(-MoE)/DeepSeek-V3)."""
-    mtype = str(cfg.get("model_type", "")).lower()
+    """Map a Hugging Face config.json (Llama/Mistral/Mixtral/Qwen2/Qwen3(-MoE)/DeepSeek-V3).
+
+    The name is the config's own (`_name_or_path`, else `model_type`), not its folder's."""
+    raw_type = cfg.get("model_type", "")
+    mtype = raw_type.lower() if isinstance(raw_type, str) else ""
     if mtype not in _HF_TYPES:
-        raise SpecError(f"{source}: model_type {mtype!r} is not supported; supported: "
-                        f"{', '.join(sorted(_HF_TYPES))} (or write a model YAML, see README)")
-
-    def need(key: str):
-        if key not in cfg:
-            raise SpecError(f"{source}: missing {key!r}, which a {mtype} config.json must have")
-        return cfg[key]
-
+        raise SpecError(f"{short(source, 200)}: model_type {short(raw_type)} is not supported; "
+                        f"supported: {', '.join(sorted(_HF_TYPES))} (or write a model YAML, see "
+                        "README)", field="model_type", value=raw_type)
+    hf = _HfConfig(cfg, source, mtype)
+    need = hf.count
     h, a = need("hidden_size"), need("num_attention_heads")
     spec: dict[str, Any] = dict(
-        name=cfg.get("_name_or_path") or Path(source).parent.name or mtype,
+        name=hf.name(),
         num_layers=need("num_hidden_layers"), hidden_size=h,
         ffn_hidden_size=need("intermediate_size"), num_attention_heads=a,
-        num_kv_heads=cfg.get("num_key_value_heads") or a, vocab_size=need("vocab_size"),
-        activation="swiglu", tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        num_kv_heads=need("num_key_value_heads", required=False) or a,
+        vocab_size=need("vocab_size"),
+        activation="swiglu", tied_embeddings=hf.flag("tie_word_embeddings", False),
     )
-    head_dim = cfg.get("head_dim")
+    head_dim = need("head_dim", required=False)
     if head_dim and head_dim != h // a:
         spec["kv_channels"] = head_dim
     if mtype == "mixtral":
@@ -149,23 +214,26 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
     if mtype in ("qwen3_moe", "qwen2_moe"):
         spec.update(num_experts=need("num_experts"), moe_top_k=need("num_experts_per_tok"),
                     moe_ffn_hidden_size=need("moe_intermediate_size"))
-        if cfg.get("shared_expert_intermediate_size"):
+        shared = need("shared_expert_intermediate_size", minimum=0, required=False)
+        if shared:
             # Qwen2-MoE: one shared expert of its own width, expressed in units of f_e
-            spec["num_shared_experts"] = max(1, round(cfg["shared_expert_intermediate_size"]
-                                                      / cfg["moe_intermediate_size"]))
+            spec["num_shared_experts"] = max(1, round(shared / spec["moe_ffn_hidden_size"]))
     if mtype in ("deepseek_v3", "deepseek_v2"):
         spec.update(num_experts=need("n_routed_experts"), moe_top_k=need("num_experts_per_tok"),
                     moe_ffn_hidden_size=need("moe_intermediate_size"),
-                    num_shared_experts=cfg.get("n_shared_experts") or 0,
-                    num_dense_layers=cfg.get("first_k_dense_replace") or 0,
-                    q_lora_rank=cfg.get("q_lora_rank"), kv_lora_rank=need("kv_lora_rank"),
+                    num_shared_experts=need("n_shared_experts", minimum=0, required=False) or 0,
+                    num_dense_layers=need("first_k_dense_replace", minimum=0,
+                                          required=False) or 0,
+                    q_lora_rank=need("q_lora_rank", required=False),
+                    kv_lora_rank=need("kv_lora_rank"),
                     qk_head_dim=need("qk_nope_head_dim"),
-                    qk_pos_emb_head_dim=need("qk_rope_head_dim"), v_head_dim=need("v_head_dim"))
+                    qk_pos_emb_head_dim=need("qk_rope_head_dim", minimum=0),
+                    v_head_dim=need("v_head_dim"))
         spec.pop("num_kv_heads")
-    theta = cfg.get("rope_theta")
-    if isinstance(theta, (int, float)) and not isinstance(theta, bool) and theta > 0:
-        spec["rotary_base"] = float(theta)
-    seq = cfg.get("max_position_embeddings")
+    theta = hf.positive("rope_theta")
+    if theta is not None:
+        spec["rotary_base"] = theta
+    seq = need("max_position_embeddings", required=False)
     if seq:
-        spec["seq_length"] = min(int(seq), 8192)   # train at <= 8k unless told otherwise
-    return parse_spec(ModelSpec, spec, where=f"model ({source})")
+        spec["seq_length"] = min(seq, 8192)   # train at <= 8k unless told otherwise
+    return parse_spec(ModelSpec, spec, where=f"model ({short(source, 200)})")

@@ -1,6 +1,8 @@
 """Rich renderables and JSON shaping for every command. Never prints.
 
-The JSON shapes here are the stable interface documented in README ("JSON output").
+The JSON shapes here are the stable interface documented in README ("JSON output"). Every
+string shown goes in as a `Text` (never rich markup): a model called `Llama [v2]` or a flag
+`[/x]` prints as it is written.
 """
 
 from __future__ import annotations
@@ -12,6 +14,16 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.units import GiB, fmt_count
+
+
+MAX_RULE_ROWS = 50
+"""Rows per severity in validate's rule table (a file of 20,000 unknown flags is a wall of
+text; the JSON keeps every one)."""
+
+
+def _row(table: Table, *cells: Any) -> None:
+    """add_row with every plain string as literal text (rich would read `[...]` as markup)."""
+    table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
 
 __all__ = ["estimate_json", "validation_json", "validation_view", "models_view", "hardware_view",
            "memory_table", "time_table"]
@@ -64,7 +76,8 @@ def _gib(x: float) -> str:
 
 
 def memory_table(mem) -> Table:
-    t = Table(title=f"Memory per GPU (most loaded: {mem.stage} pipeline rank)", title_justify="left")
+    t = Table(title=Text(f"Memory per GPU (most loaded: {mem.stage} pipeline rank)"),
+              title_justify="left")
     t.add_column("component")
     t.add_column("GiB", justify="right")
     t.add_column("share", justify="right")
@@ -72,21 +85,21 @@ def memory_table(mem) -> Table:
     for name, val in (("weights", mem.weights), ("gradients", mem.gradients),
                       ("optimizer states", mem.optimizer), ("activations", mem.activations),
                       ("other (context, NCCL, fragmentation, buffers)", mem.other)):
-        t.add_row(name, _gib(val), f"{val / total:.0%}" if total else "-")
-    t.add_row(Text("total", style="bold"), Text(_gib(total), style="bold"),
+        _row(t, name, _gib(val), f"{val / total:.0%}" if total else "-")
+    _row(t, Text("total", style="bold"), Text(_gib(total), style="bold"),
               f"{mem.fraction:.0%} of {mem.capacity / GiB:.1f}")
     return t
 
 
 def time_table(tm) -> Table:
-    t = Table(title="Step time", title_justify="left")
+    t = Table(title=Text("Step time"), title_justify="left")
     t.add_column("part")
     t.add_column("seconds", justify="right")
     t.add_column("share", justify="right")
     step = tm.step_time_s
     for name, val in tm.parts():
-        t.add_row(name, f"{val:.3f}", f"{val / step:.0%}" if step else "-")
-    t.add_row(Text("step", style="bold"), Text(f"{step:.3f}", style="bold"), "")
+        _row(t, name, f"{val:.3f}", f"{val / step:.0%}" if step else "-")
+    _row(t, Text("step", style="bold"), Text(f"{step:.3f}", style="bold"), "")
     return t
 
 
@@ -124,14 +137,17 @@ def validation_view(result, *, source: str = "") -> Group:
     parts: list[Any] = [Text.assemble(verdict, "  ", head + (f"  ({source})" if source else "")),
                         _layout_line(result.layout, job.training.global_batch_size)]
     if result.errors or result.warnings:
-        t = Table(title="Rules", title_justify="left", show_lines=False)
+        t = Table(title=Text("Rules"), title_justify="left", show_lines=False)
         t.add_column("")
         t.add_column("rule")
         t.add_column("message", overflow="fold")
-        for v in result.errors:
-            t.add_row(Text("error", style="red"), v.rule, v.message)
-        for v in result.warnings:
-            t.add_row(Text("warning", style="yellow"), v.rule, v.message)
+        for kind, style, found in (("error", "red", result.errors),
+                                   ("warning", "yellow", result.warnings)):
+            for v in found[:MAX_RULE_ROWS]:
+                _row(t, Text(kind, style=style), v.rule, v.message)
+            if len(found) > MAX_RULE_ROWS:
+                _row(t, Text(kind, style=style), "...",
+                     f"and {len(found) - MAX_RULE_ROWS:,} more {kind}s (--json lists every one)")
         parts.append(t)
     else:
         parts.append(Text("Rules: all pass"))
@@ -147,13 +163,13 @@ def validation_view(result, *, source: str = "") -> Group:
 
 
 def models_view(rows: list[dict]) -> Table:
-    t = Table(title="Preset models")
+    t = Table(title=Text("Preset models"))
     for col in ("name", "aliases", "params", "published", "active", "layers", "hidden",
                 "heads/kv", "experts", "seq"):
         t.add_column(col, justify="right" if col not in ("name", "aliases") else "left")
     for r in rows:
         pub = r.get("published_parameters")
-        t.add_row(r["name"], ", ".join(r["aliases"]), fmt_count(r["parameters"]),
+        _row(t, r["name"], ", ".join(r["aliases"]), fmt_count(r["parameters"]),
                   fmt_count(pub) if pub else "-",
                   fmt_count(r["active_parameters"]), str(r["num_layers"]), str(r["hidden_size"]),
                   f"{r['num_attention_heads']}/{r['num_kv_heads']}",
@@ -181,7 +197,7 @@ def hardware_view(rows: list[dict]) -> Group:
         t.add_column(head, justify="left" if i == 0 else "right", min_width=widest,
                      max_width=widest)
     for c in cells:
-        t.add_row(*c)
+        _row(t, *c)
     return Group(t, Text("bf16/fp8/fp4: dense peak TFLOP/s; HBM, NVLink, network: GB/s per GPU "
                          "(links one direction); NVLink GPUs: the NVLink domain", style="dim"))
 
@@ -207,12 +223,27 @@ def plan_json(result) -> dict[str, Any]:
         pick = {"rank": result.pick_rank, "note": result.pick_note}
         pick.update(estimate_json(_Est(result.pick.memory, result.pick.time), result.pick.layout, gbs))
         out["seven_step_pick"] = pick
+    else:   # same keys, null, and why
+        why = next((s["decision"] for s in result.steps if s.get("step") == 3), "")
+        out["seven_step_pick"] = dict(_NO_PICK, reason="the seven-step procedure finds no layout "
+                                      f"that fits ({why})" if why else
+                                      "the seven-step procedure finds no layout that fits")
     if result.closest is not None:
         lay, mem = result.closest
         out["closest"] = {"layout": lay.as_dict(gbs), "memory": mem.as_dict(),
                           "shortfall_bytes": round(mem.total - mem.capacity * (1 - result.headroom))}
         out["suggestions"] = result.suggestions
+    elif not result.plans:
+        out["closest"] = dict(_NO_CLOSEST, reason="no layout passes the structural rules (heads, "
+                              "layers, batch, sequence and expert divisibility, and --fix), so "
+                              "none has a memory estimate to compare")
+        out["suggestions"] = result.suggestions
     return out
+
+
+_NO_PICK = {"rank": None, "note": "", "layout": None, "memory": None, "time": None,
+            "throughput": None}
+_NO_CLOSEST = {"layout": None, "memory": None, "shortfall_bytes": None}
 
 
 class _Est:
@@ -226,10 +257,10 @@ def plan_table(result) -> Group:
 
     job = result.job
     gbs = job.training.global_batch_size
-    t = Table(title=f"Top {len(result.plans)} layouts for {job.model.name} on {job.num_gpus} x "
-                    f"{job.hardware.name} (seq {job.training.seq_length}, global batch {gbs}, "
-                    f"{job.training.precision})", title_justify="left", box=box.SIMPLE_HEAD,
-              pad_edge=False)
+    t = Table(title=Text(f"Top {len(result.plans)} layouts for {job.model.name} on "
+                         f"{job.num_gpus} x {job.hardware.name} (seq {job.training.seq_length}, "
+                         f"global batch {gbs}, {job.training.precision})"),
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "m", "zero", "recomp",
             "GiB/GPU", "bubble", "comm", "step s", "tok/s/GPU", "MFU", "warn"]
     for c in cols:
@@ -243,7 +274,7 @@ def plan_table(result) -> Group:
                 legend[v.rule] = chr(ord("a") + len(legend))
             keys.append(legend[v.rule])
         mark = "*" if result.pick_rank == p.rank else ""
-        t.add_row(f"{p.rank}{mark}", str(lay.tp), str(lay.pp) + ("u" if lay.uneven else ""),
+        _row(t, f"{p.rank}{mark}", str(lay.tp), str(lay.pp) + ("u" if lay.uneven else ""),
                   str(lay.dp), str(lay.cp), str(lay.ep), str(lay.vpp), str(lay.micro_batch_size),
                   str(lay.num_microbatches(gbs)), str(lay.zero),
                   {"none": "none", "selective": "sel", "full": "full"}[lay.recompute],

@@ -28,7 +28,7 @@ from planner.config import Job
 from planner.cost import cost_model
 from planner.cost.memory import MemoryBreakdown
 from planner.cost.step import StepTime
-from planner.errors import SpecError, Violation
+from planner.errors import SpecError, Violation, short
 from planner.layout import Layout
 from planner.rules import (DEFAULT_HEADROOM, Context, batch_ok, check, expert_grid,
                            experts_divisible_by_ep, fits, heads_divisible_by_tp,
@@ -57,11 +57,13 @@ def parse_fix(text: str | None) -> dict:
         if not item.strip():
             continue
         if "=" not in item:
-            raise SpecError(f"--fix item {item.strip()!r} must look like axis=value, e.g. tp=8")
+            raise SpecError(f"--fix item {short(item.strip())} must look like axis=value, e.g. tp=8",
+                            field="--fix", value=item.strip())
         key, val = (x.strip() for x in item.split("=", 1))
         key = _ALIASES.get(key, key)
         if key not in FIXABLE:
-            raise SpecError(f"--fix axis {key!r} is unknown; valid: {', '.join(FIXABLE)}")
+            raise SpecError(f"--fix axis {short(key)} is unknown; valid: {', '.join(FIXABLE)}",
+                            field="--fix", value=key)
         kind = FIXABLE[key]
         try:
             if kind is bool:
@@ -79,7 +81,8 @@ def parse_fix(text: str | None) -> dict:
         except ValueError:
             want = {"recompute": "none, selective or full", "sp": "true or false",
                     "zero": "0, 1, 2 or 3"}.get(key, "a positive whole number")
-            raise SpecError(f"--fix {key}={val!r}: must be {want}") from None
+            raise SpecError(f"--fix {key}={short(val)}: must be {want}", field=f"--fix {key}",
+                            value=val) from None
     return out
 
 

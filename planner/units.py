@@ -28,10 +28,10 @@ def parse_count(text: str) -> float:
     """Parse '15T', '2.5e12', '300B', '1M' into a number. Raises ValueError on anything else."""
     m = _COUNT_RE.match(str(text))
     if not m:
-        raise ValueError(f"cannot read {text!r} as a count; write e.g. 15T, 300B or 2.5e12")
+        raise ValueError(f"cannot read {text[:60]!r} as a count; write e.g. 15T, 300B or 2.5e12")
     value = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{text!r} must be a positive number")
+        raise ValueError(f"{text[:60]!r} must be a positive number")
     return value
 
 

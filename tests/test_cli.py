@@ -130,11 +130,15 @@ def test_validate_json_reports_broken_rules(runner, tmp_path):
     assert all(set(e) == {"rule", "message"} for e in out["errors"] + out["warnings"])
 
 
-def test_validate_json_bad_input_prints_no_json(runner, tmp_path):
+def test_validate_json_bad_input_prints_the_error_object(runner, tmp_path):
+    # issue 12: with --json every exit prints one JSON object; on 2 it is the error
     result = runner.invoke(app, ["validate", str(tmp_path / "nope.yaml"), "--json"])
     assert result.exit_code == 2
-    assert result.stdout == ""
-    assert result.stderr.startswith("error: ")
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == 2 and error["field"] == "config"
+    assert error["value"] == str(tmp_path / "nope.yaml")
+    assert error["message"].endswith("does not exist; check the path")
+    assert result.stderr == f"error: {error['message']}\n"
 
 
 # -------------------------------------------------------------------------------- python -m

@@ -516,6 +516,9 @@ class CostModel:
         f_moe = first.moe_layers
         first_fwd = (first.layers - f_moe) * lc.fwd_d + f_moe * lc.fwd_e
         first_bwd = (first.layers - f_moe) * lc.bwd_d + f_moe * lc.bwd_e
+        # an invalid split (layers-divisible) can leave a stage a negative layer count: it
+        # does no work, it does not run backwards in time (bubble_s >= 0 by construction)
+        totals = [max(0.0, t) for t in totals]
         pipe = pipeline_time(totals, m=m, v=v)
         i_slow = max(range(len(totals)), key=totals.__getitem__)
         c, tp_s, ep_s, cp_s = parts[i_slow]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from planner.errors import SpecError
+from planner.errors import SpecError, short
 from planner.export.common import check_exportable
 
 __all__ = ["export", "FORMATS", "check_format", "check_exportable"]
@@ -23,7 +23,8 @@ def check_format(fmt: str, *, option: str = "--format") -> str:
     """The format name, or a SpecError listing the valid ones."""
     name = str(fmt).strip().lower()
     if name not in FORMATS:
-        raise SpecError(f"{option} {fmt!r} is not a format; valid formats: {', '.join(FORMATS)}")
+        raise SpecError(f"{option} {short(fmt)} is not a format; valid formats: "
+                        f"{', '.join(FORMATS)}", field=option, value=fmt)
     return name
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from planner.config import config_from_data, load_config, resolve_hardware
-from planner.errors import SpecError
+from planner.errors import SpecError, short
 from planner.importers import deepspeed, megatron, nemo, torchtitan
 from planner.importers.common import (DEFAULT_HARDWARE, Imported, Overrides, naming,
+                                      suggestion_budget,
                                       read_text, resolve_world)
-from planner.specs import read_yaml
+from planner.specs import check_tree, load_yaml, read_budget, read_yaml
 
 __all__ = ["Imported", "Overrides", "FORMATS", "detect_format", "load_any"]
 
@@ -39,23 +38,23 @@ def detect_format(path: str | Path) -> str:
         return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
     if suffix == ".json" or text.lstrip().startswith("{"):
         data = deepspeed.parse_json(p, text, what="config", trailing=True)[0] \
-            if suffix == ".json" else _yaml(text)
+            if suffix == ".json" else _yaml(text, p)
+        check_tree(data, what="config", source=short(str(p), 200))
         return "deepspeed" if deepspeed.looks_like_deepspeed(data) else "planner"
     if suffix in (".yaml", ".yml"):
-        return "nemo" if nemo.looks_like_nemo(_yaml(text)) else "planner"
+        return "nemo" if nemo.looks_like_nemo(_yaml(text, p)) else "planner"
     if text.lstrip().startswith(("#!", "--")) or megatron.looks_like_megatron(text):
         return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
     headers = ("[training]", "[parallelism]", "[model]")
     if any(line.strip() in headers for line in text.splitlines()):
         return "torchtitan"
-    return "nemo" if nemo.looks_like_nemo(_yaml(text)) else "planner"
+    return "nemo" if nemo.looks_like_nemo(_yaml(text, p)) else "planner"
 
 
-def _yaml(text: str):
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return None          # read_yaml reports the syntax error with its position
+def _yaml(text: str, source: Path):
+    """The data, or None on a syntax error (read_yaml reports it with its position); the
+    limits (alias bombs, nesting) are errors here already."""
+    return load_yaml(text, what="config", source=short(str(source), 200), lenient=True)
 
 
 def load_any(path: str | Path, *, model: str | None = None, hardware: str | None = None,
@@ -63,19 +62,21 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
     """Read `path` in whatever format it is; options fill or override what it lacks."""
     ov = Overrides(model=model, hardware=hardware, gpus=gpus, nodes=nodes)
     p = Path(path)
-    fmt = detect_format(p)
-    if fmt == "planner":
-        return _planner(p, ov)
-    with naming(str(p)):
-        return _framework(p, fmt, ov)
+    with read_budget(str(p)), suggestion_budget():
+        fmt = detect_format(p)
+        if fmt == "planner":
+            return _planner(p, ov)
+        with naming(str(p)):
+            return _framework(p, fmt, ov)
 
 
 def _framework(p: Path, fmt: str, ov: Overrides) -> Imported:
     if fmt == "megatron":
         return megatron.load(p, read_text(p, what="Megatron-LM script"), ov)
     if fmt == "torchtitan":
-        return torchtitan.load(p, torchtitan.parse_toml(p, read_text(p, what="torchtitan config")),
-                               ov)
+        data = torchtitan.parse_toml(p, read_text(p, what="torchtitan config"))
+        check_tree(data, what="torchtitan config", source=short(str(p), 200))
+        return torchtitan.load(p, data, ov)
     if fmt == "deepspeed":
         text = read_text(p, what="DeepSpeed config")
         if text.lstrip().startswith("{"):
@@ -93,7 +94,8 @@ def _planner(p: Path, ov: Overrides) -> Imported:
         return Imported(job, layout, [], "planner", str(p))
     data = read_yaml(p, what="config")
     if not isinstance(data, dict):
-        raise SpecError(f"config {str(p)!r} must be a mapping of keys to values; see examples/")
+        raise SpecError(f"config {short(str(p), 200)} must be a mapping of keys to values; see "
+                        "examples/", field="config", value=str(p))
     data = dict(data)
     if ov.model is not None:
         data["model"] = ov.model
@@ -103,7 +105,7 @@ def _planner(p: Path, ov: Overrides) -> Imported:
         hw = resolve_hardware(data.get("hardware", DEFAULT_HARDWARE), base=p.parent)
         data["num_gpus"] = resolve_world(ov, hardware=hw, source=str(p))
     if "num_gpus" not in data:
-        raise SpecError(f"config {str(p)!r} has no num_gpus; add num_gpus: N or give --gpus N "
+        raise SpecError(f"config {short(str(p), 200)} has no num_gpus; add num_gpus: N or give --gpus N "
                         "or --nodes N")
     job, layout = config_from_data(data, base=p.parent, source=str(p))
     return Imported(job, layout, [], "planner", str(p))

@@ -12,20 +12,21 @@ from __future__ import annotations
 import difflib
 import re
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from planner.config import Job, default_training, resolve_hardware
-from planner.errors import SpecError, Violation
+from planner.errors import SpecError, Violation, short
 from planner.layout import Layout
 from planner.specs import read_text as _read_text
 from planner.presets import PRESETS, resolve_model
-from planner.specs import HardwareSpec, ModelSpec, parse_spec
+from planner.specs import MAX_GPUS, HardwareSpec, ModelSpec, parse_spec
 
 __all__ = ["Imported", "Overrides", "read_text", "resolve_world", "hardware_of", "model_of",
            "inline_model", "vocab_from_tokenizer", "make_job", "unknown_key", "accounted_split",
-           "naming", "DEFAULT_HARDWARE"]
+           "naming", "suggestion_budget", "MAX_SUGGESTIONS", "DEFAULT_HARDWARE"]
 
 DEFAULT_HARDWARE = "h100-sxm"   # as in a planner config that names no hardware
 
@@ -41,8 +42,10 @@ class Overrides:
 
     def __post_init__(self) -> None:
         for name, value in (("--gpus", self.gpus), ("--nodes", self.nodes)):
-            if value is not None and value < 1:
-                raise SpecError(f"{name} = {value}: must be a positive whole number")
+            if value is not None and not 1 <= value <= MAX_GPUS:
+                raise SpecError(f"{name} = {short(value)}: must be a whole number from 1 to "
+                                f"{MAX_GPUS:,} (limit: GPUs, as for num_gpus)",
+                                field=name, value=value)
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ def naming(source: str):
     except SpecError as exc:
         if source in exc.message:
             raise
-        raise SpecError(f"{source}: {exc.message}") from None
+        raise exc.prefixed(short(source, 200)) from None
 
 
 def read_text(path: str | Path, *, what: str) -> str:
@@ -120,7 +123,7 @@ def inline_model(fields: dict[str, Any], *, source: str, fmt: str) -> ModelSpec:
     try:
         spec = parse_spec(ModelSpec, fields, where="model")
     except SpecError as exc:
-        raise SpecError(f"{source}: {exc.message} (the {fmt} model shape)") from None
+        raise exc.prefixed(source, f" (the {fmt} model shape)") from None
     key = _shape_key(spec)
     for preset in PRESETS.values():
         if _shape_key(ModelSpec(**preset)) == key:
@@ -158,19 +161,47 @@ def make_job(*, model: ModelSpec, hardware: HardwareSpec, num_gpus: int,
              accounting: str = "megatron", source: str = "") -> Job:
     training = default_training(model, seq_length=seq_length, global_batch_size=global_batch_size,
                                 precision=precision, accounting=accounting)
-    if num_gpus < 1:
-        raise SpecError(f"{source}: world size {num_gpus} must be at least 1; give --gpus N")
+    if not 1 <= num_gpus <= MAX_GPUS:
+        raise SpecError(f"{source}: world size {short(num_gpus)} must be from 1 to {MAX_GPUS:,} "
+                        "GPUs (limit: GPUs, as for num_gpus); give --gpus N",
+                        field="num_gpus", value=num_gpus)
     return Job(model=model, hardware=hardware, num_gpus=num_gpus, training=training)
+
+
+MAX_SUGGESTIONS = 100
+"""Unknown keys of one file that get a "did you mean" (each is a search of the valid names;
+a file of 20,000 unknown flags would take half a minute): the rest are named without one."""
+_suggestions_left: ContextVar[list[int] | None] = ContextVar("suggestions_left", default=None)
+
+
+@contextmanager
+def suggestion_budget(n: int = MAX_SUGGESTIONS):
+    """Within: at most `n` unknown keys get a "did you mean" (load_any reads each file so)."""
+    token = _suggestions_left.set([n])
+    try:
+        yield
+    finally:
+        _suggestions_left.reset(token)
+
+
+def _closest(leaf: str, valid: Iterable[str]) -> list[str]:
+    left = _suggestions_left.get()
+    if left is not None:
+        if left[0] <= 0:
+            return []
+        left[0] -= 1
+    return difflib.get_close_matches(leaf[:100], list(valid), n=1, cutoff=0.75)
 
 
 def unknown_key(rule: str, key: str, valid: Iterable[str], *, severity: str,
                 consequence: str) -> Violation:
-    """`key` is not one the framework knows: name it, suggest the closest, say what happens."""
+    """`key` is not one the framework knows: name it, suggest the closest (for the first
+    MAX_SUGGESTIONS of a file), say what happens."""
     leaf = key.rsplit(".", 1)[-1]
-    close = difflib.get_close_matches(leaf, list(valid), n=1, cutoff=0.75)
+    close = _closest(leaf, valid)
     prefix = key[: len(key) - len(leaf)]
     hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
-    return Violation(rule, f"unknown {'flag' if key.startswith('-') else 'key'} {key!r}{hint}: "
+    return Violation(rule, f"unknown {'flag' if key.startswith('-') else 'key'} {short(key, 120)}{hint}: "
                            f"{consequence}", severity)
 
 
