@@ -222,28 +222,45 @@ class CostModel:
         """`memory(lay).total` without building the breakdown (the search's hot path)."""
         return self._worst_rank(lay, lay.zero)[0]
 
-    def _worst_rank(self, lay: Layout, zero: int) -> tuple:
-        lc = self.layer_costs(lay)
-        m = self.gbs // (lay.micro_batch_size * lay.dp) or 1
-        full = lay.recompute == "full"
-        gather, stages = self.stage_states(lay, zero)
+    def memory_by_rank(self, lay: Layout) -> list[MemoryBreakdown]:
+        """Every pipeline rank's memory, rank 0 first (the pictures' memory bars). The middle
+        ranks share the middle stage's layers and states; their activations differ by rank
+        (rank r holds fewer micro-batches in flight). Same arithmetic as `memory`."""
+        gather, stages = self.stage_states(lay, lay.zero)
+        lc, m = self.layer_costs(lay), self.gbs // (lay.micro_batch_size * lay.dp) or 1
+        by_name = {st[0]: st for st in stages}
+        out = []
+        for r in range(lay.pp):
+            name = "first" if r == 0 else "last" if r == lay.pp - 1 else "middle"
+            st = by_name[name]
+            total, w, g, o, acts, other, _ = self._rank_memory(lay, lc, m, gather, st[:1] + (r,) + st[2:])
+            out.append(MemoryBreakdown(w, g, o, acts, other, self.capacity, name))
+        return out
+
+    def _rank_memory(self, lay: Layout, lc: LayerCosts, m: int, gather: float,
+                     stage: tuple) -> tuple:
+        """(total, weights, gradients, optimizer, activations, other, stage name) of one
+        pipeline rank with m micro-batches per step; `stage` is an entry of `stage_states`."""
+        name, rank, layers, moe_layers, out, w, g, o = stage
+        per_layer = ((layers - moe_layers) * lc.act_d + moe_layers * lc.act_e) / layers if layers else 0.0
+        acts = per_layer * in_flight_layers(layers, lay.pp, lay.vpp, m, rank)
+        if lay.recompute == "full" and layers:
+            acts += lc.work_e if moe_layers else lc.work_d
+        if out:
+            acts += lc.logits_bytes
+        tensors = w + g + o + acts
         transient = lc.transient + gather
-        p, v = lay.pp, lay.vpp
-        fixed, frag = self.fixed, self.frag
+        total = tensors * (1.0 + self.frag) + self.fixed + transient
+        return total, w, g, o, acts, self.fixed + self.frag * tensors + transient, name
+
+    def _worst_rank(self, lay: Layout, zero: int) -> tuple:
+        gather, stages = self.stage_states(lay, zero)
+        lc, m = self.layer_costs(lay), self.gbs // (lay.micro_batch_size * lay.dp) or 1
         best = None
-        best_total = -1.0
-        for name, rank, layers, moe_layers, out, w, g, o in stages:
-            per_layer = ((layers - moe_layers) * lc.act_d + moe_layers * lc.act_e) / layers if layers else 0.0
-            acts = per_layer * in_flight_layers(layers, p, v, m, rank)
-            if full and layers:
-                acts += lc.work_e if moe_layers else lc.work_d
-            if out:
-                acts += lc.logits_bytes
-            tensors = w + g + o + acts
-            total = tensors * (1.0 + frag) + fixed + transient
-            if total > best_total:
-                best_total = total
-                best = (total, w, g, o, acts, fixed + frag * tensors + transient, name)
+        for st in stages:
+            got = self._rank_memory(lay, lc, m, gather, st)
+            if best is None or got[0] > best[0]:
+                best = got
         return best
 
     def zero3_no_worse_than_2(self, lay: Layout) -> bool:
@@ -283,32 +300,63 @@ class CostModel:
             got = self._first_params[key] = (dense_p, expert_p / (lay.ep * lay.etp))
         return got
 
+    def _stage_parts(self, lay: Layout, lc: LayerCosts, stage_list) -> list[tuple]:
+        """Per entry of `stages`, one micro-batch: (rank, compute incl. recompute and the
+        output layer, exposed TP, EP, CP seconds, forward, backward, recompute of its layers)."""
+        out = []
+        for name, rank, layers, moe_layers, emb, has_out in stage_list:
+            dl = layers - moe_layers
+            compute = (dl * (lc.fwd_d + lc.bwd_d + lc.rec_d)
+                       + moe_layers * (lc.fwd_e + lc.bwd_e + lc.rec_e)
+                       + (lc.logits if has_out else 0.0))
+            out.append((rank, compute, dl * lc.tp + moe_layers * lc.tp_e, moe_layers * lc.ep,
+                        layers * lc.cp, dl * lc.fwd_d + moe_layers * lc.fwd_e,
+                        dl * lc.bwd_d + moe_layers * lc.bwd_e,
+                        dl * lc.rec_d + moe_layers * lc.rec_e))
+        return out
+
+    def _pp_seconds(self, lay: Layout, lc: LayerCosts) -> float:
+        """Exposed point-to-point seconds per micro-batch on a stage (activations in,
+        gradients back, v times when interleaved, partly hidden then)."""
+        if lay.pp <= 1:
+            return 0.0
+        pp_s = 2 * lay.vpp * p2p_time(2.0 * lc.tokens * self.shape.h / lay.tp,
+                                      self.link(2, lay.tp * lay.cp * lay.dp))
+        return pp_s * (1.0 - self.cal.overlap_efficiency) if lay.vpp > 1 else pp_s
+
+    def stage_times(self, lay: Layout) -> list[tuple[float, float, float]]:
+        """Every pipeline rank's (forward, backward, recompute) seconds per micro-batch, rank
+        0 first, as the step time counts them: backward includes recompute; the exposed
+        TP/EP/CP/PP communication and the output layer are split between forward and
+        backward in the ratio of their compute. `pipeline_time` of their sums (with m and
+        vpp) is `time(lay)`'s pipeline part; the schedule picture is built from them."""
+        lc = self.layer_costs(lay)
+        pp_s = self._pp_seconds(lay, lc)
+        rows = {r[0]: r for r in self._stage_parts(lay, lc, self.stages(lay))}
+        out = []
+        for rank in range(lay.pp):
+            key = rank if rank in rows else 1          # the middle ranks share one entry
+            _, compute, tp_s, ep_s, cp_s, fwd, bwd, rec = rows[key]
+            total = compute + tp_s + ep_s + cp_s + pp_s
+            work = fwd + bwd + rec
+            f = total * fwd / work if work else total / 3
+            out.append((f, total - f, total * rec / work if work else 0.0))
+        return out
+
     def time(self, lay: Layout) -> StepTime:
         s = self.shape
         lc = self.layer_costs(lay)
         m = max(1, lay.num_microbatches(self.gbs))
         p, v = lay.pp, lay.vpp
-        pp_s = 0.0
-        if p > 1:
-            pp_s = 2 * v * p2p_time(2.0 * lc.tokens * s.h / lay.tp,
-                                    self.link(2, lay.tp * lay.cp * lay.dp))
-            if v > 1:
-                pp_s *= 1.0 - self.cal.overlap_efficiency
+        pp_s = self._pp_seconds(lay, lc)
         totals, parts = [], []
         first_fwd = first_bwd = 0.0
         stage_list = self.stages(lay)
-        for name, rank, layers, moe_layers, emb, out in stage_list:
-            dl = layers - moe_layers
-            compute = (dl * (lc.fwd_d + lc.bwd_d + lc.rec_d)
-                       + moe_layers * (lc.fwd_e + lc.bwd_e + lc.rec_e)
-                       + (lc.logits if out else 0.0))
-            tp_s = dl * lc.tp + moe_layers * lc.tp_e
-            ep_s, cp_s = moe_layers * lc.ep, layers * lc.cp
+        for rank, compute, tp_s, ep_s, cp_s, fwd, bwd, _ in self._stage_parts(lay, lc, stage_list):
             parts.append((compute, tp_s, ep_s, cp_s))
             totals.append(compute + tp_s + ep_s + cp_s + (pp_s if p > 1 else 0.0))
             if rank == 0:
-                first_fwd = dl * lc.fwd_d + moe_layers * lc.fwd_e
-                first_bwd = dl * lc.bwd_d + moe_layers * lc.bwd_e
+                first_fwd, first_bwd = fwd, bwd
         if p > 2:   # the middle entry stands for p - 2 identical ranks
             totals = [totals[0]] + [totals[1]] * (p - 2) + [totals[2]]
             parts = [parts[0]] + [parts[1]] * (p - 2) + [parts[2]]
