@@ -43,7 +43,13 @@ def validation_json(result) -> dict[str, Any]:
     out.update(estimate_json(result.estimate, result.layout, gbs))
     out["chosen_by_planner"] = list(result.layout.auto)
     out["job"] = job_json(result.job)
+    out["caveats"] = _caveats(result.job, result.layout)
     return out
+
+
+def _caveats(job, layout) -> list[str]:
+    from planner.caveats import caveats
+    return caveats(job, layout)
 
 
 def job_json(job) -> dict[str, Any]:
@@ -135,6 +141,8 @@ def validation_view(result, *, source: str = "") -> Group:
         parts.append(t)
     else:
         parts.append(Text("Rules: all pass"))
+    for c in _caveats(job, result.layout):
+        parts.append(_hanging("Caveat: ", c, style="yellow"))
     est = result.estimate
     if est is None:
         parts.append(Text("No estimate: the layout does not tile the GPUs (fix the errors above)."))
@@ -187,11 +195,13 @@ def plan_json(result) -> dict[str, Any]:
         d = {"rank": p.rank, "valid": True, "errors": [],
              "warnings": [v.as_dict() for v in p.warnings]}
         d.update(estimate_json(_Est(p.memory, p.time), p.layout, gbs))
+        d["caveats"] = _caveats(job, p.layout)
         plans.append(d)
     out: dict[str, Any] = {
         "plans": plans, "searched": result.searched, "feasible": result.feasible,
         "steps": result.steps, "evaluated": result.evaluated, "timed": result.timed,
         "pruned": result.pruned, "elapsed_s": result.elapsed_s, "job": job_json(job),
+        "caveats": _caveats(job, None),
     }
     if result.pick is not None:
         pick = {"rank": result.pick_rank, "note": result.pick_note}
@@ -201,7 +211,10 @@ def plan_json(result) -> dict[str, Any]:
         lay, mem = result.closest
         out["closest"] = {"layout": lay.as_dict(gbs), "memory": mem.as_dict(),
                           "shortfall_bytes": round(mem.total - mem.capacity * (1 - result.headroom))}
+    if not result.plans:
         out["suggestions"] = result.suggestions
+        out["binding"] = result.binding
+        out["suggested"] = [sg.as_dict() for sg in result.suggested]
     return out
 
 
@@ -210,49 +223,180 @@ class _Est:
         self.memory, self.time = memory, time
 
 
-def plan_table(result) -> Group:
-    """The top K as a compact table; warnings as letters keyed below it."""
-    from rich import box
+# The plan table at any width. Columns fold in a fixed order until the table fits; a
+# degree is never cut: the last resort folds the layout name onto more lines.
+_COLUMNS = [  # key, header, compact header
+    ("#", "#", "#"), ("tp", "tp", "tp"), ("pp", "pp", "pp"), ("dp", "dp", "dp"),
+    ("cp", "cp", "cp"), ("ep", "ep", "ep"), ("vpp", "vpp", "vpp"), ("mbs", "mbs", "mbs"),
+    ("m", "m", "m"), ("zero", "zero", "z"), ("recompute", "recomp", "rc"),
+    ("memory", "GiB/GPU", "GiB"), ("bubble", "bubble", "bub"), ("comm", "comm", "com"),
+    ("step", "step s", "s"), ("tokens", "tok/s/GPU", "tok/s"), ("mfu", "MFU", "MFU"),
+    ("warn", "warn", "w"),
+]
+_FOLDS = ["constant", "compact", "tokens", "memory-share", "comm", "bubble", "cards"]
+"""What goes, in order, while the table is wider than the terminal: degree columns that are
+1 in every row (named in a note), then short headers, then tok/s/GPU (it ranks as the step
+time does), the memory share of capacity, the exposed-communication share and the bubble
+(--json has them all); narrower still, each plan becomes a paragraph of its own that wraps
+under its rank. No degree is ever cut."""
 
-    job = result.job
-    gbs = job.training.global_batch_size
-    t = Table(title=f"Top {len(result.plans)} layouts for {job.model.name} on {job.num_gpus} x "
-                    f"{job.hardware.name} (seq {job.training.seq_length}, global batch {gbs}, "
-                    f"{job.training.precision})", title_justify="left", box=box.SIMPLE_HEAD,
-              pad_edge=False)
-    cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "m", "zero", "recomp",
-            "GiB/GPU", "bubble", "comm", "step s", "tok/s/GPU", "MFU", "warn"]
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("recomp", "warn") else "right", no_wrap=True)
-    legend: dict[str, str] = {}
+
+def _plan_rows(result) -> list[dict]:
+    from planner.caveats import caveats
+    gbs = result.job.training.global_batch_size
+    rows = []
     for p in result.plans:
         lay, mem, tm = p.layout, p.memory, p.time
+        rows.append({
+            "#": f"{p.rank}{'*' if result.pick_rank == p.rank else ''}"
+                 f"{'!' if caveats(result.job, lay) else ''}",
+            "tp": str(lay.tp), "pp": str(lay.pp) + ("u" if lay.uneven else ""),
+            "dp": str(lay.dp), "cp": str(lay.cp), "ep": str(lay.ep), "vpp": str(lay.vpp),
+            "mbs": str(lay.micro_batch_size), "m": str(lay.num_microbatches(gbs)),
+            "zero": str(lay.zero),
+            "recompute": {"none": "none", "selective": "sel", "full": "full"}[lay.recompute],
+            "memory": f"{mem.total / GiB:.1f} {mem.fraction:.0%}",
+            "memory-short": f"{mem.total / GiB:.1f}",
+            "bubble": f"{tm.bubble_fraction:.0%}",
+            "comm": f"{tm.exposed_comm_s / tm.step_time_s:.0%}",
+            "step": f"{tm.step_time_s:.2f}", "tokens": f"{tm.tokens_per_s_per_gpu:,.0f}",
+            "mfu": f"{tm.mfu:.1%}", "warn": "", "name": lay.name + ("u" if lay.uneven else ""),
+            "_warnings": p.warnings,
+        })
+    legend: dict[str, str] = {}
+    for r in rows:
         keys = []
-        for v in p.warnings:
+        for v in r.pop("_warnings"):
             if v.rule not in legend:
                 legend[v.rule] = chr(ord("a") + len(legend))
             keys.append(legend[v.rule])
-        mark = "*" if result.pick_rank == p.rank else ""
-        t.add_row(f"{p.rank}{mark}", str(lay.tp), str(lay.pp) + ("u" if lay.uneven else ""),
-                  str(lay.dp), str(lay.cp), str(lay.ep), str(lay.vpp), str(lay.micro_batch_size),
-                  str(lay.num_microbatches(gbs)), str(lay.zero),
-                  {"none": "none", "selective": "sel", "full": "full"}[lay.recompute],
-                  f"{mem.total / GiB:.1f} {mem.fraction:.0%}", f"{tm.bubble_fraction:.0%}",
-                  f"{tm.exposed_comm_s / tm.step_time_s:.0%}", f"{tm.step_time_s:.2f}",
-                  f"{tm.tokens_per_s_per_gpu:,.0f}", f"{tm.mfu:.1%}", "".join(keys) or "-")
-    notes = [t, Text("m = micro-batches per step; comm = exposed communication share of the step; "
-                     "u = uneven first/last stages; * = the seven-step pick", style="dim")]
+        r["warn"] = "".join(keys) or "-"
+    return rows, legend
+
+
+def _table_for(rows: list[dict], folds: set[str], title: str):
+    from rich import box
+    constant = [k for k in ("cp", "ep", "vpp") if "constant" in folds
+                and all(r[k] == "1" for r in rows)]
+    cols = [c for c in _COLUMNS if c[0] not in constant and c[0] not in folds]
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              show_edge=False, collapse_padding=True)
+    for key, head, short in cols:
+        t.add_column(short if "compact" in folds else head,
+                     justify="left" if key in ("recompute", "warn") else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(*[r["memory-short" if key == "memory" and "memory-share" in folds else key]
+                    for key, _, _ in cols])
+    return t, constant
+
+
+def _cards(rows: list[dict], title: str) -> list[Any]:
+    """The narrowest form: one wrapped paragraph per plan, indented under its rank."""
+    out: list[Any] = [Text(title)]
+    width = max(len(r["#"]) for r in rows) + 2
+    for r in rows:
+        text = (f"{r['name']}, micro-batch {r['mbs']} x {r['m']}, zero {r['zero']}, recompute "
+                f"{r['recompute']}: {r['memory']} GiB, {r['step']} s/step, MFU {r['mfu']}, "
+                f"bubble {r['bubble']}, warnings {r['warn']}")
+        out.append(_hanging(r["#"].rjust(width - 1) + " ", text))
+    return out
+
+
+def _natural_width(console, renderable) -> int:
+    from rich.measure import Measurement
+    return Measurement.get(console, console.options.update(width=10_000), renderable).maximum
+
+
+class _FittedTable:
+    """The plan table folded to the console's width (see _FOLDS)."""
+
+    def __init__(self, rows, title):
+        self.rows, self.title = rows, title
+
+    def __rich_console__(self, console, options):
+        width = options.max_width
+        folds: set[str] = set()
+        table, constant = _table_for(self.rows, folds, self.title)
+        for step in _FOLDS:
+            if _natural_width(console, table) <= width:
+                break
+            folds.add(step)
+            if step == "cards":
+                break
+            table, constant = _table_for(self.rows, folds, self.title)
+        if "cards" in folds:
+            yield from _cards(self.rows, self.title)
+            folds, constant = {"cards"}, []
+        else:
+            yield table
+        notes = []
+        if constant:
+            notes.append(" and ".join(f"{k} 1" for k in constant) + " in every row")
+        dropped = [label for key, label in (("tokens", "tok/s/GPU"), ("memory-share", "memory share"),
+                                            ("comm", "comm"), ("bubble", "bubble")) if key in folds]
+        if dropped:
+            notes.append(f"{', '.join(dropped)} left out at this width (see --json or a wider "
+                         "terminal)")
+        keys = ["m = micro-batches per step"] if "cards" not in folds else []
+        if "compact" in folds:
+            keys.append("z = ZeRO stage, rc = recompute")
+        if "comm" not in folds and "cards" not in folds:
+            keys.append("comm = exposed communication share of the step")
+        if any(r["pp"].endswith("u") or r["name"].endswith("u") for r in self.rows):
+            keys.append("u = uneven first/last stages")
+        if any("*" in r["#"] for r in self.rows):
+            keys.append("* = the seven-step pick")
+        if any("!" in r["#"] for r in self.rows):
+            keys.append("! = outside calibrated ground (below)")
+        if keys:
+            notes.append("; ".join(keys))
+        for n in notes:
+            yield Text(n, style="dim")
+
+    def __rich_measure__(self, console, options):
+        from rich.measure import Measurement
+        return Measurement(20, options.max_width)
+
+
+def plan_table(result) -> Group:
+    """The top K as a table that fits the terminal; warnings as letters keyed below it,
+    caveats as '!' with the sentences below."""
+    from planner.caveats import caveats
+    job = result.job
+    gbs = job.training.global_batch_size
+    rows, legend = _plan_rows(result)
+    title = (f"Top {len(result.plans)} layouts for {job.model.name} on {job.num_gpus} x "
+             f"{job.hardware.name} (seq {job.training.seq_length}, global batch {gbs}, "
+             f"{job.training.precision})")
+    notes: list[Any] = [_FittedTable(rows, title)]
     for rule, key in legend.items():
         notes.append(Text(f"  {key}: {rule}", style="dim"))
+    seen: list[str] = []
+    for p in result.plans:
+        for c in caveats(job, p.layout):
+            if c not in seen:
+                seen.append(c)
+    for c in seen:
+        notes.append(_hanging("  ! ", c, style="yellow"))
     return Group(*notes)
 
 
+def _hanging(label: str, text: str, style: str = "") -> Table:
+    """`label` then `text`, its wrapped lines indented under the text's first character."""
+    g = Table.grid()
+    g.add_column(no_wrap=True)
+    g.add_column(overflow="fold")
+    g.add_row(Text(label, style=style), Text(text, style=style))
+    return g
+
+
 def steps_view(result) -> Group:
-    lines = [Text("Seven-step procedure", style="bold")]
+    lines: list[Any] = [Text("Seven-step procedure", style="bold")]
     for s in result.steps:
-        lines.append(Text(f"  ({s['step']}) {s['title']}: {s['decision']}"))
+        lines.append(_hanging(f"  ({s['step']}) ", f"{s['title']}: {s['decision']}"))
     if result.pick_note:
-        lines.append(Text(f"  => {result.pick_note}" + (" (marked * above)" if result.pick_rank else "")))
+        lines.append(_hanging("  => ", result.pick_note
+                              + (" (marked * above)" if result.pick_rank else "")))
     return Group(*lines)
 
 
@@ -281,7 +425,7 @@ def plan_view(result) -> Group:
     else:
         parts.append(Text("No layout fits.", style="bold red"))
         for s in result.suggestions:
-            parts.append(Text(f"  - {s}"))
+            parts.append(_hanging("  - ", s))
     parts.append(steps_view(result))
     if result.pruned:
         ranked = sorted(result.pruned.items(), key=lambda kv: -kv[1])
@@ -289,3 +433,191 @@ def plan_view(result) -> Group:
                           + ", ".join(f"{rule} {count:,}" for rule, count in ranked), style="dim"))
     parts.append(plan_summary(result))
     return Group(*parts)
+
+
+# ------------------------------------------------------------------------------ pictures
+
+def _style(kind: str) -> str:
+    from planner.pictures import KINDS
+    colour = KINDS.get(kind, ("", ""))[0]
+    if kind in ("free", "idle", "headroom", "point"):
+        return "dim" if kind != "free" else ""
+    if kind in ("top", "pick"):
+        return f"bold {colour}"
+    return f"black on {colour}" if colour else ""
+
+
+def _cells_text(cells) -> Text:
+    t = Text()
+    for ch, kind in cells:
+        t.append(ch, style=_style(kind))
+    return t
+
+
+class _Drawn:
+    """A renderable drawn at the console's width: `draw(width) -> list[Text]`."""
+
+    def __init__(self, draw):
+        self.draw = draw
+
+    def __rich_console__(self, console, options):
+        yield from self.draw(max(20, options.max_width))
+
+    def __rich_measure__(self, console, options):
+        from rich.measure import Measurement
+        return Measurement(20, options.max_width)
+
+
+def _legend(kinds: list[tuple[str, str]]) -> Text:
+    from planner.pictures import KINDS
+    t = Text()
+    for kind, label in kinds:
+        t.append(KINDS[kind][1], style=_style(kind))
+        t.append(f" {label}  ")
+    return t
+
+
+def schedule_view(pic) -> Group:
+    """One row per pipeline rank, time left to right, the bubble as '·'."""
+    head = Text(f"Pipeline schedule: {pic.caption()}", style="bold")
+    label_w = len(f"rank {pic.p - 1} ")
+    total = pic.schedule.makespan
+
+    def draw(width: int):
+        inner = width - label_w
+        lines = []
+        for r, row in enumerate(_schedule_rows(pic, inner)):
+            lines.append(Text(f"rank {r}".ljust(label_w)) + _cells_text(row))
+        axis = f"0 s".ljust(inner - len(f"{total:.2f} s")) + f"{total:.2f} s"
+        lines.append(Text(" " * label_w + axis, style="dim"))
+        return lines
+
+    legend = [("F", "forward"), ("B", "backward")] + ([("R", "recompute")] if pic.recompute else [])
+    legend.append(("idle", "idle (bubble)"))
+    return Group(head, _Drawn(draw), _legend(legend),
+                 Text("digits, where the picture is wide enough: the micro-batch, from 1",
+                      style="dim"))
+
+
+def _schedule_rows(pic, width):
+    from planner.pictures import schedule_cells
+    return schedule_cells(pic, width)
+
+
+def memory_bars_view(pic) -> Group:
+    """Stacked bars per pipeline rank against capacity; '|' marks the usable line."""
+    from planner.pictures import bar_cells
+    head = Text(f"Memory per pipeline rank: {pic.caption()}", style="bold")
+    n = len(pic.ranks)
+    label_w = len(f"rank {n - 1} middle ")
+
+    def draw(width: int):
+        value_w = 12
+        inner = max(10, width - label_w - value_w)
+        lines = []
+        for i, mem in enumerate(pic.ranks):
+            val = f" {mem.total / GiB:5.1f} {mem.fraction:4.0%}"
+            lines.append(Text(f"rank {i} {mem.stage}".ljust(label_w)) + _cells_text(bar_cells(pic, i, inner))
+                         + Text(val, style="bold" if i == pic.worst else ""))
+        return lines
+
+    legend = _legend([("weights", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer"),
+                      ("activations", "activations"), ("other", "other"),
+                      ("headroom", "headroom"), ("over", "over capacity")])
+    return Group(head, _Drawn(draw), legend,
+                 Text(f"GiB per GPU, share of {pic.capacity / GiB:.0f} GiB; | = usable "
+                      f"{pic.usable / GiB:.1f} GiB", style="dim"))
+
+
+def waterfall_view(pic) -> Group:
+    """The step's parts one after another, each starting where the previous ended."""
+    from planner.pictures import waterfall_cells
+    head = Text(f"Step time: {pic.total:.3f} s, part by part", style="bold")
+    label_w = max(len(label) for _, label, _, _ in pic.steps) + 1
+
+    def draw(width: int):
+        value_w = 14
+        inner = max(10, width - label_w - value_w)
+        lines = []
+        for i, (kind, label, start, sec) in enumerate(pic.steps):
+            share = sec / pic.total if pic.total else 0.0
+            lines.append(Text(label.ljust(label_w)) + _cells_text(waterfall_cells(pic, i, inner))
+                         + Text(f" {sec:6.3f} s {share:3.0%}"))
+        lines.append(Text("step".ljust(label_w) + "─" * inner + f" {pic.total:6.3f} s", style="bold"))
+        return lines
+
+    return Group(head, _Drawn(draw))
+
+
+def grid_view(pic) -> Group:
+    """Each axis's group of rank 0, its stride and the link it runs on; the first nodes."""
+    from planner.pictures import node_text
+    t = Table(title=f"GPU grid: {pic.world} GPUs, {pic.gpus_per_node} per node, NVLink domain "
+                    f"{pic.domain} (rank order tp, cp, ep, dp, pp)", title_justify="left")
+    t.add_column("axis")
+    t.add_column("size", justify="right")
+    t.add_column("stride", justify="right")
+    t.add_column("ranks with rank 0", overflow="fold")
+    t.add_column("link", overflow="fold")
+    for g in pic.groups:
+        link = (f"network {g.bandwidth_gb_per_s:.0f} GB/s" if g.crosses_network
+                else f"NVLink {g.bandwidth_gb_per_s:.0f} GB/s")
+        t.add_row(g.axis, str(g.degree), str(g.stride), g.describe(pic.gpus_per_node), link)
+    if not pic.groups:
+        t.add_row("-", "1", "-", "0 (one GPU)", "-")
+    lines: list[Any] = [t]
+    nodes: dict[int, list[dict]] = {}
+    for c in pic.coords:
+        nodes.setdefault(c["node"], []).append(c)
+    for node in sorted(nodes)[:4]:
+        lines.append(Text(f"  node {node}, " + node_text(nodes[node])))
+    n_nodes = -(-pic.world // pic.gpus_per_node)
+    if n_nodes > 4:
+        lines.append(Text(f"  ... {n_nodes - 4} more nodes in the same pattern", style="dim"))
+    return Group(*lines)
+
+
+def scatter_view(pic) -> Group:
+    """Step time vs memory per GPU, fastest at the bottom."""
+    from planner.pictures import scatter_cells
+    x0, x1, y0, y1 = pic.bounds
+    head = Text(f"Step time vs memory: {pic.sample}", style="bold")
+    height = 12
+
+    def draw(width: int):
+        label_w = 8
+        inner = max(10, width - label_w)
+        grid = scatter_cells(pic, inner, height)
+        lines = []
+        for i, row in enumerate(grid):
+            y = y1 - (y1 - y0) * i / (height - 1) if height > 1 else y0
+            lab = f"{y:6.2f}s " if i in (0, height - 1, height // 2) else " " * label_w
+            lines.append(Text(lab.rjust(label_w)) + _cells_text(row))
+        axis = f"{x0:.1f} GiB".ljust(inner - len(f"{x1:.1f} GiB")) + f"{x1:.1f} GiB"
+        lines.append(Text(" " * label_w + axis, style="dim"))
+        return lines
+
+    return Group(head, _Drawn(draw),
+                 Text("digits: rank in the table; * the seven-step pick; · other feasible layouts",
+                      style="dim"))
+
+
+def pictures_view(pics: dict) -> Group:
+    """The pictures `layout_pictures` made, each under its own heading."""
+    views = {"schedule": schedule_view, "memory": memory_bars_view, "time": waterfall_view,
+             "grid": grid_view, "scatter": scatter_view}
+    parts: list[Any] = []
+    for name, pic in pics.items():
+        parts.append(Text(""))
+        parts.append(views[name](pic))
+    return Group(*parts)
+
+
+def plan_pictures_view(result, pics: dict) -> Group:
+    """The pictures of the best plan (and the scatter of the search)."""
+    if not result.plans:
+        return Group(Text(""), Text("No pictures: no layout fits.", style="dim"))
+    best = result.best
+    head = Text(f"Pictures of #1 ({best.layout.name}, zero {best.layout.zero}, recompute "
+                f"{best.layout.recompute}, micro-batch {best.layout.micro_batch_size})", style="bold")
+    return Group(Text(""), head, pictures_view(pics))
