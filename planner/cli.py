@@ -137,6 +137,21 @@ def _world(gpus: Optional[int], nodes: Optional[int], hardware) -> Optional[int]
     return n
 
 
+def _version(value: bool) -> None:
+    if value:
+        from planner import __version__
+        print(f"planner {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Plan and check how to split a large model across a GPU cluster."""
+
+
 @app.command()
 def plan(
     model: Annotated[str, typer.Option("--model", help="Preset, alias, model YAML or HF config.json.")],
@@ -323,6 +338,49 @@ def _layout_pictures(result, wanted: list[str], headroom: float) -> dict:
         return {}
     from planner.pictures import layout_pictures
     return layout_pictures(result.job, result.layout, show=wanted, headroom=headroom)
+
+
+@app.command()
+def compare(
+    configs: Annotated[list[Path], typer.Argument(help="Two or more configs, in any format validate reads.")],
+    json_out: JsonOpt = False,
+    headroom: HeadroomOpt = 0.05,
+    html: HtmlOpt = None,
+) -> None:
+    """Show two or more configs side by side: layout, memory, time, throughput; what differs."""
+
+    def body() -> int:
+        from planner import report
+        from planner.importers import load_any
+        from planner.validate import validate as run_validate
+
+        if len(configs) < 2:
+            raise SpecError(f"compare needs two or more configs, got {len(configs)}; "
+                            "use planner validate for one")
+        room = _headroom(headroom)
+        results, formats = [], []
+        for path in configs:
+            imported = load_any(path)
+            results.append(run_validate(imported.job, imported.layout, headroom=room,
+                                        extra=imported.violations))
+            formats.append(imported.format)
+        names = _short_names(configs)
+        if json_out:
+            print(json.dumps(report.compare_json(results, names, formats), indent=2))
+        else:
+            _console().print(report.compare_view(results, names))
+        if html is not None:
+            from planner.html import compare_html
+            _write_html(html, compare_html(report.compare_rows(results), names))
+        return 0 if all(r.valid for r in results) else 1
+
+    _run(body)
+
+
+def _short_names(paths: list[Path]) -> list[str]:
+    """File names, or the paths where two files share a name."""
+    names = [p.name for p in paths]
+    return names if len(set(names)) == len(names) else [str(p) for p in paths]
 
 
 @app.command()

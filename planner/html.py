@@ -383,9 +383,10 @@ def plan_html(result, *, scatter, per_plan: list[dict], caveats: dict[int, list[
     return _page(f"planner plan: {job.model.name} on {job.num_gpus} x {job.hardware.name}", body)
 
 
-def compare_html(rows: list[tuple[str, list[str], bool]], names: list[str]) -> str:
+def compare_html(rows: list[tuple[str, str, list[str], bool]], names: list[str]) -> str:
     """`planner compare` as a table, the rows that differ highlighted."""
-    diff = {i for i, (_, _, d) in enumerate(rows) if d}
-    table = _table([""] + names, [[label] + vals for label, vals, _ in rows], diff)
-    return _page("planner compare", [table])
+    diff = {i for i, (_, _, _, d) in enumerate(rows) if d}
+    table = _table([""] + names, [[label] + vals for _, label, vals, _ in rows], diff)
+    return _page("planner compare", ["<p>Highlighted: the rows that differ; (+x%) against the "
+                                     "first config.</p>", table])
 

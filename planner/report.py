@@ -145,7 +145,12 @@ def validation_view(result, *, source: str = "") -> Group:
         parts.append(_hanging("Caveat: ", c, style="yellow"))
     est = result.estimate
     if est is None:
-        parts.append(Text("No estimate: the layout does not tile the GPUs (fix the errors above)."))
+        if (result.layout.world_size == job.num_gpus
+                and result.layout.num_microbatches(job.training.global_batch_size) < 1):
+            why = "the global batch leaves a data-parallel rank no whole micro-batch"
+        else:
+            why = "the layout does not tile the GPUs"
+        parts.append(Text(f"No estimate: {why} (fix the errors above)."))
     else:
         parts.append(memory_table(est.memory))
         if est.time is not None:
@@ -621,3 +626,95 @@ def plan_pictures_view(result, pics: dict) -> Group:
     head = Text(f"Pictures of #1 ({best.layout.name}, zero {best.layout.zero}, recompute "
                 f"{best.layout.recompute}, micro-batch {best.layout.micro_batch_size})", style="bold")
     return Group(Text(""), head, pictures_view(pics))
+
+
+# ------------------------------------------------------------------------------ compare
+
+def compare_rows(results: list) -> list[tuple[str, str, list[str], bool]]:
+    """(key, label, one value per config, differs) for `planner compare`: the job, the layout,
+    memory by component, step time by part, throughput; numbers after the first carry their
+    change against the first config."""
+    rows: list[tuple[str, str, list[str], bool]] = []
+
+    def add(key: str, label: str, vals: list, fmt=str, rel: bool = False):
+        shown = []
+        for i, v in enumerate(vals):
+            if v is None:
+                shown.append("-")
+                continue
+            text = fmt(v)
+            base = vals[0]
+            if rel and i > 0 and base not in (None, 0) and v != base:
+                text += f" ({(v / base - 1):+.0%})"
+            shown.append(text)
+        plain = [fmt(v) if v is not None else "-" for v in vals]
+        rows.append((key, label, shown, len(set(plain)) > 1))
+
+    jobs = [r.job for r in results]
+    lays = [r.layout for r in results]
+    ests = [r.estimate for r in results]
+    add("valid", "verdict", ["VALID" if r.valid else f"INVALID ({len(r.errors)} errors)"
+                             for r in results])
+    add("model", "model", [j.model.name for j in jobs])
+    add("hardware", "hardware", [j.hardware.name for j in jobs])
+    add("num_gpus", "GPUs", [j.num_gpus for j in jobs])
+    add("seq_length", "sequence", [j.training.seq_length for j in jobs])
+    add("global_batch_size", "global batch", [j.training.global_batch_size for j in jobs])
+    add("precision", "precision", [j.training.precision for j in jobs])
+    for key in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size"):
+        add(key, key.replace("micro_batch_size", "micro-batch"), [getattr(x, key) for x in lays])
+    add("num_microbatches", "micro-batches",
+        [x.num_microbatches(j.training.global_batch_size) for x, j in zip(lays, jobs)])
+    add("sequence_parallel", "sp", ["on" if x.sp else "off" for x in lays])
+    add("zero_stage", "ZeRO", [x.zero for x in lays])
+    add("recompute", "recompute", [x.recompute for x in lays])
+    gib = lambda v: f"{v / GiB:.2f}"   # noqa: E731
+    for key, label in (("weights", "weights GiB"), ("gradients", "gradients GiB"),
+                       ("optimizer", "optimizer GiB"), ("activations", "activations GiB"),
+                       ("other", "other GiB"), ("total", "memory GiB/GPU")):
+        add(f"memory.{key}", label, [getattr(e.memory, key) if e else None for e in ests], gib,
+            rel=key == "total")
+    add("memory.stage", "most loaded rank", [e.memory.stage if e else None for e in ests])
+    tms = [e.time if e is not None else None for e in ests]
+    sec = lambda v: f"{v:.3f}"         # noqa: E731
+    for key, label in (("compute_s", "compute s"), ("bubble_s", "bubble s"),
+                       ("tp_comm_s", "TP comm s"), ("pp_comm_s", "PP comm s"),
+                       ("dp_comm_s", "DP comm s"), ("ep_comm_s", "EP comm s"),
+                       ("cp_comm_s", "CP comm s"), ("optimizer_s", "optimizer s"),
+                       ("step_time_s", "step s")):
+        add(f"time.{key}", label, [getattr(t, key) if t else None for t in tms], sec,
+            rel=key == "step_time_s")
+    add("throughput.tokens_per_s_per_gpu", "tokens/s/GPU",
+        [t.tokens_per_s_per_gpu if t else None for t in tms], lambda v: f"{v:,.0f}", rel=True)
+    add("throughput.mfu", "MFU", [t.mfu if t else None for t in tms], lambda v: f"{v:.1%}")
+    add("warnings", "warnings", [", ".join(v.rule for v in r.warnings) or "-" for r in results])
+    add("caveats", "caveats", [str(len(_caveats(r.job, r.layout))) for r in results])
+    return rows
+
+
+def compare_view(results: list, names: list[str]) -> Group:
+    """Configs side by side; rows that differ marked '*' and highlighted."""
+    t = Table(title=f"Comparing {len(results)} configs (* = differs; (+x%) against the first)",
+              title_justify="left", show_lines=False)
+    t.add_column("", no_wrap=True)
+    for n in names:
+        t.add_column(n, justify="right", overflow="fold")
+    for key, label, vals, differs in compare_rows(results):
+        style = "bold yellow" if differs else ""
+        t.add_row(Text(("* " if differs else "  ") + label, style=style),
+                  *[Text(v, style=style) for v in vals])
+    notes: list[Any] = [t]
+    for name, r in zip(names, results):
+        for c in _caveats(r.job, r.layout):
+            notes.append(_hanging(f"  {name}: ", c, style="yellow"))
+    return Group(*notes)
+
+
+def compare_json(results: list, names: list[str], formats: list[str]) -> dict[str, Any]:
+    configs = []
+    for name, fmt, r in zip(names, formats, results):
+        d = validation_json(r)
+        d["config"], d["format"] = name, fmt
+        configs.append(d)
+    return {"configs": configs,
+            "differences": [key for key, _, _, differs in compare_rows(results) if differs]}
