@@ -129,3 +129,290 @@ def test_stage_times_add_up_to_the_step(example, changes):
         # drain at full stage time; the drawn schedule overlaps the short stages' part of it,
         # so it is never longer and here within 1 %
         assert pipe * 0.99 <= sched.makespan <= pipe * (1 + 1e-9)
+
+
+# ------------------------------------------------------------------- terminal and widths
+
+import json                                                              # noqa: E402
+import os                                                                # noqa: E402
+import re                                                                # noqa: E402
+import subprocess                                                        # noqa: E402
+import sys                                                               # noqa: E402
+
+from typer.testing import CliRunner                                      # noqa: E402
+
+from planner.cli import PIPE_WIDTH, app                                  # noqa: E402
+
+ROOT = EXAMPLES.parent
+EXAMPLE_70B = str(EXAMPLES / "llama3-70b-2048xh100.yaml")
+
+
+def _run(args, width):
+    r = CliRunner(env={"COLUMNS": str(width), "NO_COLOR": "1", "TERM": "dumb"}).invoke(app, args)
+    return r
+
+
+def _rank_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if re.match(r"rank \d+ ", line)]
+
+
+def test_validate_show_schedule_draws_the_chapters_example():
+    """Done-when of issue 11: TP8 x PP4 x DP64, 16 micro-batches: 4 rows, the (4-1)/16 = 19%
+    bubble named, and at 200 columns every micro-batch's forward and backward numbered on
+    every rank (each of 1..16 exactly twice per row)."""
+    r = _run(["validate", EXAMPLE_70B, "--show", "schedule"], 200)
+    assert r.exit_code == 0, r.output
+    assert "1F1B, 4 stages, 16 micro-batches" in r.stdout
+    assert "(4-1)/16 = 19%" in r.stdout
+    rows = _rank_rows(r.stdout)
+    assert len(rows) == 4
+    for row in rows:
+        numbers = sorted(int(x) for x in re.findall(r"\d+", row.split(" ", 2)[2]))
+        assert numbers == sorted(list(range(1, 17)) * 2), row
+    narrow = _run(["validate", EXAMPLE_70B, "--show", "schedule"], 80)
+    rows = _rank_rows(narrow.stdout)
+    assert len(rows) == 4 and all(len(row) <= 80 for row in rows)
+    assert all("F" in row and "B" in row and "·" in row for row in rows)
+
+
+def test_schedule_cells_idle_share_is_the_schedules():
+    """The picture's idle cells on the busiest rank are the schedule's bubble, to a cell."""
+    from planner.pictures import schedule_cells, schedule_picture
+    job, lay = _job("llama3-70b-2048xh100.yaml")
+    pic = schedule_picture(job, lay)
+    width = 400
+    rows = schedule_cells(pic, width)
+    busiest = max(range(pic.p), key=pic.schedule.busy)
+    idle = sum(kind == "idle" for _, kind in rows[busiest])
+    expect = width * (1 - pic.schedule.busy(busiest) / pic.schedule.makespan)
+    assert abs(idle - expect) <= pic.m * 2      # rounding: at most a cell per block edge
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+@pytest.mark.parametrize("args", [
+    ["--model", "70b", "--gpus", "2048"],
+    ["--model", "deepseek-v3", "--gpus", "2048"],
+    ["--model", "405b", "--gpus", "16384"],
+    ["--model", "mixtral-8x7b", "--gpus", "64", "--hardware", "b200"],
+], ids=["70b", "deepseek-v3", "405b-16k", "mixtral-b200"])
+def test_plan_table_degrees_readable_at_width(args, width):
+    """Every degree of every row can be read back and equals the JSON plan; no line is wider
+    than the terminal and nothing is cut with an ellipsis."""
+    text = _run(["plan", *args], width).stdout
+    plans = json.loads(_run(["plan", *args, "--json"], 200).stdout)["plans"]
+    assert "…" not in text
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+    read = _read_table(text)
+    assert len(read) == len(plans)
+    for got, plan in zip(read, plans):
+        lay = plan["layout"]
+        for key in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "num_microbatches",
+                    "zero_stage"):
+            assert got[key] == lay[key], (width, key, got, lay)
+
+
+_HEAD_KEYS = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "vpp": "vpp",
+              "mbs": "micro_batch_size", "m": "num_microbatches", "zero": "zero_stage",
+              "z": "zero_stage"}
+
+
+def _read_table(text: str) -> list[dict]:
+    """The degrees of each plan row, from the table (or its narrow paragraph form)."""
+    lines = text.splitlines()
+    head = next((i for i, line in enumerate(lines) if re.match(r"^\s*#\s+tp\s", line)), None)
+    constant = {}
+    for line in lines:
+        m = re.match(r"^((?:\w+ 1(?: and )?)+) in every row$", line.strip())
+        if m:
+            constant = {k: 1 for k in re.findall(r"(\w+) 1", m.group(1))}
+    out = []
+    if head is not None:
+        names = lines[head].split()
+        for line in lines[head + 2:]:
+            if not re.match(r"^\s*\d+[*!]*\s", line):
+                break
+            cells = dict(zip(names, line.split()))
+            row = {_HEAD_KEYS[k]: int(v.rstrip("u")) for k, v in cells.items() if k in _HEAD_KEYS}
+            row.update({k: 1 for k in constant})
+            out.append(row)
+        return out
+    for line in lines:   # paragraphs: "  1 tp4-dp128-pp4-vpp10, micro-batch 1 x 4, zero 1, ..."
+        m = re.match(r"^\s*\d+[*!]*\s+(\S+), micro-batch (\d+) x (\d+), zero (\d)", line)
+        if m:
+            deg = dict(re.findall(r"([a-z]+)(\d+)", m.group(1)))
+            row = {k: int(deg.get(k, 1)) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")}
+            row.update(micro_batch_size=int(m.group(2)), num_microbatches=int(m.group(3)),
+                       zero_stage=int(m.group(4)))
+            out.append(row)
+    return out
+
+
+def test_plan_table_becomes_paragraphs_when_very_narrow():
+    text = _run(["plan", "--model", "70b", "--gpus", "2048", "--hardware", "b200"], 60).stdout
+    assert "…" not in text
+    read = _read_table(text)
+    plans = json.loads(_run(["plan", "--model", "70b", "--gpus", "2048", "--hardware", "b200",
+                             "--json"], 200).stdout)["plans"]
+    assert [r["dp"] for r in read] == [p["layout"]["dp"] for p in plans]
+
+
+def test_wrapped_trace_lines_hang_under_their_step():
+    text = _run(["plan", "--model", "70b", "--gpus", "2048"], 80).stdout
+    lines = text.splitlines()
+    start = lines.index("Seven-step procedure")
+    wrapped = 0
+    for prev, line in zip(lines[start + 1:], lines[start + 2:]):
+        if re.match(r"^  \(\d\) ", prev) and not re.match(r"^  (\(\d\)|=>) ", line):
+            if not line.strip() or not line.startswith("      "):
+                break
+            wrapped += 1
+    assert wrapped >= 3
+
+
+@pytest.mark.parametrize("env,limit", [({"COLUMNS": "80"}, 80), ({}, PIPE_WIDTH)],
+                         ids=["COLUMNS=80", "no COLUMNS"])
+def test_columns_honoured_when_piped(env, limit):
+    base = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run([sys.executable, "-m", "planner", "plan", "--model", "70b", "--gpus",
+                           "2048"], capture_output=True, text=True, cwd=ROOT,
+                          env={**base, **env}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    widths = [len(line.rstrip()) for line in proc.stdout.splitlines()]
+    assert max(widths) <= limit
+    assert max(widths) > limit - 30     # it used the width it was given
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_every_picture_fits_the_width(width):
+    for args in (["validate", EXAMPLE_70B, "--show", "all"],
+                 ["validate", str(EXAMPLES / "deepseek-v3-1024xb200.yaml"), "--show", "all"],
+                 ["plan", "--model", "70b", "--gpus", "512", "--show", "all", "--top", "3"]):
+        r = _run(args, width)
+        assert r.exit_code == 0, r.output
+        assert max(len(line.rstrip()) for line in r.stdout.splitlines()) <= width
+        for title in ("Pipeline schedule", "Memory per pipeline rank", "Step time:", "GPU grid"):
+            assert title in r.stdout
+    assert "Step time vs memory" in r.stdout
+
+
+def test_memory_bars_total_matches_the_breakdown():
+    """Each bar's printed GiB is that rank's total from memory_by_rank."""
+    job, lay = _job("llama3-70b-2048xh100.yaml")
+    ranks = cost_model(job).memory_by_rank(lay)
+    text = _run(["validate", EXAMPLE_70B, "--show", "memory"], 120).stdout
+    bars = [line for line in text.splitlines() if re.match(r"rank \d (first|middle|last)", line)]
+    got = [float(line.split()[-2]) for line in bars]
+    assert got == [round(r.total / 2**30, 1) for r in ranks]
+
+
+def test_show_rejects_unknown_pictures_and_json():
+    r = _run(["validate", EXAMPLE_70B, "--show", "bogus"], 80)
+    assert r.exit_code == 2 and "'bogus'" in r.stderr and "schedule" in r.stderr
+    r = _run(["validate", EXAMPLE_70B, "--show", "scatter"], 80)
+    assert r.exit_code == 2 and "plan" in r.stderr
+    r = _run(["validate", EXAMPLE_70B, "--show", "schedule", "--json"], 80)
+    assert r.exit_code == 2 and "--json" in r.stderr
+
+
+# ------------------------------------------------------------------------- small things
+
+def test_version_is_the_packages():
+    import tomllib
+    want = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    r = _run(["--version"], 80)
+    assert r.exit_code == 0 and r.stdout.strip() == f"planner {want}"
+
+
+@pytest.mark.parametrize("value,ok", [("15", False), ("999999", False), ("15T", True),
+                                      ("2000000", True), ("2.5e12", True)])
+def test_tokens_needs_a_unit_below_a_million(value, ok):
+    r = _run(["plan", "--model", "8b", "--gpus", "64", "--tokens", value, "--top", "1"], 120)
+    if ok:
+        assert r.exit_code == 0, r.output
+    else:
+        assert r.exit_code == 2
+        assert f"reads as {int(value):,} tokens" in r.stderr and "15T" not in value
+
+
+def test_batch_smaller_than_dp_is_one_error_naming_both(tmp_path):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text("model: llama3-70b\nnum_gpus: 2048\n"
+                   "training: {seq_length: 8192, global_batch_size: 32}\n"
+                   "parallel: {tp: 8, pp: 4, micro_batch_size: 1, vpp: 1}\n")
+    out = json.loads(_run(["validate", str(cfg), "--json"], 120).stdout)
+    assert out["valid"] is False
+    msgs = [e["message"] for e in out["errors"] if e["rule"] == "batch-divisible"]
+    assert len(msgs) == 1 and "global_batch_size (32)" in msgs[0] and "dp (64)" in msgs[0]
+    # no warnings about a bubble of a schedule with no micro-batches
+    assert not [w for w in out["warnings"] if w["rule"] in ("bubble-above-20pct",
+                                                             "microbatches-below-4p")]
+
+
+# --------------------------------------------------------------------------- seven steps
+
+def test_seven_steps_use_the_nvlink_domain_on_nvl72():
+    out = json.loads(_run(["plan", "--model", "70b", "--gpus", "2048", "--hardware",
+                           "gb200-nvl72", "--json"], 120).stdout)
+    step2 = out["steps"][1]["decision"]
+    assert "72-GPU NVLink domain" in step2 and step2.startswith("tp 8:")
+    assert "GPUs per NVLink node" not in step2
+
+
+def test_seven_steps_say_a_pinned_degree_is_pinned_and_name_the_rule():
+    out = json.loads(_run(["plan", "--model", "70b", "--gpus", "64", "--fix", "tp=3",
+                           "--json"], 120).stdout)
+    step2, step3 = out["steps"][1]["decision"], out["steps"][2]["decision"]
+    assert step2.startswith("tp 3: pinned (--fix tp=3)") and "world-size" in step2
+    assert "largest degree" not in step2
+    assert "world-size" in step3
+    out = json.loads(_run(["plan", "--model", "mixtral-8x7b", "--gpus", "64", "--fix", "ep=3",
+                           "--json"], 120).stdout)
+    assert "experts-divisible-by-ep" in out["steps"][2]["decision"]
+    assert "pinned" in out["steps"][4]["decision"]
+    out = json.loads(_run(["plan", "--model", "70b", "--gpus", "2048", "--fix",
+                           "tp=4,pp=4,vpp=5", "--json"], 120).stdout)
+    assert out["seven_step_pick"]["layout"]["vpp"] == 5
+    assert "pinned" in out["steps"][2]["decision"] and "pinned" in out["steps"][6]["decision"]
+
+
+# ------------------------------------------------------------------------------ caveats
+
+def test_caveats_in_validate_text_and_json():
+    # b200 has no calibration data (hardware_profiles/b200.yaml: fitted_on empty)
+    path = str(EXAMPLES / "deepseek-v3-1024xb200.yaml")
+    out = json.loads(_run(["validate", path, "--json"], 120).stdout)
+    assert out["caveats"] and "b200" in out["caveats"][0]
+    assert "Caveat: " in _run(["validate", path], 120).stdout
+    calibrated = json.loads(_run(["validate", EXAMPLE_70B, "--json"], 120).stdout)
+    assert calibrated["caveats"] == []     # dense bf16 on h100-sxm: fitted
+
+
+def test_caveats_marked_in_the_plan_table_and_json():
+    args = ["plan", "--model", "mixtral-8x7b", "--gpus", "64"]
+    out = json.loads(_run([*args, "--json"], 120).stdout)
+    assert out["caveats"] and all(p["caveats"] for p in out["plans"])   # moe: not fitted
+    text = _run(args, 120).stdout
+    assert re.search(r"^\s*1\*?!", text, re.M)
+    assert "! = outside calibrated ground" in text and "  ! no moe" in text
+
+
+# ------------------------------------------------------------------------------ compare
+
+def test_compare_marks_what_differs(tmp_path):
+    other = tmp_path / "pp8.yaml"
+    other.write_text((EXAMPLES / "llama3-70b-2048xh100.yaml").read_text()
+                     .replace("pp: 4", "pp: 8").replace("dp: 64", "dp: 32"))
+    r = _run(["compare", EXAMPLE_70B, str(other)], 80)
+    assert r.exit_code == 0, r.output
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    assert re.search(r"\* pp\s", r.stdout) and re.search(r"\s  tp\s", r.stdout)
+    out = json.loads(_run(["compare", EXAMPLE_70B, str(other), "--json"], 80).stdout)
+    assert {"pp", "dp", "time.step_time_s"} <= set(out["differences"])
+    assert "tp" not in out["differences"]
+    assert [c["layout"]["pp"] for c in out["configs"]] == [4, 8]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((EXAMPLES / "llama3-70b-2048xh100.yaml").read_text().replace("tp: 8", "tp: 3")
+                   .replace("dp: 64", "dp: 32"))
+    assert _run(["compare", EXAMPLE_70B, str(bad)], 80).exit_code == 1
+    one = _run(["compare", EXAMPLE_70B], 80)
+    assert one.exit_code == 2 and "two or more" in one.stderr
