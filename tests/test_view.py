@@ -133,6 +133,7 @@ def test_stage_times_add_up_to_the_step(example, changes):
 
 # ------------------------------------------------------------------- terminal and widths
 
+import functools                                                         # noqa: E402
 import json                                                              # noqa: E402
 import os                                                                # noqa: E402
 import re                                                                # noqa: E402
@@ -197,9 +198,9 @@ def test_schedule_cells_idle_share_is_the_schedules():
 ], ids=["70b", "deepseek-v3", "405b-16k", "mixtral-b200"])
 def test_plan_table_degrees_readable_at_width(args, width):
     """Every degree of every row can be read back and equals the JSON plan; no line is wider
-    than the terminal and nothing is cut with an ellipsis."""
-    text = _run(["plan", *args], width).stdout
-    plans = json.loads(_run(["plan", *args, "--json"], 200).stdout)["plans"]
+    than the terminal and nothing is cut with an ellipsis. (One search per job, rendered at
+    each width as the CLI renders it.)"""
+    text, plans = _plan_at(tuple(args), width)
     assert "…" not in text
     assert max(len(line.rstrip()) for line in text.splitlines()) <= width
     read = _read_table(text)
@@ -209,6 +210,33 @@ def test_plan_table_degrees_readable_at_width(args, width):
         for key in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "num_microbatches",
                     "zero_stage"):
             assert got[key] == lay[key], (width, key, got, lay)
+
+
+@functools.lru_cache(maxsize=None)
+def _searched(args: tuple):
+    from planner import report
+    from planner.config import Job, default_training, resolve_hardware
+    from planner.presets import resolve_model
+    from planner.search import search
+    kw = dict(zip(args[::2], args[1::2]))
+    m = resolve_model(kw["--model"])
+    job = Job(model=m, hardware=resolve_hardware(kw.get("--hardware", "h100-sxm")),
+              num_gpus=int(kw["--gpus"]), training=default_training(m))
+    result = search(job)
+    return result, report.plan_json(result)["plans"]
+
+
+def _plan_at(args: tuple, width: int):
+    import io
+
+    from rich.console import Console
+
+    from planner import report
+    result, plans = _searched(args)
+    buf = io.StringIO()
+    Console(file=buf, width=width, no_color=True, highlight=False, soft_wrap=False).print(
+        report.plan_view(result))
+    return buf.getvalue(), plans
 
 
 _HEAD_KEYS = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "vpp": "vpp",
