@@ -159,27 +159,69 @@ def validation_view(result, *, source: str = "") -> Group:
     return Group(*parts)
 
 
-def models_view(rows: list[dict]) -> Table:
-    t = Table(title="Preset models")
-    for col in ("name", "aliases", "params", "published", "active", "layers", "hidden",
-                "heads/kv", "experts", "seq"):
-        t.add_column(col, justify="right" if col not in ("name", "aliases") else "left")
-    for r in rows:
-        pub = r.get("published_parameters")
-        t.add_row(r["name"], ", ".join(r["aliases"]), fmt_count(r["parameters"]),
-                  fmt_count(pub) if pub else "-",
-                  fmt_count(r["active_parameters"]), str(r["num_layers"]), str(r["hidden_size"]),
-                  f"{r['num_attention_heads']}/{r['num_kv_heads']}",
-                  f"{r['num_experts']} top-{r['moe_top_k']}" if r["num_experts"] else "-",
-                  str(r["seq_length"]))
-    return t
+def _listing(title: str) -> Table:
+    """A borderless table for the listings: two spaces between columns, so 80 columns hold
+    them without cutting a name."""
+    from rich import box
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                 collapse_padding=True)
+
+
+class _Folding:
+    """A table that drops optional columns, in a fixed order, until it fits the console;
+    the dropped ones are named below it. `build(dropped) -> Table`."""
+
+    def __init__(self, build, order: list[str], after: list | None = None):
+        self.build, self.order, self.after = build, order, after or []
+
+    def __rich_console__(self, console, options):
+        dropped: list[str] = []
+        table = self.build(set())
+        for col in self.order:
+            if _natural_width(console, table) <= options.max_width:
+                break
+            dropped.append(col)
+            table = self.build(set(dropped))
+        yield table
+        if dropped:
+            yield Text(f"{', '.join(dropped)} left out at this width (see --json)", style="dim")
+        yield from self.after
+
+
+def models_view(rows: list[dict]):
+    cols = [("params", "params"), ("published", "published"), ("active", "active"),
+            ("layers", "layers"), ("hidden", "hidden"), ("heads", "heads\n/kv"),
+            ("experts", "experts\n(top-k)"), ("seq", "seq")]
+
+    def build(dropped: set) -> Table:
+        t = _listing("Preset models (parameters: ours, published, active per token)")
+        t.add_column("name", no_wrap=True)
+        for key, head in cols:
+            if key not in dropped:
+                t.add_column(head, justify="right", no_wrap=True)
+        for r in rows:
+            pub = r.get("published_parameters")
+            vals = {"params": fmt_count(r["parameters"]),
+                    "published": fmt_count(pub) if pub else "-",
+                    "active": fmt_count(r["active_parameters"]), "layers": str(r["num_layers"]),
+                    "hidden": str(r["hidden_size"]),
+                    "heads": f"{r['num_attention_heads']}/{r['num_kv_heads']}",
+                    "experts": f"{r['num_experts']} ({r['moe_top_k']})" if r["num_experts"] else "-",
+                    "seq": str(r["seq_length"])}
+            t.add_row(r["name"], *[vals[k] for k, _ in cols if k not in dropped])
+        return t
+
+    aliases = [f"{a}={r['name']}" for r in rows for a in r["aliases"]]
+    after = [_hanging("aliases: ", ", ".join(aliases), style="dim")] if aliases else []
+    return _Folding(build, ["published", "hidden", "active"], after)
 
 
 def hardware_view(rows: list[dict]) -> Table:
-    t = Table(title="Hardware profiles")
-    for col in ("name", "memory GiB", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s", "GPUs/node",
-                "NVLink domain", "NVLink GB/s", "network GB/s"):
-        t.add_column(col, justify="left" if col == "name" else "right")
+    t = _listing("Hardware profiles (per GPU)")
+    t.add_column("name", no_wrap=True)
+    for col in ("memory\nGiB", "bf16\nTFLOP/s", "fp8\nTFLOP/s", "HBM\nGB/s", "GPUs\n/node",
+                "NVLink\ndomain", "NVLink\nGB/s", "network\nGB/s"):
+        t.add_column(col, justify="right", no_wrap=True)
     for r in rows:
         t.add_row(r["name"], f"{r['memory_gib']:.1f}", f"{r['peak_tflops']['bf16']:.0f}",
                   f"{r['peak_tflops']['fp8']:.0f}" if r["peak_tflops"].get("fp8") else "-",

@@ -444,3 +444,18 @@ def test_compare_marks_what_differs(tmp_path):
     assert _run(["compare", EXAMPLE_70B, str(bad)], 80).exit_code == 1
     one = _run(["compare", EXAMPLE_70B], 80)
     assert one.exit_code == 2 and "two or more" in one.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["models"], ["hardware"],
+    ["validate", EXAMPLE_70B], ["validate", str(EXAMPLES / "deepseek-v3-1024xb200.yaml")],
+    ["validate", str(EXAMPLES / "mixtral-8x7b-64xh100.yaml")],
+    ["plan", "--model", "70b", "--gpus", "100"],
+], ids=["models", "hardware", "validate-70b", "validate-deepseek", "validate-mixtral",
+        "plan-nothing-fits"])
+def test_every_view_reads_at_80_columns(args):
+    """Nothing cut with an ellipsis and nothing wider than the terminal."""
+    r = _run(args, 80)
+    assert r.exit_code in (0, 1), r.output
+    assert "…" not in r.stdout
+    assert max(len(line.rstrip()) for line in r.stdout.splitlines()) <= 80
