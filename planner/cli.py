@@ -280,7 +280,9 @@ def validate(
         else:
             console = _console()
             console.print(report.validation_view(result, source=source))
-            if wanted:
+            if wanted and result.estimate is None:
+                console.print(f"No pictures: {report.no_estimate_reason(result)}.", style="dim")
+            elif wanted:
                 console.print(report.pictures_view(_layout_pictures(result, wanted, room)))
         if html is not None:
             from planner.caveats import caveats

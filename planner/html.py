@@ -332,7 +332,9 @@ def validation_html(result, figs: dict, *, caveats: list[str], source: str = "")
         body.append("<h2>Pictures</h2>" + _figures(figs))
         body.append("<h2>Numbers</h2>" + _numbers(est.memory, est.time))
     else:
-        body.append("<p>No estimate: the layout does not tile the GPUs (fix the errors above).</p>")
+        from planner.report import no_estimate_reason
+        body.append(f"<p>No estimate: {escape(no_estimate_reason(result))} (fix the errors "
+                    "above).</p>")
     return _page("planner validate: " + (source or job.model.name), body)
 
 

@@ -121,6 +121,14 @@ def _layout_line(layout, gbs: int) -> Text:
     return Text(line)
 
 
+def no_estimate_reason(result) -> str:
+    """Why a validated layout has no estimate (and so no pictures)."""
+    job, lay = result.job, result.layout
+    if lay.world_size == job.num_gpus and lay.num_microbatches(job.training.global_batch_size) < 1:
+        return "the global batch leaves a data-parallel rank no whole micro-batch"
+    return "the layout does not tile the GPUs"
+
+
 def validation_view(result, *, source: str = "") -> Group:
     job = result.job
     head = (f"{job.model.name} on {job.num_gpus} x {job.hardware.name}, seq {job.training.seq_length}, "
@@ -145,12 +153,7 @@ def validation_view(result, *, source: str = "") -> Group:
         parts.append(_hanging("Caveat: ", c, style="yellow"))
     est = result.estimate
     if est is None:
-        if (result.layout.world_size == job.num_gpus
-                and result.layout.num_microbatches(job.training.global_batch_size) < 1):
-            why = "the global batch leaves a data-parallel rank no whole micro-batch"
-        else:
-            why = "the layout does not tile the GPUs"
-        parts.append(Text(f"No estimate: {why} (fix the errors above)."))
+        parts.append(Text(f"No estimate: {no_estimate_reason(result)} (fix the errors above)."))
     else:
         parts.append(memory_table(est.memory))
         if est.time is not None:

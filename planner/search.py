@@ -730,18 +730,20 @@ def _binding(result: SearchResult, opts: SearchOptions) -> str:
                 + _rule_detail(rule, job, opts))
     lay, mem = result.closest
     short = mem.total - usable
-    text = (f"memory: the closest layout, {lay.name} zero {lay.zero} recompute {lay.recompute} "
-            f"micro-batch {lay.micro_batch_size}, needs {mem.total / 2**30:.1f} GiB per GPU, "
-            f"{short / 2**30:.1f} GiB more than the {usable / 2**30:.1f} GiB usable")
+    closest = (f"the closest layout, {lay.name} zero {lay.zero} recompute {lay.recompute} "
+               f"micro-batch {lay.micro_batch_size}, needs {mem.total / 2**30:.1f} GiB per GPU, "
+               f"{short / 2**30:.1f} GiB more than the {usable / 2**30:.1f} GiB usable")
+    if not batch_ok(gbs, lay.micro_batch_size, lay.dp):
+        # the closest by memory is a layout the batch rules out: the batch binds first
+        ok = [d for d in divisors(N) if gbs % d == 0]
+        return (f"batch-divisible: the global batch {gbs} needs micro-batch x dp to divide it, "
+                f"and of the dp a {N}-GPU layout can have only {', '.join(map(str, ok))} do; "
+                f"none of those layouts fits, and by memory alone {closest}")
+    text = "memory: " + closest
     floor = _states_floor(job, usable)
     if floor > N:
         text += (f"; the model states alone need {math.ceil(floor)} or more GPUs "
                  f"however they are sharded")
-    if not batch_ok(gbs, lay.micro_batch_size, lay.dp):
-        ok = [d for d in divisors(N) if gbs % d == 0]
-        text += (f"; and it breaks batch-divisible: the global batch {gbs} needs micro-batch x "
-                 f"dp to divide it, and of the dp a {N}-GPU layout can have only "
-                 f"{', '.join(map(str, ok))} do")
     return text
 
 
