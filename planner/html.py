@@ -9,6 +9,7 @@ Every shape carries a <title>, which browsers show as a tooltip.
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from planner import pictures as pics
@@ -259,8 +260,8 @@ body{font-family:system-ui,-apple-system,'DejaVu Sans',sans-serif;margin:24px au
 color:#222;line-height:1.4}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
-td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
-td:first-child,th:first-child{text-align:left}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
+td.n,th.n{text-align:right}
 .diff{background:#fff3c4;font-weight:bold}.bad{color:#b40426}.ok{color:#2a7a2a}
 .caveat{background:#fff3c4;border-left:4px solid #e0a800;padding:6px 10px;margin:8px 0}
 figure{margin:16px 0}figcaption{margin-bottom:6px}
@@ -282,12 +283,20 @@ def _caveats(items: list[str]) -> str:
     return "".join(f'<div class="caveat">caveat: {escape(c)}</div>' for c in items)
 
 
+_NUMBER = re.compile(r"^[-+]?[\d,.]+(?:\s*[%a-zA-Z/*!]*)?(?:\s*\([^)]*\))?$")
+
+
 def _table(head: list[str], rows: list[list[str]], diff_rows: set[int] = frozenset()) -> str:
-    h = "".join(f"<th>{escape(x)}</th>" for x in head)
+    """Numbers right-aligned (a column is numeric when its cells are), text left."""
+    numeric = [i > 0 and all(_NUMBER.match(str(r[i])) or str(r[i]) == "-" for r in rows)
+               for i in range(len(head))]
+    right = [' class="n"' if n else "" for n in numeric]
+    h = "".join(f"<th{right[i]}>{escape(x)}</th>" for i, x in enumerate(head))
     body = []
     for i, r in enumerate(rows):
         cls = ' class="diff"' if i in diff_rows else ""
-        body.append(f"<tr{cls}>" + "".join(f"<td>{escape(str(x))}</td>" for x in r) + "</tr>")
+        body.append(f"<tr{cls}>" + "".join(f"<td{right[j]}>{escape(str(x))}</td>"
+                                           for j, x in enumerate(r)) + "</tr>")
     return f"<table><tr>{h}</tr>{''.join(body)}</table>"
 
 

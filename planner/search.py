@@ -837,71 +837,14 @@ def _suggestions(result: SearchResult, opts: SearchOptions) -> None:
     nearest global batches that more data-parallel degrees divide (when batch-divisible
     pruned); half the sequence at the same tokens per step (when memory binds); the nearest
     GPU counts in whole nodes below (when the batch binds) and above, from the count the
-    model states need however they are sharded."""
-    job = result.job
-    N, tr = job.num_gpus, job.training
-    gbs, seq = tr.global_batch_size, tr.seq_length
-    tries = _Tries(job, opts)
-    found: list[Suggestion] = []
+    model states need however they are sharded. Each kind leaves searches for the next."""
+    tries = _Tries(result.job, opts)
     result.binding = _binding(result, opts)
-    memory_bound = result.closest is not None
-    batch_pruned = result.pruned.get("batch-divisible", 0) > 0
-
-    # 1. pinned axes
-    for key, values in _pinned_options(job, opts).items():
-        hit = False
-        for v in values:
-            fix = {**opts.fix, key: v}
-            best = tries.best(fix=fix, reserve=8)
-            if best is not None:
-                found.append(Suggestion(("--fix", _fix_text(fix)), f"{key} {v} instead of the "
-                                        f"pinned {opts.fix[key]}", best, gbs))
-                hit = True
-                break
-        if not hit:
-            fix = {k: v for k, v in opts.fix.items() if k != key}
-            best = tries.best(fix=fix, reserve=8)
-            if best is not None:
-                args = ("--fix", _fix_text(fix)) if fix else ()
-                found.append(Suggestion(args, f"{key} left to the search", best, gbs,
-                                        drop=() if fix else ("--fix",)))
-    # 2. the global batch
-    if batch_pruned:
-        cands = set()
-        for d in divisors(N):
-            if gbs % d:
-                cands |= {gbs // d * d, -(-gbs // d) * d}
-        below = sorted((c for c in cands if 0 < c < gbs), reverse=True)[:2]
-        above = sorted(c for c in cands if c > gbs)[:2]
-        for side in (below, above):
-            for c in side:
-                best = tries.best(job=_with(job, global_batch_size=c), reserve=5)
-                if best is not None:
-                    found.append(Suggestion(("--global-batch-size", str(c)),
-                                            f"dp {best.layout.dp} divides {c}", best, c))
-                    break
-    # 3. a shorter sequence, the same tokens per step
-    if memory_bound and seq >= 1024 and seq % 2 == 0:
-        half = _with(job, seq_length=seq // 2, global_batch_size=gbs * 2)
-        best = tries.best(job=half, reserve=4)
-        if best is not None:
-            found.append(Suggestion(("--seq-length", str(seq // 2), "--global-batch-size",
-                                     str(gbs * 2)), "half the activations per sequence, the same "
-                                    "tokens per step", best, gbs * 2))
-    # 4. GPUs
-    usable = job.hardware.memory_gib * 2**30 * (1 - opts.headroom)
-    floor = _states_floor(job, usable)
-    if batch_pruned:
-        for n in sorted(_nice_counts(job, floor, N - 1), reverse=True)[:2]:
-            best = tries.best(job=_with_gpus(job, n))
-            if best is not None:
-                found.append(Suggestion(("--gpus", str(n)), _gpus_why(job, n, best), best, gbs))
-                break
-    for n in _nice_counts(job, max(floor, N + 1), 64 * N)[:4]:
-        best = tries.best(job=_with_gpus(job, n))
-        if best is not None:
-            found.append(Suggestion(("--gpus", str(n)), _gpus_why(job, n, best), best, gbs))
-            break
+    batch = result.pruned.get("batch-divisible", 0) > 0
+    found = (_pin_suggestions(result.job, opts, tries)
+             + (_batch_suggestions(result.job, tries) if batch else [])
+             + (_seq_suggestion(result.job, tries) if result.closest is not None else [])
+             + _gpu_suggestions(result.job, opts, tries, below=batch))
     result.suggested = found
     result.suggestions = [result.binding] + [s.line() for s in found]
     if not found:
@@ -909,6 +852,80 @@ def _suggestions(result: SearchResult, opts: SearchOptions) -> None:
             f"nothing checked fits ({MAX_RERUNS - tries.left} searches: other pinned values, "
             "batch, sequence, GPU counts); a GPU with more memory (--hardware) or a smaller "
             "model may")
+
+
+def _pin_suggestions(job: Job, opts: SearchOptions, tries: _Tries) -> list[Suggestion]:
+    """Per pinned axis: the nearest other value that fits, else the axis left to the search."""
+    gbs, out = job.training.global_batch_size, []
+    for key, values in _pinned_options(job, opts).items():
+        for v in values:
+            fix = {**opts.fix, key: v}
+            best = tries.best(fix=fix, reserve=8)
+            if best is not None:
+                out.append(Suggestion(("--fix", _fix_text(fix)),
+                                      f"{key} {v} instead of the pinned {opts.fix[key]}", best, gbs))
+                break
+        else:
+            fix = {k: v for k, v in opts.fix.items() if k != key}
+            best = tries.best(fix=fix, reserve=8)
+            if best is not None:
+                out.append(Suggestion(("--fix", _fix_text(fix)) if fix else (),
+                                      f"{key} left to the search", best, gbs,
+                                      drop=() if fix else ("--fix",)))
+    return out
+
+
+def _batch_suggestions(job: Job, tries: _Tries) -> list[Suggestion]:
+    """The nearest global batch below and above that a data-parallel degree of this GPU
+    count divides (where the current one divides fewer)."""
+    N, gbs = job.num_gpus, job.training.global_batch_size
+    cands = set()
+    for d in divisors(N):
+        if gbs % d:
+            cands |= {gbs // d * d, -(-gbs // d) * d}
+    out = []
+    for side in (sorted((c for c in cands if 0 < c < gbs), reverse=True)[:2],
+                 sorted(c for c in cands if c > gbs)[:2]):
+        for c in side:
+            best = tries.best(job=_with(job, global_batch_size=c), reserve=5)
+            if best is not None:
+                out.append(Suggestion(("--global-batch-size", str(c)),
+                                      f"dp {best.layout.dp} divides {c}", best, c))
+                break
+    return out
+
+
+def _seq_suggestion(job: Job, tries: _Tries) -> list[Suggestion]:
+    """Half the sequence, twice the sequences: the same tokens per step, half the
+    activations per sequence."""
+    seq, gbs = job.training.seq_length, job.training.global_batch_size
+    if seq < 1024 or seq % 2:
+        return []
+    best = tries.best(job=_with(job, seq_length=seq // 2, global_batch_size=gbs * 2), reserve=4)
+    if best is None:
+        return []
+    return [Suggestion(("--seq-length", str(seq // 2), "--global-batch-size", str(gbs * 2)),
+                       "half the activations per sequence, the same tokens per step", best,
+                       gbs * 2)]
+
+
+def _gpu_suggestions(job: Job, opts: SearchOptions, tries: _Tries, *,
+                     below: bool) -> list[Suggestion]:
+    """The nearest whole-node GPU count that fits above (from the count the model states
+    need), and below when the batch binds (fewer GPUs can mean a dp that divides it)."""
+    N, gbs = job.num_gpus, job.training.global_batch_size
+    floor = _states_floor(job, job.hardware.memory_gib * 2**30 * (1 - opts.headroom))
+    sides = [_nice_counts(job, max(floor, N + 1), 64 * N)[:4]]
+    if below:
+        sides.insert(0, sorted(_nice_counts(job, floor, N - 1), reverse=True)[:2])
+    out = []
+    for i, side in enumerate(sides):
+        for n in side:
+            best = tries.best(job=_with_gpus(job, n), reserve=2 if below and i == 0 else 0)
+            if best is not None:
+                out.append(Suggestion(("--gpus", str(n)), _gpus_why(job, n, best), best, gbs))
+                break
+    return out
 
 
 def _with_gpus(job: Job, n: int) -> Job:
