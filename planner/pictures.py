@@ -88,10 +88,14 @@ class SchedulePicture:
         text = (f"{self.name}, {p} stages, {m} micro-batches"
                 + (f", {v} virtual stages per rank" if v > 1 else "")
                 + f": bubble {formula} = {self.bubble_formula:.0%} of the ideal step")
-        if abs(self.bubble_drawn - self.bubble_formula) > 0.005:
+        if v > 1 and m % p:
+            text += (f"; Megatron-LM's default groups of p micro-batches per virtual stage "
+                     f"need m a multiple of p (it refuses m {m} on pp {p}): drawn with one group "
+                     f"of {m} (--microbatch-group-size-per-virtual-pipeline-stage {m}), "
+                     f"which idles {self.bubble_drawn:.0%}")
+        elif abs(self.bubble_drawn - self.bubble_formula) > 0.005:
             text += (f"; the schedule drawn idles {self.bubble_drawn:.0%} (the closed form "
-                     + ("assumes m a multiple of p" if v > 1 and m % p else
-                        "charges fill and drain at the slowest stage's time") + ")")
+                     "charges fill and drain at the slowest stage's time)")
         return text
 
 

@@ -41,12 +41,32 @@ def test_schedule_unequal_stages_end_when_the_time_model_says():
             pipeline_time([f + b for f, b in zip(fwd, bwd)], m=16, v=v), rel=1e-9)
 
 
-def test_interleaved_with_a_partial_group_idles_more_than_the_formula():
-    """m = 6 on p = 4 with v = 2: Megatron takes micro-batches in groups of p per virtual
-    stage, so the last group of 2 leaves ranks waiting; the closed form (p-1)/(v*m) = 25 %
-    assumes m a multiple of p. The schedule says so rather than hiding it."""
+def test_interleaved_with_m_not_a_multiple_of_p_is_drawn_as_one_group():
+    """m = 6 on p = 4 with v = 2: Megatron's default groups of p micro-batches per virtual
+    stage refuse a last group smaller than p (schedules.py, 'dependency bubbles'; in our
+    simulation that order deadlocks). Drawn with one group of all 6, a setting Megatron
+    accepts, the bubble is the closed form's (p-1)/(v*m) = 25 %, and the caption says how."""
+    from planner.cost.schedule import group_size
+    assert group_size(4, 6, 2) == 6 and group_size(4, 8, 2) == 4
     sched = build_schedule(forward=[1.0] * 4, backward=[2.0] * 4, m=6, v=2)
-    assert sched.bubble_fraction > bubble_fraction(4, 6, 2)
+    assert sched.bubble_fraction == pytest.approx(bubble_fraction(4, 6, 2), abs=1e-9)
+    from planner.pictures import SchedulePicture
+    pic = SchedulePicture(sched, 4, 6, 2, bubble_fraction(4, 6, 2), False)
+    assert "--microbatch-group-size-per-virtual-pipeline-stage 6" in pic.caption()
+
+
+def test_no_schedule_deadlocks():
+    """Every p <= 8, m < 20, v <= 5 completes (pp 1 ignores v, as Megatron needs pp > 1),
+    and wherever interleaving is allowed (m >= p: vpp-needs-microbatches) the drawn bubble
+    is the formula's."""
+    for p in range(1, 9):
+        for m in range(1, 20):
+            for v in range(1, 6):
+                sched = build_schedule(forward=[1.0] * p, backward=[2.0] * p, m=m, v=v)
+                assert len(sched.blocks) == 2 * p * m * (v if p > 1 else 1)
+                if p == 1 or v == 1 or m >= p:
+                    assert sched.bubble_fraction == pytest.approx(
+                        bubble_fraction(p, m, v if p > 1 else 1), abs=1e-9), (p, m, v)
 
 
 def test_1f1b_order_is_megatrons():

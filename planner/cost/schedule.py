@@ -67,16 +67,25 @@ class Schedule:
         return sorted((b for b in self.blocks if b.rank == rank), key=lambda b: b.start)
 
 
-def _chunk_sequence(m: int, p: int, v: int, *, backward: bool) -> list[tuple[int, int]]:
-    """(micro-batch, chunk) in the order a rank runs them: groups of p micro-batches, each
-    group through chunk 0..v-1 (forward) or v-1..0 (backward)."""
+def _chunk_sequence(m: int, group_size: int, v: int, *, backward: bool) -> list[tuple[int, int]]:
+    """(micro-batch, chunk) in the order a rank runs them: groups of `group_size`
+    micro-batches, each group through chunk 0..v-1 (forward) or v-1..0 (backward)."""
     out = []
-    for g in range(0, m, p):
-        group = range(g, min(g + p, m))
+    for g in range(0, m, group_size):
+        group = range(g, min(g + group_size, m))
         chunks = range(v - 1, -1, -1) if backward else range(v)
         for c in chunks:
             out.extend((mb, c) for mb in group)
     return out
+
+
+def group_size(p: int, m: int, v: int) -> int:
+    """Micro-batches per group of the interleaved schedule: Megatron's default p
+    (--microbatch-group-size-per-virtual-pipeline-stage). Megatron refuses a last group
+    smaller than p (schedules.py: 'dependency bubbles'; in this simulation that order can
+    deadlock), so for m not a multiple of p the setting it accepts for any m >= p is used:
+    one group of m, whose bubble is again (p-1)/(v*m)."""
+    return p if v == 1 or m % p == 0 else m
 
 
 def rank_order(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
@@ -86,9 +95,10 @@ def rank_order(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
         bwd = list(fwd)
         warmup = min(p - rank - 1, m)
     else:
-        fwd = _chunk_sequence(m, p, v, backward=False)
-        bwd = _chunk_sequence(m, p, v, backward=True)
-        warmup = min(2 * (p - rank - 1) + (v - 1) * p, m * v)
+        g = group_size(p, m, v)
+        fwd = _chunk_sequence(m, g, v, backward=False)
+        bwd = _chunk_sequence(m, g, v, backward=True)
+        warmup = min(2 * (p - rank - 1) + (v - 1) * g, m * v)
     order = [("F", *x) for x in fwd[:warmup]]
     steady = len(fwd) - warmup
     for i in range(steady):
@@ -119,6 +129,8 @@ def build_schedule(*, forward: list[float], backward: list[float], m: int, v: in
     p = len(forward)
     if p < 1 or len(backward) != p or m < 1 or v < 1:
         raise ValueError("build_schedule needs p >= 1 stages, m >= 1 and v >= 1")
+    if p == 1:
+        v = 1            # no pipeline: virtual stages change nothing (Megatron needs pp > 1)
     rec = recompute or [0.0] * p
     orders = [rank_order(p, m, v, r) for r in range(p)]
     done: dict[tuple, float] = {}
