@@ -295,6 +295,10 @@ def validate(
     _run(body)
 
 
+HTML_PLANS = 3
+"""Plans of the top K whose pictures the HTML report draws (the table lists all K): the
+schedules of big jobs run to thousands of blocks each."""
+
 CLOUD = 200
 """Feasible layouts drawn in the step-time-vs-memory picture (the fastest, from a second,
 wider search)."""
@@ -327,7 +331,7 @@ def _plan_html(result, opts) -> str:
     from planner.pictures import layout_pictures, scatter_picture
     per_plan = [layout_pictures(result.job, p.layout, headroom=opts.headroom,
                                 show=["schedule", "memory", "time", "grid"])
-                for p in result.plans[:10]]
+                for p in result.plans[:HTML_PLANS]]
     scatter = scatter_picture(result, _cloud(result, opts)) if result.plans else None
     return plan_html(result, scatter=scatter, per_plan=per_plan,
                      caveats={p.rank: caveats(result.job, p.layout) for p in result.plans},

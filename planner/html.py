@@ -21,7 +21,7 @@ __all__ = ["validation_html", "plan_html", "compare_html", "svg_schedule", "svg_
 W = 960                      # drawing width, px
 LABEL = 110                  # left label column, px
 FONT = "font-family:system-ui,-apple-system,'DejaVu Sans',sans-serif"
-MAX_BLOCKS = 6000            # beyond this the schedule is drawn as runs of cells
+MAX_BLOCKS = 2500            # beyond this the schedule is drawn as runs of cells
 
 
 def _c(kind: str) -> str:
@@ -71,11 +71,11 @@ def svg_schedule(pic: pics.SchedulePicture) -> str:
             y = 10 + b.rank * (row_h + gap)
             x, w = LABEL + b.start * k, (b.end - b.start) * k
             what = "forward" if b.kind == "F" else "backward"
-            tip = (f"rank {b.rank}: {what} of micro-batch {b.micro_batch + 1}"
-                   + (f", virtual stage {b.chunk * pic.p + b.rank}" if pic.v > 1 else "")
-                   + f", {b.start * 1e3:.1f}-{b.end * 1e3:.1f} ms")
+            tip = (f"{what} mb {b.micro_batch + 1}"
+                   + (f" stage {b.chunk * pic.p + b.rank}" if pic.v > 1 else "")
+                   + f" {b.start * 1e3:.0f}-{b.end * 1e3:.0f} ms")
             body.append(_rect(x, y, w, row_h, _c(b.kind), tip,
-                              'class="blk" data-kind="' + b.kind + '" stroke="#fff" stroke-width="0.5"'))
+                              f'class="blk" data-kind="{b.kind}"'))
             if b.recompute > 0:
                 body.append(_rect(x, y, b.recompute * k, row_h, _c("R"), tip + " (recompute)"))
             if w >= 14:
@@ -267,6 +267,7 @@ td.n,th.n{text-align:right}
 figure{margin:16px 0}figcaption{margin-bottom:6px}
 details{margin:8px 0}summary{cursor:pointer;font-weight:bold}
 .mono{font-family:'DejaVu Sans Mono',monospace;font-size:12px}
+rect.blk{stroke:#fff;stroke-width:0.5}
 """
 
 
