@@ -178,7 +178,6 @@ def bar_cells(pic: MemoryPicture, i: int, width: int) -> Cells:
     """One rank's stacked bar on a scale where `width` cells are the larger of the capacity
     and the rank's total; free cells below the usable line, headroom cells above it, and
     `!` past the capacity."""
-    mem = pic.ranks[i]
     full = max(pic.capacity, max(r.total for r in pic.ranks))
     k = _scale(width, full)
     cells: Cells = []

@@ -538,7 +538,7 @@ def schedule_view(pic) -> Group:
         lines = []
         for r, row in enumerate(_schedule_rows(pic, inner)):
             lines.append(Text(f"rank {r}".ljust(label_w)) + _cells_text(row))
-        axis = f"0 s".ljust(inner - len(f"{total:.2f} s")) + f"{total:.2f} s"
+        axis = "0 s".ljust(inner - len(f"{total:.2f} s")) + f"{total:.2f} s"
         lines.append(Text(" " * label_w + axis, style="dim"))
         return lines
 

@@ -629,6 +629,9 @@ def _tie(lay: Layout, order: dict) -> tuple:
 
 MAX_RERUNS = 12
 """Searches `_suggestions` may run to check its suggestions (each ~0.01-0.5 s)."""
+SUGGEST_BUDGET_S = 3.0
+"""... and the seconds they may take together: no new search starts after this (a slow
+search space then checks fewer suggestions, and prints only those it checked)."""
 
 
 @dataclass(frozen=True)
@@ -663,12 +666,13 @@ class _Tries:
 
     def __init__(self, job: Job, opts: SearchOptions):
         self.job, self.opts, self.left = job, opts, MAX_RERUNS
+        self.deadline = _time.perf_counter() + SUGGEST_BUDGET_S
 
     def best(self, *, job: Job | None = None, fix: dict | None = None,
              max_tp: int | None = None, reserve: int = 0) -> Plan | None:
         """The best plan with the change, or None (also when fewer than `reserve` + 1
         searches are left: those are kept for the suggestions tried later)."""
-        if self.left <= reserve:
+        if self.left <= reserve or _time.perf_counter() > self.deadline:
             return None
         self.left -= 1
         from dataclasses import replace
@@ -796,7 +800,7 @@ def _rule_detail(rule: str, job: Job, opts: SearchOptions) -> str:
     if rule == "layers-divisible" and "pp" in fix:
         return f"pp {fix['pp']} (pinned) leaves no whole split of the {m.num_layers} layers"
     pins = ", ".join(f"{k}={v}" for k, v in fix.items())
-    return f"see `planner validate` for the rule's message" + (f" (pinned: {pins})" if pins else "")
+    return "see `planner validate` for the rule's message" + (f" (pinned: {pins})" if pins else "")
 
 
 def _pinned_options(job: Job, opts: SearchOptions) -> dict[str, list]:

@@ -91,7 +91,6 @@ def test_interleaved_order_groups_p_micro_batches_per_chunk():
 
 from planner.config import load_config                                   # noqa: E402
 from planner.cost import cost_model                                      # noqa: E402
-from planner.layout import Layout                                        # noqa: E402
 
 EXAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "examples"
 
