@@ -87,16 +87,21 @@ class SchedulePicture:
         formula = f"(p-1)/(v*m) = ({p}-1)/({v}*{m})" if v > 1 else f"(p-1)/m = ({p}-1)/{m}"
         text = (f"{self.name}, {p} stages, {m} micro-batches"
                 + (f", {v} virtual stages per rank" if v > 1 else "")
-                + f": bubble {formula} = {self.bubble_formula:.0%} of the ideal step")
+                + f": bubble {formula} = {_share(self.bubble_formula)} of the ideal step")
         if v > 1 and m % p:
             text += (f"; Megatron-LM's default groups of p micro-batches per virtual stage "
                      f"need m a multiple of p (it refuses m {m} on pp {p}): drawn with one group "
                      f"of {m} (--microbatch-group-size-per-virtual-pipeline-stage {m}), "
-                     f"which idles {self.bubble_drawn:.0%}")
+                     f"which idles {_share(self.bubble_drawn)}")
         elif abs(self.bubble_drawn - self.bubble_formula) > 0.005:
-            text += (f"; the schedule drawn idles {self.bubble_drawn:.0%} (the closed form "
+            text += (f"; the schedule drawn idles {_share(self.bubble_drawn)} (the closed form "
                      "charges fill and drain at the slowest stage's time)")
         return text
+
+
+def _share(x: float) -> str:
+    """19% or 0.4%: a whole percent unless that would round a small bubble to 0%."""
+    return f"{x:.1%}" if 0 < x < 0.095 else f"{x:.0%}"
 
 
 def schedule_picture(job, lay, cm=None) -> SchedulePicture:
@@ -254,7 +259,7 @@ class GroupRow:
     nodes: int                     # nodes the group spans
 
     def describe(self, gpus_per_node: int) -> str:
-        shown = self.ranks if len(self.ranks) <= 6 else self.ranks[:4] + ["…", self.ranks[-1]]
+        shown = self.ranks if len(self.ranks) <= 6 else self.ranks[:4] + ["...", self.ranks[-1]]
         where = (f"across {self.nodes} nodes" if self.nodes > 1 else "inside one node")
         return f"{', '.join(map(str, shown))} ({where})"
 
@@ -344,7 +349,7 @@ def scatter_picture(result, cloud: list | None = None) -> ScatterPicture:
             continue
         seen.add(p.layout)
         pts.append((p.memory.total / GiB, p.time.step_time_s, _label(p.layout), "point", ""))
-    for p in result.plans:
+    for p in reversed(result.plans):      # rank 1 drawn last, over any plan at its point
         kind = "pick" if result.pick_rank == p.rank else "top"
         pts.append((p.memory.total / GiB, p.time.step_time_s, _label(p.layout), kind, str(p.rank)))
     if result.pick is not None and result.pick_rank is None:
