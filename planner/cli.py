@@ -312,8 +312,11 @@ def _plan_pictures(result, opts, wanted: list[str]) -> dict:
     out = layout_pictures(result.job, result.best.layout, headroom=opts.headroom,
                           show=[w for w in wanted if w != "scatter"])
     if "scatter" in wanted:
-        out["scatter"] = scatter_picture(result, _cloud(result, opts))
+        out["scatter"] = scatter_picture(result, _cloud(result, opts), order=_ORDER[opts.sort_by])
     return {name: out[name] for name in wanted if name in out}
+
+
+_ORDER = {"time": "fastest", "mfu": "fastest", "memory": "smallest-memory"}
 
 
 def _cloud(result, opts) -> list:
@@ -332,7 +335,7 @@ def _plan_html(result, opts) -> str:
     per_plan = [layout_pictures(result.job, p.layout, headroom=opts.headroom,
                                 show=["schedule", "memory", "time", "grid"])
                 for p in result.plans[:HTML_PLANS]]
-    scatter = scatter_picture(result, _cloud(result, opts)) if result.plans else None
+    scatter = scatter_picture(result, _cloud(result, opts), order=_ORDER[opts.sort_by]) if result.plans else None
     return plan_html(result, scatter=scatter, per_plan=per_plan,
                      caveats={p.rank: caveats(result.job, p.layout) for p in result.plans},
                      job_caveats=caveats(result.job, None))

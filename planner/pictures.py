@@ -337,9 +337,9 @@ class ScatterPicture:
         return min(xs), max(xs), min(ys), max(ys)
 
 
-def scatter_picture(result, cloud: list | None = None) -> ScatterPicture:
+def scatter_picture(result, cloud: list | None = None, *, order: str = "fastest") -> ScatterPicture:
     """`result`'s top plans and seven-step pick over `cloud` (more feasible plans: Plan
-    objects from a wider search; default: only the top plans)."""
+    objects from a wider search, the first in `order`; default: only the top plans)."""
     job = result.job
     cap = job.hardware.memory_gib
     pts, seen = [], set()
@@ -355,7 +355,7 @@ def scatter_picture(result, cloud: list | None = None) -> ScatterPicture:
     if result.pick is not None and result.pick_rank is None:
         pk = result.pick
         pts.append((pk.memory.total / GiB, pk.time.step_time_s, _label(pk.layout), "pick", "*"))
-    sample = (f"the {len(seen) + len(result.plans)} fastest feasible layouts"
+    sample = (f"the {len(seen) + len(result.plans)} {order} feasible layouts"
               if cloud else f"the top {len(result.plans)}")
     return ScatterPicture(pts, cap, cap * (1 - result.headroom), sample)
 
