@@ -74,8 +74,9 @@ def svg_schedule(pic: pics.SchedulePicture) -> str:
             tip = (f"{what} mb {b.micro_batch + 1}"
                    + (f" stage {b.chunk * pic.p + b.rank}" if pic.v > 1 else "")
                    + f" {b.start * 1e3:.0f}-{b.end * 1e3:.0f} ms")
+            odd = ' fill-opacity="0.7"' if b.chunk % 2 else ""     # virtual stages alternate
             body.append(_rect(x, y, w, row_h, _c(b.kind), tip,
-                              f'class="blk" data-kind="{b.kind}"'))
+                              f'class="blk" data-kind="{b.kind}"{odd}'))
             if b.recompute > 0:
                 body.append(_rect(x, y, b.recompute * k, row_h, _c("R"), tip + " (recompute)"))
             if w >= 14:

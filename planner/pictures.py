@@ -117,8 +117,8 @@ def schedule_picture(job, lay, cm=None) -> SchedulePicture:
 
 def schedule_cells(pic: SchedulePicture, width: int) -> list[Cells]:
     """One row of `width` cells per pipeline rank: the block running at each cell's middle
-    (F, B, R for the recompute part of a backward, idle); a block wide enough shows its
-    micro-batch number (1-based)."""
+    (F, B, R for the recompute part of a backward, idle; with virtual stages, the odd ones
+    in lower case: f, b); a block wide enough shows its micro-batch number (1-based)."""
     sched = pic.schedule
     k = _scale(width, sched.makespan)
     blocks = [sched.rank_blocks(r) for r in range(pic.p)]
@@ -134,7 +134,9 @@ def schedule_cells(pic: SchedulePicture, width: int) -> list[Cells]:
             rec_end = round((b.start + b.recompute) * k)
             for c in range(lo, min(hi, width)):
                 kind = "R" if b.kind == "B" and c < rec_end else b.kind
-                row[c] = (KINDS[kind][1], kind)
+                ch = KINDS[kind][1]
+                # virtual stages alternate case (F f F f ...) so the chunks can be told apart
+                row[c] = (ch.lower() if kind != "R" and b.chunk % 2 else ch, kind)
             if labelled:
                 for i, ch in enumerate(str(b.micro_batch + 1)):
                     if lo + i < width:

@@ -544,7 +544,10 @@ def schedule_view(pic) -> Group:
 
     legend = [("F", "forward"), ("B", "backward")] + ([("R", "recompute")] if pic.recompute else [])
     legend.append(("idle", "idle (bubble)"))
-    return Group(head, _Drawn(draw), _legend(legend),
+    key = _legend(legend)
+    if pic.v > 1:
+        key.append("f b the odd virtual stages")
+    return Group(head, _Drawn(draw), key,
                  Text("digits, where the picture is wide enough: the micro-batch, from 1",
                       style="dim"))
 
