@@ -27,8 +27,8 @@ SHOWABLE = ("schedule", "memory", "time", "grid", "scatter")
 
 KINDS: dict[str, tuple[str, str]] = {
     # kind: (colour, character)
-    "F": ("#4c78a8", "F"),          # forward
-    "B": ("#59a14f", "B"),          # backward
+    "F": ("#3b7dd8", "F"),          # forward (colours used by no other picture)
+    "B": ("#3aa35b", "B"),          # backward
     "R": ("#f2c14e", "r"),          # recompute (the start of a backward)
     "idle": ("#e8e8e8", "·"),       # pipeline bubble
     "weights": ("#4c78a8", "W"),
