@@ -27,11 +27,21 @@ TokensOpt = Annotated[Optional[str], typer.Option("--tokens", help="Training tok
 HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help="Hardware profile name or YAML path (default h100-sxm).")]
 GpusOpt = Annotated[Optional[int], typer.Option("--gpus", help="Total GPUs.")]
 NodesOpt = Annotated[Optional[int], typer.Option("--nodes", help="Nodes (x the profile's GPUs per node), instead of --gpus.")]
+ShowOpt = Annotated[Optional[str], typer.Option("--show", help="Draw pictures in the terminal: schedule, memory, time, grid (plan: also scatter), comma-separated, or all.")]
+HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Also write a self-contained HTML report (pictures and numbers) to this file.")]
+
+
+PIPE_WIDTH = 132
+"""Width of output that goes to a pipe or file when COLUMNS does not say (rich would take 80)."""
 
 
 def _console(stderr: bool = False):
-    """Rich console; when not a terminal (pipes, CI) wide enough for the plan table. A closed
-    pipe raises BrokenPipeError for `_run` (rich's own handling would exit 1)."""
+    """Rich console at the terminal's width; COLUMNS, when set, wins (also when piped, so
+    `COLUMNS=80 planner plan ... | less` lays out for 80 columns); a pipe without COLUMNS
+    gets PIPE_WIDTH. A closed pipe raises BrokenPipeError for `_run` (rich's own handling
+    would exit 1)."""
+    import os
+
     from rich.console import Console
 
     class _Console(Console):
@@ -39,9 +49,11 @@ def _console(stderr: bool = False):
             self.quiet = True
             raise BrokenPipeError(errno.EPIPE, "Broken pipe")
 
-    console = _Console(stderr=stderr, highlight=False, soft_wrap=False)
-    if not console.is_terminal:
-        console = _Console(stderr=stderr, highlight=False, soft_wrap=False, width=132)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else None
+    console = _Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+    if width is None and not console.is_terminal:
+        console = _Console(stderr=stderr, highlight=False, soft_wrap=False, width=PIPE_WIDTH)
     return console
 
 
@@ -134,20 +146,60 @@ def _headroom(value: float) -> float:
     return value
 
 
+MIN_PLAIN_TOKENS = 1e6
+"""A --tokens count without a unit below this is almost surely a missing unit (15 for 15T)."""
+
+
 def _tokens(value: Optional[str]) -> Optional[float]:
     if value is None:
         return None
     from planner.units import parse_count
     try:
-        return parse_count(value)
+        n = parse_count(value)
     except ValueError as exc:
         raise SpecError(f"--tokens = {short(value)}: {exc}", field="--tokens", value=value) from None
+    if value.strip()[-1:].isdigit() and n < MIN_PLAIN_TOKENS:
+        raise SpecError(f"--tokens = {short(value)} reads as {n:,.0f} tokens; give a unit "
+                        f"(e.g. {value.strip()}T for {value.strip()} trillion, or {value.strip()}B) "
+                        "or a count of at least 1e6", field="--tokens", value=value)
+    return n
 
 
 def _count(flag: str, value: Optional[int], most: int) -> None:
     if value is not None and not 1 <= value <= most:
         raise SpecError(f"{flag} = {short(value)}: must be a whole number from 1 to {most:,} "
                         "(limit: GPUs, as for num_gpus)", field=flag, value=value)
+
+
+def _show(value: Optional[str], *, allowed: tuple[str, ...], json_out: bool) -> list[str]:
+    """--show a,b,c -> the pictures in that order; 'all' for every one allowed."""
+    if value is None:
+        return []
+    if json_out:
+        raise SpecError("--show draws pictures in the terminal and --json prints only JSON; "
+                        "drop one of them (--html writes the pictures to a file with either)")
+    names = [x.strip() for x in value.split(",") if x.strip()]
+    if names == ["all"]:
+        return list(allowed)
+    from planner.pictures import SHOWABLE
+    for name in names:
+        if name not in allowed:
+            where = (" (scatter is for planner plan: it draws the searched layouts)"
+                     if name in SHOWABLE else "")
+            raise SpecError(f"--show {short(name)} is not a picture here{where}; choose from "
+                            f"{', '.join(allowed)} or all")
+    if not names:
+        raise SpecError(f"--show = {short(value)}: name at least one of {', '.join(allowed)} or all")
+    return list(dict.fromkeys(names))
+
+
+def _write_html(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"--html {short(str(path))} cannot be written ({exc.__class__.__name__}); "
+                        "check the path") from None
+    print(f"wrote {path}", file=sys.stderr)
 
 
 def _world(gpus: Optional[int], nodes: Optional[int], hardware) -> Optional[int]:
@@ -180,6 +232,21 @@ def _export_best(job, result, fmt):
         return None, exc
 
 
+def _version(value: bool) -> None:
+    if value:
+        from planner import __version__
+        print(f"planner {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Plan and check how to split a large model across a GPU cluster."""
+
+
 @app.command()
 def plan(
     model: Annotated[str, typer.Option("--model", help="Preset, alias, model YAML, HF config.json or a folder with one.")],
@@ -197,6 +264,8 @@ def plan(
     tokens: TokensOpt = None,
     export_format: Annotated[Optional[str], typer.Option("--export", help="Also print the top plan as megatron|deepspeed|torchtitan|nemo.")] = None,
     json_out: JsonOpt = False,
+    show: ShowOpt = None,
+    html: HtmlOpt = None,
 ) -> None:
     """Search every layout and rank the ones that fit, with the seven-step reasoning."""
 
@@ -238,6 +307,8 @@ def plan(
                                                   num_gpus=n, layout=None))
         if unsupported:
             raise SpecError(f"--precision {precision}: {unsupported}")
+        from planner.pictures import SHOWABLE
+        wanted = _show(show, allowed=SHOWABLE, json_out=json_out)
         opts = SearchOptions(top=top, sort_by=sort_by, fix=parse_fix(fix), max_tp=max_tp,
                              headroom=_headroom(headroom), tokens=_tokens(tokens))
         result = search(job, opts)
@@ -249,19 +320,18 @@ def plan(
                                  {"format": fmt, "refused": refused.message})
             print(json.dumps(out, indent=2))
         else:
-            _console().print(report.plan_view(result))
+            console = _console()
+            console.print(report.plan_view(result))
+            if wanted:
+                console.print(report.plan_pictures_view(result, _plan_pictures(result, opts, wanted)))
             if text is not None:
                 print(text)
+        if html is not None:
+            _write_html(html, _plan_html(result, opts))
         if not result.plans:
-            lay_mem = result.closest
-            short_by = ""
-            if lay_mem is not None:
-                lay, mem = lay_mem
-                short_by = (f"; the closest ({lay.name}) lacks "
-                            f"{(mem.total - mem.capacity * (1 - opts.headroom)) / 2**30:.1f} GiB "
-                            "per GPU")
-            print(f"error: no layout of {m.name} fits on {n} x {hw.name}{short_by}; see the "
-                  "suggestions above", file=sys.stderr)
+            print(f"error: no layout of {m.name} fits on {n} x {hw.name}"
+                  + (f" ({result.binding.split('; ')[0]})" if result.binding else "")
+                  + "; see the suggestions above", file=sys.stderr)
             return 1
         if refused is not None:
             print(f"error: --export {fmt}: {refused.message}", file=sys.stderr)
@@ -283,6 +353,8 @@ def validate(
     json_out: JsonOpt = False,
     headroom: HeadroomOpt = 0.05,
     tokens: TokensOpt = None,
+    show: ShowOpt = None,
+    html: HtmlOpt = None,
 ) -> None:
     """Check a config rule by rule (ours and its framework's) and estimate its memory."""
 
@@ -291,19 +363,129 @@ def validate(
         from planner.validate import validate as run_validate
         from planner import report
 
+        wanted = _show(show, allowed=("schedule", "memory", "time", "grid"), json_out=json_out)
         imported = load_any(config, model=model, hardware=hardware, gpus=gpus, nodes=nodes)
-        result = run_validate(imported.job, imported.layout, headroom=_headroom(headroom),
+        room = _headroom(headroom)
+        result = run_validate(imported.job, imported.layout, headroom=room,
                               tokens=_tokens(tokens), extra=imported.violations)
+        source = f"{imported.format}: {config}"
         if json_out:
             out = report.validation_json(result)
             out["format"] = imported.format
             print(json.dumps(out, indent=2))
         else:
-            _console().print(report.validation_view(result,
-                                                    source=f"{imported.format}: {config}"))
+            console = _console()
+            console.print(report.validation_view(result, source=source))
+            if wanted and result.estimate is None:
+                console.print(f"No pictures: {report.no_estimate_reason(result)}.", style="dim")
+            elif wanted:
+                console.print(report.pictures_view(_layout_pictures(result, wanted, room)))
+        if html is not None:
+            from planner.caveats import caveats
+            from planner.html import validation_html
+            figs = _layout_pictures(result, ["schedule", "memory", "time", "grid"], room)
+            _write_html(html, validation_html(result, figs, source=source,
+                                              caveats=caveats(result.job, result.layout)))
         return 0 if result.valid else 1
 
     _run(body, json_mode=json_out)
+
+
+HTML_PLANS = 3
+"""Plans of the top K whose pictures the HTML report draws (the table lists all K): the
+schedules of big jobs run to thousands of blocks each."""
+
+CLOUD = 200
+"""Feasible layouts drawn in the step-time-vs-memory picture (the fastest, from a second,
+wider search)."""
+
+
+def _plan_pictures(result, opts, wanted: list[str]) -> dict:
+    """The best plan's pictures, and the scatter of the fastest feasible layouts."""
+    from planner.pictures import layout_pictures, scatter_picture
+    if not result.plans:
+        return {}
+    out = layout_pictures(result.job, result.best.layout, headroom=opts.headroom,
+                          show=[w for w in wanted if w != "scatter"])
+    if "scatter" in wanted:
+        out["scatter"] = scatter_picture(result, _cloud(result, opts), order=_ORDER[opts.sort_by])
+    return {name: out[name] for name in wanted if name in out}
+
+
+_ORDER = {"time": "fastest", "mfu": "fastest", "memory": "smallest-memory"}
+
+
+def _cloud(result, opts) -> list:
+    from dataclasses import replace
+
+    from planner.search import search
+    if opts.top >= CLOUD:
+        return list(result.plans)
+    return search(result.job, replace(opts, top=CLOUD)).plans
+
+
+def _plan_html(result, opts) -> str:
+    from planner.caveats import caveats
+    from planner.html import plan_html
+    from planner.pictures import layout_pictures, scatter_picture
+    per_plan = [layout_pictures(result.job, p.layout, headroom=opts.headroom,
+                                show=["schedule", "memory", "time", "grid"])
+                for p in result.plans[:HTML_PLANS]]
+    scatter = scatter_picture(result, _cloud(result, opts), order=_ORDER[opts.sort_by]) if result.plans else None
+    return plan_html(result, scatter=scatter, per_plan=per_plan,
+                     caveats={p.rank: caveats(result.job, p.layout) for p in result.plans},
+                     job_caveats=caveats(result.job, None))
+
+
+def _layout_pictures(result, wanted: list[str], headroom: float) -> dict:
+    """Pictures of a validated layout; none when it has no estimate (it does not tile)."""
+    if result.estimate is None or not wanted:
+        return {}
+    from planner.pictures import layout_pictures
+    return layout_pictures(result.job, result.layout, show=wanted, headroom=headroom)
+
+
+@app.command()
+def compare(
+    configs: Annotated[list[Path], typer.Argument(help="Two or more configs, in any format validate reads.")],
+    json_out: JsonOpt = False,
+    headroom: HeadroomOpt = 0.05,
+    html: HtmlOpt = None,
+) -> None:
+    """Show two or more configs side by side: layout, memory, time, throughput; what differs."""
+
+    def body() -> int:
+        from planner import report
+        from planner.importers import load_any
+        from planner.validate import validate as run_validate
+
+        if len(configs) < 2:
+            raise SpecError(f"compare needs two or more configs, got {len(configs)}; "
+                            "use planner validate for one")
+        room = _headroom(headroom)
+        results, formats = [], []
+        for path in configs:
+            imported = load_any(path)
+            results.append(run_validate(imported.job, imported.layout, headroom=room,
+                                        extra=imported.violations))
+            formats.append(imported.format)
+        names = _short_names(configs)
+        if json_out:
+            print(json.dumps(report.compare_json(results, names, formats), indent=2))
+        else:
+            _console().print(report.compare_view(results, names))
+        if html is not None:
+            from planner.html import compare_html
+            _write_html(html, compare_html(report.compare_rows(results), names))
+        return 0 if all(r.valid for r in results) else 1
+
+    _run(body)
+
+
+def _short_names(paths: list[Path]) -> list[str]:
+    """File names, or the paths where two files share a name."""
+    names = [p.name for p in paths]
+    return names if len(set(names)) == len(names) else [str(p) for p in paths]
 
 
 @app.command()

@@ -268,6 +268,10 @@ def batch_divisible(c: Context) -> Optional[str]:
     if lay.world_size != c.num_gpus:
         return None    # world-size reports the layout; dp is not known yet
     unit = lay.micro_batch_size * lay.dp
+    if B < lay.dp:
+        return (f"global_batch_size ({B}) is smaller than dp ({lay.dp}): each data-parallel "
+                f"rank needs at least one sequence per step; raise global_batch_size to "
+                f"{unit} or a multiple of it, or lower dp (raise tp, pp or cp)")
     if not batch_ok(B, lay.micro_batch_size, lay.dp):
         lo = max(unit, B // unit * unit)
         hi = lo + unit if B > lo else lo
@@ -496,7 +500,7 @@ def tp_above_8(c: Context) -> Optional[str]:
 
 def microbatches_4p(c: Context) -> Optional[str]:
     p, m = c.layout.pp, c.m
-    if p > 1 and m < 4 * p:
+    if p > 1 and 0 < m < 4 * p:     # m = 0: batch-divisible reports the batch itself
         return (f"num_microbatches ({m}) < 4*pp ({4 * p}): pipeline bubble "
                 f"{bubble_fraction(p, m, c.layout.vpp):.0%}; raise global_batch_size, lower "
                 "micro_batch_size or dp, or use vpp")
@@ -506,7 +510,7 @@ def microbatches_4p(c: Context) -> Optional[str]:
 def bubble_above_20(c: Context) -> Optional[str]:
     lay = c.layout
     bub = bubble_fraction(lay.pp, c.m, lay.vpp)
-    if bub > 0.20:
+    if bub > 0.20 and c.m > 0:
         return (f"pipeline bubble (pp-1)/(vpp*m) = ({lay.pp}-1)/({lay.vpp}*{c.m}) = {bub:.0%} "
                 "> 20%; more micro-batches or virtual stages shrink it")
     return None

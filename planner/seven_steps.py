@@ -14,7 +14,8 @@ from __future__ import annotations
 from planner.cost.params import total_params
 from planner.cost.pipeline import bubble_fraction
 from planner.layout import Layout
-from planner.rules import Context, check, fits, split_options, vpp_options
+from planner.rules import (Context, check, fits, heads_divisible_by_tp, kv_heads_vs_tp,
+                           split_options, vpp_options)
 from planner.units import GiB, divisors
 
 __all__ = ["seven_steps", "pick_note"]
@@ -28,13 +29,14 @@ def _step(n: int, title: str, decision: str) -> dict:
 
 
 def _fits(job, lay: Layout, cm, headroom: float):
-    """(passes every hard rule, memory breakdown)."""
+    """(passes every hard rule, memory breakdown, the ids of the rules it breaks)."""
     mem = cm.memory(lay)
     ctx = Context(model=job.model, hardware=job.hardware, training=job.training,
                   num_gpus=job.num_gpus, layout=lay, memory=mem, headroom=headroom)
-    ok = fits(mem.total, mem.capacity, headroom) and not any(
-        v.severity == "error" for v in check(ctx))
-    return ok, mem
+    errors = [v.rule for v in check(ctx) if v.severity == "error"]
+    if not fits(mem.total, mem.capacity, headroom) and "fits-in-memory" not in errors:
+        errors.append("fits-in-memory")   # plan keeps the headroom (the rule allows more)
+    return not errors, mem, errors
 
 
 def _memory_floor(job, cm, usable: float) -> dict:
@@ -50,16 +52,52 @@ def _memory_floor(job, cm, usable: float) -> dict:
                  f"TP x PP x ZeRO must divide it by >= {factor}")
 
 
+TP_USUAL_MAX = 8
+"""The chapter: TP degree usually <= 8, inside the node (beyond it GEMMs thin out; the
+tp-above-8 warning). On a larger NVLink domain (NVL72) the domain is the hard bound and 8
+the usual one."""
+
+
 def _tensor_parallel(job, fix) -> int:
-    """The largest TP that fits in a node and divides the heads (and the sequence)."""
+    """The largest TP within the NVLink domain (and the usual 8) that divides the GPUs, the
+    heads and the sequence; a pinned tp as given."""
     m, hw, N = job.model, job.hardware, job.num_gpus
     if "tp" in fix:
         return fix["tp"]
-    node = min(hw.gpus_per_node, hw.nvlink_domain_size)
-    tps = [t for t in divisors(N) if t <= node and m.num_attention_heads % t == 0
+    cap = min(hw.nvlink_domain_size, TP_USUAL_MAX)
+    tps = [t for t in divisors(N) if t <= cap and m.num_attention_heads % t == 0
            and (m.is_mla or m.kv_heads % t == 0 or t % m.kv_heads == 0)
            and job.training.seq_length % t == 0]
     return max(tps) if tps else 1
+
+
+def _tp_decision(job, tp: int, fix) -> str:
+    """Step 2's sentence: why this tp, or that it is pinned (and what is wrong with it)."""
+    m, hw, N = job.model, job.hardware, job.num_gpus
+    link = (f"its per-layer all-reduces stay on NVLink ({hw.nvlink_bandwidth_gb_per_s:.0f} GB/s "
+            f"vs {hw.network_bandwidth_gb_per_s:.0f} GB/s network)")
+    if "tp" in fix:
+        text = f"tp {tp}: pinned (--fix tp={tp})"
+        probe = Context(model=m, hardware=hw, training=job.training, num_gpus=N,
+                        layout=Layout(tp=tp, dp=max(1, N // tp)))
+        problems = [f"{rid}: {msg}" for rid, msg in (
+            ("world-size", None if N % tp == 0 else
+             f"num_gpus ({N}) must be divisible by tp ({tp})"),
+            ("heads-divisible-by-tp", heads_divisible_by_tp(probe)),
+            ("kv-heads-vs-tp", kv_heads_vs_tp(probe))) if msg]
+        if problems:
+            more = f" (and {len(problems) - 1} more rule{'s' if len(problems) > 2 else ''})" \
+                if len(problems) > 1 else ""
+            return text + "; but " + problems[0] + more
+        if tp > hw.nvlink_domain_size:
+            return text + f"; it spans more than one {hw.nvlink_domain_size}-GPU NVLink domain"
+        return text + "; " + link
+    cap = min(hw.nvlink_domain_size, TP_USUAL_MAX)
+    bound = (f"<= {cap}, the {hw.nvlink_domain_size}-GPU NVLink domain" if cap == hw.nvlink_domain_size
+             else f"<= {cap} (the usual TP bound: beyond it GEMMs thin out) inside the "
+                  f"{hw.nvlink_domain_size}-GPU NVLink domain")
+    return (f"tp {tp}: the largest degree {bound}, that divides the {N} GPUs, the "
+            f"{m.num_attention_heads} heads and the sequence; {link}")
 
 
 def _context_parallel(job, tp: int, fix) -> int:
@@ -89,38 +127,51 @@ def _expert_parallel(job, tp: int, cp: int, fix) -> list[int]:
 
 def _pipeline(job, cm, opts, tp: int, cp: int, eps: list[int]):
     """Steps 3-4: the least ZeRO (1, else 3), then the least recompute, then the smallest pp
-    (preferring m >= 4p) that passes every rule; EP from `eps` in order. (layout, mem, how)."""
+    (preferring m >= 4p) that passes every rule; EP from `eps` in order; pinned axes as
+    pinned. (layout, mem, how, {rule: layouts it refused} when none passes)."""
     m, N, gbs, L = job.model, job.num_gpus, job.training.global_batch_size, job.model.num_layers
+    fix = opts.fix
     rest = N // (tp * cp) if N % (tp * cp) == 0 else 0
     pps = [p for p in divisors(rest) if p <= L and split_options(L, p)] if rest else []
-    if "pp" in opts.fix:
-        pps = [p for p in pps if p == opts.fix["pp"]]
-    etp = 1 if m.is_moe else tp
-    for zero in (1, 3):
-        for rec in ("none", "selective", "full"):
+    if "pp" in fix:
+        pps = [p for p in pps if p == fix["pp"]]
+    if "dp" in fix:
+        pps = [p for p in pps if rest // p == fix["dp"]]
+    etp = fix.get("etp", 1 if m.is_moe else tp)
+    sp = fix.get("sp", tp > 1)
+    mbs = fix.get("micro_batch_size", 1)
+    refused: dict[str, int] = {}
+    for zero in ([fix["zero"]] if "zero" in fix else (1, 3)):
+        for rec in ([fix["recompute"]] if "recompute" in fix else ("none", "selective", "full")):
             for ep in eps:
                 fitting = []
                 for pp in pps:
                     dp = N // (tp * cp * pp)
-                    if gbs % dp:
-                        continue
                     split = split_options(L, pp)[0]
-                    lay = Layout(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, etp=etp, sp=tp > 1,
-                                 tp_comm_overlap=tp > 1, zero=zero, recompute=rec,
+                    lay = Layout(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, etp=etp, sp=sp,
+                                 tp_comm_overlap=sp and tp > 1, zero=zero, recompute=rec,
+                                 micro_batch_size=mbs,
                                  first_stage_layers=split[0], last_stage_layers=split[1])
-                    ok, mem = _fits(job, lay, cm, opts.headroom)
+                    ok, mem, errors = _fits(job, lay, cm, opts.headroom)
                     if ok:
                         fitting.append((lay, mem))
+                    for rule in errors:
+                        refused[rule] = refused.get(rule, 0) + 1
                 if fitting:
                     good = [f for f in fitting
                             if f[0].pp == 1 or f[0].num_microbatches(gbs) >= 4 * f[0].pp]
                     lay, mem = (good or fitting)[0]
-                    return lay, mem, f"zero {zero}, recompute {rec}"
-    return None, None, ""
+                    return lay, mem, f"zero {zero}, recompute {rec}", {}
+    if not pps:
+        refused["layers-divisible" if rest else "world-size"] = 1
+    return None, None, "", refused
 
 
 def _interleave(job, cm, opts, pick: Layout) -> Layout:
     """Step 7: the virtual-stage count with the shortest step that still passes every rule."""
+    if "vpp" in opts.fix:
+        cand = pick.with_(vpp=opts.fix["vpp"])
+        return cand if _fits(job, cand, cm, opts.headroom)[0] else pick
     best, best_t = pick, cm.time(pick).step_time_s
     for v in vpp_options(job.model.num_layers, pick.pp, pick.first_stage_layers,
                          pick.last_stage_layers, opts.max_vpp):
@@ -134,36 +185,61 @@ def _interleave(job, cm, opts, pick: Layout) -> Layout:
     return best
 
 
-def _trace(job, pick: Layout, mem, how: str, usable: float) -> list[dict]:
-    """Steps 3-7 for the pick, one line each with its numbers."""
+def _pinned(fix, key: str, value) -> str:
+    return f" (pinned by --fix {key}={value})" if key in fix else ""
+
+
+def _trace(job, pick: Layout, mem, how: str, usable: float, fix) -> list[dict]:
+    """Steps 3-7 for the pick, one line each with its numbers; pinned axes said to be."""
     m, hw, tr = job.model, job.hardware, job.training
     mb = pick.num_microbatches(tr.global_batch_size)
     span = pick.ep * pick.etp
+    pp_why = ("pinned" if "pp" in fix else
+              "the smallest degree that fits and keeps m >= 4p where one does")
+    zero_why = ("pinned" if "zero" in fix else
+                "distributed optimizer: optimizer states / dp*cp, communication as plain DP"
+                if pick.zero == 1 else "ZeRO-3: only because nothing lighter fits")
     return [
         _step(3, "PP across nodes",
-              f"pp {pick.pp}: the smallest degree that fits and keeps m >= 4p where one does "
-              f"({mem.total / GiB:.1f} of {usable / GiB:.0f} GiB, {how})"
+              f"pp {pick.pp}: {pp_why} ({mem.total / GiB:.1f} of {usable / GiB:.0f} GiB, {how})"
               + (f"; m = {mb} micro-batches {'>=' if mb >= 4 * pick.pp else '<'} 4p = "
                  f"{4 * pick.pp}" if pick.pp > 1 else "")),
         _step(4, "DP with ZeRO",
-              f"dp {pick.dp}: the remaining GPUs; ZeRO-{pick.zero} "
-              + ("(distributed optimizer: optimizer states / dp*cp, communication as plain DP)"
-                 if pick.zero == 1 else "(ZeRO-3: only because nothing lighter fits)")),
+              f"dp {pick.dp}: " + ("pinned" if "dp" in fix else "the remaining GPUs")
+              + f"; ZeRO-{pick.zero} ({zero_why})"),
         _step(5, "EP for MoE",
-              f"ep {pick.ep}, etp {pick.etp}: {m.num_experts} experts, "
-              f"{m.num_experts // pick.ep} per rank; the all-to-all spans {span} GPUs "
-              f"({'inside' if span <= hw.nvlink_domain_size else 'across'} the NVLink domain)"
+              f"ep {pick.ep}{_pinned(fix, 'ep', pick.ep)}, etp {pick.etp}: {m.num_experts} "
+              f"experts, {m.num_experts // pick.ep} per rank; the all-to-all spans {span} GPUs "
+              f"({'inside' if span <= hw.nvlink_domain_size else 'across'} the "
+              f"{hw.nvlink_domain_size}-GPU NVLink domain)"
               if m.is_moe else "dense model: no experts, ep 1"),
         _step(6, "CP for long context",
-              f"cp {pick.cp}: {tr.seq_length} tokens, {tr.seq_length // pick.cp} per rank"
-              + (f" (CP splits sequences beyond {CP_TOKENS_PER_RANK // 1024}k tokens per rank)"
+              f"cp {pick.cp}{_pinned(fix, 'cp', pick.cp)}: {tr.seq_length} tokens, "
+              f"{tr.seq_length // pick.cp} per rank"
+              + ("" if "cp" in fix else
+                 f" (CP splits sequences beyond {CP_TOKENS_PER_RANK // 1024}k tokens per rank)"
                  if pick.cp > 1 else " (short enough without CP)")),
         _step(7, "overlap, accumulation, recompute",
-              f"{mb} micro-batches of {pick.micro_batch_size} per step (gradient accumulation), "
-              f"vpp {pick.vpp} -> bubble {bubble_fraction(pick.pp, mb, pick.vpp):.0%}; "
-              f"recompute {pick.recompute}; DP reduce-scatter overlapped with backward"
-              + (", TP overlapped with GEMMs" if pick.tp > 1 else " (no TP)")),
+              f"{mb} micro-batches of {pick.micro_batch_size}"
+              f"{_pinned(fix, 'micro_batch_size', pick.micro_batch_size)} per step (gradient "
+              f"accumulation), vpp {pick.vpp}{_pinned(fix, 'vpp', pick.vpp)} -> bubble "
+              f"{bubble_fraction(pick.pp, mb, pick.vpp):.0%}; recompute {pick.recompute}"
+              f"{_pinned(fix, 'recompute', pick.recompute)}; DP reduce-scatter overlapped with "
+              "backward" + (", TP overlapped with GEMMs" if pick.tp > 1 and pick.sp else
+                            " (no TP)" if pick.tp == 1 else "")),
     ]
+
+
+def _refusal(refused: dict[str, int], fix) -> str:
+    """Step 3 when nothing passes: the rule that refused the most candidates, by name."""
+    pins = ", ".join(f"{k}={v}" for k, v in fix.items())
+    pinned = f" (pinned: {pins})" if pins else ""
+    if not refused:
+        return "no candidate layout to try" + pinned
+    ranked = sorted(refused.items(), key=lambda kv: -kv[1])
+    named = ", ".join(f"{rule} ({n})" for rule, n in ranked[:3])
+    return (f"no pp with ZeRO-1 or ZeRO-3 and any recompute passes the rules{pinned}; "
+            f"refused by {named}")
 
 
 def seven_steps(job, cm, opts) -> tuple[list[dict], Layout | None]:
@@ -172,26 +248,20 @@ def seven_steps(job, cm, opts) -> tuple[list[dict], Layout | None]:
     tp = _tensor_parallel(job, opts.fix)
     cp = _context_parallel(job, tp, opts.fix)
     eps = _expert_parallel(job, tp, cp, opts.fix)
-    hw = job.hardware
-    steps = [
-        _memory_floor(job, cm, usable),
-        _step(2, "TP inside the node",
-              f"tp {tp}: the largest degree <= {min(hw.gpus_per_node, hw.nvlink_domain_size)} "
-              f"GPUs per NVLink node that divides the {job.model.num_attention_heads} heads; its "
-              f"per-layer all-reduces stay on NVLink ({hw.nvlink_bandwidth_gb_per_s:.0f} GB/s vs "
-              f"{hw.network_bandwidth_gb_per_s:.0f} GB/s network)"),
-    ]
-    pick, mem, how = _pipeline(job, cm, opts, tp, cp, eps)
+    steps = [_memory_floor(job, cm, usable),
+             _step(2, "TP inside the NVLink domain", _tp_decision(job, tp, opts.fix))]
+    pick, mem, how, refused = _pipeline(job, cm, opts, tp, cp, eps)
     if pick is None:
         return steps + [
-            _step(3, "PP across nodes", "no pp with ZeRO-1 or ZeRO-3 and any recompute fits"),
+            _step(3, "PP across nodes", _refusal(refused, opts.fix)),
             _step(4, "DP with ZeRO", "-"),
-            _step(5, "EP for MoE", f"ep {eps[0]}" if job.model.is_moe else "-"),
-            _step(6, "CP for long context", f"cp {cp}"),
+            _step(5, "EP for MoE", f"ep {eps[0]}{_pinned(opts.fix, 'ep', eps[0])}"
+                  if job.model.is_moe else "-"),
+            _step(6, "CP for long context", f"cp {cp}{_pinned(opts.fix, 'cp', cp)}"),
             _step(7, "overlap, accumulation, recompute", "nothing fits: see the suggestions"),
         ], None
     pick = _interleave(job, cm, opts, pick)
-    return steps + _trace(job, pick, mem, how, usable), pick
+    return steps + _trace(job, pick, mem, how, usable, opts.fix), pick
 
 
 def pick_note(pick, rank: int | None, best, shown: int) -> str:

@@ -287,7 +287,10 @@ def test_nothing_fits_json_has_pick_closest_and_suggestions(results):
     assert out["plans"] == []
     assert out["seven_step_pick"]["rank"] is None and out["seven_step_pick"]["reason"]
     assert out["closest"]["shortfall_bytes"] > 0 and out["closest"]["layout"]["tp"] == 8
-    assert any("ZeRO-3" in s for s in out["suggestions"])
+    # suggestions are checked against the job (issue 11): more GPUs make it fit, ZeRO-3 alone
+    # does not, so only the former is offered
+    assert out["suggestions"] and any("--gpus" in s for s in out["suggestions"])
+    assert not any("ZeRO-3" in s for s in out["suggestions"])
 
 
 def test_nothing_structural_json_states_why_there_is_no_closest(results):

@@ -377,8 +377,11 @@ class CostModel:
         chunk = layers / lay.vpp
         return min(1.0, n / chunk) if chunk else 1.0
 
-    def _stage_activations(self, lay: Layout, ac: tuple, st: Stage, m: int) -> float:
-        """Activation bytes a rank of this stage group holds at its peak (`ac`: act_costs)."""
+    def _stage_activations(self, lay: Layout, ac: tuple, st: Stage, m: int,
+                           rank: int | None = None) -> float:
+        """Activation bytes a rank of this stage group holds at its peak (`ac`: act_costs);
+        the group's lowest rank (which holds the most micro-batches in flight) unless
+        `rank` is given."""
         act_d, act_e, work_d, work_e, logits_bytes, _ = ac
         layers = st.layers + st.mtp
         if not layers:
@@ -388,7 +391,7 @@ class CostModel:
         kept_d = r * act_d + (1 - r) * work_d if lay.recompute == "full" else act_d
         kept_e = r * act_e + (1 - r) * work_e if lay.recompute == "full" else act_e
         per_layer = ((layers - moe) * kept_d + moe * kept_e) / layers
-        held = in_flight_layers(layers, lay.pp, lay.vpp, m, st.rank)
+        held = in_flight_layers(layers, lay.pp, lay.vpp, m, st.rank if rank is None else rank)
         off = min(lay.cpu_offloading_num_layers, layers)
         if off:
             # offloaded layers leave the GPU; one layer's worth stays as the copy buffer
@@ -401,6 +404,22 @@ class CostModel:
         if st.output:
             acts += logits_bytes * (1 + st.mtp)     # each MTP layer computes its own loss
         return acts
+
+    def memory_by_rank(self, lay: Layout) -> list[MemoryBreakdown]:
+        """Every pipeline rank's memory, rank 0 first (the pictures' memory bars): the same
+        arithmetic as `memory`, each rank with its own micro-batches in flight."""
+        ac = self.act_costs(lay)
+        m = self.gbs // (lay.micro_batch_size * lay.dp) or 1
+        gather, stages = self.stage_states(lay, lay.zero)
+        transient = ac[5] + gather
+        out = []
+        for st, w, g, o in stages:
+            for r in range(st.rank, st.rank + st.count):
+                acts = self._stage_activations(lay, ac, st, m, rank=r)
+                tensors = w + g + o + acts
+                out.append(MemoryBreakdown(w, g, o, acts, self.fixed + self.frag * tensors
+                                           + transient, self.capacity, st.name))
+        return out
 
     def _worst_rank(self, lay: Layout, zero: int) -> tuple:
         ac = self.act_costs(lay)
@@ -494,17 +513,50 @@ class CostModel:
         hide = self.cal.overlap_efficiency
         return max(0.0, copy - hide * fwd) + max(0.0, copy - hide * bwd)
 
+    def _pp_seconds(self, lay: Layout, lc: LayerCosts) -> float:
+        """Exposed point-to-point seconds per micro-batch on a stage (activations in,
+        gradients back, v times when interleaved, partly hidden then)."""
+        if lay.pp <= 1:
+            return 0.0
+        pp_s = 2 * lay.vpp * p2p_time(2.0 * lc.tokens * self.shape.h / lay.tp,
+                                      self.link(2, lay.tp * lay.cp * lay.dp))
+        return pp_s * (1.0 - self.cal.overlap_efficiency) if lay.vpp > 1 else pp_s
+
+    def stage_times(self, lay: Layout) -> list[tuple[float, float, float]]:
+        """Every pipeline rank's (forward, backward, recompute) seconds per micro-batch, rank
+        0 first, as the step time counts them: backward includes recompute; the exposed
+        TP/EP/CP/PP communication, offload copies and the output layer are split between
+        forward and backward in the ratio of their compute. `pipeline_time` of their sums
+        (with m and vpp) is `time(lay)`'s pipeline part; the schedule picture is built from
+        them."""
+        lc = self.layer_costs(lay)
+        pp_s = self._pp_seconds(lay, lc)
+        out = []
+        for st in self.stages(lay):
+            compute, tp_s, ep_s, cp_s = self._stage_parts(lay, lc, st)
+            total = max(0.0, compute + self._offload_exposed(lay, lc, st) + tp_s + ep_s + cp_s
+                        + pp_s)
+            fwd, bwd, rec = self._stage_work(lay, lc, st)
+            work = fwd + bwd + rec
+            f = total * fwd / work if work else total / 3
+            out += [(f, total - f, total * rec / work if work else 0.0)] * st.count
+        return out
+
+    def _stage_work(self, lay: Layout, lc: LayerCosts, st: Stage) -> tuple[float, float, float]:
+        """(forward, backward, recompute) compute seconds of one micro-batch on this stage."""
+        mtp_moe = st.mtp if self.shape.E else 0
+        dl = st.layers - st.moe_layers + (st.mtp - mtp_moe)
+        el = st.moe_layers + mtp_moe
+        r = self._recompute_share(lay, st.layers) if lay.recompute == "full" else 1.0
+        return (dl * lc.fwd_d + el * lc.fwd_e, dl * lc.bwd_d + el * lc.bwd_e,
+                r * (dl * lc.rec_d + el * lc.rec_e))
+
     def time(self, lay: Layout) -> StepTime:
         s = self.shape
         lc = self.layer_costs(lay)
         m = max(1, lay.num_microbatches(self.gbs))
         p, v = lay.pp, lay.vpp
-        pp_s = 0.0
-        if p > 1:
-            pp_s = 2 * v * p2p_time(2.0 * lc.tokens * s.h / lay.tp,
-                                    self.link(2, lay.tp * lay.cp * lay.dp))
-            if v > 1:
-                pp_s *= 1.0 - self.cal.overlap_efficiency
+        pp_s = self._pp_seconds(lay, lc)
         totals, parts = [], []
         stage_list = self.stages(lay)
         for st in stage_list:
