@@ -4,7 +4,10 @@ file, and turning what a framework file says into our `Job` (world size, model, 
 Overrides fill or replace what a file says: `--model` replaces the file's model shape,
 `--hardware` names the GPU system (framework files never do; default h100-sxm), `--gpus`
 replaces the world size and `--nodes` gives it as nodes x GPUs per node (the file's per-node
-count when it has one, else the hardware profile's).
+count when it has one, else the hardware profile's). `--set NAME=VALUE` gives a launch script
+the environment variable (or, for NAME 1, 2, ..., the positional parameter) a run would have;
+`--vocab-size V` gives the model's vocabulary size where the tokenizer is unknown (and
+replaces the one the file implies).
 """
 
 from __future__ import annotations
@@ -25,24 +28,56 @@ from planner.specs import HardwareSpec, ModelSpec, parse_spec
 
 __all__ = ["Imported", "Overrides", "read_text", "resolve_world", "hardware_of", "model_of",
            "inline_model", "vocab_from_tokenizer", "make_job", "unknown_key", "accounted_split",
-           "naming", "DEFAULT_HARDWARE"]
+           "naming", "parse_set", "check_world", "DEFAULT_HARDWARE", "MAX_GPUS"]
 
 DEFAULT_HARDWARE = "h100-sxm"   # as in a planner config that names no hardware
+MAX_GPUS = 10_000_000           # a config's num_gpus cap (specs._MAX_DIM): no cluster is larger
+_SET_NAME = re.compile(r"[A-Za-z_]\w*|[1-9][0-9]*")
+
+
+def parse_set(text: str) -> tuple[str, str]:
+    """`NAME=VALUE` from --set (NAME a shell variable, or 1, 2, ... for $1, $2, ...)."""
+    name, eq, value = str(text).partition("=")
+    if not eq or not _SET_NAME.fullmatch(name):
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise SpecError(f"--set {shown!r}: expected NAME=VALUE with NAME a shell variable or a "
+                        "positional parameter number (e.g. --set NNODES=16 or --set 1=/data)")
+    return name, value
+
+
+def check_world(n: int, *, source: str, what: str = "world size") -> int:
+    """A world size within planner's cap (the one a config's num_gpus has)."""
+    if n > MAX_GPUS:
+        raise SpecError(f"{source}: {what} {n:,} GPUs is beyond planner's cap of {MAX_GPUS:,} "
+                        "(the same as a config's num_gpus); fix the node or GPU count")
+    return n
 
 
 @dataclass(frozen=True)
 class Overrides:
-    """`validate`'s --model/--hardware/--gpus/--nodes (None = not given)."""
+    """`validate`'s --model/--hardware/--gpus/--nodes/--set/--vocab-size (None/() = not
+    given). `sets` are (NAME, VALUE) pairs in the order given."""
 
     model: str | None = None
     hardware: str | None = None
     gpus: int | None = None
     nodes: int | None = None
+    sets: tuple[tuple[str, str], ...] = ()
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
-        for name, value in (("--gpus", self.gpus), ("--nodes", self.nodes)):
+        for name, value in (("--gpus", self.gpus), ("--nodes", self.nodes),
+                            ("--vocab-size", self.vocab_size)):
             if value is not None and value < 1:
                 raise SpecError(f"{name} = {value}: must be a positive whole number")
+            if value is not None and value > MAX_GPUS:
+                raise SpecError(f"{name} = {value:,}: beyond planner's cap of {MAX_GPUS:,}; "
+                                "fix the value")
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The --set values as a script's environment (the last of a repeated NAME wins)."""
+        return dict(self.sets)
 
 
 @dataclass(frozen=True)
@@ -88,13 +123,13 @@ def resolve_world(ov: Overrides, *, hardware: HardwareSpec, source: str,
             raise SpecError(f"--gpus ({ov.gpus}) and --nodes ({ov.nodes}) x "
                             f"{gpus_per_node or hardware.gpus_per_node} GPUs per node ({n}) "
                             "disagree; give one of them")
-        return n
+        return check_world(n, source=source)
     if ov.gpus is not None:
         return ov.gpus
     if world is not None:
-        return world
+        return check_world(world, source=source)
     if gpus_per_node is not None and nodes is not None:
-        return gpus_per_node * nodes
+        return check_world(gpus_per_node * nodes, source=source)
     raise SpecError(f"{source}: {missing}; give --gpus N (total GPUs) or --nodes N "
                     f"(x {gpus_per_node or hardware.gpus_per_node} GPUs per node)")
 
@@ -155,11 +190,13 @@ def vocab_from_tokenizer(*names: str | None) -> int | None:
 
 def make_job(*, model: ModelSpec, hardware: HardwareSpec, num_gpus: int,
              seq_length: int | None, global_batch_size: int | None, precision: str = "bf16",
-             accounting: str = "megatron", source: str = "") -> Job:
-    training = default_training(model, seq_length=seq_length, global_batch_size=global_batch_size,
-                                precision=precision, accounting=accounting)
+             accounting: str = "megatron", source: str = "", **training_keys: Any) -> Job:
+    """`training_keys`: more TrainingSpec fields the file sets (fp8_recipe, flash_attention...)."""
     if num_gpus < 1:
         raise SpecError(f"{source}: world size {num_gpus} must be at least 1; give --gpus N")
+    check_world(num_gpus, source=source)
+    training = default_training(model, seq_length=seq_length, global_batch_size=global_batch_size,
+                                precision=precision, accounting=accounting, **training_keys)
     return Job(model=model, hardware=hardware, num_gpus=num_gpus, training=training)
 
 
