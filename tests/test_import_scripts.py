@@ -529,3 +529,17 @@ def test_absurd_world_sizes_are_refused_with_the_configs_cap(tmp_path, launcher,
                   + " --tokenizer-type NullTokenizer --vocab-size 100\n")
     with pytest.raises(SpecError, match=needle):
         load_any(path)
+
+
+def test_a_preset_shape_with_a_nulltokenizer_vocabulary_is_named_after_the_preset(tmp_path):
+    # MODEL is Llama 3 8B's shape; NullTokenizer --vocab-size 128256 builds 128257 entries
+    path = _write(tmp_path, "run.sh", "torchrun --nproc-per-node 8 pretrain_gpt.py \\\n" + MODEL
+                  + " --tokenizer-type NullTokenizer --vocab-size 128256 --seq-length 8192 "
+                    "--max-position-embeddings 8192\n")
+    assert load_any(path).job.model.name == "Llama 3 8B shape, vocabulary 128257"
+
+
+def test_model_replaces_the_scripts_shape_and_says_where_it_differs(tmp_path):
+    imported = load_any(_megatron(tmp_path, "", "--mtp-num-layers 1"), model="llama3-8b")
+    assert imported.job.model.mtp_num_layers == 0
+    assert "planner uses --model's" in _rules(imported)["megatron-model-replaced"][0]

@@ -151,15 +151,22 @@ def _shape_key(m: ModelSpec) -> tuple:
 def inline_model(fields: dict[str, Any], *, source: str, fmt: str) -> ModelSpec:
     """A ModelSpec from a file's shape keys, named after the preset it matches if any."""
     fields = {k: v for k, v in fields.items() if v is not None}
+    named = "name" in fields
     fields.setdefault("name", f"custom ({fmt})")
     try:
         spec = parse_spec(ModelSpec, fields, where="model")
     except SpecError as exc:
         raise SpecError(f"{source}: {exc.message} (the {fmt} model shape)") from None
     key = _shape_key(spec)
-    for preset in PRESETS.values():
-        if _shape_key(ModelSpec(**preset)) == key:
-            return spec.model_copy(update={"name": preset["name"]})
+    shapes = [(p["name"], _shape_key(ModelSpec(**p))) for p in PRESETS.values()]
+    for name, other in shapes:
+        if other == key:
+            return spec.model_copy(update={"name": name})
+    for name, other in shapes:
+        if other[:6] + other[7:] == key[:6] + key[7:] and not named:
+            # the preset's shape with another vocabulary (a NullTokenizer's V + 1, say)
+            return spec.model_copy(update={"name": f"{name} shape, vocabulary "
+                                                   f"{spec.vocab_size}"})
     return spec
 
 

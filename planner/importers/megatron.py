@@ -494,6 +494,12 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
     --topk, lower-case --normalization."""
     if ov.model is not None:
         model = resolve_model(ov.model)
+        mtp = flags.int("--mtp-num-layers", 0) if dialect == "Megatron-LM" else 0
+        if mtp != model.mtp_num_layers:
+            out.append(Violation("megatron-model-replaced",
+                                 f"the script's --mtp-num-layers {mtp} differs from --model's "
+                                 f"mtp_num_layers {model.mtp_num_layers}; planner uses --model's",
+                                 "warning"))
         return model.model_copy(update={"vocab_size": ov.vocab_size}) if ov.vocab_size else model
     fix = "set it in the script or give --model"
     present = [f for f in _SHAPE_REQUIRED[:3] if flags.has(f)]
