@@ -543,3 +543,46 @@ def test_model_replaces_the_scripts_shape_and_says_where_it_differs(tmp_path):
     imported = load_any(_megatron(tmp_path, "", "--mtp-num-layers 1"), model="llama3-8b")
     assert imported.job.model.mtp_num_layers == 0
     assert "planner uses --model's" in _rules(imported)["megatron-model-replaced"][0]
+
+
+def test_a_bloom_style_megatron_deepspeed_slurm_script(tmp_path):
+    # The pattern of BigScience's BLOOM-176B script, on its own numbers: 48 nodes of 8 from
+    # #SBATCH, TP 4 x PP 12, 70 layers balanced by 'type:transformer|embedding' (5 | 6 x 10 |
+    # 5), ZeRO 0 with bf16, ALiBi, the padded vocabulary given by --pad-vocab-size-to, and the
+    # launch in srun bash -c "$LAUNCHER --node_rank \$SLURM_PROCID $CMD".
+    text = r"""
+        #SBATCH --nodes=48
+        #SBATCH --ntasks-per-node=1
+        #SBATCH --gres=gpu:8
+        GPUS_PER_NODE=8
+        NNODES=$SLURM_NNODES
+        python $PREP --dataset-ratios-path x.json --split train --output-file train.txt
+        GPT_ARGS=" --pp-partition-method 'type:transformer|embedding' --num-layers 70 \
+            --hidden-size 14336 --num-attention-heads 112 --seq-length 2048 \
+            --max-position-embeddings 2048 --micro-batch-size 2 --global-batch-size 2048 \
+            --tokenizer-type PretrainedFromHF --bf16 --position-embedding-type alibi \
+            --checkpoint-activations --pad-vocab-size-to 250880 "
+        ZERO_STAGE=0
+        config_json="./ds_config.$SLURM_JOB_ID.json"
+        cat <<EOT > $config_json
+        {"train_micro_batch_size_per_gpu": 2, "train_batch_size": 2048,
+         "zero_optimization": {"stage": $ZERO_STAGE}, "bf16": {"enabled": true}}
+        EOT
+        DEEPSPEED_ARGS=" --deepspeed --deepspeed_config ${config_json} --zero-stage ${ZERO_STAGE} \
+            --deepspeed-activation-checkpointing "
+        export LAUNCHER="python -u -m torch.distributed.run --nproc_per_node $GPUS_PER_NODE \
+            --nnodes $NNODES --rdzv_backend c10d"
+        export CMD=" `pwd`/pretrain_gpt.py --tensor-model-parallel-size 4 \
+            --pipeline-model-parallel-size 12 $GPT_ARGS $DEEPSPEED_ARGS "
+        echo $CMD
+        srun --jobid $SLURM_JOB_ID bash -c "$LAUNCHER --node_rank \$SLURM_PROCID $CMD" 2>&1 | tee log
+    """
+    imported = load_any(_write(tmp_path, "tr.slurm", text))
+    lay, job = imported.layout, imported.job
+    assert imported.format == "deepspeed" and job.num_gpus == 384      # 48 x 8
+    assert (lay.tp, lay.pp, lay.dp) == (4, 12, 8)
+    assert (lay.first_stage_layers, lay.last_stage_layers) == (5, 5)
+    assert lay.zero == 1 and lay.recompute == "full"
+    assert job.model.vocab_size == 250880 and job.model.position_embedding == "none"
+    result = validate(job, lay, extra=imported.violations)
+    assert not {"layers-divisible", "world-size"} & {v.rule for v in result.errors}

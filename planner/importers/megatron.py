@@ -520,7 +520,8 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
         num_kv_heads=(flags.int("--num-key-value-heads", fix=fix) if deepspeed else
                       flags.int("--num-query-groups", fix=fix)
                       if flags.has("--group-query-attention") else None),
-        kv_channels=flags.int("--kv-channels", fix=fix), vocab_size=_vocab(flags, ov, source),
+        kv_channels=flags.int("--kv-channels", fix=fix),
+        vocab_size=_vocab(flags, ov, source, deepspeed),
         activation=("swiglu" if flags.has("--swiglu") else
                     "squared_relu" if flags.has("--squared-relu") else "gelu"),
         tied_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
@@ -528,7 +529,7 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
         add_bias_linear=not flags.has("--disable-bias-linear"),
         seq_length=seq,
     )
-    fields.update(_position(flags))
+    fields.update(_position(flags, deepspeed))
     if not deepspeed:
         fields["mtp_num_layers"] = flags.int("--mtp-num-layers", 0, fix=fix)
     fields.update(_moe_fields(flags, fields, deepspeed, out, fix))
@@ -541,10 +542,13 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
     return inline_model(fields, source=source, fmt=f"{dialect} flags")
 
 
-def _vocab(flags: Flags, ov: Overrides, source: str) -> int:
-    """--vocab-size (planner's) first; else the tokenizer's, as Megatron builds it."""
+def _vocab(flags: Flags, ov: Overrides, source: str, deepspeed: bool = False) -> int:
+    """--vocab-size (planner's) first; else the tokenizer's, as Megatron builds it (BigScience's
+    Megatron-DeepSpeed: --pad-vocab-size-to, the padded vocabulary itself)."""
     if ov.vocab_size is not None:
         return ov.vocab_size
+    if deepspeed and flags.has("--pad-vocab-size-to"):
+        return flags.int("--pad-vocab-size-to", fix="set it in the script")
     fix = "set it in the script, or give --vocab-size V (or --model)"
     tokenizer = (flags.maybe("--tokenizer-type"), flags.maybe("--tokenizer-model"),
                  flags.maybe("--vocab-file"))
@@ -560,12 +564,15 @@ def _vocab(flags: Flags, ov: Overrides, source: str) -> int:
     return vocab
 
 
-def _position(flags: Flags) -> dict:
+def _position(flags: Flags, deepspeed: bool = False) -> dict:
+    """The position embedding; Megatron-DeepSpeed's alibi (BLOOM) has no parameters and is
+    planned as none (its bias is computed inside the attention kernel)."""
     pos = flags.choice("--position-embedding-type", ("learned_absolute", "rope", "mrope",
-                                                     "yarn", "relative", "none"),
+                                                     "yarn", "relative", "none")
+                       + (("alibi",) if deepspeed else ()),
                        "rope" if flags.has("--use-rotary-position-embeddings")
                        else "learned_absolute")
-    if flags.has("--no-position-embedding"):
+    if flags.has("--no-position-embedding") or pos == "alibi":
         pos = "none"
     fields = dict(position_embedding_type=pos if pos in ("rope", "learned_absolute", "none")
                   else "rope")

@@ -66,7 +66,7 @@ _MARK_RE = re.compile(r"\x00([^\x00]*)\x00")
 _CHUNK_RE = re.compile(r"(?:\x00[^\x00]*\x00|[^\s\x00])+")
 _NAME_RE = re.compile(r"[A-Za-z_]\w*")
 _ASSIGN_RE = re.compile(r"([A-Za-z_]\w*)(\[[^\]]*\])?(\+?)=(.*)", re.DOTALL)
-_LIT_RUN = re.compile(r"[^\s;&|<>()'\"\\$`]+")
+_LIT_RUN = re.compile(r"[^\s;&|<>()'\"\\$`\x00]+")
 _META = frozenset(" \t\r\n;&|<>()")
 _DB_STOP = frozenset(" \t\r\n;")
 _PREFIX_WORDS = frozenset({"time", "exec", "nohup", "command", "builtin", "noglob"})
@@ -324,6 +324,8 @@ class _Lexer:
                 parts.append(self._array())
             elif c in stop:
                 break
+            elif c == _MARK:
+                lit.append(self._marker())
             elif c == "'":
                 push()
                 j = self.s.find("'", self.i + 1)
@@ -387,9 +389,11 @@ class _Lexer:
             elif c == "`":
                 push()
                 parts.append(self._backtick(quoted=True))
+            elif c == _MARK:
+                lit.append(self._marker())
             else:
                 j = self.i
-                while j < self.n and self.s[j] not in '"\\$`\n':
+                while j < self.n and self.s[j] not in '"\\$`\n\x00':
                     j += 1
                 if j == self.i:
                     if c == "\n":
@@ -399,6 +403,14 @@ class _Lexer:
                 self.i = j
         push()
         return parts or [_Lit("", True)]
+
+    def _marker(self) -> str:
+        """An unresolved marker in text read again (bash -c, eval): kept whole, unexpanded."""
+        j = self.s.find(_MARK, self.i + 1)
+        j = self.n - 1 if j < 0 else j
+        text = self.s[self.i:j + 1]
+        self.i = j + 1
+        return text
 
     def _balanced(self, skip: int, open_: str, close: str) -> str:
         """The text up to the matching `close` (quotes respected); self.i moves past it."""
