@@ -586,3 +586,20 @@ def test_a_bloom_style_megatron_deepspeed_slurm_script(tmp_path):
     assert job.model.vocab_size == 250880 and job.model.position_embedding == "none"
     result = validate(job, lay, extra=imported.violations)
     assert not {"layers-divisible", "world-size"} & {v.rule for v in result.errors}
+
+
+def test_an_mla_shape_is_named_after_its_preset_whatever_kv_channels_says(tmp_path):
+    # DeepSeek-V3's flags as NVIDIA's recipe writes them: --kv-channels 128 (h/a would be 56)
+    # names no tensor with multi-latent attention, so the preset still matches
+    flags = ("--num-layers 61 --hidden-size 7168 --ffn-hidden-size 18432 "
+             "--num-attention-heads 128 --kv-channels 128 --seq-length 4096 "
+             "--max-position-embeddings 4096 --swiglu --normalization RMSNorm "
+             "--position-embedding-type rope --untie-embeddings-and-output-weights "
+             "--disable-bias-linear --multi-latent-attention --q-lora-rank 1536 "
+             "--kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128 "
+             "--num-experts 256 --moe-router-topk 8 --moe-ffn-hidden-size 2048 "
+             "--moe-shared-expert-intermediate-size 2048 --moe-layer-freq [0]*3+[1]*58 "
+             "--tokenizer-type HuggingFaceTokenizer --tokenizer-model deepseek-ai/DeepSeek-V3 "
+             "--micro-batch-size 1 --global-batch-size 64 --bf16")
+    path = _write(tmp_path, "dsv3.sh", "torchrun --nproc-per-node 8 pretrain_gpt.py " + flags)
+    assert load_any(path).job.model.name == "DeepSeek-V3"

@@ -143,7 +143,9 @@ def model_of(ov: Overrides, *, source: str, what: str) -> ModelSpec:
 
 
 def _shape_key(m: ModelSpec) -> tuple:
-    return (m.num_layers, m.hidden_size, m.ffn, m.num_attention_heads, m.kv_heads, m.head_dim,
+    # MLA uses qk/v head dims, not kv_channels: a head_dim there names no tensor
+    return (m.num_layers, m.hidden_size, m.ffn, m.num_attention_heads, m.kv_heads,
+            None if m.is_mla else m.head_dim,
             m.vocab_size, m.gated, m.tied_embeddings, m.num_experts or 0, m.expert_ffn,
             m.moe_top_k if m.is_moe else 0, m.kv_lora_rank)
 
