@@ -603,3 +603,10 @@ def test_an_mla_shape_is_named_after_its_preset_whatever_kv_channels_says(tmp_pa
              "--micro-batch-size 1 --global-batch-size 64 --bf16")
     path = _write(tmp_path, "dsv3.sh", "torchrun --nproc-per-node 8 pretrain_gpt.py " + flags)
     assert load_any(path).job.model.name == "DeepSeek-V3"
+
+
+def test_cpu_offloading_without_a_count_is_megatrons_unknown_flag_with_the_fix(tmp_path):
+    # megatron_flags.txt has --cpu-offloading-num-layers only: argparse rejects --cpu-offloading
+    imported = load_any(_megatron(tmp_path, "", "--cpu-offloading"))
+    message = _rules(imported)["megatron-unknown-flag"][0]
+    assert "--cpu-offloading-num-layers N" in message

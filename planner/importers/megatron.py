@@ -226,12 +226,21 @@ def _parse(tokens: list[str], source: str, *,
     return flags, out
 
 
+_HINTS = {
+    "--cpu-offloading": "Megatron-LM turns activation offloading on with "
+                        "--cpu-offloading-num-layers N (NeMo's cpu_offloading is not a flag)",
+}
+
+
 def _unknown(names: list[str], known: frozenset[str]) -> list[Violation]:
     """One error per unknown flag with a did-you-mean, for the first MAX_SUGGESTIONS; one line
     counting the rest (the suggestion search is what makes thousands of them slow)."""
-    out = [unknown_key("megatron-unknown-flag", _short(name), known, severity="error",
-                       consequence="Megatron-LM's argparse rejects it and pretrain_gpt.py exits; "
-                                   "remove or fix it")
+    consequence = "Megatron-LM's argparse rejects it and pretrain_gpt.py exits; remove or fix it"
+    out = [Violation("megatron-unknown-flag", f"unknown flag {name!r} ({_HINTS[name]}): "
+                                              f"{consequence}", "error")
+           if name in _HINTS else
+           unknown_key("megatron-unknown-flag", _short(name), known, severity="error",
+                       consequence=consequence)
            for name in names[:MAX_SUGGESTIONS]]
     if len(names) > MAX_SUGGESTIONS:
         more = len(names) - MAX_SUGGESTIONS
