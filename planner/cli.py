@@ -355,16 +355,21 @@ def validate(
     tokens: TokensOpt = None,
     show: ShowOpt = None,
     html: HtmlOpt = None,
+    set_values: Annotated[Optional[list[str]], typer.Option("--set", help="NAME=VALUE: a value a launch script takes from the environment, or from $1, $2 ... (NAME 1, 2 ...); repeatable.")] = None,
+    vocab_size: Annotated[Optional[int], typer.Option("--vocab-size", help="The model's vocabulary size, where the file's tokenizer is unknown (replaces the one it implies).")] = None,
 ) -> None:
     """Check a config rule by rule (ours and its framework's) and estimate its memory."""
 
     def body() -> int:
         from planner.importers import load_any
+        from planner.importers.common import parse_set
         from planner.validate import validate as run_validate
         from planner import report
 
         wanted = _show(show, allowed=("schedule", "memory", "time", "grid"), json_out=json_out)
-        imported = load_any(config, model=model, hardware=hardware, gpus=gpus, nodes=nodes)
+        sets = tuple(parse_set(s) for s in set_values or ())
+        imported = load_any(config, model=model, hardware=hardware, gpus=gpus, nodes=nodes,
+                            sets=sets, vocab_size=vocab_size)
         room = _headroom(headroom)
         result = run_validate(imported.job, imported.layout, headroom=room,
                               tokens=_tokens(tokens), extra=imported.violations)
@@ -552,9 +557,11 @@ def export_cmd(
 
         from planner.tune import fill_auto
 
+        from planner.export import prepare
+
         name = check_format(fmt)
         job, layout = load_config(config)
-        layout = fill_auto(job, layout)
+        layout = fill_auto(job, prepare(layout, name))
         check_exportable(job, layout)
         est = estimate(job, layout)
         text = export(job, layout, name, estimate=est)

@@ -24,11 +24,12 @@ class ValidationResult:
 
     @property
     def errors(self) -> list[Violation]:
-        return [v for v in self.extra + self.violations if v.severity == "error"]
+        """planner's own rules first (memory, the layout), then the framework's."""
+        return [v for v in self.violations + self.extra if v.severity == "error"]
 
     @property
     def warnings(self) -> list[Violation]:
-        return [v for v in self.extra + self.violations if v.severity == "warning"]
+        return [v for v in self.violations + self.extra if v.severity == "warning"]
 
     @property
     def valid(self) -> bool:

@@ -1,4 +1,5 @@
-"""Regenerate the exporter golden files: `python tests/regen_golden.py` (from the repo root).
+"""Regenerate the exporter golden files: `PYTHONPATH=. python tests/regen_golden.py` (from the
+repo root, so that it imports this checkout's planner).
 
 Goldens live in tests/golden/, one file per (example config, format) that the format can
 express: `<config>.<format>.<ext>`. They are written without an estimate (the time model is
@@ -15,6 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "tests" / "golden"
 EXAMPLES = ROOT / "examples"
+RECIPES = ROOT / "tests" / "data" / "recipes"
 EXTENSIONS = {"megatron": "sh", "deepspeed": "txt", "torchtitan": "toml", "nemo": "yaml"}
 
 # (example config, formats it is exported to); a format missing here refuses that config
@@ -25,6 +27,21 @@ CASES = [
     ("llama3-8b-128k-64xh100", ("megatron", "deepspeed", "torchtitan", "nemo")),
     ("deepseek-v3-1024xb200", ("megatron", "torchtitan")),
 ]
+
+# Configs under tests/data/recipes/ with the production-recipe keys, exported by the
+# script exporters (tests/test_export_scripts.py checks them and their refusals).
+RECIPE_CASES = [
+    ("recipe-llama3-8b-fp8-8xh100", ("megatron",)),
+    ("recipe-mixtral-8x7b-64xh100", ("megatron",)),
+    ("recipe-llama3-8b-offload-8xh100", ("megatron",)),
+    ("recipe-70layers-pp12-96xh100", ("megatron", "deepspeed")),
+]
+
+
+def config_path(config: str) -> Path:
+    """examples/<config>.yaml, or tests/data/recipes/<config>.yaml."""
+    path = EXAMPLES / f"{config}.yaml"
+    return path if path.exists() else RECIPES / f"{config}.yaml"
 
 
 def golden_path(config: str, fmt: str) -> Path:
@@ -37,14 +54,14 @@ def golden_text(config: str, fmt: str) -> str:
     from planner.config import load_config
     from planner.export import export
 
-    job, layout = load_config(EXAMPLES / f"{config}.yaml")
+    job, layout = load_config(config_path(config))
     text = export(job, layout, fmt, estimate=None)
     return text.replace(f"planner {__version__}", "planner <version>")
 
 
 def main() -> int:
     GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
-    for config, formats in CASES:
+    for config, formats in CASES + RECIPE_CASES:
         for fmt in formats:
             path = golden_path(config, fmt)
             path.write_text(golden_text(config, fmt), encoding="utf-8")

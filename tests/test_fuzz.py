@@ -494,7 +494,8 @@ def small_job(draw) -> tuple[dict, int]:
 
 COMPARED = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel",
             "zero_stage", "recompute", "first_stage_layers", "last_stage_layers")
-LOSSY = {("torchtitan", "zero_stage"): {1: 2}, ("nemo", "zero_stage"): {2: 1}}
+LOSSY = {("torchtitan", "zero_stage"): {1: 2}, ("nemo", "zero_stage"): {2: 1},
+         ("deepspeed", "zero_stage"): {0: 1}}   # bf16 with ZeRO 0: DeepSpeed's BF16 optimizer
 EXTENSIONS = {"megatron": ".sh", "deepspeed": ".json", "torchtitan": ".toml", "nemo": ".yaml"}
 PARALLEL_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size", "sequence_parallel",
                  "zero_stage", "recompute", "first_stage_layers", "last_stage_layers",

@@ -151,7 +151,8 @@ CASES = [
     ("validate-gpus-1e18", ["validate", "{d}/ok.yaml", "--gpus", str(10**18)], 2,
      ["--gpus", "limit: GPUs"]),
     # the torchtitan importer derives the global batch from dp first; either limit is exit 2
-    ("importer-world-1.5e20", ["validate", "{d}/world.toml"], 2, ["1200000000000000000000"]),
+    ("importer-world-1.5e20", ["validate", "{d}/world.toml"], 2,
+     ["150000000000000000000", "limit: GPUs"]),
     ("name-over-255", ["validate", "{d}/" + LONG + ".yaml"], 2, ["305 characters", "at most 255"]),
     ("model-name-over-255", ["plan", "--model", LONG, "--gpus", "8"], 2, ["is not a preset"]),
     ("model-path-over-255", ["plan", "--model", "{d}/" + LONG + ".json", "--gpus", "8"], 2,
@@ -185,8 +186,10 @@ CASES = [
      ["unknown key 'model.num_layer'; did you mean 'num_layers'?"]),
     # issue 12's "slow but finishing": now bounded by the rows shown and the suggestions made
     ("20000-unknown-flags", ["validate", "{d}/many-flags.sh"], 1, []),
+    # 8B on 8 GPUs with ZeRO 1 (DeepSpeed's BF16 optimizer) is 107% of an H100: within the
+    # estimate's 10%, a warning; the 150,000 unknown keys are warnings too
     ("150000-key-ds-config", ["validate", "{d}/many-keys.json", "--model", "8b", "--gpus", "8"],
-     1, []),
+     0, []),
     ("markup-in-fix", ["plan", "--model", "8b", "--gpus", "8", "--fix", "[/x]=1"], 2,
      ["--fix axis '[/x]' is unknown"]),
 ]
@@ -219,9 +222,9 @@ def test_each_example_is_one_line_and_the_right_exit_under_1gib(results, cid, ar
     assert r["code"] == code, r
     assert r["seconds"] < SECONDS, r["seconds"]
     lines = r["stderr"].splitlines()
-    if code == 1:       # a rule broken: the verdict on stdout, every row bounded
-        assert "INVALID" in r["stdout"] and "more errors (--json lists every one)" in r["stdout"] \
-            or "more warnings" in r["stdout"]
+    if code in (0, 1) and argv[0] == "validate":   # the verdict on stdout, the table bounded
+        assert ("INVALID" if code == 1 else "VALID") in r["stdout"]
+        assert r["stdout"].count("\n") < 400, "the rules table must stay bounded"
     if code == 2:
         assert len(lines) == 1 and lines[0].startswith("error: "), r["stderr"]
         assert len(lines[0]) <= 1000

@@ -7,10 +7,12 @@ in every export format. What an exporter refuses (it says why) is skipped. The f
 hardware and some no model (NeMo's export leaves the tokenizer to megatron_gpt_config.yaml,
 Megatron-DeepSpeed's to the user), so those come as --hardware/--model, as a user would pass.
 
-Two mappings are lossy by design, both documented by the exporters: torchtitan has no ZeRO-1
+Three mappings are lossy by design, all documented by the exporters: torchtitan has no ZeRO-1
 (zero 1 is exported as FSDP without resharding after forward, which reads back as ZeRO-2), and
 NeMo 1 has one distributed optimizer for zero 1 and 2 (distributed_fused_adam, read back as
-zero 1: the memory of the two is within ZeRO-1's, so the plan stays an upper bound).
+zero 1: the memory of the two is within ZeRO-1's, so the plan stays an upper bound), and
+DeepSpeed runs ZeRO stage 0 with bf16 on its BF16 optimizer, which shards the fp32 states like
+ZeRO-1 (read back as zero 1; less memory than planned).
 DeepSpeed and torchtitan imports count model states their way (16 B/param, not Megatron's 18),
 so a layout on the edge of memory could change verdict; the cases here are not on the edge.
 """
@@ -31,7 +33,8 @@ EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.
 EXTENSIONS = {"megatron": ".sh", "deepspeed": ".json", "torchtitan": ".toml", "nemo": ".yaml"}
 COMPARED = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel",
             "zero_stage", "recompute", "first_stage_layers", "last_stage_layers")
-LOSSY = {("torchtitan", "zero_stage"): {1: 2}, ("nemo", "zero_stage"): {2: 1}}
+LOSSY = {("torchtitan", "zero_stage"): {1: 2}, ("nemo", "zero_stage"): {2: 1},
+         ("deepspeed", "zero_stage"): {0: 1}}
 TORCHTITAN_MODELS = {"Llama 3 8B", "Llama 3 70B", "Llama 3.1 405B", "DeepSeek-V3"}
 
 

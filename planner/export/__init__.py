@@ -14,7 +14,7 @@ from importlib import import_module
 from planner.errors import SpecError, short
 from planner.export.common import check_exportable
 
-__all__ = ["export", "FORMATS", "check_format", "check_exportable"]
+__all__ = ["export", "FORMATS", "check_format", "check_exportable", "prepare"]
 
 FORMATS = ("megatron", "deepspeed", "torchtitan", "nemo")
 
@@ -26,6 +26,15 @@ def check_format(fmt: str, *, option: str = "--format") -> str:
         raise SpecError(f"{option} {short(fmt)} is not a format; valid formats: "
                         f"{', '.join(FORMATS)}", field=option, value=fmt)
     return name
+
+
+def prepare(layout, fmt: str):
+    """Pin the knobs a config left to the planner (`layout.auto`) that the format cannot run
+    other than one way: DeepSpeed's pipeline engine has no interleaving, so vpp 1. Call before
+    `tune.fill_auto` picks the rest."""
+    if check_format(fmt) == "deepspeed" and "vpp" in layout.auto:
+        return layout.with_(vpp=1, auto=tuple(a for a in layout.auto if a != "vpp"))
+    return layout
 
 
 def export(job, layout, fmt: str, *, estimate=None) -> str:

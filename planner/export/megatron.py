@@ -18,45 +18,103 @@ tests/data/ and checked by the tests) and the values satisfy Megatron's rules
   each take a layer's place" (`--account-for-*-in-pipeline-split`); anything else is
   `--decoder-first/last-pipeline-num-layers`.
 - Dropout is set to 0: the memory estimate stores no dropout masks (every modern recipe).
+- The production-recipe keys, in Megatron's terms: `--fp8-format hybrid --fp8-recipe R`
+  (`--fp8-param-gather`), `--recompute-granularity selective --recompute-modules ...`,
+  `--recompute-method block --recompute-num-layers N` (recompute_num_layers; else uniform 1),
+  `--cpu-offloading-num-layers N`, `--grad-reduce-in-bf16` (grad_reduce_in_fp32 false; with
+  fp16, true is `--accumulate-allreduce-grads-in-fp32`), `--use-precision-aware-optimizer
+  --exp-avg-dtype --exp-avg-sq-dtype`, `--moe-token-dispatcher-type alltoall|allgather` or
+  `flex --moe-flex-dispatcher-backend deepep|hybridep`, `--overlap-moe-expert-parallel-comm`,
+  CUDA graphs `--cuda-graph-impl transformer_engine` (partial) or `local --cuda-graph-scope
+  full_iteration --no-check-for-nan-in-loss-and-grad` (full), `--pipeline-model-parallel-layout`
+  (instead of the vpp and first/last flags), `--mtp-num-layers`, `--rotary-base` (an integer:
+  Megatron's argparse type). Megatron-FSDP adds `--ckpt-format fsdp_dtensor`, which it asserts.
+- Refused with a reason where Megatron itself raises: CPU offloading with pp > 1, recompute or
+  CUDA graphs; per-layer CUDA graphs with full recompute; `fp8_param_gather` without the
+  distributed optimizer; EP-communication overlap with the allgather dispatcher; a RoPE base
+  that is not a whole number.
 - A run needs data, a tokenizer, a length and a learning rate, none of which the plan
   decides: `--mock-data` and the NullTokenizer stand in for the first two (NullTokenizer adds
   an end-of-document token, so `--vocab-size` is V - 1 to give the model's V), and
   TRAIN_ITERS / LR must be set in the environment (the script stops with a message if not).
 
-Left to the user: rope base/scaling, initialisation, optimizer hyper-parameters,
-checkpointing, logging.
+Left to the user: rope scaling, initialisation, optimizer hyper-parameters, checkpointing,
+logging.
 """
 
 from __future__ import annotations
 
 import shlex
 
+from planner.errors import InfeasibleError
 from planner.export.common import header_lines, nodes_and_devices, pipeline_split, shape_tail_flags
 from planner.layout import Layout
-from planner.specs import ModelSpec
+from planner.specs import HardwareSpec, ModelSpec
 
 __all__ = ["render", "megatron_flags", "environment", "pre_blackwell", "model_flags",
            "mla_flags", "moe_flags", "moe_layer_freq", "parallel_flags", "precision_flags",
-           "flag_lines", "continued", "launcher_lines", "Flag"]
+           "fp8_flags", "recipe_flags", "check_supported", "flag_lines", "continued",
+           "launcher_lines", "whole", "Flag"]
 
-Flag = tuple[str, "str | None"]
+Flag = tuple[str, "str | list[str] | None"]
+"""(flag, value): None for a switch, a list for a flag taking several values."""
 
-_BLACKWELL = ("b100", "b200", "b300", "gb200", "gb300")
+
+def pre_blackwell(hardware: HardwareSpec) -> bool:
+    """The profile's GPU is older than Blackwell (Megatron's CUDA_DEVICE_MAX_CONNECTIONS rule,
+    `get_device_arch_version() < 10`): ampere, hopper, cdna3, and an unknown architecture
+    (setting the variable there is harmless, leaving it out is not)."""
+    return hardware.architecture != "blackwell"
 
 
-def pre_blackwell(hardware_name: str) -> bool:
-    """a100*, h100*, h200, mi300x (and any GPU we do not know) are pre-Blackwell; b200, gb200
-    are not. Setting the variable on an unknown GPU is harmless, leaving it out is not."""
-    return not hardware_name.lower().startswith(_BLACKWELL)
+def whole(value: float) -> str | None:
+    """A number as Megatron's int-typed flags take it ("1000000", not "1e6"); None if not
+    whole."""
+    return str(int(value)) if float(value).is_integer() else None
+
+
+def check_supported(job, layout: Layout) -> None:
+    """Refuse what Megatron-LM itself rejects (one message: the values and the fix)."""
+    m, tr = job.model, job.training
+    offload = layout.cpu_offloading_num_layers
+    problems = [
+        (m.position_embedding == "rope" and m.rotary_base is not None
+         and whole(m.rotary_base) is None,
+         f"rotary_base {m.rotary_base}: Megatron's --rotary-base takes a whole number"),
+        (offload and layout.pp > 1, f"cpu_offloading_num_layers {offload} with pp {layout.pp}: "
+                                    "Megatron has no CPU offloading with pipeline parallelism"),
+        (offload and layout.recompute != "none",
+         f"cpu_offloading_num_layers {offload} with recompute {layout.recompute}: Megatron's "
+         "CPU offloading does not work with recompute"),
+        (offload and layout.cuda_graphs != "none",
+         f"cpu_offloading_num_layers {offload} with cuda_graphs {layout.cuda_graphs}: Megatron's "
+         "CPU offloading does not work with CUDA graphs"),
+        (layout.cuda_graphs == "partial" and layout.recompute == "full",
+         "cuda_graphs partial with recompute full: Megatron asserts full recompute is not used "
+         "with per-layer CUDA graphs; use recompute selective or cuda_graphs full"),
+        (tr.fp8_param_gather and tr.precision == "fp8" and layout.zero == 0,
+         "fp8_param_gather with zero_stage 0: Megatron's --fp8-param-gather needs the "
+         "distributed optimizer (zero_stage 1) or FSDP"),
+        (m.is_moe and layout.overlap_moe_expert_parallel_comm
+         and layout.moe_token_dispatcher == "allgather",
+         "overlap_moe_expert_parallel_comm with moe_token_dispatcher allgather: Megatron needs "
+         "the alltoall or flex dispatcher for it"),
+    ]
+    for broken, msg in problems:
+        if broken:
+            raise InfeasibleError(f"cannot export to Megatron-LM: {msg}")
 
 
 def environment(job, layout: Layout) -> tuple[dict[str, str], list[str]]:
     """(variables to export, comment lines explaining a choice)."""
-    if not (layout.tp > 1 or layout.cp > 1) or not pre_blackwell(job.hardware.name):
+    if not (layout.tp > 1 or layout.cp > 1) or not pre_blackwell(job.hardware):
         return {}, []
     if layout.zero >= 2:
         return {}, ["CUDA_DEVICE_MAX_CONNECTIONS is left unset: Megatron-FSDP (zero 2/3) wants it "
                     "unset or above 1, although TP/CP prefer 1 (Megatron warns about the mix)."]
+    if layout.overlap_moe_expert_parallel_comm and job.model.is_moe:
+        return {}, ["CUDA_DEVICE_MAX_CONNECTIONS is left unset: EP-communication overlap wants "
+                    "more than one connection, although TP/CP prefer 1 (Megatron warns)."]
     return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, []
 
 
@@ -80,6 +138,8 @@ def model_flags(m: ModelSpec, *, seq_length: int) -> list[Flag]:
         flags += [("--normalization", "RMSNorm")]
     if m.position_embedding != "learned_absolute":
         flags.append(("--position-embedding-type", m.position_embedding))
+    if m.position_embedding == "rope" and m.rotary_base is not None and whole(m.rotary_base):
+        flags.append(("--rotary-base", whole(m.rotary_base)))
     flags += shape_tail_flags(m, seq_length)
     return flags
 
@@ -101,7 +161,8 @@ def moe_layer_freq(m: ModelSpec) -> str:
     return f"([0]*{m.num_dense_layers}+[1]*{m.num_moe_layers})"
 
 
-def moe_flags(m: ModelSpec) -> list[Flag]:
+def moe_flags(m: ModelSpec, layout: Layout | None = None) -> list[Flag]:
+    """Experts, router, dense-layer pattern, and the layout's token dispatcher."""
     if not m.is_moe:
         return []
     flags: list[Flag] = [
@@ -114,11 +175,20 @@ def moe_flags(m: ModelSpec) -> list[Flag]:
                        str(m.num_shared_experts * m.expert_ffn)))
     if m.num_dense_layers:
         flags.append(("--moe-layer-freq", moe_layer_freq(m)))
-    flags += [("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
-    return flags
+    dispatcher = layout.moe_token_dispatcher if layout is not None else "alltoall"
+    if dispatcher in ("deepep", "hybridep"):
+        flags += [("--moe-token-dispatcher-type", "flex"),
+                  ("--moe-flex-dispatcher-backend", dispatcher)]
+    else:
+        flags.append(("--moe-token-dispatcher-type", dispatcher))
+    if layout is not None and layout.overlap_moe_expert_parallel_comm:
+        flags.append(("--overlap-moe-expert-parallel-comm", None))
+    return flags + [("--moe-grouped-gemm", None)]
 
 
 def _pipeline_flags(m: ModelSpec, layout: Layout) -> list[Flag]:
+    if layout.pipeline_model_parallel_layout:
+        return [("--pipeline-model-parallel-layout", layout.pipeline_model_parallel_layout)]
     flags: list[Flag] = []
     if layout.vpp > 1:
         flags.append(("--num-virtual-stages-per-pipeline-rank", str(layout.vpp)))
@@ -134,13 +204,22 @@ def _pipeline_flags(m: ModelSpec, layout: Layout) -> list[Flag]:
     return flags
 
 
-def _optimizer_flags(layout: Layout) -> list[Flag]:
+def _optimizer_flags(layout: Layout, precision: str) -> list[Flag]:
     flags: list[Flag] = []
     if layout.zero >= 1:
         flags.append(("--use-distributed-optimizer", None))
     if layout.zero >= 2:
         strategy = "optim_grads" if layout.zero == 2 else "optim_grads_params"
-        flags += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy)]
+        flags += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
+                  ("--ckpt-format", "fsdp_dtensor")]
+    if precision == "fp16" and layout.grad_reduce_in_fp32:
+        flags.append(("--accumulate-allreduce-grads-in-fp32", None))
+    elif precision != "fp16" and not layout.grad_reduce_in_fp32:
+        flags.append(("--grad-reduce-in-bf16", None))
+    if (layout.exp_avg_dtype, layout.exp_avg_sq_dtype) != ("fp32", "fp32"):
+        flags += [("--use-precision-aware-optimizer", None),
+                  ("--exp-avg-dtype", layout.exp_avg_dtype),
+                  ("--exp-avg-sq-dtype", layout.exp_avg_sq_dtype)]
     if layout.overlap_grad_reduce:
         flags.append(("--overlap-grad-reduce", None))
         if layout.overlap_param_gather and layout.zero >= 1:
@@ -150,14 +229,33 @@ def _optimizer_flags(layout: Layout) -> list[Flag]:
 
 def _recompute_flags(layout: Layout) -> list[Flag]:
     if layout.recompute == "selective":
-        return [("--recompute-granularity", "selective")]
+        flags: list[Flag] = [("--recompute-granularity", "selective")]
+        if layout.recompute_modules:
+            flags.append(("--recompute-modules", list(layout.recompute_modules)))
+        return flags
+    if layout.recompute == "full" and layout.recompute_num_layers is not None:
+        return [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                ("--recompute-num-layers", str(layout.recompute_num_layers))]
     if layout.recompute == "full":
         return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                 ("--recompute-num-layers", "1")]
     return []
 
 
-def parallel_flags(m: ModelSpec, layout: Layout) -> list[Flag]:
+def recipe_flags(layout: Layout) -> list[Flag]:
+    """CPU offloading and CUDA graphs."""
+    flags: list[Flag] = []
+    if layout.cpu_offloading_num_layers:
+        flags.append(("--cpu-offloading-num-layers", str(layout.cpu_offloading_num_layers)))
+    if layout.cuda_graphs == "partial":
+        flags.append(("--cuda-graph-impl", "transformer_engine"))
+    elif layout.cuda_graphs == "full":       # Megatron asserts the NaN check is off with it
+        flags += [("--cuda-graph-impl", "local"), ("--cuda-graph-scope", "full_iteration"),
+                  ("--no-check-for-nan-in-loss-and-grad", None)]
+    return flags
+
+
+def parallel_flags(m: ModelSpec, layout: Layout, *, precision: str = "bf16") -> list[Flag]:
     """TP/PP/CP/EP, SP, pipeline split, optimizer sharding, overlap (Megatron-LM spellings)."""
     flags: list[Flag] = [("--tensor-model-parallel-size", str(layout.tp)),
                          ("--pipeline-model-parallel-size", str(layout.pp))]
@@ -172,7 +270,8 @@ def parallel_flags(m: ModelSpec, layout: Layout) -> list[Flag]:
         flags.append(("--sequence-parallel", None))
         if layout.tp_comm_overlap:
             flags.append(("--tp-comm-overlap", None))
-    return flags + _optimizer_flags(layout) + _recompute_flags(layout)
+    return (flags + _optimizer_flags(layout, precision) + _recompute_flags(layout)
+            + recipe_flags(layout))
 
 
 def precision_flags(precision: str) -> list[Flag]:
@@ -183,17 +282,29 @@ def precision_flags(precision: str) -> list[Flag]:
     return [("--bf16", None)]
 
 
+def fp8_flags(training) -> list[Flag]:
+    """The FP8 recipe (written out, Megatron's default included) and FP8 weight copies."""
+    if training.precision != "fp8":
+        return []
+    flags: list[Flag] = [("--fp8-recipe", training.recipe)]
+    if training.fp8_param_gather:
+        flags.append(("--fp8-param-gather", None))
+    return flags
+
+
 def megatron_flags(job, layout: Layout) -> list[Flag]:
     """Every `pretrain_gpt.py` flag of the export, in order (values as strings)."""
     m, tr = job.model, job.training
-    flags = model_flags(m, seq_length=tr.seq_length) + mla_flags(m) + moe_flags(m)
+    flags = model_flags(m, seq_length=tr.seq_length) + mla_flags(m) + moe_flags(m, layout)
+    if m.mtp_num_layers:
+        flags.append(("--mtp-num-layers", str(m.mtp_num_layers)))
     flags += [("--attention-dropout", "0"), ("--hidden-dropout", "0")]
     if not tr.flash_attention:
         flags.append(("--attention-backend", "unfused"))
-    flags += parallel_flags(m, layout)
+    flags += parallel_flags(m, layout, precision=tr.precision)
     flags += [("--micro-batch-size", str(layout.micro_batch_size)),
               ("--global-batch-size", str(tr.global_batch_size))]
-    flags += precision_flags(tr.precision)
+    flags += precision_flags(tr.precision) + fp8_flags(tr)
     flags += [("--mock-data", None), ("--tokenizer-type", "NullTokenizer"),
               ("--vocab-size", str(m.vocab_size - 1)),
               ("--train-iters", '"${TRAIN_ITERS:?set TRAIN_ITERS, the run length in steps}"'),
@@ -215,7 +326,15 @@ def continued(lines: list[str], indent: str = "    ") -> list[str]:
 
 
 def flag_lines(flags: list[Flag]) -> list[str]:
-    return [name if value is None else f"{name} {_quote(value)}" for name, value in flags]
+    out = []
+    for name, value in flags:
+        if value is None:
+            out.append(name)
+        elif isinstance(value, list):
+            out.append(" ".join([name] + [_quote(v) for v in value]))
+        else:
+            out.append(f"{name} {_quote(value)}")
+    return out
 
 
 def launcher_lines(job) -> list[str]:
@@ -227,6 +346,7 @@ def launcher_lines(job) -> list[str]:
 
 def render(job, layout: Layout, *, estimate=None) -> str:
     """The whole snippet (see the module docstring)."""
+    check_supported(job, layout)
     nodes, per_node = nodes_and_devices(job.num_gpus, job.hardware.gpus_per_node)
     env, env_notes = environment(job, layout)
     mp = layout.tp * layout.pp * layout.cp

@@ -4,12 +4,13 @@ Formats: our own YAML (`planner`), a Megatron-LM launch script or argument file 
 a NeMo YAML (`nemo`; NeMo 2 recipes come back as format `nemo2`), a DeepSpeed ds_config.json
 or Megatron-DeepSpeed launch script (`deepspeed`) and a torchtitan TOML (`torchtitan`).
 `detect_format` looks at the extension, then the content; `load_any` reads the file, applies
-the --model/--hardware/--gpus/--nodes overrides and returns an `Imported` (job, layout, the
-framework's own violations, format).
+the --model/--hardware/--gpus/--nodes/--set/--vocab-size overrides and returns an `Imported`
+(job, layout, the framework's own violations, format).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from planner.config import config_from_data, load_config, resolve_hardware
@@ -58,16 +59,40 @@ def _yaml(text: str, source: Path):
 
 
 def load_any(path: str | Path, *, model: str | None = None, hardware: str | None = None,
-             gpus: int | None = None, nodes: int | None = None) -> Imported:
-    """Read `path` in whatever format it is; options fill or override what it lacks."""
-    ov = Overrides(model=model, hardware=hardware, gpus=gpus, nodes=nodes)
+             gpus: int | None = None, nodes: int | None = None,
+             sets: tuple[tuple[str, str], ...] = (), vocab_size: int | None = None) -> Imported:
+    """Read `path` in whatever format it is; options fill or override what it lacks.
+    `sets`: (NAME, VALUE) pairs a launch script takes from its environment or arguments;
+    `vocab_size`: the model's vocabulary size."""
+    ov = Overrides(model=model, hardware=hardware, gpus=gpus, nodes=nodes, sets=tuple(sets),
+                   vocab_size=vocab_size)
     p = Path(path)
     with read_budget(str(p)), suggestion_budget():
         fmt = detect_format(p)
+        if ov.sets and not _is_script(p, fmt):
+            raise SpecError(f"--set gives a launch script's variables; {short(str(p))} is a "
+                            f"{fmt} config, which has none: remove --set")
         if fmt == "planner":
-            return _planner(p, ov)
+            return _vocab(_planner(p, ov), ov)
         with naming(str(p)):
-            return _framework(p, fmt, ov)
+            return _vocab(_framework(p, fmt, ov), ov)
+
+
+def _is_script(p: Path, fmt: str) -> bool:
+    if fmt == "megatron":
+        return True
+    if fmt != "deepspeed" or p.suffix.lower() in (".json", ".yaml", ".yml"):
+        return False
+    return not read_text(p, what="DeepSpeed config").lstrip().startswith("{")
+
+
+def _vocab(imported: Imported, ov: Overrides) -> Imported:
+    """--vocab-size replaces the model's vocabulary, whatever the format said."""
+    model = imported.job.model
+    if ov.vocab_size is None or model.vocab_size == ov.vocab_size:
+        return imported
+    job = replace(imported.job, model=model.model_copy(update={"vocab_size": ov.vocab_size}))
+    return replace(imported, job=job)
 
 
 def _framework(p: Path, fmt: str, ov: Overrides) -> Imported:

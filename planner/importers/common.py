@@ -4,7 +4,10 @@ file, and turning what a framework file says into our `Job` (world size, model, 
 Overrides fill or replace what a file says: `--model` replaces the file's model shape,
 `--hardware` names the GPU system (framework files never do; default h100-sxm), `--gpus`
 replaces the world size and `--nodes` gives it as nodes x GPUs per node (the file's per-node
-count when it has one, else the hardware profile's).
+count when it has one, else the hardware profile's). `--set NAME=VALUE` gives a launch script
+the environment variable (or, for NAME 1, 2, ..., the positional parameter) a run would have;
+`--vocab-size V` gives the model's vocabulary size where the tokenizer is unknown (and
+replaces the one the file implies).
 """
 
 from __future__ import annotations
@@ -26,26 +29,56 @@ from planner.specs import MAX_GPUS, HardwareSpec, ModelSpec, parse_spec
 
 __all__ = ["Imported", "Overrides", "read_text", "resolve_world", "hardware_of", "model_of",
            "inline_model", "vocab_from_tokenizer", "make_job", "unknown_key", "accounted_split",
-           "naming", "suggestion_budget", "MAX_SUGGESTIONS", "DEFAULT_HARDWARE"]
+           "naming", "suggestion_budget", "MAX_SUGGESTIONS", "parse_set", "check_world",
+           "DEFAULT_HARDWARE", "MAX_GPUS"]
 
 DEFAULT_HARDWARE = "h100-sxm"   # as in a planner config that names no hardware
+_SET_NAME = re.compile(r"[A-Za-z_]\w*|[1-9][0-9]*")
+
+
+def parse_set(text: str) -> tuple[str, str]:
+    """`NAME=VALUE` from --set (NAME a shell variable, or 1, 2, ... for $1, $2, ...)."""
+    name, eq, value = str(text).partition("=")
+    if not eq or not _SET_NAME.fullmatch(name):
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise SpecError(f"--set {shown!r}: expected NAME=VALUE with NAME a shell variable or a "
+                        "positional parameter number (e.g. --set NNODES=16 or --set 1=/data)")
+    return name, value
+
+
+def check_world(n: int, *, source: str, what: str = "world size") -> int:
+    """A world size within planner's cap (the one a config's num_gpus has)."""
+    if n > MAX_GPUS:
+        raise SpecError(f"{source}: {what} {short(n)} GPUs is beyond planner's cap of "
+                        f"{MAX_GPUS:,} (the same as a config's num_gpus); fix the node or GPU count",
+                        field="num_gpus", value=n)
+    return n
 
 
 @dataclass(frozen=True)
 class Overrides:
-    """`validate`'s --model/--hardware/--gpus/--nodes (None = not given)."""
+    """`validate`'s --model/--hardware/--gpus/--nodes/--set/--vocab-size (None/() = not
+    given). `sets` are (NAME, VALUE) pairs in the order given."""
 
     model: str | None = None
     hardware: str | None = None
     gpus: int | None = None
     nodes: int | None = None
+    sets: tuple[tuple[str, str], ...] = ()
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
-        for name, value in (("--gpus", self.gpus), ("--nodes", self.nodes)):
+        for name, value, what in (("--gpus", self.gpus, "GPUs, as for num_gpus"),
+                                  ("--nodes", self.nodes, "GPUs, as for num_gpus"),
+                                  ("--vocab-size", self.vocab_size, "as for vocab_size")):
             if value is not None and not 1 <= value <= MAX_GPUS:
                 raise SpecError(f"{name} = {short(value)}: must be a whole number from 1 to "
-                                f"{MAX_GPUS:,} (limit: GPUs, as for num_gpus)",
-                                field=name, value=value)
+                                f"{MAX_GPUS:,} (limit: {what})", field=name, value=value)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The --set values as a script's environment (the last of a repeated NAME wins)."""
+        return dict(self.sets)
 
 
 @dataclass(frozen=True)
@@ -91,13 +124,13 @@ def resolve_world(ov: Overrides, *, hardware: HardwareSpec, source: str,
             raise SpecError(f"--gpus ({ov.gpus}) and --nodes ({ov.nodes}) x "
                             f"{gpus_per_node or hardware.gpus_per_node} GPUs per node ({n}) "
                             "disagree; give one of them")
-        return n
+        return check_world(n, source=source)
     if ov.gpus is not None:
         return ov.gpus
     if world is not None:
-        return world
+        return check_world(world, source=source)
     if gpus_per_node is not None and nodes is not None:
-        return gpus_per_node * nodes
+        return check_world(gpus_per_node * nodes, source=source)
     raise SpecError(f"{source}: {missing}; give --gpus N (total GPUs) or --nodes N "
                     f"(x {gpus_per_node or hardware.gpus_per_node} GPUs per node)")
 
@@ -111,7 +144,9 @@ def model_of(ov: Overrides, *, source: str, what: str) -> ModelSpec:
 
 
 def _shape_key(m: ModelSpec) -> tuple:
-    return (m.num_layers, m.hidden_size, m.ffn, m.num_attention_heads, m.kv_heads, m.head_dim,
+    # MLA uses qk/v head dims, not kv_channels: a head_dim there names no tensor
+    return (m.num_layers, m.hidden_size, m.ffn, m.num_attention_heads, m.kv_heads,
+            None if m.is_mla else m.head_dim,
             m.vocab_size, m.gated, m.tied_embeddings, m.num_experts or 0, m.expert_ffn,
             m.moe_top_k if m.is_moe else 0, m.kv_lora_rank)
 
@@ -119,15 +154,22 @@ def _shape_key(m: ModelSpec) -> tuple:
 def inline_model(fields: dict[str, Any], *, source: str, fmt: str) -> ModelSpec:
     """A ModelSpec from a file's shape keys, named after the preset it matches if any."""
     fields = {k: v for k, v in fields.items() if v is not None}
+    named = "name" in fields
     fields.setdefault("name", f"custom ({fmt})")
     try:
         spec = parse_spec(ModelSpec, fields, where="model")
     except SpecError as exc:
         raise exc.prefixed(source, f" (the {fmt} model shape)") from None
     key = _shape_key(spec)
-    for preset in PRESETS.values():
-        if _shape_key(ModelSpec(**preset)) == key:
-            return spec.model_copy(update={"name": preset["name"]})
+    shapes = [(p["name"], _shape_key(ModelSpec(**p))) for p in PRESETS.values()]
+    for name, other in shapes:
+        if other == key:
+            return spec.model_copy(update={"name": name})
+    for name, other in shapes:
+        if other[:6] + other[7:] == key[:6] + key[7:] and not named:
+            # the preset's shape with another vocabulary (a NullTokenizer's V + 1, say)
+            return spec.model_copy(update={"name": f"{name} shape, vocabulary "
+                                                   f"{spec.vocab_size}"})
     return spec
 
 
@@ -158,13 +200,14 @@ def vocab_from_tokenizer(*names: str | None) -> int | None:
 
 def make_job(*, model: ModelSpec, hardware: HardwareSpec, num_gpus: int,
              seq_length: int | None, global_batch_size: int | None, precision: str = "bf16",
-             accounting: str = "megatron", source: str = "") -> Job:
-    training = default_training(model, seq_length=seq_length, global_batch_size=global_batch_size,
-                                precision=precision, accounting=accounting)
+             accounting: str = "megatron", source: str = "", **training_keys: Any) -> Job:
+    """`training_keys`: more TrainingSpec fields the file sets (fp8_recipe, flash_attention...)."""
     if not 1 <= num_gpus <= MAX_GPUS:
         raise SpecError(f"{source}: world size {short(num_gpus)} must be from 1 to {MAX_GPUS:,} "
                         "GPUs (limit: GPUs, as for num_gpus); give --gpus N",
                         field="num_gpus", value=num_gpus)
+    training = default_training(model, seq_length=seq_length, global_batch_size=global_batch_size,
+                                precision=precision, accounting=accounting, **training_keys)
     return Job(model=model, hardware=hardware, num_gpus=num_gpus, training=training)
 
 

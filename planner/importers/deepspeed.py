@@ -9,7 +9,15 @@ DP = world / (tp*pp*sp). With a Megatron-DeepSpeed launch (a script passing `--d
 planner's own DeepSpeed export) the degrees, the model shape, the sequence length and the world
 size come from its flags (`--num-key-value-heads`, `--ds-sequence-parallel-size`,
 `--no-pipeline-parallel`, `--zero-stage`...); its flags are not checked against a list (we have
-none for Megatron-DeepSpeed).
+none for Megatron-DeepSpeed). A ds_config the script writes itself (`cat <<EOT > $DS_CONFIG`,
+`sed ... TEMPLATE > FILE`, `echo '{...}' > FILE`) is read from the script.
+
+DeepSpeed's own rules, not Megatron's: its pipeline engine balances the layers over the stages
+itself (Megatron-DeepSpeed's `partition_method='type:transformer'`, or BLOOM's
+`--pp-partition-method 'type:transformer|embedding'`), so 70 layers on pp 12 is valid: the
+per-stage counts DeepSpeed's partitioner gives become first/last_stage_layers; with `bf16` and
+ZeRO stage 0 the engine runs its BF16 optimizer, which shards the fp32 master weights and Adam
+states over DP like ZeRO-1, so it is planned as zero 1.
 
 The batch keys resolve the way DeepSpeed's config does (any two of train_batch_size,
 train_micro_batch_size_per_gpu, gradient_accumulation_steps give the third) and must satisfy
@@ -29,9 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError, Violation
-from planner.importers import megatron
+from planner.export.deepspeed import partition_split
+from planner.importers import megatron, shell
 from planner.importers.common import (Imported, Overrides, hardware_of, make_job, model_of,
                                       read_text, resolve_world, unknown_key)
+from planner.importers.recipe import read_recompute
 from planner.layout import Layout
 
 __all__ = ["load", "load_text", "load_script", "parse_json", "looks_like_deepspeed",
@@ -210,6 +220,7 @@ class _Degrees:
     etp: int = 1
     sp: bool = False
     recompute: str = "none"
+    recompute_num_layers: int | None = None
 
 
 def _from_config(data: dict, source: str) -> _Degrees:
@@ -225,7 +236,7 @@ def _from_config(data: dict, source: str) -> _Degrees:
 
 
 def _from_flags(flags: megatron.Flags, data: dict, stage: int, source: str,
-                out: list[Violation]) -> _Degrees:
+                out: list[Violation], num_layers: int) -> _Degrees:
     """Megatron-DeepSpeed's flags: the degrees, SP, recompute; its ZeRO/pipeline rules."""
     tp = flags.int("--tensor-model-parallel-size", 1)
     pp = flags.int("--pipeline-model-parallel-size", 1)
@@ -252,15 +263,14 @@ def _from_flags(flags: megatron.Flags, data: dict, stage: int, source: str,
                              "--sequence-parallel with tensor-model-parallel-size 1 does nothing; "
                              "drop the flag", "warning"))
         sp = False
-    gran = flags.choice("--recompute-granularity", ("full", "selective"))
-    if gran is None and (flags.has("--checkpoint-activations")
-                         or _section(data, "activation_checkpointing", source)):
+    gran, _, num = read_recompute(flags, max(1, num_layers // max(1, pp)), out, "deepspeed")
+    if gran == "none" and _section(data, "activation_checkpointing", source):
         gran = "full"
     return _Degrees(tp=tp, pp=pp, cp=flags.int("--ds-sequence-parallel-size", 1),
                     ep=flags.int("--moe-expert-parallel-size", 1),
                     etp=tp if flags.has("--enable-expert-tensor-parallelism")
                     or not flags.has("--num-experts") else 1, sp=sp,
-                    recompute=gran or "none")
+                    recompute=gran, recompute_num_layers=num)
 
 
 def _flag_batch(flags: megatron.Flags, tbs: int, mbs: int, out: list[Violation]) -> None:
@@ -274,9 +284,33 @@ def _flag_batch(flags: megatron.Flags, tbs: int, mbs: int, out: list[Violation])
                                  "make them equal", "warning"))
 
 
+def _pipeline(model, pp: int, method: str, source: str,
+              out: list[Violation]) -> tuple[int | None, int | None]:
+    """first/last_stage_layers as DeepSpeed's partitioner places the layers (None: even)."""
+    if pp <= 1 or model.num_layers % pp == 0 and "embed" not in method:
+        return None, None
+    split = partition_split(model.num_layers, pp, method=method,
+                            tied=model.tied_embeddings)
+    if split.note:
+        out.append(Violation("deepspeed-pipeline-partition", split.note, "warning"))
+    return split.first, split.last
+
+
+def _bf16_optimizer(stage: int, precision: str, out: list[Violation]) -> int:
+    """ZeRO stage 0 with bf16: DeepSpeed's BF16 optimizer shards fp32 states like ZeRO-1."""
+    if stage == 0 and precision == "bf16":
+        out.append(Violation("deepspeed-bf16-optimizer",
+                             "zero_optimization.stage 0 with bf16: DeepSpeed runs its BF16 "
+                             "optimizer, which shards the fp32 master weights and Adam states "
+                             "over data parallelism like ZeRO-1; planned as zero 1", "warning"))
+        return 1
+    return stage
+
+
 def load(path: str | Path, data: Any, ov: Overrides, *, launch: str | None = None,
-         launch_source: str | None = None) -> Imported:
-    """Read a parsed ds_config (a dict), with the Megatron-DeepSpeed launch text if any."""
+         launch_source: str | None = None, reading=None) -> Imported:
+    """Read a parsed ds_config (a dict), with the Megatron-DeepSpeed launch text if any
+    (`reading`: that launch, already read by `megatron.read_launch`)."""
     source = str(path)
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a ds_config must be a JSON object; see DeepSpeed's docs")
@@ -285,7 +319,8 @@ def load(path: str | Path, data: Any, ov: Overrides, *, launch: str | None = Non
     _check_keys(data, zero_cfg, out)
     stage = _stage(zero_cfg, source, out)
     hardware = hardware_of(ov)
-    if launch is None:
+    method = "type:transformer"
+    if launch is None and reading is None:
         deg = _from_config(data, source)
         if deg.pp > 1 and stage >= 2:
             out.append(Violation("deepspeed-pipeline-zero",
@@ -298,24 +333,30 @@ def load(path: str | Path, data: Any, ov: Overrides, *, launch: str | None = Non
         seq = None
     else:
         where = launch_source or source
-        found, flags, more = megatron.read_launch(launch, where, check=False, prefix="deepspeed")
+        found, flags, more = reading or megatron.read_launch(launch, where, check=False,
+                                                             prefix="deepspeed", ov=ov)
         out += more
-        deg = _from_flags(flags, data, stage, source, out)
         seq = flags.int("--seq-length")
         model = megatron.model_from_flags(flags, ov, where, seq, out, dialect="Megatron-DeepSpeed")
+        deg = _from_flags(flags, data, stage, source, out, model.num_layers)
+        method = flags.text("--pp-partition-method", method, fix="set it in the script")
         num_gpus = megatron.world_size(found, ov, hardware, where, out)
     dp = max(1, num_gpus // (deg.tp * deg.pp * deg.cp))
     tbs, mbs = _batch(data, dp, source, out)
-    if launch is not None:
+    if launch is not None or reading is not None:
         _flag_batch(flags, tbs, mbs, out)
+    precision = _precision(data, source, out)
+    first, last = _pipeline(model, deg.pp, method, source, out)
     layout = Layout(tp=deg.tp, pp=deg.pp, cp=deg.cp, dp=dp, ep=deg.ep, etp=deg.etp, sp=deg.sp,
-                    zero=stage, micro_batch_size=mbs, recompute=deg.recompute,
+                    zero=_bf16_optimizer(stage, precision, out), micro_batch_size=mbs,
+                    recompute=deg.recompute, recompute_num_layers=deg.recompute_num_layers,
+                    first_stage_layers=first, last_stage_layers=last,
                     cp_comm_type="a2a" if deg.cp > 1 else "p2p",
                     overlap_grad_reduce=bool(zero_cfg.get("overlap_comm", False)),
                     overlap_param_gather=bool(zero_cfg.get("overlap_comm", False)) and stage == 3)
     job = make_job(model=model, hardware=hardware, num_gpus=num_gpus, seq_length=seq,
-                   global_batch_size=tbs, precision=_precision(data, source, out),
-                   accounting="deepspeed", source=source)
+                   global_batch_size=tbs, precision=precision, accounting="deepspeed",
+                   source=source)
     return Imported(job, layout, out, "deepspeed", source)
 
 
@@ -327,19 +368,41 @@ def load_text(path: str | Path, text: str, ov: Overrides) -> Imported:
 
 
 def load_script(path: str | Path, text: str, ov: Overrides) -> Imported:
-    """A Megatron-DeepSpeed launch script: the ds_config it names (--deepspeed_config FILE,
-    looked up beside the script, then from the working directory) and its flags."""
+    """A Megatron-DeepSpeed launch script: the ds_config it names (--deepspeed_config FILE):
+    the one the script writes itself, else the file beside the script, then from the working
+    directory; and its flags."""
     source = str(path)
-    _, flags, _ = megatron.read_launch(text, source, check=False, prefix="deepspeed")
-    name = flags.text("--deepspeed_config", fix="name the ds_config file in the script") \
-        or flags.text("--deepspeed-config", fix="name the ds_config file in the script")
-    if name is None:
+    reading = megatron.read_launch(text, source, check=False, prefix="deepspeed", ov=ov)
+    flags = reading[1]
+    raw = next((flags.values[f][0] for f in ("--deepspeed_config", "--deepspeed-config")
+                if flags.values.get(f)), None)
+    if raw is None:
         raise SpecError(f"{source}: a Megatron-DeepSpeed script without --deepspeed_config FILE; "
                         "add it (planner reads the batch and ZeRO settings from there)")
+    written, content = reading[0].script.file(raw)
+    if written:
+        return load(source, _written(source, raw, content), ov, launch_source=source,
+                    reading=reading)
+    name = flags.text("--deepspeed_config", fix="name the ds_config file in the script") \
+        or flags.text("--deepspeed-config", fix="name the ds_config file in the script")
     candidates = [Path(source).parent / name, Path(name)]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
         raise SpecError(f"{source}: --deepspeed_config {name} not found (looked in "
                         f"{', '.join(str(c) for c in candidates)}); put the ds_config there")
     data = parse_json(found, read_text(found, what="ds_config"), what="ds_config")
-    return load(found, data, ov, launch=text, launch_source=source)
+    return load(found, data, ov, launch_source=source, reading=reading)
+
+
+def _written(source: str, raw: str, content: str | None) -> Any:
+    """The ds_config a script writes itself, parsed; one error naming what is missing."""
+    shown = shell.display(raw)
+    if content is None:
+        raise SpecError(f"{source}: the script writes its ds_config {shown} with a command "
+                        "planner does not run; write it with a here-document (cat <<EOT > FILE) "
+                        "or validate the generated ds_config.json with --model and --gpus")
+    names = shell.unresolved_names(content)
+    if names:
+        raise SpecError(f"{source}: the ds_config the script writes ({shown}) {shell.why(names)};"
+                        " set them in the script or give --set NAME=VALUE")
+    return parse_json(shown, content, what="the ds_config written by the script as")

@@ -22,6 +22,7 @@ torchrun \
     --swiglu \
     --normalization RMSNorm \
     --position-embedding-type rope \
+    --rotary-base 10000 \
     --untie-embeddings-and-output-weights \
     --disable-bias-linear \
     --seq-length 4096 \
@@ -37,7 +38,7 @@ torchrun \
     --moe-ffn-hidden-size 2048 \
     --moe-shared-expert-intermediate-size 2048 \
     --moe-layer-freq '([0]*3+[1]*58)' \
-    --moe-token-dispatcher-type alltoall \
+    --moe-token-dispatcher-type allgather \
     --moe-grouped-gemm \
     --attention-dropout 0 \
     --hidden-dropout 0 \

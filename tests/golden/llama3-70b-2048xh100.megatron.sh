@@ -26,6 +26,7 @@ torchrun \
     --swiglu \
     --normalization RMSNorm \
     --position-embedding-type rope \
+    --rotary-base 500000 \
     --untie-embeddings-and-output-weights \
     --disable-bias-linear \
     --seq-length 8192 \

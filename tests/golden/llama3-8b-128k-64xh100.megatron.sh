@@ -25,6 +25,7 @@ torchrun \
     --swiglu \
     --normalization RMSNorm \
     --position-embedding-type rope \
+    --rotary-base 500000 \
     --untie-embeddings-and-output-weights \
     --disable-bias-linear \
     --seq-length 131072 \
@@ -38,6 +39,7 @@ torchrun \
     --use-distributed-optimizer \
     --use-megatron-fsdp \
     --data-parallel-sharding-strategy optim_grads_params \
+    --ckpt-format fsdp_dtensor \
     --overlap-grad-reduce \
     --overlap-param-gather \
     --recompute-granularity full \

@@ -26,6 +26,7 @@ torchrun \
     --swiglu \
     --normalization RMSNorm \
     --position-embedding-type rope \
+    --rotary-base 1000000 \
     --untie-embeddings-and-output-weights \
     --disable-bias-linear \
     --seq-length 8192 \
@@ -33,7 +34,7 @@ torchrun \
     --num-experts 8 \
     --moe-router-topk 2 \
     --moe-ffn-hidden-size 14336 \
-    --moe-token-dispatcher-type alltoall \
+    --moe-token-dispatcher-type allgather \
     --moe-grouped-gemm \
     --attention-dropout 0 \
     --hidden-dropout 0 \
