@@ -155,9 +155,11 @@ def vocab_from_tokenizer(*names: str | None) -> int | None:
 
 def make_job(*, model: ModelSpec, hardware: HardwareSpec, num_gpus: int,
              seq_length: int | None, global_batch_size: int | None, precision: str = "bf16",
-             accounting: str = "megatron", source: str = "") -> Job:
+             accounting: str = "megatron", source: str = "", **training_fields) -> Job:
+    """The Job a framework file describes; `training_fields` are further TrainingSpec fields
+    the file sets (fp8_recipe, fp8_param_gather)."""
     training = default_training(model, seq_length=seq_length, global_batch_size=global_batch_size,
-                                precision=precision, accounting=accounting)
+                                precision=precision, accounting=accounting, **training_fields)
     if num_gpus < 1:
         raise SpecError(f"{source}: world size {num_gpus} must be at least 1; give --gpus N")
     return Job(model=model, hardware=hardware, num_gpus=num_gpus, training=training)
