@@ -223,3 +223,194 @@ def test_malformed_nemo_yaml_is_exit_2_with_one_line(runner, tmp_path, text, nee
     assert result.exit_code == 2, result.output
     assert needle in result.output
     assert "Traceback" not in result.output
+
+
+# ------------------------------------------------- production recipe settings (issue 8, 3-4)
+
+_LAYOUT_DEFAULTS = dict(recompute_modules=[], recompute_num_layers=None,
+                        cpu_offloading_num_layers=0, grad_reduce_in_fp32=True,
+                        exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32",
+                        moe_token_dispatcher="allgather", overlap_moe_expert_parallel_comm=False,
+                        cuda_graphs="none", pipeline_model_parallel_layout=None)
+
+NEMO1_SETTINGS = [
+    # model keys, expected layout fields, expected training fields
+    ({"activations_checkpoint_granularity": "selective",
+      "recompute_modules": ["mlp", "layernorm", "core_attn"]},
+     {"recompute": "selective", "recompute_modules": ["mlp", "layernorm", "core_attn"]}, {}),
+    ({"activations_checkpoint_granularity": "full", "activations_checkpoint_method": "block",
+      "activations_checkpoint_num_layers": 2}, {"recompute": "full", "recompute_num_layers": 2},
+     {}),
+    ({"activations_checkpoint_granularity": "full", "activations_checkpoint_method": "uniform",
+      "activations_checkpoint_num_layers": 1}, {"recompute": "full", "recompute_num_layers": None},
+     {}),
+    ({"pipeline_model_parallel_size": 1, "cpu_offloading": True,
+      "cpu_offloading_num_layers": 3, "cpu_offloading_weights": False},
+     {"cpu_offloading_num_layers": 3}, {}),
+    ({"optim": {"name": "distributed_fused_adam", "grad_sync_dtype": "bf16"}},
+     {"grad_reduce_in_fp32": False}, {}),
+    ({"optim": {"name": "distributed_fused_adam", "dtype": "bf16"}},
+     {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}, {}),
+    ({"fp8": True, "fp8_hybrid": True, "fp8_recipe": "tensorwise", "fp8_params": True}, {},
+     {"precision": "fp8", "fp8_recipe": "tensorwise", "fp8_param_gather": True}),
+    ({"num_moe_experts": 8, "moe_router_topk": 2, "expert_model_parallel_size": 2,
+      "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+      "overlap_moe_expert_parallel_comm": True},
+     {"moe_token_dispatcher": "hybridep", "overlap_moe_expert_parallel_comm": True}, {}),
+    ({"num_moe_experts": 8, "moe_token_dispatcher_type": "alltoall"},
+     {"moe_token_dispatcher": "alltoall"}, {}),
+    ({"enable_cuda_graph": True, "use_te_rng_tracker": True}, {"cuda_graphs": "partial"}, {}),
+    ({"cuda_graph_impl": "full_iteration"}, {"cuda_graphs": "full"}, {}),
+    ({"cuda_graph_impl": "local", "cuda_graph_scope": "full_iteration"}, {"cuda_graphs": "full"},
+     {}),
+    ({"pipeline_model_parallel_layout": "Et*3|t*3|t*2L"},
+     {"pipeline_model_parallel_layout": "Et*3|t*3|t*2L"}, {}),
+]
+
+
+@pytest.mark.parametrize("model,layout,training", NEMO1_SETTINGS,
+                         ids=[next(iter(c[0])) for c in NEMO1_SETTINGS])
+def test_nemo1_reads_the_recipe_settings(tmp_path, model, layout, training):
+    imported = load_any(_write(tmp_path, _nemo1(**model)))
+    got = imported.layout.as_dict()
+    for key, value in {**_LAYOUT_DEFAULTS, **layout}.items():
+        assert got[key] == value, key
+    t = imported.job.training
+    for key, value in training.items():
+        assert getattr(t, key) == value, key
+    assert not [v for v in imported.violations if v.severity == "error"]
+
+
+def test_nemo1_mtp_and_rope_base_and_vocab_override_reach_the_model(tmp_path):
+    m = load_any(_write(tmp_path, _nemo1(mtp_num_layers=1, rotary_base=500000,
+                                         position_embedding_type="rope",
+                                         override_vocab_size=32000))).job.model
+    assert (m.mtp_num_layers, m.rotary_base, m.vocab_size) == (1, 500000.0, 32000)
+
+
+@pytest.mark.parametrize("model,rule,needle", [
+    ({"cpu_offloading": True, "cpu_offloading_num_layers": 3}, "nemo-cpu-offloading",
+     "no CPU offloading with pipeline parallelism"),
+    ({"pipeline_model_parallel_size": 1, "cpu_offloading": True, "cpu_offloading_num_layers": 8},
+     "nemo-cpu-offloading", "between 0 and num_layers - 1 (7)"),
+    ({"activations_checkpoint_granularity": "selective", "recompute_modules": ["attention"]},
+     "nemo-recompute-flags", "'attention' is not a module Megatron-Core recomputes"),
+    ({"pipeline_model_parallel_size": 1, "cpu_offloading": True, "cpu_offloading_num_layers": 2,
+      "cpu_offloading_weights": True}, "nemo-not-modelled", "cpu_offloading_weights"),
+])
+def test_megatron_core_rules_on_the_recipe_settings(tmp_path, model, rule, needle):
+    _, result = _run(_write(tmp_path, _nemo1(**model)))
+    assert any(needle in m for m in _messages(result, rule)), _messages(result, rule)
+
+
+# NeMo 2: llm.pretrain recipe dumped to YAML (a small model of our own, on 16 GPUs)
+def _nemo2(*, strategy=None, config=None, plugins=None, optim=None) -> dict:
+    return {
+        "trainer": {"devices": 8, "num_nodes": 2,
+                    "strategy": {"tensor_model_parallel_size": 2,
+                                 "pipeline_model_parallel_size": 2, "sequence_parallel": True,
+                                 **(strategy or {})},
+                    "plugins": plugins if plugins is not None else {
+                        "_target_": "nemo.lightning.pytorch.plugins.MegatronMixedPrecision",
+                        "precision": "bf16-mixed"}},
+        "model": {"config": {"num_layers": 8, "hidden_size": 1024, "ffn_hidden_size": 2816,
+                             "num_attention_heads": 16, "num_query_groups": 4,
+                             "gated_linear_unit": True, "vocab_size": 32000,
+                             "normalization": "RMSNorm", "add_bias_linear": False,
+                             "seq_length": 4096, **(config or {})}},
+        "data": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
+        "optim": {"config": {"use_distributed_optimizer": True, **(optim or {})}},
+    }
+
+
+def test_nemo2_reads_plugins_strategy_ddp_fsdp_and_optimizer(tmp_path):
+    data = _nemo2(
+        strategy={"fsdp": "megatron",
+                  "ddp": {"grad_reduce_in_fp32": False,
+                          "data_parallel_sharding_strategy": "optim_grads"}},
+        config={"recompute_granularity": "selective", "recompute_modules": ["moe_act"],
+                "mtp_num_layers": 2, "cuda_graph_impl": "transformer_engine"},
+        plugins={"_target_": "nemo.lightning.pytorch.plugins.MegatronMixedPrecision",
+                 "precision": "bf16-mixed", "fp8": "hybrid", "fp8_recipe": "mxfp8",
+                 "fp8_param_gather": True},
+        optim={"use_precision_aware_optimizer": True, "exp_avg_dtype": "torch.bfloat16",
+               "exp_avg_sq_dtype": "torch.float32"})
+    imported = load_any(_write(tmp_path, data), hardware="b200")
+    lay, t = imported.layout, imported.job.training
+    assert imported.format == "nemo2"
+    assert (lay.zero, lay.grad_reduce_in_fp32, lay.recompute_modules, lay.cuda_graphs) == \
+        (2, False, ("moe_act",), "partial")
+    assert (lay.exp_avg_dtype, lay.exp_avg_sq_dtype) == ("bf16", "fp32")
+    assert (t.precision, t.fp8_recipe, t.fp8_param_gather) == ("fp8", "mxfp8", True)
+    assert imported.job.model.mtp_num_layers == 2
+
+
+@pytest.mark.parametrize("recipe,precision,fp8_recipe,gather", [
+    # nemo/collections/llm/recipes/precision/mixed_precision.py (NeMo 2.4.0)
+    ("bf16_with_fp8_mixed", "fp8", "delayed", True),
+    ("bf16_with_fp8_current_scaling_mixed", "fp8", "tensorwise", True),
+    ("bf16_with_fp8_subchannel_scaling_mixed", "fp8", "blockwise", False),
+    ("bf16_mixed", "bf16", None, False),
+])
+def test_nemo2_precision_recipes_by_name(tmp_path, recipe, precision, fp8_recipe, gather):
+    data = _nemo2(plugins={"_target_": f"nemo.collections.llm.recipes.precision."
+                                       f"mixed_precision.{recipe}"})
+    t = load_any(_write(tmp_path, data)).job.training
+    assert (t.precision, t.fp8_recipe, t.fp8_param_gather) == (precision, fp8_recipe, gather)
+
+
+def test_bf16_moments_need_the_precision_aware_optimizer(tmp_path):
+    data = _nemo2(optim={"exp_avg_dtype": "bf16"})
+    _, result = _run(_write(tmp_path, data))
+    assert "nemo-precision-aware-optimizer" in _rules(result, "error")
+
+
+# Megatron-Bridge ConfigContainer YAML (Megatron-Bridge 0.6.2 training/config.py sections)
+def _bridge(**sections) -> dict:
+    data = {
+        "model": {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1,
+                  "sequence_parallel": True, "num_layers": 8, "hidden_size": 1024,
+                  "ffn_hidden_size": 2816, "num_attention_heads": 16, "num_query_groups": 4,
+                  "gated_linear_unit": True, "vocab_size": 32000, "normalization": "RMSNorm",
+                  "add_bias_linear": False, "seq_length": 4096, "rotary_base": 500000.0},
+        "train": {"micro_batch_size": 2, "global_batch_size": 64, "train_iters": 100},
+        "dataset": {"seq_length": 4096},
+        "ddp": {"use_distributed_optimizer": True, "overlap_grad_reduce": True},
+        "optimizer": {"use_distributed_optimizer": True, "lr": 3e-4},
+        "mixed_precision": "bf16_with_fp8_current_scaling_mixed",
+    }
+    for name, value in sections.items():
+        data[name] = {**data[name], **value} if isinstance(value, dict) else value
+    return data
+
+
+def test_megatron_bridge_config_reads_every_section(tmp_path):
+    imported, result = _run(_write(tmp_path, _bridge(
+        model={"recompute_granularity": "full", "recompute_method": "block",
+               "recompute_num_layers": 3, "moe_token_dispatcher_type": "flex",
+               "num_moe_experts": 8, "expert_model_parallel_size": 4},
+        ddp={"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params",
+             "grad_reduce_in_fp32": True})), gpus=16)
+    lay, t = imported.layout, imported.job.training
+    assert imported.format == "megatron-bridge"
+    assert (lay.tp, lay.dp, lay.ep, lay.micro_batch_size, lay.zero) == (2, 8, 4, 2, 3)
+    assert (lay.recompute, lay.recompute_num_layers, lay.moe_token_dispatcher) == \
+        ("full", 3, "deepep")
+    # bf16_with_fp8_current_scaling_mixed (Megatron-Bridge mixed_precision.py): tensorwise,
+    # fp8 parameter gather, and it sets grad_reduce_in_fp32 (True) over the ddp section's
+    assert (t.precision, t.fp8_recipe, t.fp8_param_gather, lay.grad_reduce_in_fp32) == \
+        ("fp8", "tensorwise", True, True)
+    assert imported.job.model.rotary_base == 500000.0
+    assert "bridge-unknown-key" not in _rules(result)
+    assert any("first and last layer in bf16" in m
+               for m in _messages(result, "bridge-not-modelled"))
+
+
+def test_megatron_bridge_checks_its_keys_and_needs_the_world_size(tmp_path):
+    path = _write(tmp_path, _bridge(train={"micro_batchsize": 2}, dataset={"seq_length": 2048}))
+    with pytest.raises(SpecError) as err:
+        load_any(path)
+    assert "no world size" in err.value.message and "--gpus" in err.value.message
+    _, result = _run(path, gpus=16)
+    assert "'train.micro_batchsize'" in _messages(result, "bridge-unknown-key")[0]
+    assert "bridge-seq-length-mismatch" in _rules(result, "error")

@@ -375,6 +375,10 @@ def precision_recipe(name: str, *, where: str, prefix: str,
     s = Settings({"grad_reduce_in_fp32": grad32})
     if precision == "fp8":
         s.training.update(fp8_recipe=recipe, fp8_param_gather=gather)
+    if "current_scaling" in key:       # these recipes set first_last_layers_bf16 = True
+        out.append(Violation(f"{prefix}-not-modelled",
+                             f"{where} {name!r} keeps the first and last layer in bf16; "
+                             "planner times every layer in fp8", "warning"))
     return precision, s
 
 
