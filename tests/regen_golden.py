@@ -15,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "tests" / "golden"
 EXAMPLES = ROOT / "examples"
+RECIPES = ROOT / "tests" / "data" / "export"     # configs with the production recipe settings
 EXTENSIONS = {"megatron": "sh", "deepspeed": "txt", "torchtitan": "toml", "nemo": "yaml"}
 
 # (example config, formats it is exported to); a format missing here refuses that config
@@ -27,6 +28,22 @@ CASES = [
 ]
 
 
+# (tests/data/export config, formats): the recipe settings in each framework's terms
+# (tests/test_export_yaml.py checks them and their round trips)
+RECIPE_CASES = [
+    ("llama3-8b-fp8-8xh100", ("nemo",)),
+    ("llama3-70b-fp8-recompute-256xh100", ("nemo", "torchtitan")),
+    ("qwen3-30b-a3b-mxfp8-64xb200", ("nemo", "torchtitan")),
+    ("mixtral-8x7b-recipe-64xh100", ("nemo",)),
+]
+
+
+def config_path(config: str) -> Path:
+    """examples/<config>.yaml, else tests/data/export/<config>.yaml."""
+    path = EXAMPLES / f"{config}.yaml"
+    return path if path.exists() else RECIPES / f"{config}.yaml"
+
+
 def golden_path(config: str, fmt: str) -> Path:
     return GOLDEN_DIR / f"{config}.{fmt}.{EXTENSIONS[fmt]}"
 
@@ -37,14 +54,14 @@ def golden_text(config: str, fmt: str) -> str:
     from planner.config import load_config
     from planner.export import export
 
-    job, layout = load_config(EXAMPLES / f"{config}.yaml")
+    job, layout = load_config(config_path(config))
     text = export(job, layout, fmt, estimate=None)
     return text.replace(f"planner {__version__}", "planner <version>")
 
 
 def main() -> int:
     GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
-    for config, formats in CASES:
+    for config, formats in CASES + RECIPE_CASES:
         for fmt in formats:
             path = golden_path(config, fmt)
             path.write_text(golden_text(config, fmt), encoding="utf-8")

@@ -414,3 +414,156 @@ def test_megatron_bridge_checks_its_keys_and_needs_the_world_size(tmp_path):
     _, result = _run(path, gpus=16)
     assert "'train.micro_batchsize'" in _messages(result, "bridge-unknown-key")[0]
     assert "bridge-seq-length-mismatch" in _rules(result, "error")
+
+
+# --------------------------------------------------------------- torchtitan (issue 9.8, 8, 12)
+
+def _titan(tmp_path: Path, *, model='name = "llama3"\nflavor = "8B"', training="",
+           parallelism="", ac='mode = "full"', extra="") -> Path:
+    text = (f"[model]\n{model}\n\n[training]\nlocal_batch_size = 2\nseq_len = 8192\n{training}\n"
+            f"[parallelism]\n{parallelism}\n\n[activation_checkpoint]\n{ac}\n{extra}")
+    return _write(tmp_path, text, "job.toml")
+
+
+# Published totals: Qwen3 technical report (arXiv:2505.09388) Tables 1-2; DeepSeek-V2
+# (arXiv:2405.04434): V2 236B, V2-Lite 15.7B (torchtitan's deepseek_v3 16B and 236B flavors);
+# DeepSeek-V3 671B; Meta's Llama 4 model cards: Scout 109B, Maverick 400B total parameters.
+FLAVORS = [
+    ("qwen3", "0.6B", 0.6e9), ("qwen3", "1.7B", 1.7e9), ("qwen3", "4B", 4.0e9),
+    ("qwen3", "8B", 8.2e9), ("qwen3", "14B", 14.8e9), ("qwen3", "32B", 32.8e9),
+    ("qwen3", "30B-A3B", 30.5e9), ("qwen3", "235B-A22B", 235e9),
+    ("deepseek_v3", "16B", 15.7e9), ("deepseek_v3", "236B", 236e9),
+    ("deepseek_v3", "671B", 671e9), ("llama4", "17bx16e", 109e9),
+    ("llama4", "17bx128e", 400e9), ("llama3", "8B", 8.03e9), ("llama3", "405B", 405.9e9),
+]
+
+
+@pytest.mark.parametrize("name,flavor,published", FLAVORS, ids=[f"{n}-{f}" for n, f, _ in FLAVORS])
+def test_torchtitan_flavors_are_known_with_their_published_size(tmp_path, name, flavor,
+                                                                  published):
+    from planner.cost.params import total_params
+    path = _titan(tmp_path, model=f'name = "{name}"\nflavor = "{flavor}"', ac='mode = "none"')
+    model = load_any(path, gpus=8).job.model
+    assert total_params(model) == pytest.approx(published, rel=0.03)
+
+
+def test_torchtitan_flavor_shapes_follow_its_formulas(tmp_path):
+    def model(name, flavor):
+        return load_any(_titan(tmp_path, model=f'name = "{name}"\nflavor = "{flavor}"'),
+                        gpus=8).job.model
+    # llama4 17bx16e: experts int(1.2 * int(2*4*5120/3)) / (top_k 1 + 1 shared) = 8191,
+    # rounded up to multiple_of 2048 -> 8192; MoE on every layer (interleave step 1)
+    scout = model("llama4", "17bx16e")
+    assert (scout.expert_ffn, scout.num_shared_experts, scout.num_dense_layers) == (8192, 1, 0)
+    # 17bx128e: interleave_moe_layer_step 2 -> layers 1, 3, ... 47 are MoE: 24 dense;
+    # dense MLP 2048 * ceil(int(1.2 * 13653) / 2048) = 16384
+    maverick = model("llama4", "17bx128e")
+    assert (maverick.num_dense_layers, maverick.ffn, maverick.num_experts) == (24, 16384, 128)
+    # qwen3 small flavors tie the embeddings; 235B-A22B keeps torchtitan's rope_theta 5e6
+    assert model("qwen3", "0.6B").tied_embeddings and not model("qwen3", "8B").tied_embeddings
+    assert model("qwen3", "235B-A22B").rotary_base == 5e6
+    # deepseek_v3 16B: q_lora_rank 0 = uncompressed queries, 2 shared experts, 1 dense layer
+    lite = model("deepseek_v3", "16B")
+    assert (lite.q_lora_rank, lite.kv_lora_rank, lite.num_shared_experts) == (None, 512, 2)
+
+
+def test_torchtitan_flavor_rules(tmp_path):
+    # deepseek_v3 flavors use flex attention, which torchtitan's CP does not take
+    path = _titan(tmp_path, model='name = "deepseek_v3"\nflavor = "16B"',
+                  parallelism="context_parallel_degree = 2")
+    _, result = _run(path, gpus=8)
+    assert "torchtitan-cp-attention" in _rules(result, "error")
+    path = _titan(tmp_path, model='name = "llama4"\nflavor = "17bx128e"',
+                  parallelism="pipeline_parallel_degree = 2\npipeline_parallel_microbatch_size = 1")
+    _, result = _run(path, gpus=8)
+    assert any("alternates dense and MoE" in m for m in _messages(result, "torchtitan-approximated"))
+
+
+TITAN_SETTINGS = [
+    # ([activation_checkpoint], other tables, expected layout fields, expected training fields)
+    ('mode = "selective"\nselective_ac_option = "op"', "", {"recompute": "selective"}, {}),
+    # 32 layers on one rank, every 2nd checkpointed: floor(32 / 2) = 16
+    ('mode = "selective"\nselective_ac_option = "2"', "",
+     {"recompute": "full", "recompute_num_layers": 16}, {}),
+    ('mode = "selective"\nselective_ac_option = "1"', "", {"recompute": "full",
+                                                            "recompute_num_layers": None}, {}),
+    ('mode = "none"', '[model]\nconverters = ["quantize.linear.float8"]\n'
+     '[quantize.linear.float8]\nenable_fsdp_float8_all_gather = true\n',
+     {}, {"precision": "fp8", "fp8_recipe": "tensorwise", "fp8_param_gather": True}),
+    ('mode = "none"', '[model]\nconverters = ["float8"]\n[float8]\nrecipe_name = "rowwise"\n',
+     {}, {"precision": "fp8", "fp8_recipe": "blockwise", "fp8_param_gather": False}),
+    ('mode = "none"', '[model]\nconverters = ["quantize.linear.mx"]\n', {},
+     {"precision": "fp8", "fp8_recipe": "mxfp8"}),
+    ('mode = "none"', '[training]\ndtype = "bfloat16"\n',
+     {"grad_reduce_in_fp32": False, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}, {}),
+]
+
+
+def _merge_toml(base: Path, extra: str) -> Path:
+    import tomllib
+    data = tomllib.loads(base.read_text())
+    for name, table in tomllib.loads(extra).items():
+        data.setdefault(name, {}).update(table)
+    lines = []
+    def emit(prefix, table):
+        scalars = {k: v for k, v in table.items() if not isinstance(v, dict)}
+        lines.append(f"[{prefix}]")
+        for k, v in scalars.items():
+            lines.append(f"{k} = {_toml(v)}")
+        for k, v in table.items():
+            if isinstance(v, dict):
+                emit(f"{prefix}.{k}", v)
+    for name, table in data.items():
+        emit(name, table)
+    base.write_text("\n".join(lines) + "\n")
+    return base
+
+
+def _toml(v) -> str:
+    import json
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return json.dumps(v) if isinstance(v, str) else str(v)
+
+
+@pytest.mark.parametrize("ac,extra,layout,training", TITAN_SETTINGS,
+                         ids=[f"{i}" for i in range(len(TITAN_SETTINGS))])
+def test_torchtitan_reads_the_recipe_settings(tmp_path, ac, extra, layout, training):
+    path = _merge_toml(_titan(tmp_path, ac=ac), extra)
+    imported = load_any(path, gpus=8, hardware="b200")
+    for key, value in layout.items():
+        assert getattr(imported.layout, key) == value, key
+    for key, value in training.items():
+        assert getattr(imported.job.training, key) == value, key
+
+
+def test_torchtitan_moe_backends_and_dualpipe_overlap(tmp_path):
+    model = 'name = "qwen3"\nflavor = "30B-A3B"'
+    path = _titan(tmp_path, model=model, ac='mode = "none"',
+                  parallelism='expert_parallel_degree = 4\nexpert_parallel_comm_backend = "deepep"'
+                              '\npipeline_parallel_degree = 2\npipeline_parallel_microbatch_size = 1'
+                              '\npipeline_parallel_schedule = "DualPipeV"')
+    lay = load_any(path, gpus=8).layout
+    assert (lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm, lay.vpp) == \
+        ("deepep", True, 2)
+
+
+@pytest.mark.parametrize("parallelism,needle", [
+    ("pipeline_parallel_degree = 2\npipeline_parallel_first_stage_less_layers = "
+     "9223372036854775808", "is larger than planner takes"),
+    ("pipeline_parallel_degree = 2\npipeline_parallel_layers_per_stage = 99999999999",
+     "is larger than planner takes"),
+    ("tensor_parallel_degree = 100000000000", "is larger than planner takes"),
+    # torchtitan: (32 + 40 + 1) // 2 = 36 layers per stage < first_stage_less_layers 40
+    ("pipeline_parallel_degree = 2\npipeline_parallel_first_stage_less_layers = 40",
+     "exceeds the layers per stage"),
+])
+def test_absurd_torchtitan_values_end_fast_with_one_line(runner, tmp_path, parallelism, needle):
+    path = _titan(tmp_path, parallelism=parallelism)
+    start = time.perf_counter()
+    result = runner.invoke(app, ["validate", str(path), "--gpus", "8"])
+    assert time.perf_counter() - start < 2
+    assert result.exit_code in (1, 2) and needle in result.output, result.output
+    assert "Traceback" not in result.output

@@ -165,10 +165,10 @@ def _pipeline(job, layout: Layout) -> dict:
         first_less, last_less = v * per - split.first, v * per - split.last
         if layout.pp > 2 and middle % v:
             _refuse(f"the middle ranks' {middle} layers do not split into vpp {v} equal stages")
-        if split.first > v * per or split.last > v * per or max(first_less, last_less) >= per:
+        if split.first > v * per or split.last > v * per or max(first_less, last_less) > per:
             _refuse(f"first/last stage layers ({split.first}/{split.last}, middle "
                     f"{split.middle}, vpp {v}) cannot be expressed: torchtitan only makes the "
-                    "first/last virtual stage smaller, by less than a stage; set "
+                    "first/last virtual stage smaller, by at most a stage; set "
                     "first_stage_layers/last_stage_layers closer to the middle ranks'")
     return {
         "pipeline_parallel_schedule": "Interleaved1F1B" if v > 1 else "1F1B",

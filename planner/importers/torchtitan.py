@@ -245,12 +245,9 @@ def _pipeline(par: dict, num_layers: int, pp: int,
                                  f"layers per stage ({base}) (torchtitan raises); lower it",
                                  "error"))
             return vpp, None, None, []
+    # the first (last) stage may hold only the embedding (the output): torchtitan allows
+    # first_less up to the layers per stage, as Megatron's accounted split does
     sizes = stage_layers(num_layers, stages, first_less, last_less)
-    if min(sizes) < 1:
-        out.append(Violation("torchtitan-pp-stages",
-                             f"{stages} pipeline stages leave a stage with no transformer layer "
-                             f"({num_layers} layers); use fewer stages", "error"))
-        return vpp, None, None, []
     v_shape = schedule.lower() in _V_SHAPED
     ranks = [0] * pp
     for s, n in enumerate(sizes):
