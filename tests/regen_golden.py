@@ -16,7 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "tests" / "golden"
 EXAMPLES = ROOT / "examples"
-RECIPES = ROOT / "tests" / "data" / "recipes"
+RECIPE_DIRS = (ROOT / "tests" / "data" / "recipes",   # the script exporters' recipe configs
+               ROOT / "tests" / "data" / "export")    # the NeMo / torchtitan exporters'
 EXTENSIONS = {"megatron": "sh", "deepspeed": "txt", "torchtitan": "toml", "nemo": "yaml"}
 
 # (example config, formats it is exported to); a format missing here refuses that config
@@ -30,7 +31,7 @@ CASES = [
 
 # Configs under tests/data/recipes/ with the production-recipe keys, exported by the
 # script exporters (tests/test_export_scripts.py checks them and their refusals).
-RECIPE_CASES = [
+SCRIPT_RECIPE_CASES = [
     ("recipe-llama3-8b-fp8-8xh100", ("megatron",)),
     ("recipe-mixtral-8x7b-64xh100", ("megatron",)),
     ("recipe-llama3-8b-offload-8xh100", ("megatron",)),
@@ -38,10 +39,26 @@ RECIPE_CASES = [
 ]
 
 
+# (tests/data/export config, formats): the recipe settings in each framework's terms
+# (tests/test_export_yaml.py checks them and their round trips)
+YAML_RECIPE_CASES = [
+    ("llama3-8b-fp8-8xh100", ("nemo",)),
+    ("llama3-70b-fp8-recompute-256xh100", ("nemo", "torchtitan")),
+    ("qwen3-30b-a3b-mxfp8-64xb200", ("nemo", "torchtitan")),
+    ("mixtral-8x7b-recipe-64xh100", ("nemo",)),
+]
+
+
+RECIPE_CASES = SCRIPT_RECIPE_CASES + YAML_RECIPE_CASES
+
+
 def config_path(config: str) -> Path:
-    """examples/<config>.yaml, or tests/data/recipes/<config>.yaml."""
-    path = EXAMPLES / f"{config}.yaml"
-    return path if path.exists() else RECIPES / f"{config}.yaml"
+    """examples/<config>.yaml, else the recipe config of that name."""
+    for folder in (EXAMPLES,) + RECIPE_DIRS:
+        path = folder / f"{config}.yaml"
+        if path.exists():
+            return path
+    return EXAMPLES / f"{config}.yaml"
 
 
 def golden_path(config: str, fmt: str) -> Path:

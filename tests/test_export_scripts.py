@@ -56,7 +56,7 @@ def job_layout(model="llama3-8b", num_gpus=8, training=None, hardware="h100-sxm"
 
 # ------------------------------------------------------------------ goldens and round trips
 
-RECIPE = [(c, f) for c, formats in regen.RECIPE_CASES for f in formats]
+RECIPE = [(c, f) for c, formats in regen.SCRIPT_RECIPE_CASES for f in formats]
 
 
 @pytest.mark.parametrize("config, fmt", RECIPE, ids=[f"{c}-{f}" for c, f in RECIPE])
@@ -67,7 +67,7 @@ def test_recipe_golden(config, fmt):
         f"{path.name} differs: review the change, then regenerate"
 
 
-@pytest.mark.parametrize("config", [c for c, _ in regen.RECIPE_CASES])
+@pytest.mark.parametrize("config", [c for c, _ in regen.SCRIPT_RECIPE_CASES])
 def test_recipe_exports_use_real_megatron_flags(config):
     job, layout = load_config(regen.config_path(config))
     assert set(command(export(job, layout, "megatron"))) <= FLAGS

@@ -421,12 +421,6 @@ def nemo_with_values(draw) -> str:
 
 
 test_nemo_hostile_values, test_nemo_hostile_values_long = fuzz(nemo_with_values())(_nemo)
-# the NeMo importer compares a string value with a number (`num_moe_experts: '[1]*x'`, issue
-# 12's `num_moe_experts: "8"`): exit 3. Its internals are another branch's (yamlio); strict,
-# so the fix there turns this into a failure that says: remove the mark.
-test_nemo_hostile_values = pytest.mark.xfail(
-    strict=True, reason="NeMo importer: a string where a number is expected is exit 3 "
-                        "(issue 12, branch yamlio)")(test_nemo_hostile_values)
 
 TITAN_KEYS = [("parallelism", k) for k in (
     "data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",

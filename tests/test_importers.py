@@ -456,10 +456,11 @@ def test_torchtitan_unknown_and_renamed_keys_warn(tmp_path):
 
 
 def test_torchtitan_unknown_flavor_needs_model(tmp_path):
-    path = _titan(tmp_path, model='name = "llama3"\nflavor = "debugmodel"')
+    path = _titan(tmp_path, model='name = "llama3"\nflavor = "1B"')   # torchtitan has no 1B
     with pytest.raises(SpecError) as err:
         load_any(path, gpus=8)
-    assert "'debugmodel'" in err.value.message and "--model" in err.value.message
+    assert "'1B'" in err.value.message and "--model" in err.value.message
+    assert "it knows 8B, 70B, 405B" in err.value.message
     assert load_any(path, gpus=8, model="llama3-8b").job.model.name == "Llama 3 8B"
 
 

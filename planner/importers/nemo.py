@@ -1,12 +1,29 @@
-"""NeMo: a NeMo 1 / launcher YAML (`trainer.*`, `model.*`) or a NeMo 2 recipe dumped to YAML
-(`trainer.strategy.*`, `data.*`, `model.config.*`) -> Job + Layout.
+"""NeMo: a NeMo 1 / launcher YAML (`trainer.*`, `model.*`), a NeMo 2 recipe dumped to YAML
+(`trainer.strategy.*`, `data.*`, `model.config.*`) or a Megatron-Bridge `ConfigContainer` YAML
+(`model.*`, `train.*`, `ddp.*`, `optimizer.*`, `mixed_precision`; planner/importers/bridge.py)
+-> Job + Layout.
+
+The file's OmegaConf interpolations are resolved first (planner/importers/interpolation.py);
+a value planner reads that does not resolve is a one-line error.
 
 NeMo 1 passes `trainer:` to Lightning's Trainer (an unknown key is a TypeError: an error here)
-and reads `model:` with `cfg.get(...)` (an unknown key is ignored: a warning here). The keys
-NeMo knows but that do not change a plan are listed in `_MODEL_IGNORED` so they are neither
-used nor reported. NeMo 2: the parallel sizes of MegatronStrategy, the batch of the data module,
-the model's shape from `model.config` (or its preset class, e.g. Llama3Config70B); unknown
-strategy keys are warned about, other NeMo 2 sections are not checked key by key.
+and reads `model:` with `cfg.get(...)`, passing every Megatron-Core TransformerConfig /
+ModelParallelConfig field through (an unknown key is ignored: a warning here). The keys NeMo
+and Megatron-Core know come from planner/data/nemo_keys.yaml (each list with its source and
+version) plus `_NEMO1_CONFIG_KEYS` (the keys of NeMo's own megatron_gpt_config.yaml and the
+launcher's training configs). A known key that changes memory or time and that planner does
+not model is a warning naming it (`nemo-not-modelled`), only when it is set to something other
+than its neutral default. NeMo 2: the parallel sizes of MegatronStrategy, the batch of the
+data module, the model's shape from `model.config` (or its preset class, e.g.
+Llama3Config70B); unknown strategy keys are warned about, other NeMo 2 sections are not
+checked key by key.
+
+The production recipe settings (recompute modules and partial recompute, CPU offloading, bf16
+gradients and moments, FP8 recipe and FP8 parameter gather, MoE dispatcher, CUDA graphs,
+pipeline layout, MTP, Megatron-FSDP) are read by planner/importers/mcore.py under their
+Megatron-Core names; NeMo 1's own spellings: `activations_checkpoint_*`, `fp8_params`,
+`model.optim.grad_sync_dtype` / `fsdp_grad_reduce_dtype` (bf16 gradients),
+`model.optim.dtype` with distributed_fused_adam (bf16 moments), `enable_cuda_graph`.
 
 Rules with NeMo's severities: SP with TP 1 is switched off by NeMo 1 (warning) and rejected by
 NeMo 2 (error); the recompute keys follow Megatron-core's TransformerConfig checks (errors);
@@ -15,23 +32,28 @@ NeMo 2 (error); the recompute keys follow Megatron-core's TransformerConfig chec
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError, Violation
+from planner.importers import mcore
 from planner.importers.common import (Imported, Overrides, accounted_split, hardware_of,
                                       inline_model, make_job, resolve_world, unknown_key,
                                       vocab_from_tokenizer)
+from planner.importers.interpolation import Unresolved, resolve
+from planner.importers.mcore import Settings, as_bool
 from planner.layout import Layout
 from planner.presets import get_preset, resolve_model
 from planner.specs import ModelSpec
 
-__all__ = ["load", "looks_like_nemo", "is_nemo2"]
+__all__ = ["load", "looks_like_nemo", "is_nemo2", "prepare", "check_mapping"]
 
 _TOP = frozenset({"defaults", "hydra", "run", "name", "restore_from_path", "trainer",
                   "exp_manager", "model", "env_vars", "cluster", "cluster_type", "data", "optim",
-                  "log", "resume", "peft", "tokenizer", "_target_"})
+                  "log", "resume", "peft", "tokenizer", "_target_",
+                  # read by NeMo 1's MegatronTrainerBuilder (S3 checkpointing; NeMo's own
+                  # megatron_gpt_config.yaml has it)
+                  "s3_checkpointing"})
 # Lightning 2.x Trainer(...) arguments
 _TRAINER = frozenset({
     "accelerator", "strategy", "devices", "num_nodes", "precision", "logger", "callbacks",
@@ -57,51 +79,51 @@ _MODEL_USED = frozenset({
     "ub_tp_comm_overlap", "fsdp", "fsdp_sharding_strategy", "cp_comm_type",
     "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+    "rotary_base", "override_vocab_size", "moe_shared_expert_intermediate_size",
+    "moe_layer_freq", "moe_expert_capacity_factor", "fp8_params", "fp8_recipe",
+    "fsdp_grad_reduce_dtype", "enable_cuda_graph", "recompute_modules",
 })
-# Known to NeMo 1 (megatron_gpt_config.yaml and the launcher's training configs), irrelevant to
-# a plan: numerics, fusions, initialisation, logging, checkpointing, data loading, fp8 recipe.
-_MODEL_IGNORED = frozenset({
-    "mcore_gpt", "rampup_batch_size", "init_method_std", "use_scaled_init_method",
-    "hidden_dropout", "attention_dropout", "ffn_dropout", "apply_query_key_layer_scaling",
-    "layernorm_epsilon", "do_layer_norm_weight_decay", "make_vocab_size_divisible_by",
-    "pre_process", "post_process", "persist_layer_norm", "headscale", "transformer_block_type",
-    "openai_gelu", "normalize_attention_scores", "rotary_percentage", "rotary_base",
-    "scale_positional_embedding", "seq_len_interpolation_factor", "apply_rope_fusion",
-    "attention_type", "native_amp_init_scale", "native_amp_growth_interval", "hysteresis",
-    "fp32_residual_connection", "fp16_lm_cross_entropy", "megatron_amp_O2",
-    "grad_allreduce_chunk_size_mb", "grad_div_ar_fusion", "gradient_accumulation_fusion",
-    "bias_activation_fusion", "bias_dropout_add_fusion", "masked_softmax_fusion",
-    "cross_entropy_loss_fusion", "get_attention_mask_from_fusion", "seed", "resume_from_checkpoint",
-    "use_cpu_initialization", "onnx_safe", "apex_transformer_log_level", "gradient_as_bucket_view",
-    "sync_batch_comm", "num_micro_batches_with_partial_activation_checkpoints",
-    "activations_checkpoint_layers_per_pipeline", "disable_layer_norm_checkpointing",
-    "defer_embedding_wgrad_compute", "wgrad_deferral_limit", "enable_vboost",
-    "deterministic_mode", "overlap_p2p_comm", "batch_p2p_comm", "gc_interval", "nsys_profile",
-    "memory_profile", "fp8_e4m3", "fp8_hybrid", "fp8_margin", "fp8_interval",
-    "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_wgrad", "fp8_params",
-    "reduce_amax", "use_emha", "ub_tp_comm_overlap_cfg", "tp_comm_overlap_ag",
-    "tp_comm_overlap_rs", "tp_comm_bulk_wgrad", "tp_comm_bulk_dgrad",
-    "use_flash_attention", "transformer_engine", "name", "precision", "restore_from_path",
-    "tokenizer_model", "mcore_customization_config", "moe_grouped_gemm",
-    "moe_token_dispatcher_type", "moe_aux_loss_coeff", "moe_router_load_balancing_type",
-    "moe_z_loss_coeff", "moe_input_jitter_eps", "moe_token_dropping", "moe_per_layer_logging",
-    "moe_router_pre_softmax", "moe_shared_expert_intermediate_size",
-    "num_layers_per_virtual_pipeline_stage",
-    "pipeline_model_parallel_split_rank", "encoder_tp_comm_overlap", "context_parallel_comm",
-    "validation_drop_last", "sample_weight", "log_token_counts", "position_interpolation_factor",
-    "rotary_interleaved", "share_embeddings", "embedding_multiplier_scale",
-    "fsdp_grad_reduce_dtype",
-    "fsdp_sharded_checkpoint", "fsdp_use_orig_params", "use_te_rng_tracker", "dist_ckpt_format",
-    "dist_ckpt_load_on_device", "dist_ckpt_parallel_save", "dist_ckpt_parallel_save_within_dp",
-    "dist_ckpt_parallel_load", "dist_ckpt_torch_dist_multiproc",
-    "dist_ckpt_assume_constant_structure",
-    "dist_ckpt_parallel_dist_opt", "dist_ckpt_load_strictness", "expert_model_parallel_comm",
-    "num_tokentypes", "use_transformer_engine_op_fuser", "apply_query_key_layer_scaling_fused",
-    "hidden_dropout_prob", "overlap_param_gather_with_optimizer_step", "align_param_gather",
-    "optimizer_cpu_offload", "optimizer_offload_fraction", "peft", "answer_only_loss",
-    "steps_per_epoch", "nemo_path", "fp8_recipe", "fp8_dot_product_attention",
-    "fp8_multi_head_attention", "first_pipeline_num_layers", "last_pipeline_num_layers",
+# The keys of NeMo 1's megatron_gpt_config.yaml and the launcher's training configs that the
+# dataclass lists do not cover (NeMo reads them itself or passes them to callbacks).
+_NEMO1_CONFIG_KEYS = frozenset({
+    "activations_checkpoint_layers_per_pipeline", "align_param_gather", "answer_only_loss",
+    "apply_query_key_layer_scaling_fused", "batch_p2p_comm", "context_parallel_comm",
+    "deterministic_mode", "disable_layer_norm_checkpointing", "dist_ckpt_assume_constant_structure",
+    "dist_ckpt_format", "dist_ckpt_load_on_device", "dist_ckpt_load_strictness",
+    "dist_ckpt_parallel_dist_opt", "dist_ckpt_parallel_load", "dist_ckpt_parallel_save",
+    "dist_ckpt_parallel_save_within_dp", "dist_ckpt_torch_dist_multiproc",
+    "embedding_multiplier_scale", "enable_vboost", "encoder_tp_comm_overlap",
+    "expert_model_parallel_comm", "first_pipeline_num_layers", "fp8_dot_product_attention",
+    "fp8_multi_head_attention", "fsdp_sharded_checkpoint", "fsdp_use_orig_params",
+    "gradient_as_bucket_view", "hidden_dropout_prob", "hysteresis", "last_pipeline_num_layers",
+    "log_token_counts", "memory_profile", "moe_per_layer_logging", "moe_router_pre_softmax",
+    "native_amp_growth_interval", "native_amp_init_scale", "nemo_path", "nsys_profile",
+    "num_layers_per_virtual_pipeline_stage", "num_tokentypes", "optimizer_cpu_offload",
+    "optimizer_offload_fraction", "overlap_p2p_comm", "overlap_param_gather_with_optimizer_step",
+    "peft", "position_interpolation_factor", "post_process", "pre_process", "resume_from_checkpoint",
+    "sample_weight", "share_embeddings", "steps_per_epoch", "sync_batch_comm", "tokenizer_model",
+    "tp_comm_bulk_dgrad", "tp_comm_bulk_wgrad", "tp_comm_overlap_ag", "tp_comm_overlap_rs",
+    "use_emha", "use_flash_attention", "validation_drop_last", "wgrad_deferral_limit",
+    "nccl_communicator_config_path", "megatron_timer_kwargs", "reset_lr_steps",
+    "cpu_offloading_double_buffering", "sharp", "restore_from_path",
 })
+# Known keys that change memory or time and that planner does not model, with the value that
+# changes nothing: a warning names them when a file sets anything else.
+_NOT_MODELLED = {
+    "drop_layers": ([], "skips those layers' compute"),
+    "sharp": (False, "SHARP in-network reductions speed up data-parallel collectives"),
+    "num_micro_batches_with_partial_activation_checkpoints": (None, "partial recompute per "
+                                                                    "micro-batch"),
+    "activations_checkpoint_layers_per_pipeline": (None, "fewer recomputed layers on later "
+                                                         "stages"),
+    "fp8_dot_product_attention": (False, "FP8 attention"),
+    "fp8_multi_head_attention": (False, "FP8 attention"),
+    "rampup_batch_size": (None, "a batch-size ramp"),
+    "optimizer_cpu_offload": (False, "optimizer states on the host"),
+    "num_distributed_optimizer_instances": (1, "several distributed-optimizer instances"),
+    "megatron_amp_O2": (True, "without O2 NeMo keeps fp32 parameters"),
+    "fp32_residual_connection": (False, "fp32 residual stream"),
+}
 _STRATEGY = frozenset({
     "_target_", "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "context_parallel_size", "sequence_parallel",
@@ -122,6 +144,9 @@ _STRATEGY = frozenset({
     "restore_config", "megatron_log_level", "data_sampler", "parallel_devices",
     "output_data_idx", "use_sharp", "use_gloo_process_groups",
     "hierarchical_context_parallel_sizes",
+    # NeMo 2.4 MegatronStrategy.__init__ arguments
+    "num_distributed_optimizer_instances", "nccl_communicator_config_path",
+    "pipeline_model_parallel_layout",
 })
 # NeMo 2 model config classes (nemo.collections.llm) that are planner presets
 _NEMO2_PRESETS = {
@@ -147,9 +172,11 @@ def _position(value: Any) -> str:
 
 
 def looks_like_nemo(data: Any) -> bool:
-    """`trainer:` and `model:` mappings at the top level (NeMo 1 / launcher, or NeMo 2)."""
+    """`trainer:` and `model:` mappings at the top level (NeMo 1 / launcher, or NeMo 2), or a
+    Megatron-Bridge ConfigContainer (`model:` and `train:`)."""
+    from planner.importers.bridge import looks_like_bridge
     return (isinstance(data, dict) and isinstance(data.get("trainer"), dict)
-            and isinstance(data.get("model"), dict))
+            and isinstance(data.get("model"), dict)) or looks_like_bridge(data)
 
 
 def is_nemo2(data: dict) -> bool:
@@ -158,7 +185,23 @@ def is_nemo2(data: dict) -> bool:
         or isinstance(data["model"].get("config"), dict)
 
 
+def check_mapping(data: Any, where: str = "", depth: int = 0) -> None:
+    """Every key a string (YAML allows `1:` or `[a]:` keys; NeMo's OmegaConf rejects them)."""
+    if depth > 64:
+        raise SpecError(f"{where or 'the file'} nests more than 64 levels; flatten it")
+    items = data.items() if isinstance(data, dict) else \
+        enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        if isinstance(data, dict) and not isinstance(key, str):
+            raise SpecError(f"{where or 'the top level'} has the key {key!r} "
+                            f"({type(key).__name__}); NeMo's keys are strings: quote it or fix "
+                            "the indentation")
+        check_mapping(value, f"{where}.{key}" if where else str(key), depth + 1)
+
+
 def _map(data: Any, where: str) -> dict:
+    if isinstance(data, Unresolved):
+        data.fail()
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -168,17 +211,12 @@ def _map(data: Any, where: str) -> dict:
 
 def _int(section: dict, key: str, default: int | None, *, where: str,
          minimum: int = 1) -> int | None:
-    value = section.get(key)
-    if value is None:
-        return default
-    if isinstance(value, str) and re.fullmatch(r"\d+", value):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SpecError(f"{where}.{key} = {value!r} must be an integer >= {minimum}; fix the value")
-    return value
+    return mcore.as_int(section, key, default, where=where, minimum=minimum)
 
 
 def _precision(value: Any, fp8: bool, out: list[Violation]) -> str:
+    if isinstance(value, Unresolved):
+        value.fail()
     text = str(value).lower() if value is not None else "32"
     if fp8:
         return "fp8"
@@ -189,25 +227,6 @@ def _precision(value: Any, fp8: bool, out: list[Violation]) -> str:
     out.append(Violation("nemo-fp32", f"precision {value!r}: NeMo trains in fp32, which planner "
                                       "does not model (it plans bf16); use bf16-mixed", "warning"))
     return "bf16"
-
-
-def _recompute_rules(gran: Any, method: Any, layers: Any, names: tuple[str, str, str],
-                     out: list[Violation]) -> str:
-    """Megatron-core TransformerConfig's recompute checks (errors)."""
-    if gran is not None and gran not in ("full", "selective"):
-        out.append(Violation("nemo-recompute-flags", f"{names[0]} {gran!r} must be full, selective "
-                                                     "or null", "error"))
-        return "none"
-    if gran == "full" and (method is None or layers is None):
-        missing = " and ".join(n for n, v in ((names[1], method), (names[2], layers)) if v is None)
-        out.append(Violation("nemo-recompute-flags",
-                             f"{names[0]} full also needs {missing} (Megatron-core raises); e.g. "
-                             "uniform and 1", "error"))
-    if gran == "selective" and layers is not None:
-        out.append(Violation("nemo-recompute-flags",
-                             f"{names[0]} selective forbids {names[2]} (Megatron-core raises); "
-                             "set it to null", "error"))
-    return gran or "none"
 
 
 def _sp(tp: int, sp: bool, *, nemo2: bool, out: list[Violation]) -> bool:
@@ -223,13 +242,13 @@ def _sp(tp: int, sp: bool, *, nemo2: bool, out: list[Violation]) -> bool:
     return False
 
 
-def _split(section: dict, *, num_layers: int, pp: int, vpp: int, where: str,
-           out: list[Violation]) -> tuple[int | None, int | None]:
+def split(section: dict, *, num_layers: int, pp: int, vpp: int, where: str,
+          out: list[Violation]) -> tuple[int | None, int | None]:
     """Uneven pipeline stages, in Megatron-core's TransformerConfig fields (NeMo passes them)."""
     first = _int(section, "num_layers_in_first_pipeline_stage", None, where=where, minimum=0)
     last = _int(section, "num_layers_in_last_pipeline_stage", None, where=where, minimum=0)
-    emb = bool(section.get("account_for_embedding_in_pipeline_split", False))
-    loss = bool(section.get("account_for_loss_in_pipeline_split", False))
+    emb = as_bool(section, "account_for_embedding_in_pipeline_split", False, where=where)
+    loss = as_bool(section, "account_for_loss_in_pipeline_split", False, where=where)
     if not (emb or loss):
         return first, last
     if first is not None or last is not None:
@@ -244,16 +263,33 @@ def _split(section: dict, *, num_layers: int, pp: int, vpp: int, where: str,
     return first, last
 
 
-def _world(trainer: dict, ov: Overrides, hardware, source: str) -> int:
+def world(trainer: dict, ov: Overrides, hardware, source: str) -> int:
     devices = trainer.get("devices")
-    per_node = devices if isinstance(devices, int) and devices > 0 else (
-        hardware.gpus_per_node if devices in ("auto", -1, "-1") else None)
+    if isinstance(devices, Unresolved):
+        devices.fail()
+    per_node = devices if isinstance(devices, int) and not isinstance(devices, bool) \
+        and devices > 0 else (hardware.gpus_per_node if devices in ("auto", -1, "-1") else None)
     nodes = _int(trainer, "num_nodes", 1, where="trainer")
     return resolve_world(ov, hardware=hardware, source=source, gpus_per_node=per_node, nodes=nodes,
                          missing=f"trainer.devices ({devices!r}) is not a GPU count")
 
 
+def _not_modelled(section: dict, where: str, out: list[Violation]) -> None:
+    for key, (neutral, what) in _NOT_MODELLED.items():
+        value = section.get(key, neutral)
+        if isinstance(value, Unresolved) or value == neutral or (value is None and neutral
+                                                                   in ([], False)):
+            continue
+        out.append(Violation("nemo-not-modelled", f"{where}.{key} = {value!r}: planner does not "
+                                                  f"model it ({what})", "warning"))
+
+
 # ------------------------------------------------------------------------------ NeMo 1
+
+def _nemo1_known() -> frozenset[str]:
+    return (_MODEL_USED | _NEMO1_CONFIG_KEYS | mcore.known_keys(
+        "transformer_config", "model_parallel_config", "nemo1_model"))
+
 
 def _check_keys(data: dict, model: dict, out: list[Violation]) -> None:
     for key in data:
@@ -266,52 +302,144 @@ def _check_keys(data: dict, model: dict, out: list[Violation]) -> None:
                                    severity="error",
                                    consequence="Lightning's Trainer rejects it (TypeError); "
                                                "remove it"))
-    known = _MODEL_USED | _MODEL_IGNORED
+    known = _nemo1_known()
     for key in model:
         if key not in known:
             out.append(unknown_key("nemo-unknown-key", f"model.{key}", known, severity="warning",
                                    consequence="NeMo ignores it; remove it or fix the name"))
 
 
-def _nemo1_model(model: dict, ov: Overrides, source: str, seq: int | None) -> ModelSpec:
+def _vocab(model: dict, source: str) -> int:
+    override = _int(model, "override_vocab_size", None, where="model")
+    if override:
+        return override
+    tok = _map(model.get("tokenizer"), "model.tokenizer")
+    names = [tok.get(k) for k in ("type", "model", "library")]
+    for n in names:
+        if isinstance(n, Unresolved):
+            n.fail()
+    vocab = vocab_from_tokenizer(*names)
+    if vocab is None:
+        raise SpecError(f"{source}: the vocabulary size is unknown (model.tokenizer type "
+                        f"{tok.get('type')!r}); give --model or model.override_vocab_size")
+    return vocab
+
+
+def _nemo1_model(model: dict, ov: Overrides, source: str, seq: int | None,
+                 out: list[Violation]) -> ModelSpec:
     if ov.model is not None:
         return resolve_model(ov.model)
+    w = "model"
     if not all(model.get(k) for k in ("num_layers", "hidden_size", "num_attention_heads")):
         raise SpecError(f"{source}: no model shape (model.num_layers, model.hidden_size, "
                         "model.num_attention_heads); give --model NAME (a preset such as "
                         "llama3-70b, a model YAML or a HF config.json)")
-    tok = _map(model.get("tokenizer"), "model.tokenizer")
-    vocab = vocab_from_tokenizer(tok.get("type"), tok.get("model"), tok.get("library"))
-    if vocab is None:
-        raise SpecError(f"{source}: the vocabulary size is unknown (model.tokenizer type "
-                        f"{tok.get('type')!r}); give --model")
     act = str(model.get("activation", "gelu")).lower()
     if act not in _ACTIVATIONS:
         raise SpecError(f"{source}: model.activation {act!r} is not one planner models; use one "
                         f"of {', '.join(_ACTIVATIONS)} or give --model")
-    heads = model.get("num_attention_heads")
-    experts = model.get("num_moe_experts")
+    num_layers = _int(model, "num_layers", None, where=w)
     fields = dict(
-        num_layers=model.get("num_layers"), hidden_size=model.get("hidden_size"),
-        ffn_hidden_size=model.get("ffn_hidden_size"), num_attention_heads=heads,
-        num_kv_heads=model.get("num_query_groups"), kv_channels=model.get("kv_channels"),
-        vocab_size=vocab, activation=_ACTIVATIONS[act],
-        tied_embeddings=bool(model.get("share_embeddings_and_output_weights", True)),
+        num_layers=num_layers, hidden_size=_int(model, "hidden_size", None, where=w),
+        ffn_hidden_size=_int(model, "ffn_hidden_size", None, where=w),
+        num_attention_heads=_int(model, "num_attention_heads", None, where=w),
+        num_kv_heads=_int(model, "num_query_groups", None, where=w),
+        kv_channels=_int(model, "kv_channels", None, where=w),
+        vocab_size=_vocab(model, source), activation=_ACTIVATIONS[act],
+        tied_embeddings=as_bool(model, "share_embeddings_and_output_weights", True, where=w),
         normalization=_NORMS.get(str(model.get("normalization", "layernorm")).lower(), "LayerNorm"),
-        add_bias_linear=bool(model.get("bias", True)),
+        add_bias_linear=as_bool(model, "bias", True, where=w),
         position_embedding_type=_position(model.get("position_embedding_type", "learned_absolute")),
-        seq_length=seq,
+        seq_length=seq, rotary_base=_rotary(model, w),
     )
-    if experts and experts > 1:
-        fields.update(num_experts=experts, moe_top_k=model.get("moe_router_topk") or 2,
-                      moe_ffn_hidden_size=model.get("moe_ffn_hidden_size"))
+    fields.update(mcore.moe_fields(model, where=w, num_layers=num_layers, out=out, prefix="nemo"))
+    fields.update(mcore.mla_fields(model, where=w))
     return inline_model(fields, source=source, fmt="NeMo")
 
 
-def _zero(model: dict, optim: dict) -> int:
-    if model.get("fsdp"):
-        return {"grad": 2, "grad_op": 2}.get(str(model.get("fsdp_sharding_strategy", "full")), 3)
-    return 1 if optim.get("name") in ("distributed_fused_adam", "mcore_distributed_optim") else 0
+def _rotary(section: dict, where: str) -> float | None:
+    value = section.get("rotary_base")
+    if isinstance(value, Unresolved):
+        value.fail()
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise SpecError(f"{where}.rotary_base = {value!r} must be a positive number; fix it")
+    return float(value)
+
+
+def _nemo1_zero(model: dict, optim: dict, out: list[Violation]) -> int:
+    if as_bool(model, "fsdp", False, where="model"):
+        strategy = str(model.get("fsdp_sharding_strategy", "full"))
+        if strategy == "hybrid":
+            out.append(Violation("nemo-hsdp", "model.fsdp_sharding_strategy hybrid shards within "
+                                              "a node and replicates across nodes; planner "
+                                              "shards over all data-parallel ranks, so it "
+                                              "underestimates the model-state memory", "warning"))
+        return {"grad": 2, "grad_op": 2}.get(strategy, 3)
+    name = optim.get("name")
+    if isinstance(name, Unresolved):
+        name.fail()
+    return 1 if name in ("distributed_fused_adam", "mcore_distributed_optim") else 0
+
+
+def _nemo1_grads_and_moments(model: dict, optim: dict, zero: int,
+                             out: list[Violation]) -> Settings:
+    """bf16 gradient reduction (optim.grad_sync_dtype; FSDP: fsdp_grad_reduce_dtype) and, for
+    Apex's distributed_fused_adam, optimizer-state dtype (optim.dtype)."""
+    s = Settings()
+    if zero == 3 or as_bool(model, "fsdp", False, where="model"):
+        dtype = model.get("fsdp_grad_reduce_dtype")
+        key = "model.fsdp_grad_reduce_dtype"
+    else:
+        dtype = optim.get("grad_sync_dtype")
+        key = "model.optim.grad_sync_dtype"
+    if isinstance(dtype, Unresolved):
+        dtype.fail()
+    if dtype is not None:
+        text = str(dtype).lower()
+        if text not in ("32", "fp32", "float32", "16", "fp16", "float16", "bf16", "bfloat16"):
+            raise SpecError(f"{key} = {dtype!r} must be fp32, bf16 or fp16; fix the value")
+        s.layout["grad_reduce_in_fp32"] = text in ("32", "fp32", "float32")
+    if optim.get("name") == "distributed_fused_adam" and optim.get("dtype") is not None:
+        dtype = mcore.state_dtype(optim, "dtype", where="model.optim", prefix="nemo", out=out)
+        s.layout.update(exp_avg_dtype=dtype, exp_avg_sq_dtype=dtype)
+        if dtype != "fp32":
+            out.append(Violation("nemo-not-modelled",
+                                 "model.optim.dtype bf16: Apex's distributed Adam then keeps no "
+                                 "fp32 master weights either; planner still counts them (an "
+                                 "upper bound)", "warning"))
+    return s
+
+
+def _nemo1_layout(model: dict, optim: dict, spec: ModelSpec, num_gpus: int, fp8: bool,
+                  out: list[Violation]) -> tuple[Layout, Settings]:
+    w = "model"
+    tp = _int(model, "tensor_model_parallel_size", 1, where=w)
+    pp = _int(model, "pipeline_model_parallel_size", 1, where=w)
+    cp = _int(model, "context_parallel_size", 1, where=w)
+    s = mcore.read_recompute(model, names=("activations_checkpoint_granularity",
+                                           "activations_checkpoint_method",
+                                           "activations_checkpoint_num_layers"),
+                             where=w, rule="nemo-recompute-flags", out=out)
+    s.update(mcore.read_transformer(model, where=w, prefix="nemo", num_layers=spec.num_layers,
+                                    pp=pp, recompute=s.layout["recompute"], fp8=fp8, out=out))
+    zero = _nemo1_zero(model, optim, out)
+    s.update(_nemo1_grads_and_moments(model, optim, zero, out))
+    vpp = _int(model, "virtual_pipeline_model_parallel_size", 1, where=w)
+    first, last = split(model, num_layers=spec.num_layers, pp=pp, vpp=vpp, where=w, out=out)
+    layout = Layout(
+        tp=tp, pp=pp, cp=cp, dp=max(1, num_gpus // (tp * pp * cp)),
+        ep=_int(model, "expert_model_parallel_size", 1, where=w),
+        etp=_int(model, "expert_tensor_parallel_size", tp, where=w), vpp=vpp,
+        sp=_sp(tp, as_bool(model, "sequence_parallel", False, where=w), nemo2=False, out=out),
+        zero=zero, micro_batch_size=_int(model, "micro_batch_size", 1, where=w),
+        first_stage_layers=first, last_stage_layers=last,
+        cp_comm_type=str(model.get("cp_comm_type", "p2p")),
+        overlap_grad_reduce=as_bool(optim, "overlap_grad_sync", False, where="model.optim"),
+        overlap_param_gather=as_bool(optim, "overlap_param_sync", False, where="model.optim"),
+        tp_comm_overlap=as_bool(model, "ub_tp_comm_overlap", False, where=w), **s.layout)
+    return layout, s
 
 
 def _nemo1(data: dict, ov: Overrides, source: str) -> Imported:
@@ -320,52 +448,34 @@ def _nemo1(data: dict, ov: Overrides, source: str) -> Imported:
     optim = _map(model.get("optim"), "model.optim")
     mdata = _map(model.get("data"), "model.data")
     _check_keys(data, model, out)
+    _not_modelled(model, "model", out)
     if _int(trainer, "accumulate_grad_batches", 1, where="trainer") != 1:
         out.append(Violation("nemo-accumulate-grad-batches",
                              "trainer.accumulate_grad_batches must be 1: NeMo accumulates "
                              "gradients through model.global_batch_size", "error"))
     seq = _int(model, "encoder_seq_length", None, where="model") or _int(
         mdata, "seq_length", None, where="model.data")
-    if mdata.get("seq_length") and model.get("encoder_seq_length") \
-            and mdata["seq_length"] != model["encoder_seq_length"]:
+    data_seq = _int(mdata, "seq_length", None, where="model.data")
+    if data_seq and model.get("encoder_seq_length") and data_seq != seq:
         out.append(Violation("nemo-seq-length-mismatch",
-                             f"model.data.seq_length ({mdata['seq_length']}) differs from "
-                             f"model.encoder_seq_length ({model['encoder_seq_length']}); make them "
-                             "equal (planner uses encoder_seq_length)", "warning"))
+                             f"model.data.seq_length ({data_seq}) differs from "
+                             f"model.encoder_seq_length ({seq}); make them equal (planner uses "
+                             "encoder_seq_length)", "warning"))
     hardware = hardware_of(ov)
-    spec = _nemo1_model(model, ov, source, seq)
-    num_gpus = _world(trainer, ov, hardware, source)
-    w = "model"
-    tp = _int(model, "tensor_model_parallel_size", 1, where=w)
-    pp = _int(model, "pipeline_model_parallel_size", 1, where=w)
-    cp = _int(model, "context_parallel_size", 1, where=w)
-    gran = _recompute_rules(model.get("activations_checkpoint_granularity"),
-                            model.get("activations_checkpoint_method"),
-                            model.get("activations_checkpoint_num_layers"),
-                            ("model.activations_checkpoint_granularity",
-                             "model.activations_checkpoint_method",
-                             "model.activations_checkpoint_num_layers"), out)
-    vpp = _int(model, "virtual_pipeline_model_parallel_size", 1, where=w)
-    first, last = _split(model, num_layers=spec.num_layers, pp=pp, vpp=vpp, where=w, out=out)
-    layout = Layout(
-        tp=tp, pp=pp, cp=cp, dp=max(1, num_gpus // (tp * pp * cp)),
-        ep=_int(model, "expert_model_parallel_size", 1, where=w),
-        etp=_int(model, "expert_tensor_parallel_size", tp, where=w), vpp=vpp,
-        sp=_sp(tp, bool(model.get("sequence_parallel", False)), nemo2=False, out=out),
-        zero=_zero(model, optim), micro_batch_size=_int(model, "micro_batch_size", 1, where=w),
-        recompute=gran, first_stage_layers=first, last_stage_layers=last,
-        cp_comm_type=str(model.get("cp_comm_type", "p2p")),
-        overlap_grad_reduce=bool(optim.get("overlap_grad_sync", False)),
-        overlap_param_gather=bool(optim.get("overlap_param_sync", False)),
-        tp_comm_overlap=bool(model.get("ub_tp_comm_overlap", False)))
+    spec = _nemo1_model(model, ov, source, seq, out)
+    num_gpus = world(trainer, ov, hardware, source)
+    fp8 = as_bool(model, "fp8", False, where="model")
+    layout, s = _nemo1_layout(model, optim, spec, num_gpus, fp8, out)
+    if s.model:
+        spec = spec.model_copy(update=s.model)
     job = make_job(model=spec, hardware=hardware, num_gpus=num_gpus, seq_length=seq,
-                   global_batch_size=_int(model, "global_batch_size", None, where=w),
-                   precision=_precision(trainer.get("precision"), bool(model.get("fp8")), out),
-                   source=source)
-    return Imported(job, _checked(layout, source), out, "nemo", source)
+                   global_batch_size=_int(model, "global_batch_size", None, where="model"),
+                   precision=_precision(trainer.get("precision"), fp8, out), source=source,
+                   **s.training)
+    return Imported(job, checked(layout, source), out, "nemo", source)
 
 
-def _checked(layout: Layout, source: str) -> Layout:
+def checked(layout: Layout, source: str) -> Layout:
     for name in ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size"):
         if getattr(layout, name) < 1:
             raise SpecError(f"{source}: {name} = {getattr(layout, name)} must be at least 1")
@@ -377,55 +487,99 @@ def _checked(layout: Layout, source: str) -> Layout:
 
 # ------------------------------------------------------------------------------ NeMo 2
 
-def _target(section: dict) -> str:
+def target(section: dict) -> str:
     return str(section.get("_target_", "")).rsplit(".", 1)[-1].lower()
 
 
-def _nemo2_model(model: dict, ov: Overrides, source: str, seq: int | None) -> ModelSpec:
+def mcore_model(config: dict, ov: Overrides, source: str, seq: int | None, *, preset: str | None,
+                fmt: str, where: str, out: list[Violation]) -> ModelSpec:
+    """The model of a Megatron-Core TransformerConfig-named mapping (NeMo 2 model.config,
+    Megatron-Bridge model): --model, else a preset class with no shape keys, else the keys."""
     if ov.model is not None:
         return resolve_model(ov.model)
-    config = _map(model.get("config"), "model.config")
-    preset = _NEMO2_PRESETS.get(_target(config)) or _NEMO2_PRESETS.get(_target(model))
     if preset and not config.get("num_layers"):
         return get_preset(preset)
     if not all(config.get(k) for k in ("num_layers", "hidden_size", "num_attention_heads")):
-        raise SpecError(f"{source}: no model shape (model.config num_layers/hidden_size/"
+        raise SpecError(f"{source}: no model shape ({where} num_layers/hidden_size/"
                         "num_attention_heads, or a preset config class such as Llama3Config70B); "
                         "give --model")
-    vocab = config.get("vocab_size") or (get_preset(preset).vocab_size if preset else None)
+    vocab = _int(config, "vocab_size", None, where=where) or (
+        get_preset(preset).vocab_size if preset else None)
     if not vocab:
-        raise SpecError(f"{source}: the vocabulary size is unknown (no model.config.vocab_size); "
+        raise SpecError(f"{source}: the vocabulary size is unknown (no {where}.vocab_size); "
                         "give --model")
-    gated = bool(config.get("gated_linear_unit", False))
+    gated = as_bool(config, "gated_linear_unit", False, where=where)
+    num_layers = _int(config, "num_layers", None, where=where)
     fields = dict(
-        num_layers=config["num_layers"], hidden_size=config["hidden_size"],
-        ffn_hidden_size=config.get("ffn_hidden_size"),
-        num_attention_heads=config["num_attention_heads"],
-        num_kv_heads=config.get("num_query_groups"), kv_channels=config.get("kv_channels"),
+        num_layers=num_layers, hidden_size=_int(config, "hidden_size", None, where=where),
+        ffn_hidden_size=_int(config, "ffn_hidden_size", None, where=where),
+        num_attention_heads=_int(config, "num_attention_heads", None, where=where),
+        num_kv_heads=_int(config, "num_query_groups", None, where=where),
+        kv_channels=_int(config, "kv_channels", None, where=where),
         vocab_size=vocab, activation="swiglu" if gated else "gelu",
-        tied_embeddings=bool(config.get("share_embeddings_and_output_weights", False)),
+        tied_embeddings=as_bool(config, "share_embeddings_and_output_weights", False,
+                                where=where),
         normalization=_NORMS.get(str(config.get("normalization", "layernorm")).lower(),
                                  "LayerNorm"),
-        add_bias_linear=bool(config.get("add_bias_linear", True)),
+        add_bias_linear=as_bool(config, "add_bias_linear", True, where=where),
         position_embedding_type=_position(config.get("position_embedding_type", "rope")),
-        seq_length=config.get("seq_length") or seq,
+        seq_length=_int(config, "seq_length", None, where=where) or seq,
+        rotary_base=_rotary(config, where),
     )
-    if config.get("num_moe_experts"):
-        fields.update(num_experts=config["num_moe_experts"],
-                      moe_top_k=config.get("moe_router_topk") or 2,
-                      moe_ffn_hidden_size=config.get("moe_ffn_hidden_size"))
-    return inline_model(fields, source=source, fmt="NeMo 2")
+    fields.update(mcore.moe_fields(config, where=where, num_layers=num_layers, out=out,
+                                   prefix="nemo"))
+    fields.update(mcore.mla_fields(config, where=where))
+    return inline_model(fields, source=source, fmt=fmt)
 
 
-def _nemo2_precision(trainer: dict, out: list[Violation]) -> str:
+def _nemo2_precision(trainer: dict, out: list[Violation]) -> tuple[str, Settings]:
+    """(precision, settings) from trainer.plugins: a MegatronMixedPrecision mapping, a recipe
+    name (bf16_with_fp8_current_scaling_mixed ...) or a precision string."""
     plugins = trainer.get("plugins")
     items = plugins if isinstance(plugins, list) else [plugins]
     for item in items:
+        if isinstance(item, Unresolved):
+            item.fail()
+        if isinstance(item, dict) and target(item) in {k.lower() for k in mcore.RECIPES} | {
+                "fp16_with_fp8_mixed"}:
+            return mcore.precision_recipe(target(item), where="trainer.plugins", prefix="nemo",
+                                          out=out)
         if isinstance(item, dict) and "precision" in item:
-            return _precision(item["precision"], bool(item.get("fp8")), out)
+            return _plugin(item, out)
         if isinstance(item, str):
-            return _precision(item, False, out)
-    return _precision(trainer.get("precision", "32"), False, out)
+            if item.removesuffix("()").replace("-", "_") in mcore.RECIPES:
+                return mcore.precision_recipe(item, where="trainer.plugins", prefix="nemo",
+                                              out=out)
+            return _precision(item, False, out), Settings()
+    return _precision(trainer.get("precision", "32"), False, out), Settings()
+
+
+def _plugin(item: dict, out: list[Violation]) -> tuple[str, Settings]:
+    """MegatronMixedPrecision(precision, fp8, fp8_recipe, fp8_param_gather, grad_reduce_in_fp32)."""
+    w = "trainer.plugins"
+    fp8 = item.get("fp8") not in (None, False, "", "none")
+    precision = _precision(item["precision"], fp8, out)
+    s = mcore.fp8_settings(item, where=w, prefix="nemo", fp8=fp8, out=out)
+    if "grad_reduce_in_fp32" in item:
+        s.layout["grad_reduce_in_fp32"] = as_bool(item, "grad_reduce_in_fp32", True, where=w)
+    return precision, s
+
+
+def _nemo2_zero(strategy: dict, ddp: dict, optim_cfg: dict) -> tuple[int, Settings]:
+    zero, s = mcore.read_ddp(ddp, where="trainer.strategy.ddp")
+    fsdp = strategy.get("fsdp")
+    if isinstance(fsdp, Unresolved):
+        fsdp.fail()
+    use_dist = optim_cfg.get("use_distributed_optimizer",
+                             strategy.get("use_distributed_optimizer"))
+    if fsdp == "megatron":
+        zero = mcore.sharding_stage(ddp, where="trainer.strategy.ddp")
+    elif fsdp not in (None, False):
+        raise SpecError(f"trainer.strategy.fsdp = {fsdp!r}: planner reads 'megatron' "
+                        "(Megatron-FSDP); NeMo 2.4 has no other FSDP for MegatronStrategy")
+    if zero in (None, 0) and use_dist:
+        zero = 1
+    return zero or 0, s
 
 
 def _nemo2(data: dict, ov: Overrides, source: str) -> Imported:
@@ -442,42 +596,69 @@ def _nemo2(data: dict, ov: Overrides, source: str) -> Imported:
                                    severity="warning",
                                    consequence="MegatronStrategy does not know it; remove it"))
     seq = _int(dmod, "seq_length", None, where="data")
-    if seq and config.get("seq_length") and config["seq_length"] != seq:
+    config_seq = _int(config, "seq_length", None, where="model.config")
+    if seq and config_seq and config_seq != seq:
         out.append(Violation("nemo-seq-length-mismatch",
-                             f"model.config.seq_length ({config['seq_length']}) must equal "
+                             f"model.config.seq_length ({config_seq}) must equal "
                              f"data.seq_length ({seq}) (NeMo 2 / Megatron-Bridge raise)", "error"))
     hardware = hardware_of(ov)
-    spec = _nemo2_model(model, ov, source, seq)
-    num_gpus = _world(trainer, ov, hardware, source)
+    preset = _NEMO2_PRESETS.get(target(config)) or _NEMO2_PRESETS.get(target(model))
+    spec = mcore_model(config, ov, source, seq, preset=preset, fmt="NeMo 2",
+                       where="model.config", out=out)
+    num_gpus = world(trainer, ov, hardware, source)
+    precision, prec = _nemo2_precision(trainer, out)
     w = "trainer.strategy"
     tp = _int(strategy, "tensor_model_parallel_size", 1, where=w)
     pp = _int(strategy, "pipeline_model_parallel_size", 1, where=w)
     cp = _int(strategy, "context_parallel_size", 1, where=w)
-    gran = _recompute_rules(config.get("recompute_granularity"), config.get("recompute_method"),
-                            config.get("recompute_num_layers"),
-                            ("model.config.recompute_granularity", "model.config.recompute_method",
-                             "model.config.recompute_num_layers"), out)
-    use_dist = optim_cfg.get("use_distributed_optimizer", strategy.get("use_distributed_optimizer"))
+    s = mcore.read_recompute(config, names=("recompute_granularity", "recompute_method",
+                                            "recompute_num_layers"),
+                             where="model.config", rule="nemo-recompute-flags", out=out)
+    s.update(mcore.read_transformer(config, where="model.config", prefix="nemo",
+                                    num_layers=spec.num_layers, pp=pp,
+                                    recompute=s.layout["recompute"], fp8=precision == "fp8",
+                                    out=out))
+    if strategy.get("pipeline_model_parallel_layout") is not None:
+        s.update(mcore.read_transformer({"pipeline_model_parallel_layout":
+                                         strategy["pipeline_model_parallel_layout"]}, where=w,
+                                        prefix="nemo", num_layers=spec.num_layers, pp=pp,
+                                        recompute="none", fp8=False, out=out))
+    zero, ddp_settings = _nemo2_zero(strategy, ddp, optim_cfg)
+    s.update(ddp_settings).update(prec)
+    s.update(mcore.read_optimizer(optim_cfg, where="optim.config", prefix="nemo", out=out))
     vpp = _int(strategy, "virtual_pipeline_model_parallel_size", 1, where=w)
-    first, last = _split(strategy, num_layers=spec.num_layers, pp=pp, vpp=vpp, where=w, out=out)
+    first, last = split(strategy, num_layers=spec.num_layers, pp=pp, vpp=vpp, where=w, out=out)
+    s.layout.setdefault("overlap_grad_reduce", False)
+    s.layout.setdefault("overlap_param_gather", False)
     layout = Layout(
         tp=tp, pp=pp, cp=cp, dp=max(1, num_gpus // (tp * pp * cp)),
         ep=_int(strategy, "expert_model_parallel_size", 1, where=w),
         etp=_int(strategy, "expert_tensor_parallel_size", tp, where=w), vpp=vpp,
-        sp=_sp(tp, bool(strategy.get("sequence_parallel", False)), nemo2=True, out=out),
-        zero=1 if use_dist else 0,
-        micro_batch_size=_int(dmod, "micro_batch_size", 1, where="data"), recompute=gran,
-        first_stage_layers=first, last_stage_layers=last,
-        overlap_grad_reduce=bool(ddp.get("overlap_grad_reduce", False)),
-        overlap_param_gather=bool(ddp.get("overlap_param_gather", False)))
+        sp=_sp(tp, as_bool(strategy, "sequence_parallel", False, where=w), nemo2=True, out=out),
+        zero=zero, micro_batch_size=_int(dmod, "micro_batch_size", 1, where="data"),
+        first_stage_layers=first, last_stage_layers=last, **s.layout)
+    if s.model:
+        spec = spec.model_copy(update=s.model)
     job = make_job(model=spec, hardware=hardware, num_gpus=num_gpus,
                    seq_length=seq or spec.seq_length,
                    global_batch_size=_int(dmod, "global_batch_size", None, where="data"),
-                   precision=_nemo2_precision(trainer, out), source=source)
-    return Imported(job, _checked(layout, source), out, "nemo2", source)
+                   precision=precision, source=source, **s.training)
+    return Imported(job, checked(layout, source), out, "nemo2", source)
+
+
+# ---------------------------------------------------------------------------------- load
+
+def prepare(data: Any, ov: Overrides) -> Any:
+    """String keys checked, then interpolations resolved (gpu_name from --hardware)."""
+    check_mapping(data)
+    return resolve(data, architecture=hardware_of(ov).architecture)
 
 
 def load(path: str | Path, data: Any, ov: Overrides) -> Imported:
     """Read a NeMo YAML already parsed (`looks_like_nemo(data)` holds)."""
+    from planner.importers import bridge
     source = str(path)
+    data = prepare(data, ov)
+    if bridge.looks_like_bridge(data):
+        return bridge.load(source, data, ov)
     return _nemo2(data, ov, source) if is_nemo2(data) else _nemo1(data, ov, source)
