@@ -10,7 +10,8 @@ import pytest
 from planner.cli import app
 from planner.presets import PRESETS
 
-PROFILES = ["a100-40g", "a100-80g", "h100-sxm", "h200", "b200", "gb200-nvl72", "mi300x"]
+PROFILES = ["a100-40g", "a100-80g", "h100-sxm", "h200", "b200", "gb200-nvl72", "mi300x",
+            "rtx-pro-6000"]
 
 MISSING = object()     # the config path does not exist
 DIRECTORY = object()   # the config path is a directory

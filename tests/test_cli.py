@@ -17,7 +17,8 @@ from planner.cost.params import total_params
 from planner.presets import PRESETS, PUBLISHED_PARAMS, get_preset
 
 PACKAGE = Path(__file__).resolve().parent.parent / "planner"
-PROFILES = ["a100-40g", "a100-80g", "h100-sxm", "h200", "b200", "gb200-nvl72", "mi300x"]
+PROFILES = ["a100-40g", "a100-80g", "h100-sxm", "h200", "b200", "gb200-nvl72", "mi300x",
+            "rtx-pro-6000"]
 LAYOUT_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "num_microbatches",
                "sequence_parallel", "zero_stage", "recompute"}
 MEMORY_KEYS = {"weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
