@@ -257,6 +257,14 @@ class ServingCalibration(_Spec):
     sequence_overhead_us: float = Field(default=1.0, ge=0, le=1e4)
     """Time per sequence in the batch per engine step (sampling, logits processing, the
     scheduler's per-request bookkeeping), microseconds."""
+    request_overhead_us: float = Field(default=0.0, ge=0, le=1e6)
+    """Host time per request (admitting it, building its state, returning its response),
+    microseconds: in steady state C/OSL requests start and finish per step, so short requests
+    are capped near 1/request_overhead requests per second whatever the GPUs."""
+    link_efficiency: float = Field(default=0.75, gt=0, le=1)
+    """Achieved fraction of the scale-up link bandwidth (nvlink_bandwidth_gb_per_s) for the
+    serving collectives (TP all-reduce, EP all-to-all, PP sends); on PCIe servers it is set by
+    the topology (switches, the CPU root complexes), not by the x16 link rate."""
     allreduce_latency_us: float = Field(default=3.0, ge=0, le=1e4)
     """Per-step latency alpha of the small decode all-reduces (ring: 2(n-1) alpha; the custom
     one-shot kernels of the engines on NVLink, NCCL over PCIe), microseconds."""
