@@ -3,6 +3,9 @@
 Formats: our own YAML (`planner`), a Megatron-LM launch script or argument file (`megatron`),
 a NeMo YAML (`nemo`; NeMo 2 recipes come back as format `nemo2`), a DeepSpeed ds_config.json
 or Megatron-DeepSpeed launch script (`deepspeed`) and a torchtitan TOML (`torchtitan`).
+Serving deployments (planner/serve/importer.py): a serving YAML with a `serving:` section
+(`serve`) and the launch commands of vLLM, SGLang and TensorRT-LLM (`vllm`, `sglang`,
+`trtllm`); `load_any` returns a `ServeImported` for those.
 `detect_format` looks at the extension, then the content; `load_any` reads the file, applies
 the --model/--hardware/--gpus/--nodes overrides and returns an `Imported` (job, layout, the
 framework's own violations, format).
@@ -23,7 +26,8 @@ from planner.specs import read_yaml
 
 __all__ = ["Imported", "Overrides", "FORMATS", "detect_format", "load_any"]
 
-FORMATS = ("planner", "megatron", "nemo", "deepspeed", "torchtitan")
+FORMATS = ("planner", "megatron", "nemo", "deepspeed", "torchtitan", "serve", "vllm", "sglang",
+           "trtllm")
 
 _SCRIPT_EXT = (".sh", ".bash", ".slurm", ".sbatch", ".txt", ".args", ".cmd")
 
@@ -35,6 +39,9 @@ def detect_format(path: str | Path) -> str:
     if suffix == ".toml":
         return "torchtitan"
     text = read_text(p, what="config")
+    serving = _serving_format(text, suffix)
+    if serving:
+        return serving
     if suffix in _SCRIPT_EXT:
         return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
     if suffix == ".json" or text.lstrip().startswith("{"):
@@ -51,6 +58,17 @@ def detect_format(path: str | Path) -> str:
     return "nemo" if nemo.looks_like_nemo(_yaml(text)) else "planner"
 
 
+def _serving_format(text: str, suffix: str) -> str | None:
+    """serve (a YAML with a `serving:` section), or the engine a launch script starts."""
+    from planner.serve.importer import command_engine, looks_like_serve_yaml
+    if suffix in (".yaml", ".yml", ".json") or not suffix:
+        if looks_like_serve_yaml(_yaml(text)):
+            return "serve"
+    if suffix in _SCRIPT_EXT or not suffix:
+        return command_engine(text)
+    return None
+
+
 def _yaml(text: str):
     try:
         return yaml.safe_load(text)
@@ -64,10 +82,21 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
     ov = Overrides(model=model, hardware=hardware, gpus=gpus, nodes=nodes)
     p = Path(path)
     fmt = detect_format(p)
+    if fmt in ("serve", "vllm", "sglang", "trtllm"):
+        return _serve(p, fmt, ov)
     if fmt == "planner":
         return _planner(p, ov)
     with naming(str(p)):
         return _framework(p, fmt, ov)
+
+
+def _serve(p: Path, fmt: str, ov: Overrides):
+    """A serving deployment (planner/serve/importer.py): a ServeImported."""
+    from planner.serve.importer import load_serve_command, load_serve_yaml
+    with naming(str(p)):
+        if fmt == "serve":
+            return load_serve_yaml(p, read_yaml(p, what="config"), ov)
+        return load_serve_command(p, read_text(p, what=f"{fmt} launch script"), fmt, ov)
 
 
 def _framework(p: Path, fmt: str, ov: Overrides) -> Imported:

@@ -92,12 +92,25 @@ def estimate(job, layout, *, concurrency: Optional[int] = None) -> ServeEstimate
     """Memory, TTFT / TPOT / end-to-end latency and tokens/s of `layout` for `job`;
     `concurrency` overrides the config's (per decode instance)."""
     if layout.disaggregated:
-        return _disaggregated(job, layout, concurrency)
-    inst = layout.instance
-    mem = instance_memory(job, inst)
+        dmem = instance_memory(job, layout.decode)
+        pcost = ServeCost(job, layout.prefill)
+        return disaggregated(job, layout, pmem=instance_memory(job, layout.prefill), dmem=dmem,
+                             dcost=ServeCost(job, layout.decode),
+                             prefill=prefill_pool(job, pcost),
+                             conc=_clamp(job, dmem, concurrency))
+    mem = instance_memory(job, layout.instance)
+    return aggregated(job, layout, mem=mem, cost=ServeCost(job, layout.instance),
+                      conc=_clamp(job, mem, concurrency))
+
+
+def _clamp(job, mem: ServeMemory, concurrency: Optional[int]) -> int:
     conc = concurrency if concurrency is not None else requested_concurrency(job, mem)
-    conc = max(1, min(conc, max(1, mem.max_concurrency)))
-    cost = ServeCost(job, inst)
+    return max(1, min(conc, max(1, mem.max_concurrency)))
+
+
+def aggregated(job, layout, *, mem: ServeMemory, cost: ServeCost, conc: int) -> ServeEstimate:
+    """One aggregated instance (prefill and decode in the same engine) x replicas."""
+    inst = layout.instance
     sv = job.serving
     isl, osl = sv.input_length, sv.output_length
     if sv.batching == "static":
@@ -123,20 +136,34 @@ def estimate(job, layout, *, concurrency: Optional[int] = None) -> ServeEstimate
                          prefill_s=cost.prefill_time(isl, span=isl / 2))
 
 
-def _disaggregated(job, layout, concurrency) -> ServeEstimate:
-    sv = job.serving
-    isl, osl = sv.input_length, sv.output_length
-    pmem = instance_memory(job, layout.prefill)
-    dmem = instance_memory(job, layout.decode)
-    conc = concurrency if concurrency is not None else requested_concurrency(job, dmem)
-    conc = max(1, min(conc, max(1, dmem.max_concurrency)))
-    pcost, dcost = ServeCost(job, layout.prefill), ServeCost(job, layout.decode)
+def prefill_pool(job, pcost: ServeCost) -> tuple[float, float]:
+    """(one request's prefill seconds, requests per second one prefill worker completes
+    when saturated with chunks of max_num_tokens)."""
+    isl = job.serving.input_length
     one = pcost.prefill_time(isl, span=isl / 2)
     chunk = max(isl, pcost.settings.max_num_tokens)
     batch_t = pcost.prefill_time(chunk, span=isl / 2, seqs=chunk / isl)
-    prefill_rate = layout.prefill.dp * chunk / isl / batch_t * layout.prefill_workers  # requests/s
+    return one, pcost.inst.dp * chunk / isl / batch_t
+
+
+def decode_pool(job, dcost: ServeCost, conc: int) -> tuple[StepParts, float]:
+    """(token interval, tokens per interval) of a decode-only worker at `conc` requests."""
+    osl = job.serving.output_length
     step, per = _decode(dcost, job, conc, mixed=False)
     step = step.plus(StepParts(overhead_s=conc * per / osl * dcost.c.request_overhead_us * 1e-6))
+    return step, per
+
+
+def disaggregated(job, layout, *, pmem: ServeMemory, dmem: ServeMemory, dcost: ServeCost,
+                  prefill: tuple[float, float], conc: int,
+                  decode: Optional[tuple[StepParts, float]] = None) -> ServeEstimate:
+    """Prefill workers hand each request's KV cache to decode workers; the deployment runs at
+    the rate of the slower pool."""
+    sv = job.serving
+    isl, osl = sv.input_length, sv.output_length
+    one, per_worker = prefill
+    prefill_rate = per_worker * layout.prefill_workers                  # requests/s
+    step, per = decode if decode is not None else decode_pool(job, dcost, conc)
     tpot = step.total / per
     decode_rate = conc / tpot / osl * layout.decode_workers
     kv = kv_transfer_time(job, layout, tokens=isl)

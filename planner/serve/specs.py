@@ -97,6 +97,10 @@ class ServingSpec(_Spec):
             raise ValueError(f'must be a whole number of requests or "max", got {str(value).lower()}')
         if isinstance(value, (int, float)) and value < 1:
             raise ValueError(f'must be at least 1 (or "max"), got {value}')
+        if isinstance(value, str) and value != "max":
+            if not value.strip().isdigit():
+                raise ValueError(f'must be a whole number of requests or "max", got {value!r}')
+            value = int(value)
         return value
 
     @property

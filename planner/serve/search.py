@@ -1,0 +1,248 @@
+"""The serving search: every instance shape (tp x pp x ep x attention-DP) times replicas, and
+prefill/decode disaggregation (worker shapes and P:D counts), at every concurrency the KV
+cache allows; keep what meets the SLOs, rank by output tokens/s per GPU, and the Pareto front
+of tokens/s per user against tokens/s per GPU.
+
+Shapes that break an engine rule are never estimated (`rules.instance_errors`); a shape's
+memory is computed once and its concurrencies are the powers of two up to what its KV cache
+holds, plus that maximum. Each layout is ranked at its best concurrency that meets the SLOs.
+Disaggregated deployments reuse the shapes' prefill rate and decode steps (computed once per
+shape and concurrency): a (prefill shape, decode shape, P, D, concurrency) point costs
+arithmetic only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from planner.errors import Violation
+from planner.serve.estimate import (ServeEstimate, aggregated, decode_pool, disaggregated,
+                                    prefill_pool)
+from planner.serve.layout import Instance, ServeLayout
+from planner.serve.memory import ServeMemory, instance_memory
+from planner.serve.rules import check, instance_errors, job_errors
+from planner.serve.time import ServeCost
+from planner.units import divisors
+
+__all__ = ["ServeOptions", "Candidate", "ServeSearchResult", "search", "instance_shapes",
+           "concurrencies", "pareto_front"]
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    top: int = 10
+    ttft_s: Optional[float] = None     # SLO: time to first token
+    tpot_s: Optional[float] = None     # SLO: time per output token
+    max_tp: Optional[int] = None       # default: the NVLink domain
+    disaggregated: bool = True         # also search prefill/decode disaggregation
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: ServeLayout
+    estimate: ServeEstimate
+    meets: bool
+    warnings: tuple = ()
+    rank: int = 0
+
+    @property
+    def per_gpu(self) -> float:
+        return self.estimate.output_tokens_per_s_per_gpu
+
+    @property
+    def per_user(self) -> float:
+        return self.estimate.output_tokens_per_s_per_user
+
+
+@dataclass
+class ServeSearchResult:
+    job: object
+    options: ServeOptions
+    plans: list[Candidate]
+    pareto: list[Candidate]
+    steps: list[dict]
+    searched: int                       # (layout, concurrency) points estimated
+    shapes: int                         # instance shapes considered
+    fitting: int                        # shapes whose KV cache holds one request
+    meeting: int                        # points meeting the SLOs
+    elapsed_s: float = 0.0
+    pick: Optional[Candidate] = None    # the chapter's procedure's pick
+    pick_rank: Optional[int] = None
+    pick_note: str = ""
+    closest: Optional[Candidate] = None
+    pruned: dict = field(default_factory=dict)
+
+    @property
+    def best(self) -> Optional[Candidate]:
+        return self.plans[0] if self.plans else None
+
+
+def concurrencies(max_conc: int) -> list[int]:
+    """1, 2, 4, ... up to max_conc, and max_conc itself."""
+    out, c = [], 1
+    while c < max_conc:
+        out.append(c)
+        c *= 2
+    out.append(max_conc)
+    return out
+
+
+def instance_shapes(job, *, max_gpus: int, max_tp: int) -> tuple[list[Instance], dict]:
+    """Every instance the engines accept on at most `max_gpus` GPUs (counts of the rest)."""
+    m = job.model
+    pruned: dict[str, int] = {}
+    out = []
+    n = max_gpus
+    for gpus in divisors(n):
+        for tp in divisors(gpus):
+            if tp > max_tp:
+                continue
+            for pp in divisors(gpus // tp):
+                dp = gpus // (tp * pp)
+                if m.is_moe:
+                    variants = [(dp, dp > 1)] if dp > 1 else [(1, False)]
+                else:
+                    variants = [(1, False)] if dp == 1 else []
+                for d, adp in variants:
+                    group = tp * d if adp else tp
+                    eps = [e for e in divisors(group) if m.num_experts % e == 0] if m.is_moe else [1]
+                    for ep in eps:
+                        inst = Instance(tp=tp, pp=pp, ep=ep, dp=d, dp_attention=adp)
+                        errs = instance_errors(job, inst)
+                        if errs:
+                            pruned[errs[0].rule] = pruned.get(errs[0].rule, 0) + 1
+                            continue
+                        out.append(inst)
+    return out, pruned
+
+
+def _meets(est: ServeEstimate, opts: ServeOptions) -> bool:
+    return ((opts.ttft_s is None or est.ttft_s <= opts.ttft_s)
+            and (opts.tpot_s is None or est.tpot_s <= opts.tpot_s))
+
+
+def _violation(est: ServeEstimate, opts: ServeOptions) -> float:
+    """How far from the SLOs: the worst ratio of estimate to target (1 = just met)."""
+    r = [1.0]
+    if opts.ttft_s:
+        r.append(est.ttft_s / opts.ttft_s)
+    if opts.tpot_s:
+        r.append(est.tpot_s / opts.tpot_s)
+    return max(r)
+
+
+def pareto_front(points: list[Candidate]) -> list[Candidate]:
+    """The points no other beats on both tokens/s per user and tokens/s per GPU, sorted by
+    tokens/s per user (fastest streams first)."""
+    pts = sorted(points, key=lambda c: (-c.per_user, -c.per_gpu))
+    front, best_gpu = [], -1.0
+    for c in pts:
+        if c.per_gpu > best_gpu * (1 + 1e-9):
+            front.append(c)
+            best_gpu = c.per_gpu
+    return front
+
+
+@dataclass
+class _Shape:
+    inst: Instance
+    mem: ServeMemory
+    cost: ServeCost
+    concs: list[int]
+    prefill: tuple = ()
+    decode: dict = field(default_factory=dict)
+
+
+def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
+    from planner.serve.reasoning import procedure
+
+    t0 = time.perf_counter()
+    errs = job_errors(job)
+    if errs:
+        from planner.errors import SpecError
+        raise SpecError(errs[0].message)
+    hw, N = job.hardware, job.num_gpus
+    max_tp = opts.max_tp or hw.nvlink_domain_size
+    insts, pruned = instance_shapes(job, max_gpus=N, max_tp=max_tp)
+    shapes: dict[Instance, _Shape] = {}
+    for inst in insts:
+        mem = instance_memory(job, inst)
+        if mem.max_concurrency < 1:
+            pruned["fits-in-memory"] = pruned.get("fits-in-memory", 0) + 1
+            continue
+        shapes[inst] = _Shape(inst, mem, ServeCost(job, inst), concurrencies(mem.max_concurrency))
+    points: list[Candidate] = []
+    for sh in shapes.values():
+        if N % sh.inst.gpus:
+            continue
+        layout = ServeLayout(instance=sh.inst, replicas=N // sh.inst.gpus)
+        for c in sh.concs:
+            est = aggregated(job, layout, mem=sh.mem, cost=sh.cost, conc=c)
+            points.append(Candidate(layout, est, _meets(est, opts)))
+    if opts.disaggregated and job.serving.batching == "continuous":
+        points += _disaggregated_points(job, shapes, opts)
+    meeting = [p for p in points if p.meets]
+    best_per_layout: dict = {}
+    for p in meeting:
+        cur = best_per_layout.get(p.layout)
+        if cur is None or (p.per_gpu, -p.estimate.tpot_s) > (cur.per_gpu, -cur.estimate.tpot_s):
+            best_per_layout[p.layout] = p
+    ranked = sorted(best_per_layout.values(), key=lambda p: (-p.per_gpu, p.estimate.tpot_s,
+                                                             p.layout.num_gpus))
+    plans = [_with_rank(p, i + 1, job) for i, p in enumerate(ranked[:opts.top])]
+    result = ServeSearchResult(job=job, options=opts, plans=plans,
+                               pareto=pareto_front(points), steps=[], searched=len(points),
+                               shapes=len(insts), fitting=len(shapes), meeting=len(meeting),
+                               pruned=pruned)
+    if not meeting and points:
+        result.closest = _with_rank(min(points, key=lambda p: (_violation(p.estimate, opts),
+                                                                -p.per_gpu)), 0, job)
+    result.steps, pick, note = procedure(job, opts, shapes, points)
+    if pick is not None:
+        rank = next((i + 1 for i, p in enumerate(ranked) if p.layout == pick.layout
+                     and p.estimate.concurrency == pick.estimate.concurrency), None)
+        result.pick, result.pick_rank, result.pick_note = pick, rank, note
+    result.elapsed_s = time.perf_counter() - t0
+    return result
+
+
+def _with_rank(p: Candidate, rank: int, job) -> Candidate:
+    warnings = tuple(v for v in check(job, p.layout, memory=p.estimate.memory,
+                                      prefill_memory=p.estimate.prefill_memory)
+                     if v.severity == "warning")
+    return Candidate(p.layout, p.estimate, p.meets, warnings, rank)
+
+
+def _disaggregated_points(job, shapes: dict, opts: ServeOptions) -> list[Candidate]:
+    """Every P x prefill shape + D x decode shape that uses all GPUs, at each decode
+    concurrency; the prefill rate and the decode steps are computed once per shape."""
+    N = job.num_gpus
+    out = []
+    live = [s for s in shapes.values() if s.inst.gpus < N]
+    for s in live:
+        s.prefill = prefill_pool(job, s.cost)
+    for p in live:
+        for d in live:
+            if max(p.inst.tp, d.inst.tp) % min(p.inst.tp, d.inst.tp):
+                continue
+            for P in range(1, N // p.inst.gpus):
+                rest = N - P * p.inst.gpus
+                if rest <= 0 or rest % d.inst.gpus:
+                    continue
+                D = rest // d.inst.gpus
+                layout = ServeLayout(prefill=p.inst, decode=d.inst, prefill_workers=P,
+                                     decode_workers=D)
+                for c in d.concs:
+                    if c not in d.decode:
+                        d.decode[c] = decode_pool(job, d.cost, c)
+                    est = disaggregated(job, layout, pmem=p.mem, dmem=d.mem, dcost=d.cost,
+                                        prefill=p.prefill, conc=c, decode=d.decode[c])
+                    out.append(Candidate(layout, est, _meets(est, opts)))
+    return out
+
+
+def violations_of(job, cand: Candidate) -> list[Violation]:
+    return check(job, cand.layout, memory=cand.estimate.memory,
+                 prefill_memory=cand.estimate.prefill_memory)
