@@ -197,6 +197,12 @@ def validate(
         imported = load_any(config, model=model, hardware=hardware, gpus=gpus, nodes=nodes)
         from planner.serve.importer import SERVE_FORMATS
         if imported.format in SERVE_FORMATS:
+            if tokens is not None:
+                raise SpecError(f"--tokens = {tokens!r}: training tokens mean nothing for a "
+                                "serving config; remove --tokens")
+            if headroom != 0.05:
+                raise SpecError(f"--headroom = {headroom}: a serving engine sizes its memory "
+                                "with serving.memory_fraction; set that instead of --headroom")
             return _validate_serve(imported, config, json_out)
         result = run_validate(imported.job, imported.layout, headroom=_headroom(headroom),
                               tokens=_tokens(tokens), extra=imported.violations)

@@ -80,7 +80,7 @@ def plan_json(result) -> dict[str, Any]:
         "slo": {"ttft_s": o.ttft_s, "tpot_s": o.tpot_s},
         "searched": result.searched, "shapes": result.shapes, "fitting": result.fitting,
         "meeting": result.meeting, "pruned": result.pruned, "elapsed_s": result.elapsed_s,
-        "job": job_json(result.job),
+        "job": job_json(result.job), "caveats": list(result.caveats),
     }
     if result.pick is not None:
         pick = candidate_json(result.pick)
@@ -112,8 +112,9 @@ def _head(job) -> str:
 def plan_table(result) -> Group:
     job = result.job
     t = Table(title=f"Top {len(result.plans)}: {_head(job)}{_slo_text(result.options)}",
-              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for c in ("#", "layout", "conc", "GiB", "TTFT", "TPOT", "tok/s/u", "tok/s/GPU", "warn"):
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              collapse_padding=True)
+    for c in ("#", "layout", "conc", "max", "TTFT", "TPOT", "tok/s/u", "tok/s/GPU", "warn"):
         t.add_column(c, justify="left" if c in ("layout", "warn") else "right", no_wrap=True)
     legend: dict[str, str] = {}
     for p in result.plans:
@@ -125,11 +126,11 @@ def plan_table(result) -> Group:
         mark = "*" if result.pick_rank == p.rank else ""
         e = p.estimate
         t.add_row(f"{p.rank}{mark}", p.layout.name, str(e.concurrency),
-                  f"{e.memory.total / GiB:.0f}", _ms(e.ttft_s), _ms(e.tpot_s),
+                  str(e.memory.max_concurrency), _ms(e.ttft_s), _ms(e.tpot_s),
                   f"{p.per_user:,.0f}", f"{p.per_gpu:,.0f}", "".join(keys) or "-")
-    notes = [t, Text("conc = requests in flight per instance (decode worker); GiB per GPU; TTFT "
-                     "and TPOT in ms; tok/s/u = per user; xN = replicas; P/D = prefill/decode "
-                     "workers; * = the procedure's pick", style="dim")]
+    notes = [t, Text("conc = requests in flight per instance (decode worker), max = what its KV "
+                     "cache holds; TTFT and TPOT in ms; tok/s/u = per user; xN = replicas; P/D = "
+                     "prefill/decode workers; * = the procedure's pick", style="dim")]
     for rule, key in legend.items():
         notes.append(Text(f"  {key}: {rule}", style="dim"))
     return Group(*notes)
@@ -165,9 +166,11 @@ def steps_view(result) -> Group:
 
 
 def summary_line(result) -> Text:
+    o = result.options
+    slo = (f"{result.meeting:,} meet the SLOs" if o.ttft_s is not None or o.tpot_s is not None
+           else "no SLO")
     head = (f"searched {result.searched:,} deployments ({result.shapes} instance shapes, "
-            f"{result.fitting} fit; {result.meeting:,} meet the SLOs; "
-            f"{result.elapsed_s:.2f} s)")
+            f"{result.fitting} fit; {slo}; {result.elapsed_s:.2f} s)")
     best = result.best
     if best is None:
         return Text(head + "; none meets the SLOs", style="bold red")
@@ -197,6 +200,8 @@ def plan_view(result) -> Group:
         parts.append(Text("instance shapes each rule removed: "
                           + ", ".join(f"{r} {n:,}" for r, n in ranked), style="dim"))
     parts.append(summary_line(result))
+    for c in result.caveats:
+        parts.append(Text(f"caveat: {c}", style="yellow"))
     return Group(*parts)
 
 

@@ -73,6 +73,7 @@ class ServeSearchResult:
     pick_note: str = ""
     closest: Optional[Candidate] = None
     pruned: dict = field(default_factory=dict)
+    caveats: list = field(default_factory=list)
 
     @property
     def best(self) -> Optional[Candidate]:
@@ -178,9 +179,8 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
         if N % sh.inst.gpus:
             continue
         layout = ServeLayout(instance=sh.inst, replicas=N // sh.inst.gpus)
-        for c in sh.concs:
-            est = aggregated(job, layout, mem=sh.mem, cost=sh.cost, conc=c)
-            points.append(Candidate(layout, est, _meets(est, opts)))
+        points += _sweep(sh.concs, opts, lambda c: aggregated(job, layout, mem=sh.mem,
+                                                               cost=sh.cost, conc=c), layout)
     if opts.disaggregated and job.serving.batching == "continuous":
         points += _disaggregated_points(job, shapes, opts)
     meeting = [p for p in points if p.meets]
@@ -204,8 +204,45 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
         rank = next((i + 1 for i, p in enumerate(ranked) if p.layout == pick.layout
                      and p.estimate.concurrency == pick.estimate.concurrency), None)
         result.pick, result.pick_rank, result.pick_note = pick, rank, note
+    result.caveats = search_caveats(job)
     result.elapsed_s = time.perf_counter() - t0
     return result
+
+
+def search_caveats(job) -> list[str]:
+    """Where the search's estimates (continuous batching at chosen concurrencies) leave the
+    serving calibration's ground."""
+    hw = job.hardware
+    fitted = set(hw.serving_calibration.fitted_on)
+    if not fitted:
+        return [f"{hw.name} has no serving calibration: its serving parameters are defaults, "
+                "so treat the estimates as rough"]
+    return [f"TTFT and TPOT at a given concurrency are not yet checked against measured runs: "
+            f"the {hw.name} parameters were fitted to {', '.join(sorted(fitted))} runs"]
+
+
+def _sweep(concs: list[int], opts: ServeOptions, est_of, layout) -> list[Candidate]:
+    """Candidates at the powers-of-two concurrencies, and, where the SLOs are met at c but not
+    at the next one, the largest concurrency between them that still meets them (latency
+    grows with concurrency: bisection)."""
+    out = [Candidate(layout, e, _meets(e, opts)) for e in map(est_of, concs)]
+    if opts.ttft_s is None and opts.tpot_s is None:
+        return out
+    for a, b in zip(out, out[1:]):
+        if a.meets and not b.meets:
+            lo, hi = a.estimate.concurrency, b.estimate.concurrency
+            best = None
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                e = est_of(mid)
+                if _meets(e, opts):
+                    lo, best = mid, e
+                else:
+                    hi = mid
+            if best is not None:
+                out.append(Candidate(layout, best, True))
+            break
+    return out
 
 
 def _with_rank(p: Candidate, rank: int, job) -> Candidate:
@@ -234,12 +271,13 @@ def _disaggregated_points(job, shapes: dict, opts: ServeOptions) -> list[Candida
                 D = rest // d.inst.gpus
                 layout = ServeLayout(prefill=p.inst, decode=d.inst, prefill_workers=P,
                                      decode_workers=D)
-                for c in d.concs:
+
+                def est_of(c, layout=layout, p=p, d=d):
                     if c not in d.decode:
                         d.decode[c] = decode_pool(job, d.cost, c)
-                    est = disaggregated(job, layout, pmem=p.mem, dmem=d.mem, dcost=d.cost,
-                                        prefill=p.prefill, conc=c, decode=d.decode[c])
-                    out.append(Candidate(layout, est, _meets(est, opts)))
+                    return disaggregated(job, layout, pmem=p.mem, dmem=d.mem, dcost=d.cost,
+                                         prefill=p.prefill, conc=c, decode=d.decode[c])
+                out += _sweep(d.concs, opts, est_of, layout)
     return out
 
 
