@@ -34,16 +34,17 @@ BOUNDS = {   # physically plausible ranges (README, 'Inference: calibration')
     "sequence_overhead_us": (0.0, 60.0),   # per request per step (sampling, bookkeeping)
     "request_overhead_us": (0.0, 8000.0),  # host work per request: admit, respond
     "link_efficiency": (0.5, 0.9),         # NVLink / Infinity Fabric bus bandwidth / link rate
-    "allreduce_latency_us": (0.5, 5.0),    # per ring step on NVLink / Infinity Fabric
+    "allreduce_latency_us": (0.3, 1.5),    # per ring step on NVLink: 8-GPU small all-reduces
+                                           #   take ~5-20 us (one-shot kernels, NCCL LL)
 }
 PCIE = {"allreduce_latency_us": (2.0, 20.0),   # per ring step over PCIe (NCCL, no NVLink)
         "link_efficiency": (0.1, 0.9)}         # PCIe topology: switches, CPU root complexes
+XGMI = {"allreduce_latency_us": (0.5, 3.0)}   # RCCL over Infinity Fabric: higher than NVLink
 
 
 def bounds(hw) -> dict:
     out = dict(BOUNDS)
-    if hw.intra_node_link == "pcie":
-        out.update(PCIE)
+    out.update({"pcie": PCIE, "xgmi": XGMI}.get(hw.intra_node_link, {}))
     return out
 
 
@@ -64,6 +65,8 @@ def fit(cases, hw, *, sweeps: int = 6, steps: int = 9):
     """A coarse grid per parameter, then a pattern search: each parameter moved by +-step
     while the loss falls, the steps halved when no move helps, within the bounds."""
     b = bounds(hw)
+    hw = replace_cal(hw, **{n: min(hi, max(lo, getattr(hw.serving_calibration, n)))
+                            for n, (lo, hi) in b.items()})   # start inside the bounds
     best = loss(cases, hw)
     for name, (lo, hi) in b.items():                      # coarse grid, one pass
         for i in range(steps):

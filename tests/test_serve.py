@@ -158,13 +158,16 @@ def test_decode_time_falls_with_tp_until_the_all_reduce_latency_wins():
 def test_pp_raises_ttft():
     # A prompt crosses every pipeline stage in turn: tp 4 x pp 2 does the same prefill work per
     # layer as tp 4 alone, plus the stage hop (T h 2 bytes point-to-point) and a second
-    # stage's fixed costs; tp 8 splits each layer's work instead, so it prefills faster.
+    # step's fixed cost (step_overhead_us); tp 8 splits each layer's work instead, so it
+    # prefills faster.
     job = job_of(batching="static", concurrency=1)
     ttft = {name: estimate(job, lay).ttft_s for name, lay in
             (("tp4", agg(tp=4, replicas=2)), ("tp4-pp2", agg(tp=4, pp=2)), ("tp8", agg(tp=8)))}
     cost = ServeCost(job, Instance(tp=4, pp=2))
     hop = p2p_time(2048 * 8192 * 2, cost.pp_link)
-    assert ttft["tp4-pp2"] - ttft["tp4"] >= hop > 0
+    step = H100.serving_calibration.step_overhead_us * 1e-6
+    assert hop > 0
+    assert ttft["tp4-pp2"] - ttft["tp4"] == pytest.approx(hop + step, rel=1e-6)
     assert ttft["tp8"] < ttft["tp4"] < ttft["tp4-pp2"]
 
 
