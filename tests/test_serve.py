@@ -500,3 +500,44 @@ def test_accuracy_on_the_measured_serving_runs():
     assert {r["class"] for r in rows} == {"offline-throughput", "static-latency"}
     assert len(rows) == 281
     assert not any(math.isnan(r["error"]) for r in rows)
+
+
+def test_validate_a_disaggregated_yaml(runner, tmp_path):
+    path = tmp_path / "pd.yaml"
+    path.write_text(SERVE_YAML.format(extra="", parallel="").replace(
+        "parallel:\n  tp: 8\n", "parallel:\n  prefill: {tp: 2, workers: 2}\n"
+                                "  decode: {tp: 4, workers: 1}\n"))
+    result = runner.invoke(app, ["validate", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["layout"]["disaggregated"] is True
+    assert out["layout"]["decode"] == {"tp": 4, "pp": 1, "ep": 1, "dp": 1,
+                                       "dp_attention": False, "workers": 1}
+    assert out["kv_transfer_s"] > 0 and out["bottleneck"] in ("prefill", "decode")
+    assert {"prefill_memory", "memory"} <= set(out)
+
+
+def test_validate_of_a_serving_config_refuses_training_options(runner, tmp_path):
+    path = tmp_path / "serve.yaml"
+    path.write_text(SERVE_YAML.format(extra="", parallel=""))
+    for args, part in ((["--tokens", "15T"], "--tokens"), (["--headroom", "0.2"], "--headroom")):
+        result = runner.invoke(app, ["validate", str(path), *args])
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith("error: ") and part in result.stderr
+
+
+def test_an_sglang_command_with_dp_attention_reads_back(runner, tmp_path):
+    # SGLang's --tp counts every GPU of the server; with --enable-dp-attention the attention
+    # runs tp/dp-way per DP rank (server_args.py: tp_size % dp_size == 0)
+    path = tmp_path / "sglang.sh"
+    path.write_text("# planner serve: isl=1000 osl=1000 hardware=h200\n"
+                    "python -m sglang.launch_server --model-path Qwen/Qwen3-235B-A22B \\\n"
+                    "  --tp 8 --dp 8 --enable-dp-attention --ep 8 --quantization fp8 \\\n"
+                    "  --kv-cache-dtype fp8_e4m3 --port 30000\n")
+    result = runner.invoke(app, ["validate", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["format"] == "sglang"
+    assert {k: out["layout"][k] for k in ("tp", "dp", "ep", "dp_attention")} == \
+        {"tp": 1, "dp": 8, "ep": 8, "dp_attention": True}
+    assert out["job"]["model"] == "Qwen3-235B-A22B" and out["job"]["hardware"] == "h200"

@@ -122,7 +122,8 @@ def plan_table(result) -> Group:
         for v in p.warnings:
             if v.rule not in legend:
                 legend[v.rule] = chr(ord("a") + len(legend))
-            keys.append(legend[v.rule])
+            if legend[v.rule] not in keys:
+                keys.append(legend[v.rule])
         mark = "*" if result.pick_rank == p.rank else ""
         e = p.estimate
         t.add_row(f"{p.rank}{mark}", p.layout.name, str(e.concurrency),
