@@ -23,6 +23,8 @@ COMMANDS = [
     ["--model", "70b", "--gpus", "8", "--ttft-ms", "500", "--tpot-ms", "30"],
     ["--model", "deepseek-v3", "--gpus", "16", "--hardware", "b200"],
     ["--model", "405b", "--gpus", "72", "--hardware", "gb200-nvl72"],
+    ["--model", "deepseek-v3", "--gpus", "128", "--hardware", "b200"],
+    ["--model", "70b", "--gpus", "1024"],
 ]
 
 

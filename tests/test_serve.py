@@ -541,3 +541,44 @@ def test_an_sglang_command_with_dp_attention_reads_back(runner, tmp_path):
     assert {k: out["layout"][k] for k in ("tp", "dp", "ep", "dp_attention")} == \
         {"tp": 1, "dp": 8, "ep": 8, "dp_attention": True}
     assert out["job"]["model"] == "Qwen3-235B-A22B" and out["job"]["hardware"] == "h200"
+
+
+@pytest.mark.parametrize("slo", [dict(), dict(ttft_s=0.5, tpot_s=0.03)], ids=["no-slo", "slo"])
+def test_disaggregated_search_matches_a_brute_force_oracle(slo):
+    # The search pairs only the fronts of the prefill and decode sides and the worker counts
+    # next to the pools' balance; the oracle estimates every prefill shape x decode shape x
+    # P x D that uses all 8 GPUs at the same concurrencies, with no pruning.
+    from planner.serve.search import (_decode_concurrencies, _disaggregated_points, _Shape,
+                                      concurrencies, instance_shapes)
+    job = job_of()
+    opts = ServeOptions(**slo)
+
+    def shapes():
+        out = {}
+        for inst in instance_shapes(job, max_gpus=8, max_tp=8)[0]:
+            mem = instance_memory(job, inst)
+            if mem.max_concurrency >= 1:
+                out[inst] = _Shape(inst, mem, ServeCost(job, inst),
+                                   concurrencies(mem.max_concurrency))
+        return out
+
+    found = max(c.per_gpu for c in _disaggregated_points(job, shapes(), opts) if c.meets)
+    live = [s for s in shapes().values() if s.inst.gpus < 8]
+    best = 0.0
+    for p in live:
+        for d in live:
+            if max(p.inst.tp, d.inst.tp) % min(p.inst.tp, d.inst.tp):
+                continue
+            for P in range(1, 8):
+                rest = 8 - P * p.inst.gpus
+                if rest < d.inst.gpus or rest % d.inst.gpus:
+                    continue
+                lay = ServeLayout(prefill=p.inst, decode=d.inst, prefill_workers=P,
+                                  decode_workers=rest // d.inst.gpus)
+                for c in _decode_concurrencies(job, d, opts):
+                    e = estimate(job, lay, concurrency=c)
+                    if (opts.ttft_s is None or e.ttft_s <= opts.ttft_s) and \
+                            (opts.tpot_s is None or e.tpot_s <= opts.tpot_s):
+                        best = max(best, e.output_tokens_per_s_per_gpu)
+    assert best > 0
+    assert found == pytest.approx(best, rel=1e-6)

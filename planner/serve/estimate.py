@@ -27,6 +27,7 @@ class ServeEstimate:
     kv_transfer_s: float = 0.0       # disaggregated: per request
     prefill_memory: Optional[ServeMemory] = None
     bottleneck: str = ""             # disaggregated: prefill | decode
+    layout: object = None            # the layout estimated
 
     @property
     def output_tokens_per_s_per_gpu(self) -> float:
@@ -121,7 +122,7 @@ def aggregated(job, layout, *, mem: ServeMemory, cost: ServeCost, conc: int) -> 
         e2e = ttft + (osl - 1) * tpot
         rate = conc * osl / e2e * layout.replicas
         return ServeEstimate(mem, conc, ttft, tpot, e2e, rate, layout.num_gpus, step,
-                             prefill_s=ttft)
+                             prefill_s=ttft, layout=layout)
     step, per = _decode(cost, job, conc, mixed=True)
     tpot = step.total / per
     seqs = conc / inst.dp
@@ -133,7 +134,7 @@ def aggregated(job, layout, *, mem: ServeMemory, cost: ServeCost, conc: int) -> 
     e2e = ttft + (osl - 1) * tpot
     rate = conc / tpot * layout.replicas
     return ServeEstimate(mem, conc, ttft, tpot, e2e, rate, layout.num_gpus, step,
-                         prefill_s=cost.prefill_time(isl, span=isl / 2))
+                         prefill_s=cost.prefill_time(isl, span=isl / 2), layout=layout)
 
 
 def prefill_pool(job, pcost: ServeCost) -> tuple[float, float]:
@@ -172,4 +173,5 @@ def disaggregated(job, layout, *, pmem: ServeMemory, dmem: ServeMemory, dcost: S
     rate = min(prefill_rate, decode_rate) * osl
     return ServeEstimate(dmem, conc, ttft, tpot, e2e, rate, layout.num_gpus, step,
                          prefill_s=one, kv_transfer_s=kv, prefill_memory=pmem,
-                         bottleneck="prefill" if prefill_rate < decode_rate else "decode")
+                         bottleneck="prefill" if prefill_rate < decode_rate else "decode",
+                         layout=layout)

@@ -7,8 +7,9 @@ Shapes that break an engine rule are never estimated (`rules.instance_errors`); 
 memory is computed once and its concurrencies are the powers of two up to what its KV cache
 holds, plus that maximum. Each layout is ranked at its best concurrency that meets the SLOs.
 Disaggregated deployments reuse the shapes' prefill rate and decode steps (computed once per
-shape and concurrency): a (prefill shape, decode shape, P, D, concurrency) point costs
-arithmetic only.
+shape and concurrency); for each pair of worker shapes and concurrency only the worker counts
+next to the balance of the two pools are estimated (the others have the same latency and less
+throughput).
 """
 
 from __future__ import annotations
@@ -252,33 +253,94 @@ def _with_rank(p: Candidate, rank: int, job) -> Candidate:
     return Candidate(p.layout, p.estimate, p.meets, warnings, rank)
 
 
+def _front(items, cost, latency):
+    """The items no other beats on both cost and latency (lower is better for both)."""
+    out, best = [], float("inf")
+    for it in sorted(items, key=lambda x: (cost(x), latency(x))):
+        if latency(it) < best * (1 - 1e-9):
+            out.append(it)
+            best = latency(it)
+    return out
+
+
 def _disaggregated_points(job, shapes: dict, opts: ServeOptions) -> list[Candidate]:
-    """Every P x prefill shape + D x decode shape that uses all GPUs, at each decode
-    concurrency; the prefill rate and the decode steps are computed once per shape."""
+    """Prefill x decode workers that use all GPUs. At the balance of the two pools (P prefill
+    workers of gp GPUs and rate rp, D decode workers of gd GPUs and rate rd, P*rp = D*rd) the
+    deployment serves N / (gp/rp + gd/rd) requests/s, TTFT is the prefill worker's and TPOT the
+    decode worker's: the two sides separate. So only the prefill shapes on the front of (GPU
+    seconds per request, TTFT) and the decode (shape, concurrency) points on the front of (GPU
+    seconds per request, TPOT) can be best, per TP degree; each compatible pair is estimated
+    at the whole worker counts next to the balance."""
     N = job.num_gpus
-    out = []
+    osl = job.serving.output_length
     live = [s for s in shapes.values() if s.inst.gpus < N]
     for s in live:
         s.prefill = prefill_pool(job, s.cost)
-    for p in live:
-        for d in live:
+    pre_front = []
+    for tp in sorted({s.inst.tp for s in live}):
+        pre_front += _front([s for s in live if s.inst.tp == tp],
+                            lambda s: s.inst.gpus / s.prefill[1], lambda s: s.prefill[0])
+    dec_pts = []
+    for d in live:
+        for c in _decode_concurrencies(job, d, opts):
+            step, per = d.decode[c]
+            tpot = step.total / per
+            dec_pts.append((d, c, tpot, d.inst.gpus * tpot * osl / c))
+    dec_front = []
+    for tp in sorted({x[0].inst.tp for x in dec_pts}):
+        dec_front += _front([x for x in dec_pts if x[0].inst.tp == tp],
+                            lambda x: x[3], lambda x: x[2])
+    out = []
+    for p in pre_front:
+        gp, rp = p.inst.gpus, p.prefill[1]
+        for d, c, tpot, _ in dec_front:
             if max(p.inst.tp, d.inst.tp) % min(p.inst.tp, d.inst.tp):
                 continue
-            for P in range(1, N // p.inst.gpus):
-                rest = N - P * p.inst.gpus
-                if rest <= 0 or rest % d.inst.gpus:
+            gd, rd = d.inst.gpus, c / tpot / osl
+            ideal = N * rd / (rp * gd + gp * rd)
+            best = None
+            for P in range(max(1, int(ideal) - 2), int(ideal) + 4):
+                rest = N - P * gp
+                if rest < gd or rest % gd:
                     continue
-                D = rest // d.inst.gpus
-                layout = ServeLayout(prefill=p.inst, decode=d.inst, prefill_workers=P,
-                                     decode_workers=D)
-
-                def est_of(c, layout=layout, p=p, d=d):
-                    if c not in d.decode:
-                        d.decode[c] = decode_pool(job, d.cost, c)
-                    return disaggregated(job, layout, pmem=p.mem, dmem=d.mem, dcost=d.cost,
-                                         prefill=p.prefill, conc=c, decode=d.decode[c])
-                out += _sweep(d.concs, opts, est_of, layout)
+                rate = min(P * rp, rest // gd * rd)
+                if best is None or rate > best[0]:
+                    best = (rate, P, rest // gd)
+            if best is None:
+                continue
+            layout = ServeLayout(prefill=p.inst, decode=d.inst, prefill_workers=best[1],
+                                 decode_workers=best[2])
+            est = disaggregated(job, layout, pmem=p.mem, dmem=d.mem, dcost=d.cost,
+                                prefill=p.prefill, conc=c, decode=d.decode[c])
+            out.append(Candidate(layout, est, _meets(est, opts)))
     return out
+
+
+def _decode_concurrencies(job, d, opts: ServeOptions) -> list[int]:
+    """A decode worker's concurrencies: the powers of two up to its KV capacity and, with a
+    TPOT SLO, the largest that meets it (bisection; TPOT grows with concurrency)."""
+    def tpot(c):
+        if c not in d.decode:
+            d.decode[c] = decode_pool(job, d.cost, c)
+        step, per = d.decode[c]
+        return step.total / per
+
+    concs = list(d.concs)
+    ok = [opts.tpot_s is None or tpot(c) <= opts.tpot_s for c in concs]
+    if opts.tpot_s is not None:
+        for i in range(len(concs) - 1):
+            if ok[i] and not ok[i + 1]:
+                lo, hi = concs[i], concs[i + 1]
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    lo, hi = (mid, hi) if tpot(mid) <= opts.tpot_s else (lo, mid)
+                if lo not in concs:
+                    concs.append(lo)
+                    tpot(lo)
+                break
+    for c in concs:
+        tpot(c)
+    return concs
 
 
 def violations_of(job, cand: Candidate) -> list[Violation]:
