@@ -360,6 +360,14 @@ def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
                                   f"{', '.join(unknown)}: not modelled by planner (the estimate "
                                   "does not reflect them)", "warning"))
     model = _model(ov, head, parsed, text, source)
+    if engine == "trtllm":
+        for name in sorted({vals["extra"] for _, vals, _, _ in parsed if vals.get("extra")}):
+            if not re.search(r"cat\s*>\s*" + re.escape(name) + r"\s*<<", text):
+                warnings.append(Violation(
+                    "trtllm-extra-options-not-read",
+                    f"--extra_llm_api_options {name}: not written in this script (planner reads "
+                    "the file only from a here-document in it); its settings (attention DP, KV "
+                    "dtype, speculative decoding) are not modelled", "warning"))
     for key in ("isl", "osl"):
         if key not in head:
             raise SpecError(f"{source}: the command lines do not say the request lengths; add a "
