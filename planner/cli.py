@@ -275,8 +275,7 @@ def serve(
     export_format: Annotated[Optional[str], typer.Option("--export", help="Also print the top deployment's launch commands: vllm | sglang | trtllm.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Plan an inference deployment: TP x PP x EP x attention-DP x replicas and prefill/decode
-    disaggregation, ranked by output tokens/s per GPU within the SLOs."""
+    """Plan an inference deployment: parallelism, replicas, P/D split, within the SLOs."""
 
     def body() -> int:
         from planner.config import resolve_hardware
