@@ -203,9 +203,16 @@ def test_disaggregated_throughput_is_the_slower_pool():
     lay = ServeLayout(prefill=Instance(tp=2), decode=Instance(tp=4), prefill_workers=2,
                       decode_workers=1)
     est = estimate(job, lay)
-    assert est.kv_transfer_s > 0 and est.ttft_s == pytest.approx(est.prefill_s + est.kv_transfer_s)
-    decode_rate = 64 / est.tpot_s          # tokens/s of the one decode worker
-    assert est.output_tokens_per_s <= decode_rate * (1 + 1e-9)
+    from planner.serve.estimate import prefill_pool
+    one, per_worker, chunk_s = prefill_pool(job, ServeCost(job, Instance(tp=2)))
+    decode_rate = 64 / est.tpot_s / 512            # requests/s of the one decode worker
+    prefill_rate = 2 * per_worker                  # of the two prefill workers
+    assert est.output_tokens_per_s == pytest.approx(min(decode_rate, prefill_rate) * 512)
+    # TTFT: the prefill worker at load u = decode rate / prefill capacity takes between one
+    # prompt alone and a full chunk, then the KV cache moves to the decode worker
+    load = min(1.0, decode_rate / prefill_rate)
+    assert est.kv_transfer_s > 0 and est.prefill_s == pytest.approx(one)
+    assert est.ttft_s == pytest.approx(one + load * (chunk_s - one) + est.kv_transfer_s)
 
 
 # ---------------------------------------------------------------------------------- search

@@ -137,14 +137,14 @@ def aggregated(job, layout, *, mem: ServeMemory, cost: ServeCost, conc: int) -> 
                          prefill_s=cost.prefill_time(isl, span=isl / 2), layout=layout)
 
 
-def prefill_pool(job, pcost: ServeCost) -> tuple[float, float]:
-    """(one request's prefill seconds, requests per second one prefill worker completes
-    when saturated with chunks of max_num_tokens)."""
+def prefill_pool(job, pcost: ServeCost) -> tuple[float, float, float]:
+    """(one request's prefill seconds alone, requests per second one prefill worker completes
+    when saturated with chunks of max_num_tokens, the seconds of such a chunk)."""
     isl = job.serving.input_length
     one = pcost.prefill_time(isl, span=isl / 2)
     chunk = max(isl, pcost.settings.max_num_tokens)
     batch_t = pcost.prefill_time(chunk, span=isl / 2, seqs=chunk / isl)
-    return one, pcost.inst.dp * chunk / isl / batch_t
+    return one, pcost.inst.dp * chunk / isl / batch_t, batch_t
 
 
 def decode_pool(job, dcost: ServeCost, conc: int) -> tuple[StepParts, float]:
@@ -159,16 +159,19 @@ def disaggregated(job, layout, *, pmem: ServeMemory, dmem: ServeMemory, dcost: S
                   prefill: tuple[float, float], conc: int,
                   decode: Optional[tuple[StepParts, float]] = None) -> ServeEstimate:
     """Prefill workers hand each request's KV cache to decode workers; the deployment runs at
-    the rate of the slower pool."""
+    the rate of the slower pool. A prefill worker at load u (the share of its capacity in use)
+    takes between one prompt alone (u -> 0) and a full chunk of prompts (u = 1): TTFT =
+    one + u * (chunk - one) + the KV transfer."""
     sv = job.serving
     isl, osl = sv.input_length, sv.output_length
-    one, per_worker = prefill
+    one, per_worker, chunk_s = prefill
     prefill_rate = per_worker * layout.prefill_workers                  # requests/s
     step, per = decode if decode is not None else decode_pool(job, dcost, conc)
     tpot = step.total / per
     decode_rate = conc / tpot / osl * layout.decode_workers
     kv = kv_transfer_time(job, layout, tokens=isl)
-    ttft = one + kv
+    load = min(1.0, decode_rate / prefill_rate)
+    ttft = one + load * max(0.0, chunk_s - one) + kv
     e2e = ttft + (osl - 1) * tpot
     rate = min(prefill_rate, decode_rate) * osl
     return ServeEstimate(dmem, conc, ttft, tpot, e2e, rate, layout.num_gpus, step,

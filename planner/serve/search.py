@@ -292,27 +292,35 @@ def _disaggregated_points(job, shapes: dict, opts: ServeOptions) -> list[Candida
                             lambda x: x[3], lambda x: x[2])
     out = []
     for p in pre_front:
-        gp, rp = p.inst.gpus, p.prefill[1]
+        gp, (one, rp, chunk_s) = p.inst.gpus, p.prefill
         for d, c, tpot, _ in dec_front:
             if max(p.inst.tp, d.inst.tp) % min(p.inst.tp, d.inst.tp):
                 continue
             gd, rd = d.inst.gpus, c / tpot / osl
-            ideal = N * rd / (rp * gd + gp * rd)
-            best = None
-            for P in range(max(1, int(ideal) - 2), int(ideal) + 4):
-                rest = N - P * gp
-                if rest < gd or rest % gd:
-                    continue
-                rate = min(P * rp, rest // gd * rd)
-                if best is None or rate > best[0]:
-                    best = (rate, P, rest // gd)
-            if best is None:
-                continue
-            layout = ServeLayout(prefill=p.inst, decode=d.inst, prefill_workers=best[1],
-                                 decode_workers=best[2])
-            est = disaggregated(job, layout, pmem=p.mem, dmem=d.mem, dcost=d.cost,
-                                prefill=p.prefill, conc=c, decode=d.decode[c])
-            out.append(Candidate(layout, est, _meets(est, opts)))
+            for P in _worker_counts(N, gp, gd, rp, rd, one, chunk_s, opts):
+                layout = ServeLayout(prefill=p.inst, decode=d.inst, prefill_workers=P,
+                                     decode_workers=(N - P * gp) // gd)
+                est = disaggregated(job, layout, pmem=p.mem, dmem=d.mem, dcost=d.cost,
+                                    prefill=p.prefill, conc=c, decode=d.decode[c])
+                out.append(Candidate(layout, est, _meets(est, opts)))
+    return out
+
+
+def _worker_counts(N, gp, gd, rp, rd, one, chunk_s, opts) -> list[int]:
+    """The prefill worker counts worth estimating: those next to the balance P*rp = D*rd
+    (the most throughput) and, with a TTFT SLO, next to the fewest prefill workers whose load
+    keeps TTFT = one + load * (chunk - one) within it (spare prefill capacity buys TTFT)."""
+    targets = [N * rd / (rp * gd + gp * rd)]
+    if opts.ttft_s is not None and chunk_s > one:
+        u = (opts.ttft_s - one) / (chunk_s - one)      # the load the SLO allows (KV aside)
+        if 0 < u < 1:
+            targets.append(N * rd / (u * rp * gd + gp * rd))
+    out = []
+    for t in targets:
+        for P in range(max(1, int(t) - 2), int(t) + 4):
+            rest = N - P * gp
+            if rest >= gd and rest % gd == 0 and P not in out:
+                out.append(P)
     return out
 
 

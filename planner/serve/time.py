@@ -40,9 +40,10 @@ TPOT = the step, throughput = C / TPOT; TTFT = the steps that carry one prompt's
 A static batch prefills C*ISL tokens in chunks of max_num_tokens, then decodes OSL-1 steps.
 Speculative decoding: each step verifies k drafted tokens (T = C*(k+1)) after k draft passes
 (the MTP layers, or the draft model) and yields (1 - a^(k+1)) / (1 - a) tokens (Leviathan et
-al. 2023, i.i.d. acceptance a). Disaggregated: TTFT adds the KV transfer of ISL tokens from
-the prefill to the decode worker over the real link (NVLink inside one domain, else the
-network, over min(P, D) GPUs' links); throughput is the lesser of the prefill and decode pools.
+al. 2023, i.i.d. acceptance a). Disaggregated: TTFT is the prefill worker's (from one prompt
+alone to a full chunk of prompts as its load grows) plus the KV transfer of ISL tokens to the
+decode worker over the real link (NVLink inside one domain, else the network, over min(P, D)
+GPUs' links); throughput is the lesser of the prefill and decode pools.
 
 Left out: queueing (TTFT excludes it), prefix caching, sampling cost beyond the fixed terms,
 routing skew beyond uniform, overlap of communication with compute (counted exposed).
