@@ -237,10 +237,41 @@ def _instances(layout):
     return [(None, layout.instance, layout.replicas)]
 
 
+_TAIL = {"vllm": "# route requests prefill -> decode with a proxy that speaks NixlConnector "
+                 "(vLLM's disaggregated-serving proxy example)",
+         "sglang": "# then: python -m sglang_router.launch_router --pd-disaggregation "
+                   "--prefill http://HOST:PORT --decode http://HOST:PORT",
+         "trtllm": "# then: trtllm-serve disaggregated -c disagg.yaml (context and generation "
+                   "server URLs)"}
+
+
+def _concurrency(job, role, inst, conc) -> int:
+    """What an instance's batch limit is set to: the estimate's concurrency (the config's), or
+    for a prefill worker the engine's default."""
+    if role != "prefill":
+        if conc is not None:
+            return int(conc)
+        if job.serving.concurrency != "max":
+            return int(job.serving.concurrency)
+    return min(engine_settings(job, inst).max_batch_size, 4096)
+
+
+def _launch(name: str, job, inst, role, c: int, devices: str, port: int, extra) -> list[str]:
+    env = f"CUDA_VISIBLE_DEVICES={devices} " if devices else ""
+    if name == "vllm":
+        return _cmd(f'{env}vllm serve "$MODEL"', _vllm_flags(job, inst, c, role)
+                    + [("--port", port)], background=True)
+    if name == "sglang":
+        return _cmd(f"{env}python -m sglang.launch_server", _sglang_flags(job, inst, c, role)
+                    + [("--port", port)], background=True)
+    return _cmd(f'{env}trtllm-serve "$MODEL"', _trtllm_flags(job, inst, c, role, extra)
+                + [("--port", port)], background=True)
+
+
 def export(job, layout, engine: str, *, estimate=None) -> str:
     """The launch commands of `layout` for `engine` (module docstring)."""
-    from planner.serve.rules import instance_errors, job_errors
     from dataclasses import replace
+    from planner.serve.rules import instance_errors, job_errors
     name = check_engine(engine)
     job = replace(job, serving=job.serving.model_copy(update={"engine": name}))
     kinds = _instances(layout)
@@ -249,48 +280,30 @@ def export(job, layout, engine: str, *, estimate=None) -> str:
         raise InfeasibleError(f"cannot export to {name}: {errs[0].message}")
     conc = estimate.concurrency if estimate is not None else None
     lines = _header(job, layout, estimate, name)
-    hw = job.hardware
+    per_node = job.hardware.gpus_per_node
     port, offset = PORTS[name], 0
     for role, inst, count in kinds:
-        c = conc if conc is not None and role != "prefill" else (
-            job.serving.concurrency if job.serving.concurrency != "max" and role != "prefill"
-            else min(engine_settings(job, inst).max_batch_size, 4096))
-        c = int(c)
+        c = _concurrency(job, role, inst, conc)
         extra = None
         if name == "trtllm":
             extra = f"extra-llm-api-{role or 'serve'}.yaml"
             lines += [f"cat > {extra} <<'EOF'", *_trtllm_extra(job, inst, role), "EOF"]
-        groups = _gpu_groups(count, inst.gpus, hw.gpus_per_node, offset=offset)
+        groups = _gpu_groups(count, inst.gpus, per_node, offset=offset)
         offset += count * inst.gpus
         nodes = sorted({n for n, _ in groups})
         shown = [g for g in groups if g[0] == nodes[0]] if not layout.disaggregated else \
-            groups[:max(1, hw.gpus_per_node // max(1, inst.gpus))]
+            groups[:max(1, per_node // max(1, inst.gpus))]
         what = f"{role} worker" if role else "replica"
         lines.append(f"# {count} {what}(s) of {inst.name} ({inst.gpus} GPUs each)"
                      + (f"; the commands for node {nodes[0]} below, the same on each of the "
                         f"{len(nodes)} nodes" if len(nodes) > 1 else "")
                      + (": one instance spans nodes (start it on each node of the instance)"
-                        if inst.gpus > hw.gpus_per_node else ""))
-        for i, (_, devices) in enumerate(shown):
-            env = f"CUDA_VISIBLE_DEVICES={devices} " if devices else ""
-            if name == "vllm":
-                flags = _vllm_flags(job, inst, c, role) + [("--port", port)]
-                lines += _cmd(f'{env}vllm serve "$MODEL"', flags, background=True)
-            elif name == "sglang":
-                flags = _sglang_flags(job, inst, c, role) + [("--port", port)]
-                lines += _cmd(f"{env}python -m sglang.launch_server", flags, background=True)
-            else:
-                flags = _trtllm_flags(job, inst, c, role, extra) + [("--port", port)]
-                lines += _cmd(f'{env}trtllm-serve "$MODEL"', flags, background=True)
+                        if inst.gpus > per_node else ""))
+        for _, devices in shown:
+            lines += _launch(name, job, inst, role, c, devices, port, extra)
             port += 1
     if layout.disaggregated:
-        lines.append({"vllm": "# route requests prefill -> decode with a proxy that speaks "
-                              "NixlConnector (vLLM's disaggregated-serving proxy example)",
-                      "sglang": "# then: python -m sglang_router.launch_router "
-                                "--pd-disaggregation --prefill http://HOST:PORT --decode "
-                                "http://HOST:PORT",
-                      "trtllm": "# then: trtllm-serve disaggregated -c disagg.yaml (context "
-                                "and generation server URLs)"}[name])
+        lines.append(_TAIL[name])
     elif layout.replicas > 1:
         lines.append(f"# put a load balancer in front of the {layout.replicas} replicas")
     lines.append("wait")

@@ -340,41 +340,28 @@ def _model(ov, head: dict, parsed, text: str, source: str):
     return get_preset(next(k for k in PRESETS if get_preset(k).name == hit))
 
 
-def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
-    """A shell script or command file that launches `engine` (module docstring)."""
-    from planner.config import resolve_hardware
-    from planner.importers.common import DEFAULT_HARDWARE, resolve_world
-    from planner.serve.layout import ServeLayout
-    from planner.serve.specs import serve_config_from_data
-
-    source = str(path)
-    head = _header(text)
-    cmds = _commands(text, engine)
-    if not cmds:
-        raise SpecError(f"{source}: no {engine} launch command found; see README, 'Inference'")
-    parsed = [(role, *_parse_flags(tokens, engine, source)) for role, tokens in cmds]
-    warnings = []
+def _warnings(engine: str, parsed, text: str) -> list[Violation]:
+    """Flags planner does not model, and TRT-LLM options files it cannot read, by name."""
+    out = []
     unknown = sorted({f for _, _, _, unk in parsed for f in unk})
     if unknown:
-        warnings.append(Violation(f"{engine}-flag-not-modelled",
-                                  f"{', '.join(unknown)}: not modelled by planner (the estimate "
-                                  "does not reflect them)", "warning"))
-    model = _model(ov, head, parsed, text, source)
+        out.append(Violation(f"{engine}-flag-not-modelled",
+                             f"{', '.join(unknown)}: not modelled by planner (the estimate does "
+                             "not reflect them)", "warning"))
     if engine == "trtllm":
         for name in sorted({vals["extra"] for _, vals, _, _ in parsed if vals.get("extra")}):
             if not re.search(r"cat\s*>\s*" + re.escape(name) + r"\s*<<", text):
-                warnings.append(Violation(
+                out.append(Violation(
                     "trtllm-extra-options-not-read",
                     f"--extra_llm_api_options {name}: not written in this script (planner reads "
                     "the file only from a here-document in it); its settings (attention DP, KV "
                     "dtype, speculative decoding) are not modelled", "warning"))
-    for key in ("isl", "osl"):
-        if key not in head:
-            raise SpecError(f"{source}: the command lines do not say the request lengths; add a "
-                            "line '# planner serve: isl=2048 osl=512' (input and output tokens "
-                            "per request; planner's exports carry one)")
-    hardware = ov.hardware or head.get("hardware") or DEFAULT_HARDWARE
-    roles = {}
+    return out
+
+
+def _roles(engine: str, parsed, text: str, model, source: str) -> dict:
+    """{role (None, prefill, decode): (instance, how many, the flags)}; one shape per role."""
+    roles: dict = {}
     for role, vals, _, _ in parsed:
         role = vals.get("role", role)
         role = {"context": "prefill", "generation": "decode"}.get(str(role).lower(), role)
@@ -384,34 +371,55 @@ def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
             raise SpecError(f"{source}: the {role or 'aggregated'} instances differ ({prev[0].name} "
                             f"and {inst.name}); planner validates one shape per kind of worker")
         roles[role] = (inst, (prev[1] + 1) if prev else 1, vals)
+    return roles
+
+
+def _parallel(roles: dict, source: str) -> tuple[dict, int]:
+    """The `parallel:` mapping of the roles found, and the GPUs the commands shown use."""
+    if set(roles) == {"prefill", "decode"}:
+        (p, pn, _), (d, dn, _) = roles["prefill"], roles["decode"]
+        return ({"prefill": {**p.as_dict(), "workers": pn},
+                 "decode": {**d.as_dict(), "workers": dn}}, p.gpus * pn + d.gpus * dn)
+    if None in roles and len(roles) == 1:
+        inst, n, _ = roles[None]
+        return {**inst.as_dict(), "replicas": n}, inst.gpus * n
+    raise SpecError(f"{source}: found {', '.join(str(r) for r in roles)} instances; a "
+                    "disaggregated deployment needs both prefill and decode workers")
+
+
+def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
+    """A shell script or command file that launches `engine` (module docstring)."""
+    from planner.config import resolve_hardware
+    from planner.importers.common import DEFAULT_HARDWARE, resolve_world
+    from planner.serve.specs import serve_config_from_data
+
+    source = str(path)
+    head = _header(text)
+    cmds = _commands(text, engine)
+    if not cmds:
+        raise SpecError(f"{source}: no {engine} launch command found; see README, 'Inference'")
+    parsed = [(role, *_parse_flags(tokens, engine, source)) for role, tokens in cmds]
+    model = _model(ov, head, parsed, text, source)
+    if "isl" not in head or "osl" not in head:
+        raise SpecError(f"{source}: the command lines do not say the request lengths; add a "
+                        "line '# planner serve: isl=2048 osl=512' (input and output tokens per "
+                        "request; planner's exports carry one)")
+    roles = _roles(engine, parsed, text, model, source)
     knobs = (roles.get("decode") or next(iter(roles.values())))[2]   # the decode side sets TPOT
     serving = _serving(engine, knobs, text, head, source)
     serving.update(input_length=int(head["isl"]), output_length=int(head["osl"]), engine=engine)
-    conc = head.get("concurrency")
-    if conc is not None:
-        serving["concurrency"] = conc if conc == "max" else int(conc)
-    if set(roles) == {"prefill", "decode"}:
-        (p, pn, _), (d, dn, _) = roles["prefill"], roles["decode"]
-        layout = ServeLayout(prefill=p, decode=d, prefill_workers=pn, decode_workers=dn)
-        parallel = {"prefill": {**p.as_dict(), "workers": pn},
-                    "decode": {**d.as_dict(), "workers": dn}}
-    elif None in roles and len(roles) == 1:
-        inst, n, _ = roles[None]
-        layout = ServeLayout(instance=inst, replicas=n)
-        parallel = {**inst.as_dict(), "replicas": n}
-    else:
-        raise SpecError(f"{source}: found {', '.join(str(r) for r in roles)} instances; a "
-                        "disaggregated deployment needs both prefill and decode workers")
-    hw = resolve_hardware(hardware)
+    if head.get("concurrency") is not None:
+        c = head["concurrency"]
+        serving["concurrency"] = c if c == "max" else int(c)
+    parallel, shown = _parallel(roles, source)
+    hw = resolve_hardware(ov.hardware or head.get("hardware") or DEFAULT_HARDWARE)
     if ov.gpus is not None or ov.nodes is not None:
         num = resolve_world(ov, hardware=hw, source=source)
-    elif "num_gpus" in head:
-        num = int(head["num_gpus"])
     else:
-        num = layout.num_gpus
-    if not layout.disaggregated and num != layout.num_gpus and num % layout.instance.gpus == 0:
-        parallel["replicas"] = num // layout.instance.gpus   # "the same on each node"
+        num = int(head.get("num_gpus", shown))
+    if "replicas" in parallel and num != shown and num % (shown // parallel["replicas"]) == 0:
+        parallel["replicas"] = num // (shown // parallel["replicas"])   # "the same on each node"
     data = {"model": model.model_dump(exclude_none=True), "hardware": hw.model_dump(),
             "num_gpus": num, "serving": serving, "parallel": parallel}
     job, layout = serve_config_from_data(data, source=source)
-    return ServeImported(job, layout, warnings, engine, source)
+    return ServeImported(job, layout, _warnings(engine, parsed, text), engine, source)
