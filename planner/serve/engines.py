@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from planner.units import GiB
 
-__all__ = ["EngineSettings", "engine_settings", "kv_budget", "CUDA_GRAPH_GIB"]
+__all__ = ["EngineSettings", "engine_settings", "kv_budget", "round_up", "CUDA_GRAPH_GIB"]
 
 CUDA_GRAPH_GIB = {"vllm": 1.0, "sglang": 0.0, "trtllm": 0.5}
 """Decode CUDA graphs per GPU (SGLang's are inside the memory it reserves)."""
