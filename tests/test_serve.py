@@ -591,10 +591,9 @@ def test_disaggregated_search_matches_a_brute_force_oracle(slo):
     assert found == pytest.approx(best, rel=1e-6)
 
 
-@pytest.mark.parametrize("name", ["serve-llama3-70b-8xh100.yaml",
-                                  "serve-llama3-70b-8xh100-disagg.yaml"])
+@pytest.mark.parametrize("name", ["llama3-70b-8xh100.yaml", "llama3-70b-8xh100-disagg.yaml"])
 def test_the_serving_examples_are_valid(runner, examples_dir, name):
-    result = runner.invoke(app, ["validate", str(examples_dir / name), "--json"])
+    result = runner.invoke(app, ["validate", str(examples_dir / "serve" / name), "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["valid"] is True and out["warnings"] == [] and out["layout"]["disaggregated"] == \
