@@ -370,6 +370,19 @@ def validate(
         sets = tuple(parse_set(s) for s in set_values or ())
         imported = load_any(config, model=model, hardware=hardware, gpus=gpus, nodes=nodes,
                             sets=sets, vocab_size=vocab_size)
+        from planner.serve.importer import SERVE_FORMATS
+        if imported.format in SERVE_FORMATS:
+            if tokens is not None:
+                raise SpecError(f"--tokens = {short(tokens)}: training tokens mean nothing for a "
+                                "serving config; remove --tokens", field="--tokens", value=tokens)
+            if headroom != 0.05:
+                raise SpecError(f"--headroom = {headroom}: a serving engine sizes its memory "
+                                "with serving.memory_fraction; set that instead of --headroom",
+                                field="--headroom", value=headroom)
+            if wanted or html is not None:
+                raise SpecError("--show and --html draw training layouts; a serving config has "
+                                "its own views: remove them", field="--show", value=show)
+            return _validate_serve(imported, config, json_out)
         room = _headroom(headroom)
         result = run_validate(imported.job, imported.layout, headroom=room,
                               tokens=_tokens(tokens), extra=imported.violations)
@@ -491,6 +504,141 @@ def _short_names(paths: list[Path]) -> list[str]:
     """File names, or the paths where two files share a name."""
     names = [p.name for p in paths]
     return names if len(set(names)) == len(names) else [str(p) for p in paths]
+
+
+def _serve_console():
+    """The console of the serving views: COLUMNS when set (they are laid out for 80), else
+    the terminal's width, else 100."""
+    import os
+    from rich.console import Console
+    console = Console(highlight=False, soft_wrap=False)
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return Console(highlight=False, soft_wrap=False, width=int(cols))
+    if not console.is_terminal:
+        return Console(highlight=False, soft_wrap=False, width=100)
+    return console
+
+
+def _validate_serve(imported, config: Path, json_out: bool) -> int:
+    """`validate` of a serving deployment (a serving YAML or an engine's launch command)."""
+    from planner.serve import report as serve_report
+    from planner.serve.validate import caveats, validate as serve_validate
+
+    result = serve_validate(imported.job, imported.layout, extra=imported.violations)
+    notes = caveats(imported.job, imported.layout)
+    if json_out:
+        out = serve_report.validation_json(result, caveats=notes)
+        out["format"] = imported.format
+        print(json.dumps(out, indent=2))
+    else:
+        _serve_console().print(serve_report.validation_view(
+            result, source=f"{imported.format}: {config}", caveats=notes))
+    return 0 if result.valid else 1
+
+
+def _positive(flag: str, value, *, whole: bool = True):
+    if value is not None and (value <= 0 or (whole and int(value) != value)):
+        kind = "a positive whole number" if whole else "a positive number"
+        raise SpecError(f"{flag} = {value}: must be {kind}")
+    return value
+
+
+@app.command()
+def serve(
+    model: Annotated[str, typer.Option("--model", help="Preset, alias, model YAML or HF config.json.")],
+    gpus: GpusOpt = None,
+    nodes: NodesOpt = None,
+    hardware: HardwareOpt = None,
+    isl: Annotated[int, typer.Option("--isl", help="Prompt tokens per request.")] = 2048,
+    osl: Annotated[int, typer.Option("--osl", help="Generated tokens per request.")] = 512,
+    ttft_ms: Annotated[Optional[float], typer.Option("--ttft-ms", help="SLO: time to first token, ms.")] = None,
+    tpot_ms: Annotated[Optional[float], typer.Option("--tpot-ms", help="SLO: time per output token, ms.")] = None,
+    precision: Annotated[Optional[str], typer.Option("--precision", help="bf16 | fp8 | fp4 (default fp8 where the GPU has FP8).")] = None,
+    kv_cache_dtype: Annotated[Optional[str], typer.Option("--kv-cache-dtype", help="bf16 | fp8 (default fp8 with fp8/fp4 weights).")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="vllm | sglang | trtllm.")] = "vllm",
+    top: Annotated[int, typer.Option("--top", help="How many deployments to list.")] = 10,
+    max_tp: Annotated[Optional[int], typer.Option("--max-tp", help="Largest TP degree tried (default: the NVLink domain).")] = None,
+    no_disagg: Annotated[bool, typer.Option("--no-disagg", help="Leave prefill/decode disaggregation out of the search.")] = False,
+    export_format: Annotated[Optional[str], typer.Option("--export", help="Also print the top deployment's launch commands: vllm | sglang | trtllm.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Plan an inference deployment: parallelism, replicas, P/D split, within the SLOs."""
+
+    def body() -> int:
+        from planner.config import resolve_hardware
+        from planner.presets import resolve_model
+        from planner.serve import report as serve_report
+        from planner.serve.search import ServeOptions, search
+        from planner.serve.specs import ENGINES, ServeJob, ServingSpec
+        from planner.specs import parse_spec
+
+        hw = resolve_hardware(hardware or "h100-sxm")
+        n = _world(gpus, nodes, hw)
+        if n is None:
+            raise SpecError("the GPU count is missing; give --gpus N or --nodes N")
+        for flag, value in (("--isl", isl), ("--osl", osl), ("--top", top), ("--max-tp", max_tp)):
+            _positive(flag, value)
+        for flag, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
+            _positive(flag, value, whole=False)
+        if precision is not None and precision not in ("bf16", "fp8", "fp4"):
+            raise SpecError(f"--precision = {precision!r}: must be bf16, fp8 or fp4")
+        if kv_cache_dtype is not None and kv_cache_dtype not in ("bf16", "fp8"):
+            raise SpecError(f"--kv-cache-dtype = {kv_cache_dtype!r}: must be bf16 or fp8")
+        if engine not in ENGINES:
+            raise SpecError(f"--engine = {engine!r}: must be {', '.join(ENGINES)}")
+        fmt = None
+        if export_format is not None:
+            from planner.serve.export import check_engine
+            fmt = check_engine(export_format)
+        chosen = []
+        prec = precision
+        if prec is None:
+            prec = "fp8" if hw.peak_tflops.fp8 is not None else "bf16"
+            chosen.append("precision")
+        sv = parse_spec(ServingSpec, dict(precision=prec, kv_cache_dtype=kv_cache_dtype,
+                                          input_length=isl, output_length=osl,
+                                          engine=fmt or engine), where="serving")
+        job = ServeJob(model=resolve_model(model), hardware=hw, num_gpus=n, serving=sv)
+        opts = ServeOptions(top=top, ttft_s=ttft_ms / 1e3 if ttft_ms else None,
+                            tpot_s=tpot_ms / 1e3 if tpot_ms else None, max_tp=max_tp,
+                            disaggregated=not no_disagg)
+        result = search(job, opts)
+        text = None
+        if fmt and result.plans:
+            from planner.serve.export import export as serve_export
+            best = result.plans[0]
+            text = serve_export(job, best.layout, fmt, estimate=best.estimate)
+        if json_out:
+            out = serve_report.plan_json(result)
+            out["chosen_by_planner"] = chosen
+            if text is not None:
+                out["export"] = {"format": fmt, "text": text}
+            print(json.dumps(out, indent=2))
+        else:
+            if chosen:
+                print(f"precision {prec} (chosen by planner: {hw.name} "
+                      f"{'has' if prec == 'fp8' else 'has no'} FP8 tensor cores; --precision "
+                      "to pin)")
+            _serve_console().print(serve_report.plan_view(result))
+            if text is not None:
+                print(text, end="")
+        if not result.plans:
+            c = result.closest
+            if c is None:
+                print(f"error: no instance of {job.model.name} fits on {n} x {hw.name} with "
+                      f"requests of {isl + osl:,} tokens; add GPUs, use fp8/fp4 or shorter "
+                      "requests", file=sys.stderr)
+            else:
+                e = c.estimate
+                print(f"error: no deployment of {job.model.name} on {n} x {hw.name} meets the "
+                      f"SLOs; the closest ({c.layout.name} at {e.concurrency} requests) has "
+                      f"TTFT {e.ttft_s * 1e3:,.0f} ms and TPOT {e.tpot_s * 1e3:.1f} ms; relax "
+                      "--ttft-ms/--tpot-ms or add GPUs", file=sys.stderr)
+            return 1
+        return 0
+
+    _run(body, json_mode=json_out)
 
 
 @app.command()

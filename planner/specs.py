@@ -31,7 +31,7 @@ __all__ = [
     "spec_error", "Precision", "Recompute", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES",
     "MAX_DIGITS", "MAX_NAME_CHARS", "READ_BUDGET_S", "MAX_GPUS",
     "Fp8Recipe", "RecomputeModule", "Dispatcher", "CudaGraphs", "StateDtype", "Architecture",
-    "CaseClass",
+    "CaseClass", "ServingCalibration", "ServeCaseClass", "IntraNodeLink",
 ]
 
 Precision = Literal["bf16", "fp16", "fp8"]
@@ -44,6 +44,8 @@ CudaGraphs = Literal["none", "partial", "full"]
 StateDtype = Literal["fp32", "bf16"]
 Architecture = Literal["ampere", "hopper", "blackwell", "cdna3"]
 CaseClass = Literal["dense-bf16", "dense-fp8", "moe", "fsdp", "long-context"]
+ServeCaseClass = Literal["offline-throughput", "static-latency", "serving-latency", "disagg"]
+IntraNodeLink = Literal["nvlink", "xgmi", "pcie"]
 
 _MAX_DIM = 10_000_000  # no real model or cluster is larger; anything above is a typo
 MAX_GPUS = _MAX_DIM    # num_gpus, --gpus and --nodes x GPUs per node
@@ -249,6 +251,47 @@ class Calibration(_Spec):
     """The FP8 recipes among those runs; an FP8 job with another recipe carries a caveat."""
 
 
+class ServingCalibration(_Spec):
+    """The few physical parameters the serving time model (planner/serve/time.py) fits per GPU
+    type (benchmarks/serve_calibrate.py), each within physical bounds, never per case."""
+
+    hbm_efficiency: float = Field(default=0.8, gt=0, le=1)
+    """Achieved fraction of the HBM bandwidth when decode streams the weights and the KV cache."""
+    gemm_efficiency: float = Field(default=0.6, gt=0, le=1)
+    """Fraction of the serving precision's dense peak (fp4 / fp8 / bf16) a large GEMM reaches."""
+    gemm_half_tokens: float = Field(default=256.0, ge=0, le=1e5)
+    """Tokens in a step at which the GEMMs reach half their efficiency (short GEMMs of small
+    batches run far below peak): eff = gemm_efficiency * n / (n + gemm_half_tokens)."""
+    moe_efficiency: float = Field(default=0.7, gt=0, le=1)
+    """Grouped (MoE expert) GEMM efficiency relative to a dense GEMM with as many tokens."""
+    attention_efficiency: float = Field(default=0.5, gt=0, le=1)
+    """Fraction of the bf16 peak the prefill (flash) attention kernels reach."""
+    layer_overhead_us: float = Field(default=20.0, ge=0, le=1e4)
+    """Fixed time per transformer layer per forward step (kernel launches, norms, rope, small
+    kernels), microseconds; what dominates decode at small batches with the all-reduces."""
+    step_overhead_us: float = Field(default=500.0, ge=0, le=1e6)
+    """Fixed time per engine step (scheduling, input preparation, host-device sync, sampling
+    launch), microseconds."""
+    sequence_overhead_us: float = Field(default=1.0, ge=0, le=1e4)
+    """Time per sequence in the batch per engine step (sampling, logits processing, the
+    scheduler's per-request bookkeeping), microseconds."""
+    request_overhead_us: float = Field(default=0.0, ge=0, le=1e6)
+    """Host time per request (admitting it, building its state, returning its response),
+    microseconds: in steady state C/OSL requests start and finish per step, so short requests
+    are capped near 1/request_overhead requests per second whatever the GPUs."""
+    link_efficiency: float = Field(default=0.75, gt=0, le=1)
+    """Achieved fraction of the scale-up link bandwidth (nvlink_bandwidth_gb_per_s) for the
+    serving collectives (TP all-reduce, EP all-to-all, PP sends); on PCIe servers it is set by
+    the topology (switches, the CPU root complexes), not by the x16 link rate."""
+    allreduce_latency_us: float = Field(default=3.0, ge=0, le=1e4)
+    """Per-step latency alpha of the small decode all-reduces (ring: 2(n-1) alpha; the custom
+    one-shot kernels of the engines on NVLink, NCCL over PCIe), microseconds."""
+    fitted_on: tuple[ServeCaseClass, ...] = ()
+    """The classes of measured serving runs the parameters were fitted to
+    (benchmarks/serve_calibrate.py): offline-throughput, static-latency, serving-latency,
+    disagg. Empty: not fitted on this GPU (estimates carry a caveat)."""
+
+
 class HardwareSpec(_Spec):
     """One GPU system: the GPU, its node, and the network between nodes."""
 
@@ -267,9 +310,15 @@ class HardwareSpec(_Spec):
     gpus_per_node: int = Field(ge=1, le=100_000)
     """GPUs in one server (one host)."""
     nvlink_domain_size: int = Field(ge=1, le=100_000)
-    """GPUs that reach each other over NVLink (8 in a DGX, 72 in a GB200 NVL72 rack)."""
+    """GPUs that reach each other over the scale-up link (NVLink: 8 in a DGX, 72 in a GB200
+    NVL72 rack; Infinity Fabric on MI300X; PCIe inside a PCIe-only server, see
+    intra_node_link)."""
     nvlink_bandwidth_gb_per_s: float = Field(gt=0, le=1e6)
-    """NVLink bandwidth per GPU, one direction, GB/s."""
+    """Scale-up link bandwidth per GPU, one direction, GB/s (NVLink; on a PCIe-only server
+    the PCIe bandwidth between two GPUs)."""
+    intra_node_link: IntraNodeLink = "nvlink"
+    """What the nvlink_* fields measure: nvlink | xgmi (AMD Infinity Fabric) | pcie (no
+    NVLink: GPUs of a node talk over PCIe, e.g. RTX PRO 6000 servers)."""
     network_bandwidth_gb_per_s: float = Field(gt=0, le=1e6)
     """Scale-out network bandwidth per GPU, one direction, GB/s (400 Gb/s NIC = 50 GB/s)."""
     host_bandwidth_gb_per_s: float = Field(default=55.0, gt=0, le=1e6)
@@ -287,6 +336,8 @@ class HardwareSpec(_Spec):
     """Allocator fragmentation: extra fraction of tensor memory the caching allocator holds."""
     calibration: Calibration = Calibration()
     """Fitted efficiency parameters."""
+    serving_calibration: ServingCalibration = ServingCalibration()
+    """Fitted parameters of the serving (inference) time model."""
 
     @model_validator(mode="after")
     def _domain(self) -> "HardwareSpec":
@@ -297,9 +348,11 @@ class HardwareSpec(_Spec):
         return self
 
     def peak_flops(self, precision: str) -> float:
-        """Peak FLOP/s for the precision the matmuls run in (fp8 falls back to bf16 if absent)."""
+        """Peak FLOP/s for the precision the matmuls run in (fp8 falls back to bf16 if absent,
+        fp4 to fp8 then bf16)."""
         p = self.peak_tflops
-        value = {"bf16": p.bf16, "fp16": p.fp16, "fp8": p.fp8 or p.bf16}[precision]
+        value = {"bf16": p.bf16, "fp16": p.fp16, "fp8": p.fp8 or p.bf16,
+                 "fp4": p.fp4 or p.fp8 or p.bf16}[precision]
         return value * 1e12
 
 

@@ -11,7 +11,7 @@ from planner.cli import app
 from planner.presets import PRESETS
 
 PROFILES = ["a100-40g", "a100-80g", "h100-sxm", "h100-96g", "h800", "h200", "b200", "b300",
-            "gb200-nvl72", "gb300-nvl72", "mi300x"]
+            "gb200-nvl72", "gb300-nvl72", "mi300x", "rtx-pro-6000"]
 
 MISSING = object()     # the config path does not exist
 DIRECTORY = object()   # the config path is a directory

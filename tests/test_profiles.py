@@ -41,7 +41,7 @@ def test_the_new_profiles_exist():
 def test_every_number_has_a_comment_above_it(name):
     # "every number with its source in a comment": each key outside the calibration block is
     # directly preceded by a comment line (peak_tflops' entries each by their own); the
-    # calibration block is commented as a block.
+    # calibration blocks (training and serving) are commented as blocks.
     lines = (profile_dir() / f"{name}.yaml").read_text().splitlines()
     in_calibration = False
     for i, line in enumerate(lines):
@@ -49,7 +49,7 @@ def test_every_number_has_a_comment_above_it(name):
         if not key:
             continue
         if not key.group(1):
-            in_calibration = key.group(2) == "calibration"
+            in_calibration = key.group(2) in ("calibration", "serving_calibration")
         if in_calibration or key.group(2) in ("name", "description") or key.group(3) is None:
             continue
         assert lines[i - 1].lstrip().startswith("#"), f"{name}: {key.group(2)} has no source comment"
@@ -98,6 +98,7 @@ MARKETED_GB = {
     "gb200-nvl72": 186,  # GB200 NVL72: 13.4 TB / 72
     "gb300-nvl72": 279,  # NVIDIA Blackwell Ultra datasheet, GB300: "up to 279 GB HBM3e"
     "mi300x": 192,
+    "rtx-pro-6000": 96,  # NVIDIA RTX PRO 6000 Blackwell Server Edition: 96 GB GDDR7
 }
 
 

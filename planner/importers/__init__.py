@@ -3,6 +3,9 @@
 Formats: our own YAML (`planner`), a Megatron-LM launch script or argument file (`megatron`),
 a NeMo YAML (`nemo`; NeMo 2 recipes come back as format `nemo2`), a DeepSpeed ds_config.json
 or Megatron-DeepSpeed launch script (`deepspeed`) and a torchtitan TOML (`torchtitan`).
+Serving deployments (planner/serve/importer.py): a serving YAML with a `serving:` section
+(`serve`) and the launch commands of vLLM, SGLang and TensorRT-LLM (`vllm`, `sglang`,
+`trtllm`); `load_any` returns a `ServeImported` for those.
 `detect_format` looks at the extension, then the content; `load_any` reads the file, applies
 the --model/--hardware/--gpus/--nodes/--set/--vocab-size overrides and returns an `Imported`
 (job, layout, the framework's own violations, format).
@@ -23,7 +26,8 @@ from planner.specs import check_tree, load_yaml, read_budget, read_yaml
 
 __all__ = ["Imported", "Overrides", "FORMATS", "detect_format", "load_any"]
 
-FORMATS = ("planner", "megatron", "nemo", "deepspeed", "torchtitan")
+FORMATS = ("planner", "megatron", "nemo", "deepspeed", "torchtitan", "serve", "vllm", "sglang",
+           "trtllm")
 
 _SCRIPT_EXT = (".sh", ".bash", ".slurm", ".sbatch", ".txt", ".args", ".cmd")
 
@@ -35,13 +39,19 @@ def detect_format(path: str | Path) -> str:
     if suffix == ".toml":
         return "torchtitan"
     text = read_text(p, what="config")
-    if suffix in _SCRIPT_EXT:
-        return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
-    if suffix == ".json" or text.lstrip().startswith("{"):
+    if suffix == ".json" or (text.lstrip().startswith("{") and suffix not in _SCRIPT_EXT):
         data = deepspeed.parse_json(p, text, what="config", trailing=True)[0] \
             if suffix == ".json" else _yaml(text, p)
         check_tree(data, what="config", source=short(str(p), 200))
+        from planner.serve.importer import looks_like_serve_yaml
+        if looks_like_serve_yaml(data):
+            return "serve"
         return "deepspeed" if deepspeed.looks_like_deepspeed(data) else "planner"
+    serving = _serving_format(text, suffix, p)
+    if serving:
+        return serving
+    if suffix in _SCRIPT_EXT:
+        return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
     if suffix in (".yaml", ".yml"):
         return "nemo" if nemo.looks_like_nemo(_yaml(text, p)) else "planner"
     if text.lstrip().startswith(("#!", "--")) or megatron.looks_like_megatron(text):
@@ -58,6 +68,17 @@ def _yaml(text: str, source: Path):
     return load_yaml(text, what="config", source=short(str(source), 200), lenient=True)
 
 
+def _serving_format(text: str, suffix: str, source: Path) -> str | None:
+    """serve (a YAML with a `serving:` section), or the engine a launch script starts."""
+    from planner.serve.importer import command_engine, looks_like_serve_yaml
+    if suffix in (".yaml", ".yml") or not suffix:
+        if looks_like_serve_yaml(_yaml(text, source)):
+            return "serve"
+    if suffix in _SCRIPT_EXT or not suffix:
+        return command_engine(text)
+    return None
+
+
 def load_any(path: str | Path, *, model: str | None = None, hardware: str | None = None,
              gpus: int | None = None, nodes: int | None = None,
              sets: tuple[tuple[str, str], ...] = (), vocab_size: int | None = None) -> Imported:
@@ -69,6 +90,11 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
     p = Path(path)
     with read_budget(str(p)), suggestion_budget():
         fmt = detect_format(p)
+        if fmt in ("serve", "vllm", "sglang", "trtllm"):
+            if ov.sets or ov.vocab_size is not None:
+                raise SpecError(f"--set and --vocab-size are for training launch scripts; "
+                                f"{short(str(p))} is a {fmt} serving config: remove them")
+            return _serve(p, fmt, ov)
         if ov.sets and not _is_script(p, fmt):
             raise SpecError(f"--set gives a launch script's variables; {short(str(p))} is a "
                             f"{fmt} config, which has none: remove --set")
@@ -93,6 +119,15 @@ def _vocab(imported: Imported, ov: Overrides) -> Imported:
         return imported
     job = replace(imported.job, model=model.model_copy(update={"vocab_size": ov.vocab_size}))
     return replace(imported, job=job)
+
+
+def _serve(p: Path, fmt: str, ov: Overrides):
+    """A serving deployment (planner/serve/importer.py): a ServeImported."""
+    from planner.serve.importer import load_serve_command, load_serve_yaml
+    with naming(str(p)):
+        if fmt == "serve":
+            return load_serve_yaml(p, read_yaml(p, what="config"), ov)
+        return load_serve_command(p, read_text(p, what=f"{fmt} launch script"), fmt, ov)
 
 
 def _framework(p: Path, fmt: str, ov: Overrides) -> Imported:

@@ -1,0 +1,188 @@
+"""Serving accuracy: predicted vs measured on the runs of inference-calibration.yaml.
+
+    python benchmarks/serve_accuracy.py [--data PATH] [--json] [--hardware NAME]
+
+Reads ../shared/reference/inference-calibration.yaml (or the copy beside this file). Each case
+is a serving config in planner's terms (model, hardware, num_gpus, serving, parallel), read
+exactly as written, plus what the benchmark harness the source names does and the case leaves
+out (below); planner predicts it and the report gives the error per case, then per class
+(offline-throughput: output tokens/s of the deployment at max concurrency; static-latency:
+end-to-end seconds of one static batch) and per GPU: n, median |error|, max |error|, bias
+(the median signed error).
+
+Harness settings (not per case; each from the tool's own source or docs):
+- trtllm-bench (TensorRT-LLM perf-overview; the rocm blog's H100 runs "with the same method"):
+  --kv_cache_free_gpu_mem_fraction 0.95 ("in many cases ... 0.95", perf-overview.md), and the
+  max batch size / max num tokens of its tuning heuristic (tensorrt_llm/bench/build/tuning.py:
+  KV requests from its own engine-size estimate, batch capped at 4096 / pp, tokens at
+  min(batch * (1 + ISL/OSL), 32768), rounded as it rounds).
+- vLLM in rocm/vllm-dev:20250112 (vLLM 0.6.7, the V0 engine): max_num_seqs 256 (the V0
+  default, vllm/engine/arg_utils.py of that series).
+- TensorRT-LLM MoE runs whose notes say attention DP was enabled (`enable_attention_dp` in
+  the perf-overview's MoE options): TRT-LLM's tp_size then counts the attention-DP ranks
+  (attention TP 1, experts over EP), i.e. planner's tp 1, dp = tp_size, dp_attention, same ep.
+- Static-latency runs (vLLM benchmark_latency, TRT-LLM static batching): batching static.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from planner.serve.estimate import estimate  # noqa: E402
+from planner.serve.specs import serve_config_from_data  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "reference" / "inference-calibration.yaml"
+LOCAL = Path(__file__).resolve().parent / "inference-calibration.yaml"
+CLASSES = ("offline-throughput", "static-latency")
+
+
+def default_path() -> Path:
+    return SHARED if SHARED.exists() else LOCAL
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    cls: str
+    hardware: str
+    data: dict            # the serving config, harness settings applied
+    measured: float
+    metric: str           # output_tokens_per_s | e2e_s
+
+
+def _trtllm_bench(case: dict) -> dict:
+    """max_batch_size and max_num_tokens as trtllm-bench's tuning heuristic picks them
+    (tensorrt_llm/bench/build/tuning.py calc_engine_setting / finetune_setting)."""
+    from planner.config import resolve_hardware
+    from planner.cost.params import total_params
+    from planner.presets import resolve_model
+
+    m = resolve_model(case["model"])
+    hw = resolve_hardware(case["hardware"])
+    sv, par = case["serving"], case.get("parallel", {})
+    tp, pp = par.get("tp", 1), par.get("pp", 1)
+    elem = {"fp4": 0.5, "fp8": 1.0}.get(sv["precision"], 2.0)
+    kv_elem = 1.0 if sv.get("kv_cache_dtype", "fp8" if sv["precision"] != "bf16" else "bf16") == "fp8" else 2.0
+    gib = 1024 ** 3
+    per_token = 2 * m.num_layers * max(tp, m.kv_heads) * m.head_dim * kv_elem / gib
+    engine = total_params(m) * elem / gib
+    total = hw.memory_gib * tp * pp     # get_device_memory() x GPUs
+    isl, osl = sv["input_length"], sv["output_length"]
+    requests = (total - engine) * 0.95 / (per_token * (isl + osl))
+    raw_bs = min(requests, 4096) / pp
+    raw_tok = min(raw_bs * (1 + isl / osl), 32768)
+    if raw_bs < 256:
+        bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        bs = 256 * math.ceil(raw_bs / 256)
+    if raw_tok < 4096:
+        tok = max(2048, 256 * math.ceil(raw_tok / 256))
+    elif raw_tok < 8192:
+        tok = 512 * math.ceil(raw_tok / 512)
+    else:
+        tok = 1024 * math.ceil(raw_tok / 1024)
+    return {"max_batch_size": bs * pp, "max_num_tokens": tok}
+
+
+def harness(case: dict) -> dict:
+    """The serving config of a case with its benchmark harness's settings (module docstring)."""
+    sv = dict(case["serving"])
+    notes, src = case.get("notes", ""), case.get("source", "")
+    if case["class"] == "static-latency":
+        sv["batching"] = "static"
+    elif sv["engine"] == "trtllm" and ("trtllm-bench" in notes or "perf-overview" in src):
+        sv.setdefault("memory_fraction", 0.95)
+        for k, v in _trtllm_bench(case).items():
+            sv.setdefault(k, v)
+    elif sv["engine"] == "vllm" and "vllm-dev:2025" in notes:
+        sv.setdefault("max_batch_size", 256)
+    par = dict(case.get("parallel", {}))
+    if "attention DP enabled" in notes and par.get("tp", 1) > 1:
+        par.update(dp=par["tp"], tp=1, dp_attention=True)
+    return {"model": case["model"], "hardware": case["hardware"], "num_gpus": case["num_gpus"],
+            "serving": sv, "parallel": par}
+
+
+def load_cases(path: Path | None = None, classes=CLASSES) -> list[Case]:
+    import yaml
+
+    data = yaml.safe_load(Path(path or default_path()).read_text())
+    out = []
+    for c in data["cases"]:
+        if c["class"] not in classes:
+            continue
+        metric = "e2e_s" if c["class"] == "static-latency" else "output_tokens_per_s"
+        out.append(Case(c["id"], c["class"], c["hardware"], harness(c),
+                        float(c["measured"][metric]), metric))
+    return out
+
+
+def predict(case: Case, hardware=None) -> dict:
+    """One case's prediction; `hardware` replaces the profile (calibration fits)."""
+    data = case.data if hardware is None else {**case.data, "hardware": hardware.model_dump()}
+    job, layout = serve_config_from_data(data, source=case.id)
+    est = estimate(job, layout)
+    pred = est.e2e_s if case.metric == "e2e_s" else est.output_tokens_per_s
+    return {"id": case.id, "class": case.cls, "hardware": case.hardware, "layout": layout.name,
+            "predicted": pred, "measured": case.measured, "error": pred / case.measured - 1,
+            "concurrency": est.concurrency, "max_concurrency": est.memory.max_concurrency}
+
+
+def evaluate(cases, hardware: dict | None = None) -> list[dict]:
+    return [predict(c, (hardware or {}).get(c.hardware)) for c in cases]
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per class and per GPU: n, median |error|, max |error|, bias (median signed error)."""
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["class"], "all"), []).append(r["error"])
+        groups.setdefault((r["class"], r["hardware"]), []).append(r["error"])
+    out = []
+    for (cls, hw), errs in sorted(groups.items()):
+        out.append({"class": cls, "hardware": hw, "n": len(errs),
+                    "median_abs_error": statistics.median(abs(e) for e in errs),
+                    "max_abs_error": max(abs(e) for e in errs),
+                    "bias": statistics.median(errs)})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=None)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--hardware", default=None, help="only the cases on this profile")
+    args = ap.parse_args(argv)
+    cases = load_cases(args.data)
+    if args.hardware:
+        cases = [c for c in cases if c.hardware == args.hardware]
+    rows = evaluate(cases)
+    summ = summary(rows)
+    if args.json:
+        print(json.dumps({"cases": rows, "summary": summ}, indent=2))
+        return 0
+    print(f"{'case':62s} {'layout':12s} {'conc':>5s} {'pred':>9s} {'meas':>9s} {'error':>7s}")
+    for r in rows:
+        print(f"{r['id'][:62]:62s} {r['layout'][:12]:12s} {r['concurrency']:5d} "
+              f"{r['predicted']:9.1f} {r['measured']:9.1f} {r['error']:+7.1%}")
+    print()
+    for s in summ:
+        print(f"{s['class']:19s} {s['hardware']:13s} n={s['n']:3d}  median |error| "
+              f"{s['median_abs_error']:6.1%}  max |error| {s['max_abs_error']:6.1%}  "
+              f"bias {s['bias']:+6.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

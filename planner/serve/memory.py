@@ -1,0 +1,182 @@
+"""Memory of one serving GPU: weights, KV cache, activation workspace, the rest; and how many
+tokens and requests the KV cache holds.
+
+Per GPU of pipeline stage s (L_s layers) of an instance (tp, pp, ep, dp; formulas.md §2 for
+the parameter counts, `planner.cost.shape.ModelShape`):
+
+- Weights. The linear layers (attention projections, MLP, shared and routed experts) in the
+  serving precision: bf16 2 B/param, fp8 1 B (+ per-tensor or per-channel scales, < 0.1 %),
+  fp4 0.5625 B (NVFP4: 4-bit values and one FP8 scale per 16, NVIDIA ModelOpt; MXFP4 has one
+  per 32 and is costed the same). Embedding, output layer, norms and router stay bf16 (ModelOpt
+  and the engines leave them unquantized). Attention and dense MLP split over tp; routed
+  experts over the MoE group (tp*dp with attention DP, else tp: ep ranks x etp); the embedding
+  on the first stage and the output layer on the last, vocabulary-parallel over tp.
+- KV cache per token: MHA/GQA 2 * L_s * g/tp * d * b (g KV heads of dim d; replicated, one
+  head per GPU, when tp > g); MLA L_s * (kv_lora_rank + rope dim) * b, the same latent on
+  every TP rank (attention DP splits the requests instead). b = 2 (bf16) or 1 (fp8).
+- Activations: the workspace of one engine step of `max_num_tokens` tokens (residual and
+  normed input 2h, the QKV output, the gated MLP's 2f/tp or the MoE layer's routed
+  intermediate, 16-bit) plus fp32 logits of one token per running request (V/tp each).
+- Other: CUDA context and NCCL buffers (the profile's) and the engine's CUDA graphs.
+- The KV cache gets what the engine's memory rule leaves (`engines.kv_budget`); the instance
+  holds dp * min over stages (KV bytes / KV bytes per token) tokens, and max concurrency =
+  tokens / (input + output tokens, rounded up to the engine's KV block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.cost import shape_of
+from planner.serve.engines import engine_settings, kv_budget, round_up
+from planner.specs import ModelSpec
+
+__all__ = ["ServeMemory", "bytes_per_param", "kv_bytes_per_token_layer", "stage_layers",
+           "stage_weight_bytes", "instance_memory", "kv_bytes_per_token_model"]
+
+ACT_BYTES = 2          # 16-bit activations
+KV_BYTES = {"bf16": 2, "fp8": 1}
+
+
+def bytes_per_param(precision: str) -> float:
+    """Bytes per linear-layer parameter: bf16 2, fp8 1, fp4 0.5 + 1/16 (NVFP4 block scales)."""
+    return {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}[precision]
+
+
+@dataclass(frozen=True)
+class ServeMemory:
+    """Per GPU of the most loaded stage; tokens and concurrency per instance."""
+
+    weights: float
+    kv_cache: float
+    activations: float
+    other: float
+    capacity: float
+    kv_bytes_per_token: float      # on one GPU, for one token of one request
+    kv_tokens_capacity: int        # per instance (all its dp ranks)
+    max_concurrency: int           # per instance: requests of input+output tokens it holds
+    limited_by: str = "kv"         # kv | max_batch_size (what caps max_concurrency)
+    stage: int = 0
+    per_stage_weights: tuple = field(default=(), compare=False)
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache + self.activations + self.other
+
+    @property
+    def fits(self) -> bool:
+        return self.max_concurrency >= 1
+
+    def as_dict(self) -> dict:
+        return {"weights_bytes": round(self.weights), "kv_cache_bytes": round(self.kv_cache),
+                "activations_bytes": round(self.activations), "other_bytes": round(self.other),
+                "total_bytes": round(self.total), "capacity_bytes": round(self.capacity),
+                "kv_tokens_capacity": self.kv_tokens_capacity,
+                "max_concurrency": self.max_concurrency}
+
+
+def stage_layers(m: ModelSpec, pp: int) -> list[tuple[int, int]]:
+    """(dense, MoE) layers of each pipeline stage: layers split as evenly as pp allows, the
+    first stages taking one more when they do not divide; dense layers come first."""
+    L, pp = m.num_layers, max(1, pp)
+    base, extra = divmod(L, pp)
+    out, start = [], 0
+    n_dense = m.num_layers - m.num_moe_layers
+    for s in range(pp):
+        n = base + (1 if s < extra else 0)
+        end = start + n
+        dense = max(0, min(end, n_dense) - start)
+        out.append((dense, n - dense))
+        start = end
+    return out
+
+
+def kv_bytes_per_token_layer(m: ModelSpec, tp: int, kv_dtype: str) -> float:
+    """KV-cache bytes one token takes in one layer on one GPU of a tp group."""
+    b = KV_BYTES[kv_dtype]
+    if m.is_mla:
+        rope = m.qk_pos_emb_head_dim if m.qk_pos_emb_head_dim is not None else 64
+        return float((m.kv_lora_rank + rope) * b)
+    heads = max(1, m.kv_heads // tp) if m.kv_heads >= tp else 1
+    return float(2 * heads * m.head_dim * b)
+
+
+def kv_bytes_per_token_model(m: ModelSpec, kv_dtype: str) -> float:
+    """KV bytes of one token over the whole model (all layers, all KV heads): what a
+    disaggregated prefill worker sends the decode worker per prompt token."""
+    return kv_bytes_per_token_layer(m, 1, kv_dtype) * m.num_layers
+
+
+def stage_weight_bytes(m: ModelSpec, inst, precision: str, *, mtp_layers: int = 0) -> list[float]:
+    """Weight bytes on one GPU of each pipeline stage (module docstring)."""
+    sh = shape_of(m)
+    q = bytes_per_param(precision)
+    tp, G = inst.tp, inst.moe_group
+    dense = sh.dense_tp / tp * q + sh.dense_rep * ACT_BYTES
+    moe = (sh.moe_tp / tp * q + sh.moe_rep * ACT_BYTES + sh.moe_experts / G * q) if m.is_moe else 0.0
+    vocab = m.vocab_size * m.hidden_size / tp * ACT_BYTES
+    stages = stage_layers(m, inst.pp)
+    out = []
+    for s, (nd, nm) in enumerate(stages):
+        w = nd * dense + nm * moe
+        if s == 0:
+            w += vocab + sh.emb_extra * ACT_BYTES
+        if s == len(stages) - 1:
+            w += (0.0 if (m.tied_embeddings and inst.pp == 1) else vocab) + sh.out_norm * ACT_BYTES
+            if mtp_layers:   # each MTP layer: a transformer layer, 2 norms, a 2h x h projection
+                layer = moe if m.is_moe else dense
+                w += mtp_layers * (layer + 2 * m.hidden_size ** 2 * q + 2 * m.hidden_size * ACT_BYTES)
+        out.append(w)
+    return out
+
+
+def activation_bytes(m: ModelSpec, inst, *, tokens: int, batch: int) -> float:
+    """Workspace of one engine step of `tokens` tokens and fp32 logits for `batch` requests."""
+    sh = shape_of(m)
+    tp = inst.tp
+    dense = 2 * m.hidden_size + (sh.q + 2 * sh.g * sh.d) / tp + 2 * sh.f / tp
+    per_token = dense
+    if m.is_moe:
+        routed = (inst.dp if inst.dp_attention else 1) * sh.k / inst.ep
+        moe = 2 * m.hidden_size + routed * (m.hidden_size + 2 * sh.f_e / inst.etp) \
+            + 2 * sh.f_s / tp
+        per_token = max(dense, moe)
+    logits = batch * m.vocab_size / tp * 4
+    return tokens * per_token * ACT_BYTES + logits
+
+
+def instance_memory(job, inst) -> ServeMemory:
+    """Memory of the most loaded GPU of one instance and the requests its KV cache holds."""
+    m, hw, sv = job.model, job.hardware, job.serving
+    st = engine_settings(job, inst)
+    spec = sv.speculative
+    mtp = m.mtp_num_layers if (spec is not None and spec.method == "mtp") else 0
+    weights = stage_weight_bytes(m, inst, sv.precision, mtp_layers=mtp)
+    draft_w = draft_kv = 0.0
+    if job.draft is not None:   # the draft model runs tensor-parallel on the same GPUs
+        from planner.serve.layout import Instance
+        dinst = Instance(tp=inst.tp)
+        draft_w = sum(stage_weight_bytes(job.draft, dinst, sv.precision)) / inst.pp
+        draft_kv = kv_bytes_per_token_layer(job.draft, inst.tp, sv.kv_dtype) * job.draft.num_layers / inst.pp
+    capacity = hw.memory_gib * 2**30
+    batch = min(st.max_batch_size, 4096)
+    act = activation_bytes(m, inst, tokens=st.max_num_tokens, batch=batch)
+    other = (hw.cuda_context_gib + hw.nccl_buffer_gib) * 2**30 + st.cuda_graph_bytes
+    kv_layer = kv_bytes_per_token_layer(m, inst.tp, sv.kv_dtype)
+    best = None
+    for s, ((nd, nm), w) in enumerate(zip(stage_layers(m, inst.pp), weights)):
+        w = w + draft_w
+        kvpt = (nd + nm + (mtp if s == inst.pp - 1 else 0)) * kv_layer + draft_kv
+        budget = kv_budget(st, capacity=capacity, weights=w, activations=act, other=other)
+        tokens = int(budget // kvpt) if kvpt > 0 else 0
+        if best is None or tokens < best[0]:
+            best = (tokens, s, w, budget, kvpt)
+    tokens, s, w, budget, kvpt = best
+    per_request = round_up(sv.input_length + sv.output_length, st.block_tokens)
+    by_kv = tokens // per_request
+    conc = min(by_kv, st.max_batch_size)
+    limited = "kv" if by_kv <= st.max_batch_size else "max_batch_size"
+    return ServeMemory(weights=w, kv_cache=budget, activations=act, other=other,
+                       capacity=capacity, kv_bytes_per_token=kvpt,
+                       kv_tokens_capacity=tokens * inst.dp, max_concurrency=conc * inst.dp,
+                       limited_by=limited, stage=s, per_stage_weights=tuple(weights))

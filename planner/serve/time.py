@@ -1,0 +1,245 @@
+"""Time of serving: the engine step (prefill chunk, decode, or both mixed), prefill (TTFT),
+decode (TPOT), continuous batching at a concurrency, a static batch, speculative decoding and
+the KV transfer of disaggregated serving.
+
+One engine step on one GPU of pipeline stage s, with T tokens in the step (decoding sequences
+x tokens each, plus prompt tokens being prefilled), is the sum over its layers of a roofline
+per kernel group, plus the fixed costs that dominate small batches:
+
+    GEMMs        max(W / (B_hbm * e_hbm),  F / (P * e(n)))         per layer
+                 e(n) = gemm_efficiency * n / (n + gemm_half_tokens), 1/n = tp/h + 1/T
+                 (TP thins the GEMMs, small batches shorten them: Calibration's form)
+    MoE experts  the same with W = the experts the step touches, E/G * (1 - (1 - k/E)^T_g) of
+                 them (uniform routing), and e(n) x moe_efficiency with n = T_g*k/E per expert
+    attention    decode: max(KV bytes read / (B_hbm * e_hbm), 4 (a/tp) d ctx / P_bf16 e_attn)
+                 prefill: 4 (a/tp) d tokens * span / (P_bf16 * attention_efficiency)
+    TP           2 all-reduces of T*h*2 bytes per layer (ring, comm.all_reduce_time on the
+                 tp group's link; alpha = allreduce_latency_us inside the NVLink/PCIe domain)
+    EP           with attention DP: dispatch and combine all-to-all per MoE layer
+                 (comm.all_to_all_time); each token goes once to every rank holding one of
+                 its k experts, (ep-1)(1 - (1 - 1/ep)^k) remote ranks on average (uniform
+                 routing), dispatched in the GEMM precision (the engines quantize before the
+                 all-to-all: FP8 / NVFP4 dispatch) and combined in bf16; without attention
+                 DP the TP all-reduce combines
+    PP           a point-to-point send of T*h*2 bytes per stage boundary (comm.p2p_time)
+    fixed        layer_overhead_us per layer, step_overhead_us per step, sequence_overhead_us
+                 per sequence in the step, request_overhead_us per request admitted and
+                 finished in the step (host work); the output layer on the last stage (a GEMM
+                 of the sampled tokens); B_hbm the profile's HBM bandwidth, P the precision's
+                 peak
+
+With pp stages the engine keeps pp micro-batches in flight (TensorRT-LLM, vLLM, SGLang): every
+stage works on its own micro-batch of B/pp sequences, a sequence advances one token every
+`pp` stage steps, so the token interval is pp * max_s t_s(B/pp): PP shards memory (more
+requests fit) but does not cut the time per token, and a prompt crosses every stage (+ hops).
+
+Continuous batching at concurrency C (per instance, steady state, uniform lengths): each step
+decodes C sequences of mean context ISL + OSL/2 and prefills C*ISL/OSL prompt tokens (each
+request's prompt once per its OSL tokens; the engines mix them into the steps, chunked);
+TPOT = the step, throughput = C / TPOT; TTFT = the steps that carry one prompt's chunks.
+A static batch prefills C*ISL tokens in chunks of max_num_tokens, then decodes OSL-1 steps.
+Speculative decoding: each step verifies k drafted tokens (T = C*(k+1)) after k draft passes
+(the MTP layers, or the draft model) and yields (1 - a^(k+1)) / (1 - a) tokens (Leviathan et
+al. 2023, i.i.d. acceptance a). Disaggregated: TTFT is the prefill worker's (from one prompt
+alone to a full chunk of prompts as its load grows) plus the KV transfer of ISL tokens to the
+decode worker over the real link (NVLink inside one domain, else the network, over min(P, D)
+GPUs' links); throughput is the lesser of the prefill and decode pools.
+
+Left out: queueing (TTFT excludes it), prefix caching, sampling cost beyond the fixed terms,
+routing skew beyond uniform, overlap of communication with compute (counted exposed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.cost import shape_of
+from planner.cost.comm import all_reduce_time, all_to_all_time, group_link, p2p_time
+from planner.serve.engines import engine_settings
+from planner.serve.memory import bytes_per_param, kv_bytes_per_token_layer, stage_layers
+
+__all__ = ["StepParts", "ServeCost", "accepted_tokens", "kv_transfer_time"]
+
+ACT = 2.0     # bytes per activation element on the wire (bf16)
+
+
+@dataclass(frozen=True, slots=True)
+class StepParts:
+    """One step (token interval) split by what it spends time on, seconds."""
+
+    weights_s: float = 0.0      # GEMM time where bound by streaming the weights
+    compute_s: float = 0.0      # GEMM time where bound by FLOPs (beyond the weight stream)
+    attention_s: float = 0.0    # KV read (decode) and attention FLOPs (prefill)
+    tp_comm_s: float = 0.0
+    ep_comm_s: float = 0.0
+    pp_comm_s: float = 0.0
+    overhead_s: float = 0.0     # layer, step and per-sequence fixed costs
+
+    @property
+    def total(self) -> float:
+        return (self.weights_s + self.compute_s + self.attention_s + self.tp_comm_s
+                + self.ep_comm_s + self.pp_comm_s + self.overhead_s)
+
+    def scaled(self, k: float) -> "StepParts":
+        return StepParts(*(getattr(self, f) * k for f in self.__slots__))
+
+    def plus(self, o: "StepParts") -> "StepParts":
+        return StepParts(*(getattr(self, f) + getattr(o, f) for f in self.__slots__))
+
+    def as_dict(self) -> dict:
+        d = {f: getattr(self, f) for f in self.__slots__}
+        d["step_s"] = self.total
+        return d
+
+
+def accepted_tokens(k: int, a: float) -> float:
+    """Expected tokens per verification step with k drafted tokens of acceptance rate a:
+    (1 - a^(k+1)) / (1 - a) (Leviathan et al. 2023, eq. 1)."""
+    return (1 - a ** (k + 1)) / (1 - a)
+
+
+def _link(hw, n: int, stride: int):
+    cal, sc = hw.calibration, hw.serving_calibration
+    return group_link(n=n, stride=stride, domain=hw.nvlink_domain_size,
+                      nvlink_bw=hw.nvlink_bandwidth_gb_per_s * 1e9 * sc.link_efficiency,
+                      network_bw=hw.network_bandwidth_gb_per_s * 1e9 * cal.network_efficiency,
+                      nvlink_lat=sc.allreduce_latency_us * 1e-6,
+                      network_lat=hw.network_latency_us * 1e-6)
+
+
+class ServeCost:
+    """The constants of one (job, instance) computed once; step times are arithmetic."""
+
+    def __init__(self, job, inst, *, model=None):
+        m = model or job.model
+        self.m, self.inst, self.hw = m, inst, job.hardware
+        sv, hw = job.serving, job.hardware
+        sh = shape_of(m)
+        c = hw.serving_calibration
+        self.c = c
+        self.settings = engine_settings(job, inst)
+        self.bw = hw.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
+        self.peak = hw.peak_flops(sv.precision)
+        self.peak16 = hw.peak_flops("bf16")
+        q = bytes_per_param(sv.precision)
+        self.q = q
+        tp, G = inst.tp, inst.moe_group
+        self.h, self.tp = m.hidden_size, tp
+        self.dense_w, self.dense_f = sh.dense_tp / tp * q, 2.0 * sh.dense_tp / tp
+        self.moe_w, self.moe_f = sh.moe_tp / tp * q, 2.0 * sh.moe_tp / tp
+        self.E, self.k = sh.E, sh.k
+        self.experts_w = sh.moe_experts / G * q if m.is_moe else 0.0
+        self.pair_f = 2.0 * sh.moe_experts / sh.E / G if m.is_moe else 0.0   # per token-expert pair, per GPU
+        self.group_tokens = inst.dp if inst.dp_attention else 1
+        self.kv_layer = kv_bytes_per_token_layer(m, tp, sv.kv_dtype)
+        if m.is_mla:
+            rope = m.qk_pos_emb_head_dim if m.qk_pos_emb_head_dim is not None else 64
+            self.attn_decode_f = 2.0 * sh.a / tp * (2 * m.kv_lora_rank + rope)  # absorbed MLA
+            self.attn_prefill_f = 2.0 * sh.a / tp * (m.qk_head_dim + rope + m.v_head_dim)
+        else:
+            self.attn_decode_f = self.attn_prefill_f = 4.0 * sh.a / tp * sh.d
+        self.lm_w = m.vocab_size * m.hidden_size / tp * ACT
+        self.lm_f = 2.0 * m.vocab_size * m.hidden_size / tp
+        self.stages = stage_layers(m, inst.pp)
+        self.pp = inst.pp
+        self.tp_link = _link(hw, tp, 1)
+        self.ep_link = _link(hw, inst.ep, max(1, G // inst.ep))
+        self.pp_link = _link(hw, 2, tp * inst.dp)
+
+    # ------------------------------------------------------------------ one stage, one step
+    def _gemm(self, w: float, f: float, n: float, eff_scale: float = 1.0) -> tuple[float, float]:
+        """(weight-stream time, extra compute time) of a GEMM group: max(W/B, F/(P e(n)))."""
+        c = self.c
+        eff = c.gemm_efficiency * eff_scale * n / (n + c.gemm_half_tokens) if n > 0 else c.gemm_efficiency
+        t_mem = w / self.bw
+        t_cmp = f / (self.peak * eff) if f > 0 else 0.0
+        return t_mem, max(0.0, t_cmp - t_mem)
+
+    def stage(self, s: int, *, seqs: float, ctx: float, prefill: float = 0.0,
+              span: float = 0.0, q: int = 1, last_logits: float | None = None,
+              requests: float = 0.0) -> StepParts:
+        """One step of stage s on one GPU: `seqs` decoding sequences of mean context `ctx`
+        (q tokens each), `prefill` prompt tokens attending `span` tokens on average,
+        `requests` requests admitted (and as many finished) in the step."""
+        c = self.c
+        nd, nm = self.stages[s]
+        T = seqs * q + prefill
+        if T <= 0:
+            return StepParts()
+        n = 1.0 / (self.tp / self.h + 1.0 / T)
+        w = cmp = attn = tpc = epc = 0.0
+        if nd:
+            a, b = self._gemm(self.dense_w, self.dense_f * T, n)
+            w, cmp = w + nd * a, cmp + nd * b
+        if nm:
+            a, b = self._gemm(self.moe_w, self.moe_f * T, n)
+            Tg = T * self.group_tokens
+            touched = 1.0 - (1.0 - self.k / self.E) ** Tg
+            ne = Tg * self.k / self.E
+            n_e = 1.0 / (self.inst.etp / self.h + 1.0 / ne) if ne > 0 else 0.0
+            a2, b2 = self._gemm(self.experts_w * touched, self.pair_f * Tg * self.k, n_e,
+                                c.moe_efficiency)
+            w, cmp = w + nm * (a + a2), cmp + nm * (b + b2)
+            if self.inst.dp_attention and self.inst.ep > 1:
+                ep = self.inst.ep
+                fan = ep * (1.0 - (1.0 - 1.0 / ep) ** self.k)   # S: (n-1)/n of it is remote
+                epc = nm * (all_to_all_time(T * self.h * fan * self.q, ep, self.ep_link)
+                            + all_to_all_time(T * self.h * fan * ACT, ep, self.ep_link))
+        L = nd + nm
+        kv_read = seqs * ctx * self.kv_layer
+        dec = max(kv_read / self.bw,
+                  seqs * q * ctx * self.attn_decode_f / (self.peak16 * c.attention_efficiency))
+        pre = prefill * span * self.attn_prefill_f / (self.peak16 * c.attention_efficiency)
+        attn = L * (dec + pre)
+        if self.tp > 1:
+            tpc = L * 2 * all_reduce_time(T * self.h * ACT, self.tp, self.tp_link)
+        over = L * c.layer_overhead_us * 1e-6 + c.step_overhead_us * 1e-6
+        ppc = p2p_time(T * self.h * ACT, self.pp_link) if self.pp > 1 and s < self.pp - 1 else 0.0
+        if s == self.pp - 1:
+            logits = seqs if last_logits is None else last_logits
+            a, b = self._gemm(self.lm_w, self.lm_f * logits, max(1.0, logits))
+            w, cmp = w + a, cmp + b
+            over += logits * c.sequence_overhead_us * 1e-6 + requests * c.request_overhead_us * 1e-6
+        return StepParts(w, cmp, attn, tpc, epc, ppc, over)
+
+    def interval(self, *, seqs: float, ctx: float, prefill: float = 0.0, span: float = 0.0,
+                 q: int = 1, requests: float = 0.0) -> StepParts:
+        """The token interval of the instance for `seqs` sequences per (DP) rank (`requests`
+        requests of the whole instance arriving and leaving per interval, handled by its one
+        front end): with pp stages, pp x the slowest stage's step on a micro-batch of seqs/pp."""
+        pp = self.pp
+        parts = [self.stage(s, seqs=seqs / pp, ctx=ctx, prefill=prefill / pp, span=span, q=q,
+                            requests=requests / pp)
+                 for s in range(pp)]
+        worst = max(parts, key=lambda p: p.total)
+        return worst.scaled(pp)
+
+    def prefill_time(self, tokens: float, *, span: float, seqs: float = 1.0,
+                     decode_seqs: float = 0.0, decode_ctx: float = 0.0) -> float:
+        """Time until the last of `tokens` prompt tokens (of `seqs` requests) has crossed every
+        stage: chunks of max_num_tokens, each crossing the pp stages (pipelined)."""
+        chunk = max(1, self.settings.max_num_tokens)
+        n_chunks = max(1, math.ceil(tokens / chunk))
+        per = tokens / n_chunks
+        logits = seqs / n_chunks
+        stages = [self.stage(s, seqs=decode_seqs, ctx=decode_ctx, prefill=per, span=span,
+                             last_logits=logits + decode_seqs).total for s in range(self.pp)]
+        return (n_chunks - 1) * max(stages) + sum(stages)
+
+
+def kv_transfer_time(job, layout, *, tokens: float) -> float:
+    """Seconds to move one request's KV cache (`tokens` prompt tokens, whole model) from a
+    prefill worker to a decode worker: NVLink when the deployment fits one NVLink domain,
+    else the network, spread over the min(prefill, decode) GPUs' links."""
+    from planner.serve.memory import kv_bytes_per_token_model
+    hw = job.hardware
+    size = tokens * kv_bytes_per_token_model(job.model, job.serving.kv_dtype)
+    lanes = min(layout.prefill.gpus, layout.decode.gpus)
+    if layout.num_gpus <= hw.nvlink_domain_size:
+        bw = hw.nvlink_bandwidth_gb_per_s * 1e9 * hw.serving_calibration.link_efficiency
+        lat = hw.nvlink_latency_us * 1e-6
+    else:
+        bw = hw.network_bandwidth_gb_per_s * 1e9 * hw.calibration.network_efficiency
+        lat = hw.network_latency_us * 1e-6
+    return size / (bw * lanes) + lat
