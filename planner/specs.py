@@ -243,6 +243,13 @@ class Calibration(_Spec):
     """Achieved fraction of the per-GPU network bandwidth for large collectives."""
     overlap_efficiency: float = Field(default=0.9, ge=0, le=1)
     """Fraction of overlappable communication (DP, CP ring) actually hidden behind compute."""
+    ep_overlap_efficiency: float = Field(default=0.6, ge=0, le=1)
+    """Fraction of an MoE layer's dispatch and combine that the all-to-all overlap
+    (`overlap_moe_expert_parallel_comm`) hides behind the other micro-batch (cost/moe.py)."""
+    step_overhead_ms: float = Field(default=0.0, ge=0, le=1e5)
+    """Fixed time per optimizer step besides the model's work (the optimizer's and the
+    gradient norm's kernel launches, loss bookkeeping, data loading): it matters for
+    sub-second steps."""
     fitted_on: tuple[CaseClass, ...] = ()
     """The classes of published runs on this GPU the parameters were fitted to
     (benchmarks/calibrate.py): dense-bf16, dense-fp8, moe, fsdp, long-context. Empty: not

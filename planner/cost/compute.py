@@ -92,7 +92,8 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
                 modules: tuple[str, ...] = (), freed_bytes: float = 0.0,
                 expert_flops_per_s: float | None = None, copies: float = 0.0,
                 extra_bytes_fwd: float = 0.0, extra_bytes_bwd: float = 0.0,
-                host_s: float = 0.0, sync: bool = False) -> LayerTimes:
+                host: tuple[float, float] = (0.0, 0.0), host_mode: str = "ahead",
+                launch_s: float = 0.0) -> LayerTimes:
     """Forward, backward and recompute time of one layer for one micro-batch of `tokens`
     (= s*b/cp) tokens on one GPU of a TP group of `tp`.
 
@@ -103,8 +104,8 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
     but only s/cp query tokens per rank; element-wise: c_ew x stored activation bytes / HBM
     bandwidth, plus `extra_bytes` of traffic that is not stored (MoE permute / unpermute of
     the `copies` rows, FP8 quantization), plus a fixed per-layer overhead, all 2x in
-    backward. The host's launch time `host_s` (launch.py; 2x in backward) hides behind the
-    device unless `sync`.
+    backward. The host's launch time `host` (attention block, expert block; launch.py; 2x in
+    backward) hides behind the device as `host_mode` says (launch.py).
     Recompute: full repeats the forward; selective repeats the forward of its modules
     (`--recompute-modules`): core_attn the attention core, mlp the dense MLP's GEMMs, moe the
     routed experts' GEMMs, shared_experts theirs, mla_up_proj the MLA up-projections, and for
@@ -113,18 +114,26 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
     from planner.cost.launch import layer_wall
 
     routed = shape.moe_flops - shape.shared_flops if moe else 0.0
-    dense = shape.attn_proj_flops + (shape.shared_flops if moe else shape.mlp_flops)
     x_rate = expert_flops_per_s or gemm_flops_per_s
-    t_dense = tokens * dense / tp / gemm_flops_per_s
+    # the attention block (+ a dense MLP) and the expert block (routed + shared experts)
+    t_front = tokens * (shape.attn_proj_flops + (0.0 if moe else shape.mlp_flops)) / tp \
+        / gemm_flops_per_s
+    t_shared = tokens * shape.shared_flops / tp / gemm_flops_per_s if moe else 0.0
     t_experts = tokens * shape.capacity_factor * routed / tp / x_rate if moe else 0.0
-    t_gemm = t_dense + t_experts
+    t_gemm = t_front + t_shared + t_experts
     attn = tokens * shape.attn_core_flops_per_s * seq / tp
     t_attn = attn / attn_flops_per_s
-    ew_f = ew_factor * act_bytes_fwd / hbm_bytes_per_s + extra_bytes_fwd / hbm_bytes_per_s
-    ew_b = 2.0 * ew_factor * act_bytes_fwd / hbm_bytes_per_s + extra_bytes_bwd / hbm_bytes_per_s
-    fwd = layer_wall(t_gemm + t_attn + ew_f + overhead_s, host_s, sync=sync)
-    bwd = layer_wall(2.0 * t_gemm + ATTN_BWD_FACTOR * t_attn + ew_b + 2.0 * overhead_s,
-                     2.0 * host_s, sync=sync)
+    ew = ew_factor * act_bytes_fwd / hbm_bytes_per_s + overhead_s
+    xf, xb = extra_bytes_fwd / hbm_bytes_per_s, extra_bytes_bwd / hbm_bytes_per_s
+    front_f, back_f = t_front + t_attn + ew, t_shared + t_experts
+    front_b, back_b = 2.0 * t_front + ATTN_BWD_FACTOR * t_attn + 2.0 * ew, 2.0 * (t_shared + t_experts)
+    if moe:
+        back_f, back_b = back_f + xf, back_b + xb
+    else:
+        front_f, front_b = front_f + xf, front_b + xb
+    fwd = layer_wall((front_f, back_f), host, mode=host_mode, launch_s=launch_s)
+    bwd = layer_wall((front_b, back_b), (2.0 * host[0], 2.0 * host[1]), mode=host_mode,
+                     launch_s=launch_s)
     if recompute == "full":
         rec = fwd
     elif recompute == "selective":

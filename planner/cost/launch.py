@@ -1,43 +1,79 @@
 """The host side of a layer: kernel launches, host syncs and what CUDA graphs remove.
 
-Eager PyTorch issues every kernel from the host; a layer's forward costs the host
+Eager PyTorch issues every kernel from the host; a layer part's forward costs the host
     host = kernels x launch_overhead_us           (backward: twice the kernels)
 `launch_overhead_us` is the per-kernel host time (op dispatch + launch), a profile's fitted
 parameter. Kernel counts per layer forward (Transformer Engine + Megatron-Core, read off
-Nsight traces of their layers; estimates): a dense layer 24 (norms, GEMMs, RoPE, attention,
-residuals, the TP collectives and FP8 casts); an MoE layer 56 (the attention block, router
-GEMM, softmax/top-k, auxiliary-loss terms, permute and unpermute, the dispatcher's
-collectives, grouped GEMMs, activation, casts).
-While the host runs ahead of the device its time is hidden: a layer takes max(device, host).
-An MoE layer's device-to-host sync (moe.host_sync) stops the host once per layer, so that
-layer takes device + host.
+Nsight traces of their layers; estimates): the attention block 20 (norm, GEMMs, RoPE, the
+attention kernel, residual add, the TP collectives, FP8 casts); a dense MLP 6; an MoE
+layer's expert block 30 (router GEMM, softmax / top-k, auxiliary-loss terms, permute and
+unpermute, the dispatcher's collectives and its token-count exchange) plus one GEMM per
+local expert for fc1 and one for fc2 (Transformer Engine's GroupedLinear issues a GEMM per
+expert); with an FP8 recipe each GEMM input is quantized by a kernel of its own (the
+attention block's 4, the experts' 2 per expert; current scaling adds its amax pass);
+backward issues twice as many (dgrad and wgrad).
+While the host runs ahead of the device its time is hidden: a part takes max(device, host).
+An MoE layer reads its tokens per expert on the host (`host_mode`) between the attention
+block and the expert block: the host cannot run ahead across it, so the layer takes
+max(device, host) of each part, plus the sync's round trip (two launches' worth).
+Megatron's all-to-all overlap (`overlap_moe_expert_parallel_comm`) runs each MoE layer as
+sub-modules (attention, dispatch, experts, combine) scheduled across two micro-batches and
+two streams, with a sync at every boundary: the host then cannot run ahead at all and the
+layer takes device + host (unless the whole iteration is one CUDA graph).
 CUDA graphs (`cuda_graphs`): partial (Transformer Engine per-layer graphs of the attention
-block and the router / preprocessing, Megatron-Bridge's default scopes) leave a dense layer
-one launch and an MoE layer its 20 expert-path kernels (dispatch, experts, combine); full
-(the whole iteration captured, which needs a sync-free dispatcher) leaves none.
+block, the dense MLP and the router / preprocessing: Megatron-Bridge's default scopes) leave
+those parts one launch each and the expert path (dispatch, experts, combine) as it is; full
+(the whole iteration captured, which needs a sync-free, fixed-capacity dispatch) leaves none.
 """
 
 from __future__ import annotations
 
-__all__ = ["DENSE_KERNELS", "MOE_KERNELS", "MOE_UNGRAPHED_KERNELS", "host_seconds",
-           "layer_wall"]
+__all__ = ["ATTENTION_KERNELS", "MLP_KERNELS", "EXPERT_BLOCK_KERNELS", "HOST_MODES",
+           "host_parts", "host_mode", "layer_wall"]
 
-DENSE_KERNELS = 24
-MOE_KERNELS = 56
-MOE_UNGRAPHED_KERNELS = 20
+ATTENTION_KERNELS = 20
+MLP_KERNELS = 6
+EXPERT_BLOCK_KERNELS = 30
+_SYNC_LAUNCHES = 2
 
 
-def host_seconds(*, moe: bool, cuda_graphs: str, launch_us: float) -> float:
-    """Host time of one layer's forward (backward: twice)."""
+def host_parts(*, moe: bool, cuda_graphs: str, launch_us: float,
+               local_experts: int = 0, recipe: str | None = None) -> tuple[float, float]:
+    """Host seconds of one layer's forward: (the attention block (+ a dense MLP), the expert
+    block); backward: twice each."""
     if cuda_graphs == "full":
-        return 0.0
+        return 0.0, 0.0
+    c = launch_us * 1e-6
+    per_input = 0 if recipe is None else (1 if recipe in ("delayed", "mxfp8") else 2)
+    expert_kernels = EXPERT_BLOCK_KERNELS + 2 * local_experts * (1 + per_input) if moe else 0
     if cuda_graphs == "partial":
-        kernels = MOE_UNGRAPHED_KERNELS if moe else 1
+        attention = 1
+        experts = expert_kernels - 4 if moe else 0   # the router and preprocessing graphed
     else:
-        kernels = MOE_KERNELS if moe else DENSE_KERNELS
-    return kernels * launch_us * 1e-6
+        attention = ATTENTION_KERNELS + 4 * per_input + (0 if moe else MLP_KERNELS + 2 * per_input)
+        experts = expert_kernels
+    return attention * c, experts * c
 
 
-def layer_wall(device: float, host: float, *, sync: bool) -> float:
-    """A layer's wall time: the host hidden behind the device unless a sync serialises them."""
-    return device + host if sync else max(device, host)
+HOST_MODES = ("ahead", "sync", "serial")
+"""ahead: the host runs ahead of the device; sync: it stops once per layer (the MoE layer's
+token counts); serial: it stops at every sub-module (the all-to-all overlap's schedule)."""
+
+
+def host_mode(*, moe: bool, cuda_graphs: str, ep_overlap: bool) -> str:
+    """How a layer's host work meets its device work (HOST_MODES)."""
+    if not moe or cuda_graphs == "full":
+        return "ahead"
+    return "serial" if ep_overlap else "sync"
+
+
+def layer_wall(device: tuple[float, float], host: tuple[float, float], *, mode: str = "ahead",
+               launch_s: float = 0.0) -> float:
+    """A layer's wall time from the (attention, expert) parts of its device and host time:
+    the host hidden behind the device (ahead), part by part across the MoE layer's sync
+    (sync), or not at all (serial)."""
+    if mode == "ahead":
+        return max(device[0] + device[1], host[0] + host[1])
+    if mode == "serial":
+        return device[0] + device[1] + host[0] + host[1]
+    return max(device[0], host[0]) + max(device[1], host[1]) + _SYNC_LAUNCHES * launch_s

@@ -18,8 +18,8 @@ from typing import NamedTuple
 from planner.cost.comm import (all_reduce_time, all_to_all_time, group_link, p2p_time)
 from planner.cost.compute import (gemm_efficiency, hardware_flops_per_step, layer_times,
                                   logits_time, model_flops_per_step)
-from planner.cost.launch import host_seconds
-from planner.cost.moe import dispatch_seconds, expert_tokens, exposed_dispatch, host_sync
+from planner.cost.launch import host_mode, host_parts
+from planner.cost.moe import dispatch_seconds, expert_tokens, exposed_dispatch
 from planner.cost.precision import QUANTIZE_BYTES, linear_peak, quantized_elements
 from planner.cost.memory import (MemoryBreakdown, in_flight_layers,
                                  layer_activation_bytes, routed_activation_bytes, stage_params,
@@ -168,8 +168,8 @@ class CostModel:
         full = lay.recompute == "full"
         rates = self._rates(lay, tokens)
         attn_rate = self.bf16 * cal.attention_efficiency
-        host_d = host_seconds(moe=False, cuda_graphs=lay.cuda_graphs,
-                              launch_us=cal.launch_overhead_us)
+        host_d = host_parts(moe=False, cuda_graphs=lay.cuda_graphs,
+                            launch_us=cal.launch_overhead_us, recipe=self.recipe)
         kw = dict(tokens=tokens, seq=self.seq, tp=t, recompute=lay.recompute,
                   gemm_flops_per_s=rates[0], modules=mods,
                   attn_flops_per_s=attn_rate, hbm_bytes_per_s=self.hbm,
@@ -177,7 +177,7 @@ class CostModel:
                   overhead_s=cal.layer_overhead_us * 1e-6)
         qd = self._quant_bytes(lay, tokens, moe=False)
         d = layer_times(s, moe=False, act_bytes_fwd=work_d, freed_bytes=work_d - act_d,
-                        extra_bytes_fwd=qd[0], extra_bytes_bwd=qd[1], host_s=host_d, **kw)
+                        extra_bytes_fwd=qd[0], extra_bytes_bwd=qd[1], host=host_d, **kw)
         e = d
         local = tokens / (t if lay.sp else 1)          # tokens a rank routes (SP shards them)
         ep_s = 0.0
@@ -193,13 +193,16 @@ class CostModel:
             routed_b = 8.0 * s.h * copies + (2.0 * fc1_w + 2.0) * per_row
             kept = work_e - routed_activation_bytes(s, tokens=tokens, t=t, sp=lay.sp,
                                                     etp=lay.etp, recipe=self.recipe)
-            sync = host_sync(lay.cuda_graphs)
+            mode = host_mode(moe=True, cuda_graphs=lay.cuda_graphs,
+                             ep_overlap=lay.overlap_moe_expert_parallel_comm and lay.ep > 1)
             e = layer_times(s, moe=True, act_bytes_fwd=kept, freed_bytes=work_e - act_e,
                             expert_flops_per_s=rates[1], copies=copies,
                             extra_bytes_fwd=qe[0] + routed_f, extra_bytes_bwd=qe[1] + routed_b,
-                            host_s=host_seconds(moe=True, cuda_graphs=lay.cuda_graphs,
-                                                launch_us=cal.launch_overhead_us),
-                            sync=sync, **kw)
+                            host=host_parts(moe=True, cuda_graphs=lay.cuda_graphs,
+                                            launch_us=cal.launch_overhead_us,
+                                            local_experts=max(1, s.E // lay.ep),
+                                            recipe=self.recipe),
+                            host_mode=mode, launch_s=cal.launch_overhead_us * 1e-6, **kw)
             if lay.ep > 1:
                 again = full or "moe" in mods   # recomputing the MoE layer dispatches again
                 one = dispatch_seconds(lay.moe_token_dispatcher, tokens=local, h=s.h, k=s.k,
@@ -207,7 +210,7 @@ class CostModel:
                                        link=self.link(lay.ep, lay.etp))
                 ep_s = exposed_dispatch((2 + again) * one, window=e.fwd + e.bwd,
                                         overlap=lay.overlap_moe_expert_parallel_comm,
-                                        hide=cal.overlap_efficiency)
+                                        hide=cal.ep_overlap_efficiency)
         hide = cal.overlap_efficiency
 
         tp_s = 0.0
@@ -592,7 +595,8 @@ class CostModel:
                           units=max(1, round(first.layers)))
         shard = lay.optimizer_shard if lay.zero >= 1 else 1
         eshard = lay.edp if lay.zero >= 1 else 1
-        opt_s = OPTIMIZER_BYTES_PER_PARAM * (dense_p / shard + expert_p / eshard) / self.hbm
+        opt_s = OPTIMIZER_BYTES_PER_PARAM * (dense_p / shard + expert_p / eshard) / self.hbm \
+            + self.cal.step_overhead_ms * 1e-3
         step = pipe + dp_s + opt_s
         world = lay.world_size
         tokens = self.gbs * self.seq

@@ -21,11 +21,13 @@ Dispatchers (Megatron `--moe-token-dispatcher-type`, flex backends), per MoE lay
   hybridep   the same deduplicated traffic (NVIDIA's HybridEP kernels).
 Every dispatcher hands the experts' grouped GEMM its per-expert token counts, which
 Transformer Engine's GroupedLinear takes as a host list: a device-to-host sync in every MoE
-layer (`host_sync`), unless the dispatch is padded to a fixed capacity, which full-iteration
-CUDA graphs require (`cuda_graphs: full`).
+layer (launch.host_mode), unless the dispatch is padded to a fixed capacity, which
+full-iteration CUDA graphs require (`cuda_graphs: full`).
 `overlap_moe_expert_parallel_comm` (Megatron's 1F1B all-to-all overlap) hides a layer's
-dispatch and combine behind the other micro-batch's compute of that layer, up to the
-profile's `overlap_efficiency`.
+dispatch and combine behind the other micro-batch's compute of that layer: at most the
+profile's `ep_overlap_efficiency` of it (the communication kernels share the SMs, and the
+first and last micro-batch of a stage have no partner), and no more than that share of the
+compute window.
 """
 
 from __future__ import annotations
@@ -34,14 +36,7 @@ from math import comb
 
 from planner.cost.comm import Link, all_gather_time, all_to_all_time, reduce_scatter_time
 
-__all__ = ["host_sync", "distinct_groups", "expert_tokens", "dispatch_seconds",
-           "exposed_dispatch"]
-
-
-def host_sync(cuda_graphs: str) -> bool:
-    """Whether an MoE layer stops the host for the device (launch.py): yes, unless the
-    whole iteration runs as a CUDA graph (padded, fixed-capacity dispatch)."""
-    return cuda_graphs != "full"
+__all__ = ["distinct_groups", "expert_tokens", "dispatch_seconds", "exposed_dispatch"]
 
 _KERNEL_LATENCY_S = 20e-6   # a DeepEP / HybridEP dispatch or combine kernel's fixed cost
 
@@ -90,4 +85,4 @@ def exposed_dispatch(comm: float, *, window: float, overlap: bool, hide: float) 
     the all-to-all overlap what the other micro-batch's compute `window` cannot hide."""
     if not overlap:
         return comm
-    return max(0.0, comm - hide * window)
+    return max(comm - hide * window, (1.0 - hide) * comm)
