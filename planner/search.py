@@ -183,6 +183,15 @@ class _Space:
                           for sv in self.rec if sv.bf16_states}
         self.zero_order = _zero_order(self.zero)
         self.variants = _moe_variants(m, fix)
+        self.bound_sums: dict[tuple, float] = {}   # `_least_bound_sum`'s, for this search
+        # what the activations read of a saver (`_Group.acts`), and the options before each
+        # saver in its chain and its fp32 twin (`_known_bounds`: they need no less memory)
+        self.act_class = {sv.key: (sv.recompute, sv.modules, sv.num_layers, sv.offload_layers)
+                          for sv in self.rec}
+        self.before = {sv.key: tuple(b for b in (sv.after, self.fp32_twin.get(sv.key) and
+                                                 self.fp32_twin[sv.key].key)
+                                     if b and b != sv.key)
+                       for sv in self.rec}
 
     def cp(self, N: int, tp: int, seq: int) -> list[int]:
         if "cp" in self.fix:
@@ -369,9 +378,45 @@ def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: 
     if not estimate:
         cnt.prune("fits-in-memory", len(_savers_for(space, b.pp)) * len(space.zero) * len(valid))
         return {}
-    prefix = _fitting_prefixes(head, tail, valid, space, cm, cnt, headroom, closest, ceiling)
-    _contenders(head, tail, valid, prefix, space, cm, cands, all_fitting)
+    group = _Group(head, tail, space, cm)
+    prefix = _fitting_prefixes(group, valid, space, cnt, headroom, closest, ceiling)
+    _contenders(group, valid, prefix, space, cands, all_fitting)
     return {key: (valid[k - 1] if k else 0) for key, k in prefix.items()}
+
+
+class _Group:
+    """The leaves below one (base, vpp, sp): layouts that differ only in ZeRO, micro-batch
+    and saver, as (head, tail) plus those three.
+
+    `total` is `cm.memory_total` of a leaf, composed the same way (`worst_total`) from the
+    model states, which depend on the leaf only through ZeRO and the state dtypes, and the
+    activations, which depend on it only through the micro-batch and the recompute and
+    offload settings: each is looked up from the cost model once per group (everything else
+    they read is the group's), so a Layout is built only for those lookups, the closest
+    misfit and the contenders that get timed."""
+
+    __slots__ = ("head", "tail", "cm", "moe", "act_class", "states", "acts")
+
+    def __init__(self, head: tuple, tail: tuple, space: _Space, cm):
+        self.head, self.tail, self.cm = head, tail, cm
+        self.moe = space.variants[0]
+        self.act_class = space.act_class
+        self.states: dict = {}
+        self.acts: dict = {}
+
+    def layout(self, zero: int, mbs: int, sv: Saver) -> Layout:
+        return _build(self.head, zero, mbs, sv, self.tail, self.moe)
+
+    def total(self, zero: int, mbs: int, sv: Saver) -> float:
+        skey = (zero, sv.bf16_states)
+        states = self.states.get(skey)
+        if states is None:
+            states = self.states[skey] = self.cm.stage_states(self.layout(zero, mbs, sv), zero)
+        akey = (mbs, self.act_class[sv.key])
+        acts = self.acts.get(akey)
+        if acts is None:
+            acts = self.acts[akey] = self.cm.act_vector(self.layout(zero, mbs, sv))
+        return self.cm.worst_total(states, acts)
 
 
 def _valid_micro_batches(job: Job, base: Layout, vpp: int, space: _Space, cnt: _Counter) -> list[int]:
@@ -407,8 +452,8 @@ def _savers_for(space: _Space, pp: int) -> list[Saver]:
     return [sv for sv in space.rec if not (sv.offload_layers and pp > 1)]
 
 
-def _fitting_prefixes(head: tuple, tail: tuple, valid: list[int], space: _Space, cm,
-                      cnt: _Counter, headroom: float, closest: list,
+def _fitting_prefixes(group: _Group, valid: list[int], space: _Space, cnt: _Counter,
+                      headroom: float, closest: list,
                       ceiling: dict | None) -> dict[tuple[str, int], int]:
     """For each (saver, ZeRO): how many of the valid micro-batch sizes fit.
 
@@ -422,33 +467,33 @@ def _fitting_prefixes(head: tuple, tail: tuple, valid: list[int], space: _Space,
     but full recompute (whose working layer is searched on its own): when it fits, they all
     do, with one estimate.
     """
-    cap = cm.capacity
+    cm = group.cm
+    limit = cm.capacity * (1 - headroom)          # rules.fits: total <= limit
     n = len(valid)
     zeros = space.zero_order
-    moe = space.variants[0]
-    options = _savers_for(space, head[4])
+    options = _savers_for(space, group.head[4])
     prefix: dict[tuple[str, int], int] = {}
     none = space.by_key.get("none")
-    z3_ok = 3 in zeros and 2 in zeros and cm.zero3_no_worse_than_2(
-        _build(head, 3, 1, options[0], tail, moe))
+    z3_ok = 3 in zeros and 2 in zeros and cm.zero3_no_worse_than_2(group.layout(3, 1, options[0]))
     ordered_z = [z for z in zeros if 1 <= z <= 2]
     if ordered_z and none is not None:
         cnt.evaluated += 1
-        corner = _build(head, min(ordered_z), valid[-1], none, tail, moe)
-        if fits(cm.memory_total(corner), cap, headroom):
+        if group.total(min(ordered_z), valid[-1], none) <= limit:
             prefix.update({(sv.key, z): n for sv in options if sv.recompute != "full"
                            for z in ordered_z})
+    estimates = 0
 
     def fits_at(i: int, zero: int, sv: Saver) -> bool:
-        lay = _build(head, zero, valid[i], sv, tail, moe)
-        total = cm.memory_total(lay)
-        cnt.evaluated += 1
-        if fits(total, cap, headroom):
+        nonlocal estimates
+        total = group.total(zero, valid[i], sv)
+        estimates += 1
+        if total <= limit:
             return True
-        _closer(closest, lay, total)
+        if not closest or total < closest[0][1]:
+            _closer(closest, group.layout(zero, valid[i], sv), total)
         return False
 
-    misfit = 0
+    misfit = fitting = 0
     for sv in options:
         for zero in zeros:
             k = prefix.get((sv.key, zero))
@@ -471,9 +516,11 @@ def _fitting_prefixes(head: tuple, tail: tuple, valid: list[int], space: _Space,
                     else:
                         hi = mid
                 k = prefix[(sv.key, zero)] = lo
-            cnt.feasible += k
-            cnt.searched += k
+            fitting += k
             misfit += n - k
+    cnt.evaluated += estimates
+    cnt.feasible += fitting
+    cnt.searched += fitting
     cnt.prune("fits-in-memory", misfit)
     return prefix
 
@@ -487,29 +534,29 @@ def _known_bounds(sv: Saver, zero: int, prefix: dict, n: int, valid: list[int],
         # its N layers per virtual stage are a larger share of a smaller chunk)
         top = ceiling.get((sv.key, zero), 0)
         hi = bisect.bisect_right(valid, top)
+    key = sv.key
     if zero <= 2:
         for z in range(zero + 1, 3):     # ZeRO z + 1 needs no more memory than z
-            k = prefix.get((sv.key, z))
+            k = prefix.get((key, z))
             if k is not None and k < hi:
                 hi = k
         for z in range(0, zero):         # ZeRO z - 1 needs no less
-            k = prefix.get((sv.key, z))
+            k = prefix.get((key, z))
             if k is not None and k > lo:
                 lo = k
-    for before in (sv.after, space.fp32_twin.get(sv.key) and space.fp32_twin[sv.key].key):
-        if before and before != sv.key:  # the option before it in its chain needs no less
-            k = prefix.get((before, zero))
-            if k is not None and k > lo:
-                lo = k
+    for before in space.before[key]:     # the options before it in its chain need no less
+        k = prefix.get((before, zero))
+        if k is not None and k > lo:
+            lo = k
     if zero == 3 and z3_ok:
-        k = prefix.get((sv.key, 2))
+        k = prefix.get((key, 2))
         if k is not None and k > lo:
             lo = k
     return lo, max(lo, hi)
 
 
-def _contenders(head: tuple, tail: tuple, valid: list[int], prefix: dict, space: _Space, cm,
-                cands: list, all_fitting: bool) -> None:
+def _contenders(group: _Group, valid: list[int], prefix: dict, space: _Space, cands: list,
+                all_fitting: bool) -> None:
     """Per ZeRO stage and micro-batch, the least saver of each chain that fits (along a chain
     each step is no faster), with the lower bound on its step time (the same for every ZeRO
     stage; the least over the dispatcher variants); bf16 states only where the fp32 states
@@ -517,7 +564,8 @@ def _contenders(head: tuple, tail: tuple, valid: list[int], prefix: dict, space:
     (bound, head, zero, micro-batch, saver, tail): `_layout` builds the Layout only for those
     that get timed."""
     bounds: dict[tuple[int, str], float] = {}
-    pp = head[4]
+    head, tail, cm = group.head, group.tail, group.cm
+    pp, vpp, dp = head[4], head[5], head[3]
     none = space.by_key.get("none")
     for zero in space.zero:
         for i, mbs in enumerate(valid):
@@ -534,12 +582,28 @@ def _contenders(head: tuple, tail: tuple, valid: list[int], prefix: dict, space:
                             seen.add(sv.key)
                             lb = bounds.get((mbs, sv.key))
                             if lb is None:
-                                lb = bounds[(mbs, sv.key)] = min(
-                                    cm.time_lower_bound(_build(head, zero, mbs, sv, tail, v))
-                                    for v in _variants_for(space, head, sv))
+                                lb = bounds[(mbs, sv.key)] = cm.scale_bound(
+                                    _least_bound_sum(head, mbs, sv, tail, space, cm),
+                                    pp, vpp, dp, mbs)
                             cands.append((lb, head, zero, mbs, sv, tail))
                         if not all_fitting:
                             break
+
+
+def _least_bound_sum(head: tuple, mbs: int, sv: Saver, tail: tuple, space: _Space,
+                     cm) -> float:
+    """The least `bound_sum` over the dispatcher variants: with `scale_bound` (increasing in
+    it) the least `time_lower_bound` of the candidate, the same for every ZeRO stage and dp.
+    Kept for the whole search in `space.bound_sums`, keyed on every field `bound_sum` reads
+    (the head without dp, and without vpp unless block recompute; the tail; micro-batch;
+    saver); the variants tried depend only on ep and the saver."""
+    tp, cp, ep, _, pp, vpp, etp, sp = head
+    key = (tp, cp, ep, pp, vpp if sv.num_layers else 1, etp, sp, tail, mbs, sv.key)
+    got = space.bound_sums.get(key)
+    if got is None:
+        got = space.bound_sums[key] = min(
+            cm.bound_sum(_build(head, 0, mbs, sv, tail, v)) for v in _variants_for(space, head, sv))
+    return got
 
 
 def _variants_for(space: _Space, head: tuple, sv: Saver) -> list[tuple[str, bool]]:

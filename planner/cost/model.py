@@ -106,6 +106,7 @@ class CostModel:
         self._hardware_flops: dict = {}
         self._dtypes: dict = {}
         self._acts: dict = {}
+        self._act_vectors: dict = {}
         self._bounds: dict = {}
         s = self.shape
         self.model_flops = model_flops_per_step(s, seq=self.seq, global_batch_size=self.gbs)
@@ -424,22 +425,47 @@ class CostModel:
                                            + transient, self.capacity, st.name))
         return out
 
-    def _worst_rank(self, lay: Layout, zero: int) -> tuple:
-        ac = self.act_costs(lay)
+    def act_vector(self, lay: Layout) -> tuple[tuple[float, ...], float]:
+        """(activation bytes of each stage group's most loaded rank, in `stages` order; the
+        TP/SP gather buffer): the activation side of `_worst_rank`. Cached on every field it
+        reads: not ep, ZeRO or the state dtypes, dp only through m."""
         m = self.gbs // (lay.micro_batch_size * lay.dp) or 1
-        gather, stages = self.stage_states(lay, zero)
-        transient = ac[5] + gather
+        key = (lay.tp, lay.cp, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
+               lay.selective_modules, lay.recompute_num_layers, lay.cpu_offloading_num_layers,
+               m, lay.pp, lay.vpp, lay.first_stage_layers, lay.last_stage_layers,
+               lay.pipeline_model_parallel_layout)
+        got = self._act_vectors.get(key)
+        if got is None:
+            ac = self.act_costs(lay)
+            got = self._act_vectors[key] = (
+                tuple(self._stage_activations(lay, ac, st, m) for st in self.stages(lay)), ac[5])
+        return got
+
+    def worst_total(self, states: tuple, acts: tuple) -> float:
+        """The most loaded rank's total bytes from `stage_states` and `act_vector` (what
+        `memory_total` returns; the search's hot path calls it with both looked up once)."""
+        return self._worst(states, acts)[1]
+
+    def _worst(self, states: tuple, acts: tuple) -> tuple[int, float]:
+        """(index of the most loaded stage group, its total bytes): the first of the
+        largest."""
+        gather, stages = states
+        per_stage, transient = acts
+        transient += gather
         fixed, frag = self.fixed, self.frag
-        best = None
-        best_total = -1.0
-        for st, w, g, o in stages:
-            acts = self._stage_activations(lay, ac, st, m)
-            tensors = w + g + o + acts
-            total = tensors * (1.0 + frag) + fixed + transient
+        best, best_total = 0, -1.0
+        for i, (_, w, g, o) in enumerate(stages):
+            total = (w + g + o + per_stage[i]) * (1.0 + frag) + fixed + transient
             if total > best_total:
-                best_total = total
-                best = (total, w, g, o, acts, fixed + frag * tensors + transient, st.name)
-        return best
+                best, best_total = i, total
+        return best, best_total
+
+    def _worst_rank(self, lay: Layout, zero: int) -> tuple:
+        states, acts = self.stage_states(lay, zero), self.act_vector(lay)
+        i, total = self._worst(states, acts)
+        st, w, g, o = states[1][i]
+        a, transient = acts[0][i], acts[1] + states[0]
+        return total, w, g, o, a, self.fixed + self.frag * (w + g + o + a) + transient, st.name
 
     def zero3_no_worse_than_2(self, lay: Layout) -> bool:
         """ZeRO-3 needs no more memory than ZeRO-2 on every pipeline rank of this layout (any
@@ -471,7 +497,13 @@ class CostModel:
         the search time only the layouts that can make the top K. `with_ep=False` leaves the
         EP traffic out: a bound for every dispatcher of the layout at once.
         """
-        m = self.gbs // (lay.micro_batch_size * lay.dp) or 1
+        return self.scale_bound(self.bound_sum(lay, with_ep=with_ep), lay.pp, lay.vpp,
+                                lay.dp, lay.micro_batch_size)
+
+    def bound_sum(self, lay: Layout, *, with_ep: bool = True) -> float:
+        """Σ_i t_i of `time_lower_bound`: one micro-batch's compute and TP/EP/CP time summed
+        over the pipeline ranks. It does not read dp or ZeRO (nor vpp without block
+        recompute): cached on the fields it reads."""
         key = (lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
                lay.cp_comm_type, lay.tp_comm_overlap, lay.selective_modules, lay.cuda_graphs,
                lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm, lay.pp,
@@ -485,7 +517,14 @@ class CostModel:
                 c, tp, ep, cp = self._stage_parts(lay, lc, st)
                 total += st.count * (c + tp + cp + (ep if with_ep else 0.0))
             self._bounds[key] = total
-        return total / lay.pp * (m + (lay.pp - 1) / lay.vpp)
+        return total
+
+    def scale_bound(self, total: float, pp: int, vpp: int, dp: int, mbs: int) -> float:
+        """`time_lower_bound` from its `bound_sum`: t̄·(m + (p−1)/v) with t̄ = Σt_i / p.
+        Increasing in `total` (rounding is monotonic), so the least bound over layouts that
+        differ only in what `bound_sum` reads is this of the least sum."""
+        m = self.gbs // (mbs * dp) or 1
+        return total / pp * (m + (pp - 1) / vpp)
 
     def _first_rank_params(self, lay: Layout, first: Stage) -> tuple[float, float, float]:
         """(dense, of which linear, expert) parameters on a first-stage rank (experts already
