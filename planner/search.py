@@ -22,7 +22,7 @@ import os
 import pickle
 import time as _time
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from planner.config import Job
 from planner.cost import cost_model
@@ -184,14 +184,18 @@ class _Space:
         self.zero_order = _zero_order(self.zero)
         self.variants = _moe_variants(m, fix)
         self.bound_sums: dict[tuple, float] = {}   # `_least_bound_sum`'s, for this search
+        self.act_tables: dict[tuple, dict] = {}     # `_Group.acts`, for this search
         # what the activations read of a saver (`_Group.acts`), and the options before each
         # saver in its chain and its fp32 twin (`_known_bounds`: they need no less memory)
         self.act_class = {sv.key: (sv.recompute, sv.modules, sv.num_layers, sv.offload_layers)
                           for sv in self.rec}
-        self.before = {sv.key: tuple(b for b in (sv.after, self.fp32_twin.get(sv.key) and
-                                                 self.fp32_twin[sv.key].key)
-                                     if b and b != sv.key)
-                       for sv in self.rec}
+        before = {sv.key: tuple(b for b in (sv.after, self.fp32_twin.get(sv.key) and
+                                            self.fp32_twin[sv.key].key)
+                                if b and b != sv.key)
+                  for sv in self.rec}
+        # per pipeline kind (pp 1, pp > 1: no offload), what the leaf loops walk, precomputed
+        self.pairs = {multi: _pairs(self, before, multi) for multi in (False, True)}
+        self.chain_keys = {multi: _chain_keys(self, multi) for multi in (False, True)}
 
     def cp(self, N: int, tp: int, seq: int) -> list[int]:
         if "cp" in self.fix:
@@ -222,6 +226,47 @@ class _Space:
         if "vpp" in self.fix:
             return [self.fix["vpp"]] if self.fix["vpp"] in vs else []
         return vs
+
+
+class _Pair(NamedTuple):
+    """One (saver, ZeRO) of `_fitting_prefixes`, with the prefix keys that bound its own
+    (`_known_bounds`)."""
+
+    sv: Saver
+    zero: int
+    key: tuple[str, int]
+    capped: bool                        # bounded by the vpp-1 ceiling (not block recompute)
+    uppers: tuple[tuple[str, int], ...]  # ZeRO z + 1 <= 2 needs no more memory than z
+    lowers: tuple[tuple[str, int], ...]  # ZeRO z - 1, and the options before it in its chain
+    #                                      and its fp32 twin, need no less
+    z3: tuple[str, int] | None          # ZeRO-2 of the same saver, for ZeRO-3 when z3_ok
+
+
+def _pairs(space: "_Space", before: dict, multi_stage: bool) -> list[_Pair]:
+    """The (saver, ZeRO) pairs in the order `_fitting_prefixes` resolves them: savers in
+    order (no offload with pp > 1), each over `zero_order`."""
+    out = []
+    for sv in space.rec:
+        if sv.offload_layers and multi_stage:
+            continue
+        k = sv.key
+        for zero in space.zero_order:
+            low = tuple((k, z) for z in range(0, zero)) if zero <= 2 else ()
+            out.append(_Pair(sv, zero, (k, zero), sv.num_layers is None,
+                             tuple((k, z) for z in range(zero + 1, 3)) if zero <= 2 else (),
+                             low + tuple((b, zero) for b in before[k]),
+                             (k, 2) if zero == 3 else None))
+    return out
+
+
+def _chain_keys(space: "_Space", multi_stage: bool) -> dict[int, list[tuple[bool, list]]]:
+    """Per ZeRO stage, the chains of `_contenders` as (bf16 chain, [(saver, prefix key)])
+    (no offload with pp > 1)."""
+    return {zero: [(chain[0].bf16_states,
+                    [(sv, (sv.key, zero)) for sv in chain
+                     if not (sv.offload_layers and multi_stage)])
+                   for chain in space.chains]
+            for zero in space.zero}
 
 
 # ---------------------------------------------------------------------------- the search
@@ -389,20 +434,24 @@ class _Group:
     and saver, as (head, tail) plus those three.
 
     `total` is `cm.memory_total` of a leaf, composed the same way (`worst_total`) from the
-    model states, which depend on the leaf only through ZeRO and the state dtypes, and the
-    activations, which depend on it only through the micro-batch and the recompute and
-    offload settings: each is looked up from the cost model once per group (everything else
-    they read is the group's), so a Layout is built only for those lookups, the closest
-    misfit and the contenders that get timed."""
+    model states, which depend on the leaf only through ZeRO (an argument of `stage_states`)
+    and the state dtypes, and the activations, which depend on it only through the
+    micro-batch and the recompute and offload settings, and not on ep at all (`act_vector`'s
+    key): the states are looked up once per group, from one Layout per state dtype; the
+    activations once per search for the groups that differ only in ep (`space.act_tables`).
+    So a Layout is built only for those lookups, the closest misfit and the contenders that
+    get timed."""
 
-    __slots__ = ("head", "tail", "cm", "moe", "act_class", "states", "acts")
+    __slots__ = ("head", "tail", "cm", "moe", "act_class", "states", "acts", "by_dtype")
 
     def __init__(self, head: tuple, tail: tuple, space: _Space, cm):
         self.head, self.tail, self.cm = head, tail, cm
         self.moe = space.variants[0]
         self.act_class = space.act_class
         self.states: dict = {}
-        self.acts: dict = {}
+        self.by_dtype: dict = {}
+        tp, cp, _, dp, pp, vpp, etp, sp = head
+        self.acts = space.act_tables.setdefault((tp, cp, dp, pp, vpp, etp, sp, tail), {})
 
     def layout(self, zero: int, mbs: int, sv: Saver) -> Layout:
         return _build(self.head, zero, mbs, sv, self.tail, self.moe)
@@ -411,7 +460,10 @@ class _Group:
         skey = (zero, sv.bf16_states)
         states = self.states.get(skey)
         if states is None:
-            states = self.states[skey] = self.cm.stage_states(self.layout(zero, mbs, sv), zero)
+            lay = self.by_dtype.get(sv.bf16_states)
+            if lay is None:
+                lay = self.by_dtype[sv.bf16_states] = self.layout(zero, mbs, sv)
+            states = self.states[skey] = self.cm.stage_states(lay, zero)
         akey = (mbs, self.act_class[sv.key])
         acts = self.acts.get(akey)
         if acts is None:
@@ -494,30 +546,30 @@ def _fitting_prefixes(group: _Group, valid: list[int], space: _Space, cnt: _Coun
         return False
 
     misfit = fitting = 0
-    for sv in options:
-        for zero in zeros:
-            k = prefix.get((sv.key, zero))
-            if k is None:
-                lo, hi = _known_bounds(sv, zero, prefix, n, valid, ceiling, z3_ok, space)
-                if 0 < lo < hi:          # a neighbour's boundary: this one is likely the same
-                    if fits_at(lo, zero, sv):
-                        lo += 1
-                    else:
-                        hi = lo
-                if lo < hi:              # then the largest: usually everything fits
-                    if fits_at(hi - 1, zero, sv):
-                        lo = hi
-                    else:
-                        hi -= 1
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if fits_at(mid, zero, sv):
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                k = prefix[(sv.key, zero)] = lo
-            fitting += k
-            misfit += n - k
+    for pair in space.pairs[group.head[4] > 1]:
+        k = prefix.get(pair.key)
+        if k is None:
+            zero, sv = pair.zero, pair.sv
+            lo, hi = _known_bounds(pair, prefix, n, valid, ceiling, z3_ok)
+            if 0 < lo < hi:              # a neighbour's boundary: this one is likely the same
+                if fits_at(lo, zero, sv):
+                    lo += 1
+                else:
+                    hi = lo
+            if lo < hi:                  # then the largest: usually everything fits
+                if fits_at(hi - 1, zero, sv):
+                    lo = hi
+                else:
+                    hi -= 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if fits_at(mid, zero, sv):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            k = prefix[pair.key] = lo
+        fitting += k
+        misfit += n - k
     cnt.evaluated += estimates
     cnt.feasible += fitting
     cnt.searched += fitting
@@ -525,31 +577,24 @@ def _fitting_prefixes(group: _Group, valid: list[int], space: _Space, cnt: _Coun
     return prefix
 
 
-def _known_bounds(sv: Saver, zero: int, prefix: dict, n: int, valid: list[int],
-                  ceiling: dict | None, z3_ok: bool, space: _Space) -> tuple[int, int]:
+def _known_bounds(pair: _Pair, prefix: dict, n: int, valid: list[int],
+                  ceiling: dict | None, z3_ok: bool) -> tuple[int, int]:
     """(lo, hi): the fitting prefix of (saver, zero) is known to lie in [lo, hi]."""
     lo, hi = 0, n
-    if ceiling is not None and sv.num_layers is None:
+    if ceiling is not None and pair.capped:
         # the largest micro-batch that fit at vpp 1 (block recompute is not bounded by it:
         # its N layers per virtual stage are a larger share of a smaller chunk)
-        top = ceiling.get((sv.key, zero), 0)
-        hi = bisect.bisect_right(valid, top)
-    key = sv.key
-    if zero <= 2:
-        for z in range(zero + 1, 3):     # ZeRO z + 1 needs no more memory than z
-            k = prefix.get((key, z))
-            if k is not None and k < hi:
-                hi = k
-        for z in range(0, zero):         # ZeRO z - 1 needs no less
-            k = prefix.get((key, z))
-            if k is not None and k > lo:
-                lo = k
-    for before in space.before[key]:     # the options before it in its chain need no less
-        k = prefix.get((before, zero))
+        hi = bisect.bisect_right(valid, ceiling.get(pair.key, 0))
+    for key in pair.uppers:
+        k = prefix.get(key)
+        if k is not None and k < hi:
+            hi = k
+    for key in pair.lowers:
+        k = prefix.get(key)
         if k is not None and k > lo:
             lo = k
-    if zero == 3 and z3_ok:
-        k = prefix.get((key, 2))
+    if pair.z3 is not None and z3_ok:
+        k = prefix.get(pair.z3)
         if k is not None and k > lo:
             lo = k
     return lo, max(lo, hi)
@@ -567,17 +612,18 @@ def _contenders(group: _Group, valid: list[int], prefix: dict, space: _Space, ca
     head, tail, cm = group.head, group.tail, group.cm
     pp, vpp, dp = head[4], head[5], head[3]
     none = space.by_key.get("none")
+    chain_keys = space.chain_keys[pp > 1]
     for zero in space.zero:
+        chains_z = chain_keys[zero]
+        none_fits = prefix.get((none.key, zero), 0) if none is not None else 0
         for i, mbs in enumerate(valid):
-            roomy = none is not None and i < prefix.get((none.key, zero), 0)
+            roomy = i < none_fits
             seen = set()
-            for chain in space.chains:
-                if chain[0].bf16_states and roomy:
+            for bf16, chain in chains_z:
+                if bf16 and roomy:
                     continue             # fp32 states fit without recompute: no need for bf16
-                for sv in chain:
-                    if sv.offload_layers and pp > 1:
-                        continue
-                    if i < prefix[(sv.key, zero)]:
+                for sv, key in chain:
+                    if i < prefix[key]:
                         if sv.key not in seen:
                             seen.add(sv.key)
                             lb = bounds.get((mbs, sv.key))
