@@ -307,8 +307,10 @@ def plan(
                                                   num_gpus=n, layout=None))
         if unsupported:
             raise SpecError(f"--precision {precision}: {unsupported}")
-        from planner.pictures import SHOWABLE
-        wanted = _show(show, allowed=SHOWABLE, json_out=json_out)
+        wanted = []
+        if show is not None:    # the pictures module only when they are asked for
+            from planner.pictures import SHOWABLE
+            wanted = _show(show, allowed=SHOWABLE, json_out=json_out)
         opts = SearchOptions(top=top, sort_by=sort_by, fix=parse_fix(fix), max_tp=max_tp,
                              headroom=_headroom(headroom), tokens=_tokens(tokens))
         result = search(job, opts)

@@ -185,10 +185,12 @@ class _Space:
         self.variants = _moe_variants(m, fix)
         self.bound_sums: dict[tuple, float] = {}   # `_least_bound_sum`'s, for this search
         self.act_tables: dict[tuple, dict] = {}     # `_Group.acts`, for this search
-        # what the activations read of a saver (`_Group.acts`), and the options before each
-        # saver in its chain and its fp32 twin (`_known_bounds`: they need no less memory)
+        # what the activations (`_Group.acts`) and the time bound (`_least_bound_sum`) read
+        # of a saver; the options before each saver in its chain and its fp32 twin (they
+        # need no less memory)
         self.act_class = {sv.key: (sv.recompute, sv.modules, sv.num_layers, sv.offload_layers)
                           for sv in self.rec}
+        self.time_class = {sv.key: (sv.recompute, sv.modules, sv.num_layers) for sv in self.rec}
         before = {sv.key: tuple(b for b in (sv.after, self.fp32_twin.get(sv.key) and
                                             self.fp32_twin[sv.key].key)
                                 if b and b != sv.key)
@@ -456,14 +458,19 @@ class _Group:
     def layout(self, zero: int, mbs: int, sv: Saver) -> Layout:
         return _build(self.head, zero, mbs, sv, self.tail, self.moe)
 
+    def with_states_of(self, sv: Saver) -> Layout:
+        """A leaf with the state dtypes of `sv`: what `stage_states` reads of a leaf but
+        ZeRO, which it takes apart."""
+        lay = self.by_dtype.get(sv.bf16_states)
+        if lay is None:
+            lay = self.by_dtype[sv.bf16_states] = self.layout(1, 1, sv)
+        return lay
+
     def total(self, zero: int, mbs: int, sv: Saver) -> float:
         skey = (zero, sv.bf16_states)
         states = self.states.get(skey)
         if states is None:
-            lay = self.by_dtype.get(sv.bf16_states)
-            if lay is None:
-                lay = self.by_dtype[sv.bf16_states] = self.layout(zero, mbs, sv)
-            states = self.states[skey] = self.cm.stage_states(lay, zero)
+            states = self.states[skey] = self.cm.stage_states(self.with_states_of(sv), zero)
         akey = (mbs, self.act_class[sv.key])
         acts = self.acts.get(akey)
         if acts is None:
@@ -526,7 +533,7 @@ def _fitting_prefixes(group: _Group, valid: list[int], space: _Space, cnt: _Coun
     options = _savers_for(space, group.head[4])
     prefix: dict[tuple[str, int], int] = {}
     none = space.by_key.get("none")
-    z3_ok = 3 in zeros and 2 in zeros and cm.zero3_no_worse_than_2(group.layout(3, 1, options[0]))
+    z3_ok = 3 in zeros and 2 in zeros and cm.zero3_no_worse_than_2(group.with_states_of(options[0]))
     ordered_z = [z for z in zeros if 1 <= z <= 2]
     if ordered_z and none is not None:
         cnt.evaluated += 1
@@ -613,11 +620,23 @@ def _contenders(group: _Group, valid: list[int], prefix: dict, space: _Space, ca
     pp, vpp, dp = head[4], head[5], head[3]
     none = space.by_key.get("none")
     chain_keys = space.chain_keys[pp > 1]
+
+    def bound(mbs: int, sv: Saver) -> float:
+        lb = bounds.get((mbs, sv.key))
+        if lb is None:
+            lb = bounds[(mbs, sv.key)] = cm.scale_bound(
+                _least_bound_sum(head, mbs, sv, tail, space, cm), pp, vpp, dp, mbs)
+        return lb
+
     for zero in space.zero:
         chains_z = chain_keys[zero]
         none_fits = prefix.get((none.key, zero), 0) if none is not None else 0
         for i, mbs in enumerate(valid):
             roomy = i < none_fits
+            if roomy and not all_fitting:
+                # every fp32 chain starts at none, which fits: it is the only contender
+                cands.append((bound(mbs, none), head, zero, mbs, none, tail))
+                continue
             seen = set()
             for bf16, chain in chains_z:
                 if bf16 and roomy:
@@ -626,12 +645,7 @@ def _contenders(group: _Group, valid: list[int], prefix: dict, space: _Space, ca
                     if i < prefix[key]:
                         if sv.key not in seen:
                             seen.add(sv.key)
-                            lb = bounds.get((mbs, sv.key))
-                            if lb is None:
-                                lb = bounds[(mbs, sv.key)] = cm.scale_bound(
-                                    _least_bound_sum(head, mbs, sv, tail, space, cm),
-                                    pp, vpp, dp, mbs)
-                            cands.append((lb, head, zero, mbs, sv, tail))
+                            cands.append((bound(mbs, sv), head, zero, mbs, sv, tail))
                         if not all_fitting:
                             break
 
@@ -642,9 +656,11 @@ def _least_bound_sum(head: tuple, mbs: int, sv: Saver, tail: tuple, space: _Spac
     it) the least `time_lower_bound` of the candidate, the same for every ZeRO stage and dp.
     Kept for the whole search in `space.bound_sums`, keyed on every field `bound_sum` reads
     (the head without dp, and without vpp unless block recompute; the tail; micro-batch;
-    saver); the variants tried depend only on ep and the saver."""
+    the saver's recompute settings, not its state dtypes or offload); the variants tried
+    depend only on ep and the recompute."""
     tp, cp, ep, _, pp, vpp, etp, sp = head
-    key = (tp, cp, ep, pp, vpp if sv.num_layers else 1, etp, sp, tail, mbs, sv.key)
+    key = (tp, cp, ep, pp, vpp if sv.num_layers else 1, etp, sp, tail, mbs,
+           space.time_class[sv.key])
     got = space.bound_sums.get(key)
     if got is None:
         got = space.bound_sums[key] = min(

@@ -59,6 +59,27 @@ class LayerCosts:
     transient: float      # TP/SP all-gather buffer
 
 
+class _LayerBase(NamedTuple):
+    """The ep- and dispatcher-free part of `LayerCosts` (`CostModel._layer_base`)."""
+
+    tokens: float
+    act_d: float
+    act_e: float
+    work_d: float
+    work_e: float
+    full: bool
+    mods: tuple
+    kw: dict               # layer_times' keywords shared by the dense and the MoE layer
+    d: object              # the dense layer's LayerTimes
+    local: float           # tokens a rank routes
+    tp_s: float
+    tp_e: float
+    cp_s: float
+    logits: float
+    logits_bytes: float
+    transient: float
+
+
 class Stage(NamedTuple):
     """A group of `count` identical pipeline ranks from `rank` on (first, middle, last, or
     the groups of a custom layout): decoder layers, how many are MoE, what else it holds."""
@@ -107,6 +128,8 @@ class CostModel:
         self._dtypes: dict = {}
         self._acts: dict = {}
         self._act_vectors: dict = {}
+        self._layer_bases: dict = {}
+        self._moe_layers: dict = {}
         self._bounds: dict = {}
         s = self.shape
         self.model_flops = model_flops_per_step(s, seq=self.seq, global_batch_size=self.gbs)
@@ -153,6 +176,35 @@ class CostModel:
         return got
 
     def _layer_costs(self, lay: Layout) -> LayerCosts:
+        b = self._layer_base(lay)
+        d, e, ep_s = b.d, b.d, 0.0
+        if self.shape.E:
+            e = self._moe_layer(lay, b)
+            if lay.ep > 1:
+                s = self.shape
+                again = b.full or "moe" in b.mods   # recomputing the MoE layer dispatches again
+                one = dispatch_seconds(lay.moe_token_dispatcher, tokens=b.local, h=s.h, k=s.k,
+                                       cf=s.capacity_factor, experts=s.E, ep=lay.ep,
+                                       link=self.link(lay.ep, lay.etp))
+                ep_s = exposed_dispatch((2 + again) * one, window=e.fwd + e.bwd,
+                                        overlap=lay.overlap_moe_expert_parallel_comm,
+                                        hide=self.cal.ep_overlap_efficiency)
+        return LayerCosts(b.tokens, b.act_d, b.act_e, b.work_d, b.work_e, d.fwd, d.bwd,
+                          d.recompute, e.fwd, e.bwd, e.recompute, b.tp_s, b.tp_e, ep_s, b.cp_s,
+                          b.logits, b.logits_bytes, b.transient)
+
+    def _layer_base(self, lay: Layout) -> "_LayerBase":
+        """What `_layer_costs` computes that does not depend on ep or the dispatcher: the
+        activations, the dense layer's times, TP and CP traffic, the output layer. Cached on
+        `layer_costs`' key less those (the search prices every ep and dispatcher of it)."""
+        key = (lay.tp, lay.cp, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
+               lay.cp_comm_type, lay.tp_comm_overlap, lay.selective_modules, lay.cuda_graphs)
+        got = self._layer_bases.get(key)
+        if got is None:
+            got = self._layer_bases[key] = self._compute_layer_base(lay)
+        return got
+
+    def _compute_layer_base(self, lay: Layout) -> "_LayerBase":
         s, cal = self.shape, self.cal
         t, cp = lay.tp, lay.cp
         tokens = self.seq * lay.micro_batch_size / cp
@@ -167,7 +219,7 @@ class CostModel:
         work_e = layer_activation_bytes(s, moe=True, recompute="none", **akw) if s.E else 0.0
 
         full = lay.recompute == "full"
-        rates = self._rates(lay, tokens)
+        rates = self._rates(lay, tokens)     # [0] and [2] do not depend on ep
         attn_rate = self.bf16 * cal.attention_efficiency
         host_d = host_parts(moe=False, cuda_graphs=lay.cuda_graphs,
                             launch_us=cal.launch_overhead_us, recipe=self.recipe)
@@ -179,39 +231,7 @@ class CostModel:
         qd = self._quant_bytes(lay, tokens, moe=False)
         d = layer_times(s, moe=False, act_bytes_fwd=work_d, freed_bytes=work_d - act_d,
                         extra_bytes_fwd=qd[0], extra_bytes_bwd=qd[1], host=host_d, **kw)
-        e = d
         local = tokens / (t if lay.sp else 1)          # tokens a rank routes (SP shards them)
-        ep_s = 0.0
-        if s.E:
-            copies = tokens / t * s.k * s.capacity_factor * lay.etp   # expert rows per GPU
-            qe = self._quant_bytes(lay, tokens, moe=True)
-            # element-wise traffic of the routed rows, counted per kernel rather than through
-            # c_ew: permute + unpermute read and write h each; the activation reads the fc1
-            # output and writes its result (6 f_e gated, 4 f_e gelu; backward 10 and 6)
-            fc1_w = 4.0 if s.gated else 2.0
-            per_row = copies / lay.etp * s.f_e
-            routed_f = 8.0 * s.h * copies + (fc1_w + 2.0) * per_row
-            routed_b = 8.0 * s.h * copies + (2.0 * fc1_w + 2.0) * per_row
-            kept = work_e - routed_activation_bytes(s, tokens=tokens, t=t, sp=lay.sp,
-                                                    etp=lay.etp, recipe=self.recipe)
-            mode = host_mode(moe=True, cuda_graphs=lay.cuda_graphs,
-                             ep_overlap=lay.overlap_moe_expert_parallel_comm and lay.ep > 1)
-            e = layer_times(s, moe=True, act_bytes_fwd=kept, freed_bytes=work_e - act_e,
-                            expert_flops_per_s=rates[1], copies=copies,
-                            extra_bytes_fwd=qe[0] + routed_f, extra_bytes_bwd=qe[1] + routed_b,
-                            host=host_parts(moe=True, cuda_graphs=lay.cuda_graphs,
-                                            launch_us=cal.launch_overhead_us,
-                                            local_experts=max(1, s.E // lay.ep),
-                                            recipe=self.recipe),
-                            host_mode=mode, launch_s=cal.launch_overhead_us * 1e-6, **kw)
-            if lay.ep > 1:
-                again = full or "moe" in mods   # recomputing the MoE layer dispatches again
-                one = dispatch_seconds(lay.moe_token_dispatcher, tokens=local, h=s.h, k=s.k,
-                                       cf=s.capacity_factor, experts=s.E, ep=lay.ep,
-                                       link=self.link(lay.ep, lay.etp))
-                ep_s = exposed_dispatch((2 + again) * one, window=e.fwd + e.bwd,
-                                        overlap=lay.overlap_moe_expert_parallel_comm,
-                                        hide=cal.ep_overlap_efficiency)
         hide = cal.overlap_efficiency
 
         tp_s = 0.0
@@ -240,9 +260,43 @@ class CostModel:
                              flops_per_s=rates[2], hbm_bytes_per_s=self.hbm)
         logits_bytes = 4.0 * tokens * vocab / t + 2.0 * tokens * s.h / (t if lay.sp else 1)
         transient = 4.0 * tokens * s.h if t > 1 and lay.sp else 0.0
-        return LayerCosts(tokens, act_d, act_e, work_d, work_e, d.fwd, d.bwd, d.recompute,
-                          e.fwd, e.bwd, e.recompute, tp_s, tp_e, ep_s, cp_s, logits,
-                          logits_bytes, transient)
+        return _LayerBase(tokens, act_d, act_e, work_d, work_e, full, mods, kw, d, local, tp_s,
+                          tp_e, cp_s, logits, logits_bytes, transient)
+
+    def _moe_layer(self, lay: Layout, b: "_LayerBase"):
+        """The MoE layer's times (LayerTimes), which depend on ep and the all-to-all overlap
+        but not on the dispatcher: cached on `_layer_base`'s key and those two."""
+        overlap = lay.overlap_moe_expert_parallel_comm
+        key = (lay.tp, lay.cp, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
+               lay.cp_comm_type, lay.tp_comm_overlap, lay.selective_modules, lay.cuda_graphs,
+               lay.ep, overlap)
+        got = self._moe_layers.get(key)
+        if got is not None:
+            return got
+        s, cal = self.shape, self.cal
+        tokens, t = b.tokens, lay.tp
+        rates = self._rates(lay, tokens)
+        copies = tokens / t * s.k * s.capacity_factor * lay.etp   # expert rows per GPU
+        qe = self._quant_bytes(lay, tokens, moe=True)
+        # element-wise traffic of the routed rows, counted per kernel rather than through
+        # c_ew: permute + unpermute read and write h each; the activation reads the fc1
+        # output and writes its result (6 f_e gated, 4 f_e gelu; backward 10 and 6)
+        fc1_w = 4.0 if s.gated else 2.0
+        per_row = copies / lay.etp * s.f_e
+        routed_f = 8.0 * s.h * copies + (fc1_w + 2.0) * per_row
+        routed_b = 8.0 * s.h * copies + (2.0 * fc1_w + 2.0) * per_row
+        kept = b.work_e - routed_activation_bytes(s, tokens=tokens, t=t, sp=lay.sp,
+                                                  etp=lay.etp, recipe=self.recipe)
+        mode = host_mode(moe=True, cuda_graphs=lay.cuda_graphs, ep_overlap=overlap and lay.ep > 1)
+        got = self._moe_layers[key] = layer_times(
+            s, moe=True, act_bytes_fwd=kept, freed_bytes=b.work_e - b.act_e,
+            expert_flops_per_s=rates[1], copies=copies,
+            extra_bytes_fwd=qe[0] + routed_f, extra_bytes_bwd=qe[1] + routed_b,
+            host=host_parts(moe=True, cuda_graphs=lay.cuda_graphs,
+                            launch_us=cal.launch_overhead_us,
+                            local_experts=max(1, s.E // lay.ep), recipe=self.recipe),
+            host_mode=mode, launch_s=cal.launch_overhead_us * 1e-6, **b.kw)
+        return got
 
     def _rates(self, lay: Layout, tokens: float) -> tuple[float, float, float]:
         """FLOP/s of (the TP-sharded projections, the routed experts' grouped GEMMs, the
