@@ -196,8 +196,7 @@ class _Space:
                                 if b and b != sv.key)
                   for sv in self.rec}
         # per pipeline kind (pp 1, pp > 1: no offload), what the leaf loops walk, precomputed
-        self.pairs = {multi: _pairs(self, before, multi) for multi in (False, True)}
-        self.chain_keys = {multi: _chain_keys(self, multi) for multi in (False, True)}
+        self.pairs = {multi: _Pairs(self, before, multi) for multi in (False, True)}
 
     def cp(self, N: int, tp: int, seq: int) -> list[int]:
         if "cp" in self.fix:
@@ -231,44 +230,51 @@ class _Space:
 
 
 class _Pair(NamedTuple):
-    """One (saver, ZeRO) of `_fitting_prefixes`, with the prefix keys that bound its own
-    (`_known_bounds`)."""
+    """One (saver, ZeRO) of `_fitting_prefixes`, with the pairs whose fitting prefix bounds
+    its own (`_known_bounds`), by their index in the pair list."""
 
     sv: Saver
     zero: int
-    key: tuple[str, int]
-    capped: bool                        # bounded by the vpp-1 ceiling (not block recompute)
-    uppers: tuple[tuple[str, int], ...]  # ZeRO z + 1 <= 2 needs no more memory than z
-    lowers: tuple[tuple[str, int], ...]  # ZeRO z - 1, and the options before it in its chain
-    #                                      and its fp32 twin, need no less
-    z3: tuple[str, int] | None          # ZeRO-2 of the same saver, for ZeRO-3 when z3_ok
+    capped: bool                  # bounded by the vpp-1 ceiling (not block recompute)
+    uppers: tuple[int, ...]       # ZeRO z + 1 <= 2 needs no more memory than z
+    lowers: tuple[int, ...]       # ZeRO z - 1, and the options before it in its chain and
+    #                               its fp32 twin, need no less
+    z3: int                       # ZeRO-2 of the same saver, for ZeRO-3 when z3_ok (else -1)
+    corner: bool                  # filled by the corner estimate when it fits
 
 
-def _pairs(space: "_Space", before: dict, multi_stage: bool) -> list[_Pair]:
-    """The (saver, ZeRO) pairs in the order `_fitting_prefixes` resolves them: savers in
-    order (no offload with pp > 1), each over `zero_order`."""
-    out = []
-    for sv in space.rec:
-        if sv.offload_layers and multi_stage:
-            continue
-        k = sv.key
-        for zero in space.zero_order:
-            low = tuple((k, z) for z in range(0, zero)) if zero <= 2 else ()
-            out.append(_Pair(sv, zero, (k, zero), sv.num_layers is None,
-                             tuple((k, z) for z in range(zero + 1, 3)) if zero <= 2 else (),
-                             low + tuple((b, zero) for b in before[k]),
-                             (k, 2) if zero == 3 else None))
-    return out
+class _Pairs:
+    """The (saver, ZeRO) pairs of one pipeline kind (pp 1, or pp > 1: no offload), in the
+    order `_fitting_prefixes` resolves them (savers in order, each over `zero_order`), and
+    the chains `_contenders` walks, by pair index."""
 
-
-def _chain_keys(space: "_Space", multi_stage: bool) -> dict[int, list[tuple[bool, list]]]:
-    """Per ZeRO stage, the chains of `_contenders` as (bf16 chain, [(saver, prefix key)])
-    (no offload with pp > 1)."""
-    return {zero: [(chain[0].bf16_states,
-                    [(sv, (sv.key, zero)) for sv in chain
-                     if not (sv.offload_layers and multi_stage)])
-                   for chain in space.chains]
-            for zero in space.zero}
+    def __init__(self, space: "_Space", before: dict, multi_stage: bool):
+        options = [sv for sv in space.rec if not (sv.offload_layers and multi_stage)]
+        self.options, self.zeros = options, space.zero_order
+        self.none = space.by_key.get("none")
+        order = [(sv, zero) for sv in options for zero in space.zero_order]
+        self.index = {(sv.key, zero): j for j, (sv, zero) in enumerate(order)}
+        at = self.index.get
+        ordered_z = [z for z in space.zero_order if 1 <= z <= 2]
+        self.pairs = []
+        for sv, zero in order:
+            k = sv.key
+            ups = tuple(range(zero + 1, 3)) if zero <= 2 else ()
+            downs = [(k, z) for z in range(0, zero)] if zero <= 2 else []
+            downs += [(b, zero) for b in before[k]]
+            self.pairs.append(_Pair(
+                sv, zero, sv.num_layers is None,
+                tuple(at((k, z)) for z in ups if at((k, z)) is not None),
+                tuple(at(d) for d in downs if at(d) is not None),
+                at((k, 2), -1) if zero == 3 else -1,
+                sv.recompute != "full" and zero in ordered_z))
+        self.nothing = [0] * len(order)       # the ceiling where nothing fits
+        # per ZeRO stage: (bf16 chain, [(saver, pair index)]) for each chain
+        self.chains = {zero: [(chain[0].bf16_states,
+                               [(sv, self.index[(sv.key, zero)]) for sv in chain
+                                if not (sv.offload_layers and multi_stage)])
+                              for chain in space.chains]
+                       for zero in space.zero}
 
 
 # ---------------------------------------------------------------------------- the search
@@ -408,27 +414,28 @@ def _zero_order(zeros: list[int]) -> list[int]:
 
 def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: _Counter,
             headroom: float, cands: list, closest: list, *, estimate: bool = True,
-            all_fitting: bool = False, ceiling: dict | None = None) -> dict:
-    """Micro-batch x ZeRO x recompute of one base layout; returns, per (recompute, ZeRO),
-    the largest micro-batch that fits (0: none)."""
+            all_fitting: bool = False, ceiling: list | None = None) -> list[int]:
+    """Micro-batch x ZeRO x recompute of one base layout; returns, per (saver, ZeRO) pair
+    (`_Pairs`), the largest micro-batch that fits (0: none)."""
     b = base   # positional construction: dataclasses.replace costs more than the estimate
     head = (b.tp, b.cp, b.ep, b.dp, b.pp, vpp, b.etp, sp)
     tail = (b.first_stage_layers, b.last_stage_layers, b.cp_comm_type, b.overlap_grad_reduce,
             b.overlap_param_gather, sp and b.tp > 1)
+    pairs = space.pairs[b.pp > 1]
     if b.pp > 1 and any(sv.offload_layers for sv in space.rec):
         # Megatron offloads activations only without pipeline parallelism
         n_off = sum(1 for sv in space.rec if sv.offload_layers)
         cnt.prune("cpu-offloading", n_off * len(space.zero) * len(space.mbs))
     valid = _valid_micro_batches(job, base, vpp, space, cnt)
     if not valid:
-        return {}
+        return pairs.nothing
     if not estimate:
-        cnt.prune("fits-in-memory", len(_savers_for(space, b.pp)) * len(space.zero) * len(valid))
-        return {}
+        cnt.prune("fits-in-memory", len(pairs.options) * len(space.zero) * len(valid))
+        return pairs.nothing
     group = _Group(head, tail, space, cm)
-    prefix = _fitting_prefixes(group, valid, space, cnt, headroom, closest, ceiling)
-    _contenders(group, valid, prefix, space, cands, all_fitting)
-    return {key: (valid[k - 1] if k else 0) for key, k in prefix.items()}
+    prefix = _fitting_prefixes(group, valid, pairs, cnt, headroom, closest, ceiling)
+    _contenders(group, valid, prefix, pairs, space, cands, all_fitting)
+    return [valid[k - 1] if k else 0 for k in prefix]
 
 
 class _Group:
@@ -511,10 +518,9 @@ def _savers_for(space: _Space, pp: int) -> list[Saver]:
     return [sv for sv in space.rec if not (sv.offload_layers and pp > 1)]
 
 
-def _fitting_prefixes(group: _Group, valid: list[int], space: _Space, cnt: _Counter,
-                      headroom: float, closest: list,
-                      ceiling: dict | None) -> dict[tuple[str, int], int]:
-    """For each (saver, ZeRO): how many of the valid micro-batch sizes fit.
+def _fitting_prefixes(group: _Group, valid: list[int], pairs: _Pairs, cnt: _Counter,
+                      headroom: float, closest: list, ceiling: list | None) -> list[int]:
+    """For each (saver, ZeRO) pair: how many of the valid micro-batch sizes fit.
 
     Memory grows strictly with the micro-batch (every activation term scales with it), so the
     sizes that fit are a prefix. Exact orderings narrow each search: with the same
@@ -529,17 +535,18 @@ def _fitting_prefixes(group: _Group, valid: list[int], space: _Space, cnt: _Coun
     cm = group.cm
     limit = cm.capacity * (1 - headroom)          # rules.fits: total <= limit
     n = len(valid)
-    zeros = space.zero_order
-    options = _savers_for(space, group.head[4])
-    prefix: dict[tuple[str, int], int] = {}
-    none = space.by_key.get("none")
-    z3_ok = 3 in zeros and 2 in zeros and cm.zero3_no_worse_than_2(group.with_states_of(options[0]))
+    items = pairs.pairs
+    prefix: list = [None] * len(items)
+    zeros, none = pairs.zeros, pairs.none
+    z3_ok = 3 in zeros and 2 in zeros and cm.zero3_no_worse_than_2(
+        group.with_states_of(pairs.options[0]))
     ordered_z = [z for z in zeros if 1 <= z <= 2]
     if ordered_z and none is not None:
         cnt.evaluated += 1
         if group.total(min(ordered_z), valid[-1], none) <= limit:
-            prefix.update({(sv.key, z): n for sv in options if sv.recompute != "full"
-                           for z in ordered_z})
+            for j, pair in enumerate(items):
+                if pair.corner:
+                    prefix[j] = n
     estimates = 0
 
     def fits_at(i: int, zero: int, sv: Saver) -> bool:
@@ -553,11 +560,11 @@ def _fitting_prefixes(group: _Group, valid: list[int], space: _Space, cnt: _Coun
         return False
 
     misfit = fitting = 0
-    for pair in space.pairs[group.head[4] > 1]:
-        k = prefix.get(pair.key)
+    for j, pair in enumerate(items):
+        k = prefix[j]
         if k is None:
             zero, sv = pair.zero, pair.sv
-            lo, hi = _known_bounds(pair, prefix, n, valid, ceiling, z3_ok)
+            lo, hi = _known_bounds(pair, j, prefix, n, valid, ceiling, z3_ok)
             if 0 < lo < hi:              # a neighbour's boundary: this one is likely the same
                 if fits_at(lo, zero, sv):
                     lo += 1
@@ -574,7 +581,7 @@ def _fitting_prefixes(group: _Group, valid: list[int], space: _Space, cnt: _Coun
                     lo = mid + 1
                 else:
                     hi = mid
-            k = prefix[pair.key] = lo
+            k = prefix[j] = lo
         fitting += k
         misfit += n - k
     cnt.evaluated += estimates
@@ -584,31 +591,31 @@ def _fitting_prefixes(group: _Group, valid: list[int], space: _Space, cnt: _Coun
     return prefix
 
 
-def _known_bounds(pair: _Pair, prefix: dict, n: int, valid: list[int],
-                  ceiling: dict | None, z3_ok: bool) -> tuple[int, int]:
-    """(lo, hi): the fitting prefix of (saver, zero) is known to lie in [lo, hi]."""
+def _known_bounds(pair: _Pair, j: int, prefix: list, n: int, valid: list[int],
+                  ceiling: list | None, z3_ok: bool) -> tuple[int, int]:
+    """(lo, hi): the fitting prefix of pair `j` is known to lie in [lo, hi]."""
     lo, hi = 0, n
     if ceiling is not None and pair.capped:
         # the largest micro-batch that fit at vpp 1 (block recompute is not bounded by it:
         # its N layers per virtual stage are a larger share of a smaller chunk)
-        hi = bisect.bisect_right(valid, ceiling.get(pair.key, 0))
-    for key in pair.uppers:
-        k = prefix.get(key)
+        hi = bisect.bisect_right(valid, ceiling[j])
+    for u in pair.uppers:
+        k = prefix[u]
         if k is not None and k < hi:
             hi = k
-    for key in pair.lowers:
-        k = prefix.get(key)
+    for d in pair.lowers:
+        k = prefix[d]
         if k is not None and k > lo:
             lo = k
-    if pair.z3 is not None and z3_ok:
-        k = prefix.get(pair.z3)
+    if z3_ok and pair.z3 >= 0:
+        k = prefix[pair.z3]
         if k is not None and k > lo:
             lo = k
-    return lo, max(lo, hi)
+    return lo, lo if hi < lo else hi
 
 
-def _contenders(group: _Group, valid: list[int], prefix: dict, space: _Space, cands: list,
-                all_fitting: bool) -> None:
+def _contenders(group: _Group, valid: list[int], prefix: list, pairs: _Pairs, space: _Space,
+                cands: list, all_fitting: bool) -> None:
     """Per ZeRO stage and micro-batch, the least saver of each chain that fits (along a chain
     each step is no faster), with the lower bound on its step time (the same for every ZeRO
     stage; the least over the dispatcher variants); bf16 states only where the fp32 states
@@ -619,7 +626,6 @@ def _contenders(group: _Group, valid: list[int], prefix: dict, space: _Space, ca
     head, tail, cm = group.head, group.tail, group.cm
     pp, vpp, dp = head[4], head[5], head[3]
     none = space.by_key.get("none")
-    chain_keys = space.chain_keys[pp > 1]
 
     def bound(mbs: int, sv: Saver) -> float:
         lb = bounds.get((mbs, sv.key))
@@ -629,8 +635,8 @@ def _contenders(group: _Group, valid: list[int], prefix: dict, space: _Space, ca
         return lb
 
     for zero in space.zero:
-        chains_z = chain_keys[zero]
-        none_fits = prefix.get((none.key, zero), 0) if none is not None else 0
+        chains_z = pairs.chains[zero]
+        none_fits = prefix[pairs.index[(none.key, zero)]] if none is not None else 0
         for i, mbs in enumerate(valid):
             roomy = i < none_fits
             if roomy and not all_fitting:
@@ -641,8 +647,8 @@ def _contenders(group: _Group, valid: list[int], prefix: dict, space: _Space, ca
             for bf16, chain in chains_z:
                 if bf16 and roomy:
                     continue             # fp32 states fit without recompute: no need for bf16
-                for sv, key in chain:
-                    if i < prefix[key]:
+                for sv, j in chain:
+                    if i < prefix[j]:
                         if sv.key not in seen:
                             seen.add(sv.key)
                             cands.append((bound(mbs, sv), head, zero, mbs, sv, tail))
