@@ -17,10 +17,12 @@ step time, stopping when the bound passes the K-th best (see `_rank`).
 from __future__ import annotations
 
 import bisect
+import gc
 import math
 import os
 import pickle
 import time as _time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple
 
@@ -712,8 +714,9 @@ def search(job: Job, opts: SearchOptions = SearchOptions(), *, suggest: bool = T
     t0 = _time.perf_counter()
     cm = cost_model(job)
     space = _Space(job, opts)
-    cnt, cands, closest = _collect_all(job, space, cm, opts)
-    plans, timed = _rank(job, cm, cands, opts, space)
+    with _collector_paused():
+        cnt, cands, closest, known = _collect_all(job, space, cm, opts)
+        plans, timed = _rank(job, cm, cands, opts, space, known)
     if opts.tokens:
         plans = [_with_train(p, job, opts.tokens) for p in plans]
     near = (closest[0][0], cm.memory(closest[0][0])) if closest and not cands else None
@@ -726,6 +729,22 @@ def search(job: Job, opts: SearchOptions = SearchOptions(), *, suggest: bool = T
         _suggestions(result, opts)
     result.elapsed_s = _time.perf_counter() - t0
     return result
+
+
+@contextmanager
+def _collector_paused():
+    """The cyclic garbage collector off while the space is walked and ranked: the walk
+    allocates millions of short-lived tuples (freed by reference counting as ever, none in
+    cycles), and each of the collector's passes over the growing caches costs time (~8 % of
+    the walk) for nothing. Restored as it was afterwards (it then collects whatever cycles
+    there are)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _seven_step_pick(result: SearchResult, cm, opts: SearchOptions) -> None:
@@ -748,31 +767,42 @@ def _collect(job: Job, space: _Space, cm, opts: SearchOptions, part: tuple[int, 
     return cnt, cands, closest
 
 
+def _share(job: Job, space: _Space, cm, opts: SearchOptions, part: tuple[int, int]):
+    """`_collect` of one share, and the timings `_by_bound` makes ranking the share's own
+    contenders alone: the same ranking of the whole space needs no others of this share
+    (`_by_bound`), so the two processes time them side by side."""
+    cnt, cands, closest = _collect(job, space, cm, opts, part)
+    done = _by_bound(cands, opts.top, space, cm)[2] if opts.sort_by != "memory" else {}
+    return cnt, cands, closest, done
+
+
 def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
     """The whole space, split between this process and a forked child on machines with two
-    or more cores (the parts are disjoint and merged exactly; PLANNER_SERIAL=1 turns it off)."""
+    or more cores (the parts are disjoint and merged exactly; PLANNER_SERIAL=1 turns it off):
+    (counter, contenders, closest misfit, {contender index: its `_timed`} of those each
+    process timed ahead, `_share`)."""
     n_pairs = sum(len(space.cp(job.num_gpus, tp, job.training.seq_length)) for tp in space.tp)
     if (not hasattr(os, "fork") or (os.cpu_count() or 1) < 2 or n_pairs < 6
             or os.environ.get("PLANNER_SERIAL")):
-        return _collect(job, space, cm, opts, (0, 1))
+        return _collect(job, space, cm, opts, (0, 1)) + ({},)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:   # child: the odd share
         code = 0
         try:
             os.close(read_fd)
-            data = pickle.dumps(_collect(job, space, cm, opts, (1, 2)))
+            data = pickle.dumps(_share(job, space, cm, opts, (1, 2)))
             with os.fdopen(write_fd, "wb") as out:
                 out.write(data)
         except BaseException:
             code = 1
         os._exit(code)
     os.close(write_fd)
-    mine = _collect(job, space, cm, opts, (0, 2))
+    mine = _share(job, space, cm, opts, (0, 2))
     with os.fdopen(read_fd, "rb") as inp:
         data = inp.read()
     _, status = os.waitpid(pid, 0)
-    theirs = pickle.loads(data) if status == 0 and data else _collect(job, space, cm, opts, (1, 2))
+    theirs = pickle.loads(data) if status == 0 and data else _share(job, space, cm, opts, (1, 2))
     cnt = mine[0]
     for rule, count in theirs[0].pruned.items():
         cnt.pruned[rule] = cnt.pruned.get(rule, 0) + count
@@ -780,17 +810,53 @@ def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
     cnt.feasible += theirs[0].feasible
     cnt.evaluated += theirs[0].evaluated
     closest = min((c for c in (mine[2], theirs[2]) if c), key=lambda c: c[0][1], default=[])
-    return cnt, mine[1] + theirs[1], closest
+    offset = len(mine[1])
+    known = {**mine[3], **{offset + i: got for i, got in theirs[3].items()}}
+    return cnt, mine[1] + theirs[1], closest, known
 
 
-def _rank(job: Job, cm, cands, opts: SearchOptions, space: _Space) -> tuple[list[Plan], int]:
+def _by_bound(cands: list, top: int, space: _Space, cm,
+              known: dict | None = None) -> tuple[list, int, dict]:
+    """Time the contenders in order of their lower bound until it passes the `top`-th best
+    step time found: (the `top` best as (key, layout, memory, time), how many were timed,
+    {index in `cands`: `_timed`} of those timed here, not found in `known`).
+
+    Ranking a subset of `cands` alone times (at least) every one of the subset that ranking
+    all of them does: its order is the subset's order in the whole (a stable sort), and
+    before any candidate the subset's `top`-th best time is no better than the whole's, so
+    its bound stops no earlier. Hence `known` from the shares ranked alone leaves nothing to
+    time (what is missing is timed here)."""
+    order = sorted(range(len(cands)), key=lambda i: cands[i][0])
+    scored, done = [], {}
+    kth = float("inf")
+    timed = 0
+    for i in order:
+        cand = cands[i]
+        if cand[0] > kth:
+            break
+        got = known.get(i) if known else None
+        if got is None:
+            got = done[i] = _timed(cand, space, cm)
+        lay, mem, tm = got
+        timed += 1
+        scored.append(((tm.step_time_s, mem.total, _mp(lay)) + _tie(lay), lay, mem, tm))
+        if len(scored) >= top:
+            scored.sort(key=lambda x: x[0])
+            del scored[top:]
+            kth = scored[-1][0][0]
+    return scored, timed, done
+
+
+def _rank(job: Job, cm, cands, opts: SearchOptions, space: _Space,
+          known: dict | None = None) -> tuple[list[Plan], int]:
     """Sort the feasible layouts and keep the top K with their warnings.
 
     By time (or MFU, the same order): the contenders (the least saver of each chain that fits
     per otherwise-equal layout, with a lower bound on their step time, from `_leaves`) are
     timed, each at its fastest dispatcher variant, in order of that bound until it passes the
-    K-th best time found, which leaves the top K exactly as timing all of them would. By
-    memory: memory first, then time, for the K smallest.
+    K-th best time found, which leaves the top K exactly as timing all of them would
+    (`known`: timings made ahead, `_share`). By memory: memory first, then time, for the K
+    smallest.
     """
     timed = 0
     if opts.sort_by == "memory":
@@ -801,19 +867,7 @@ def _rank(job: Job, cm, cands, opts: SearchOptions, space: _Space) -> tuple[list
             timed += 1
             scored.append(((mem.total, tm.step_time_s, _mp(lay)) + _tie(lay), lay, mem, tm))
     else:
-        bounded = sorted(cands, key=lambda x: x[0])
-        scored = []
-        kth = float("inf")
-        for cand in bounded:
-            if cand[0] > kth:
-                break
-            lay, mem, tm = _timed(cand, space, cm)
-            timed += 1
-            scored.append(((tm.step_time_s, mem.total, _mp(lay)) + _tie(lay), lay, mem, tm))
-            if len(scored) >= opts.top:
-                scored.sort(key=lambda x: x[0])
-                del scored[opts.top:]
-                kth = scored[-1][0][0]
+        scored, timed, _ = _by_bound(cands, opts.top, space, cm, known)
     scored.sort(key=lambda x: x[0])
     plans = []
     for i, (_, lay, mem, tm) in enumerate(scored[:opts.top], start=1):

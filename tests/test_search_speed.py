@@ -1,0 +1,95 @@
+"""The search's exact shortcuts for speed (search.py, cost/model.py): each must give what the
+plain composition gives, bit for bit."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from planner.config import Job, default_training, resolve_hardware
+from planner.cost import cost_model
+from planner.presets import get_preset
+from planner.search import (SearchOptions, _by_bound, _collect, _Group, _groups, _Space,
+                            _Counter, search)
+
+
+def _job(model: str, gpus: int, hardware: str = "h100-sxm") -> Job:
+    m = get_preset(model)
+    return Job(model=m, hardware=resolve_hardware(hardware), num_gpus=gpus,
+               training=default_training(m))
+
+
+def _leaves(job: Job, space: _Space, n: int, seed: int = 0):
+    """`n` random leaves (head, tail, zero, micro-batch, saver) of the job's space."""
+    rng = random.Random(seed)
+    bases = list(_groups(job, space, _Counter()))
+    for _ in range(n):
+        base, vpps, sps = rng.choice(bases)
+        sp = rng.choice(sps)
+        head = (base.tp, base.cp, base.ep, base.dp, base.pp, rng.choice(vpps), base.etp, sp)
+        tail = (base.first_stage_layers, base.last_stage_layers, base.cp_comm_type,
+                base.overlap_grad_reduce, base.overlap_param_gather, sp and base.tp > 1)
+        yield head, tail, rng.choice(space.zero), rng.choice(space.mbs), rng.choice(space.rec)
+
+
+@pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("mixtral-8x7b", 64),
+                                         ("llama3-70b", 128)])
+def test_group_memory_totals_are_the_cost_models(model, gpus):
+    job = _job(model, gpus)
+    space, cm, fresh = _Space(job, SearchOptions()), cost_model(job), cost_model(job)
+    for head, tail, zero, mbs, sv in _leaves(job, space, 400):
+        group = _Group(head, tail, space, cm)
+        lay = group.layout(zero, mbs, sv)
+        assert group.total(zero, mbs, sv) == fresh.memory_total(lay)
+        assert fresh.memory_total(lay) == pytest.approx(fresh.memory(lay).total, rel=1e-12)
+
+
+@pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("qwen3-235b-a22b", 128)])
+def test_activations_do_not_depend_on_ep(model, gpus):
+    # _Group shares the activation vectors of groups that differ only in ep
+    job = _job(model, gpus)
+    space, cm = _Space(job, SearchOptions()), cost_model(job)
+    for head, tail, zero, mbs, sv in _leaves(job, space, 200, seed=1):
+        lay = _Group(head, tail, space, cm).layout(zero, mbs, sv)
+        for ep in space.ep_all:
+            assert cost_model(job).act_vector(lay.with_(ep=ep)) == cm.act_vector(lay)
+
+
+def test_scaled_bound_sum_is_the_lower_bound():
+    job = _job("deepseek-v3", 256)
+    space, cm = _Space(job, SearchOptions()), cost_model(job)
+    for head, tail, zero, mbs, sv in _leaves(job, space, 300, seed=2):
+        lay = _Group(head, tail, space, cm).layout(zero, mbs, sv)
+        bound = cm.scale_bound(cm.bound_sum(lay), lay.pp, lay.vpp, lay.dp, lay.micro_batch_size)
+        assert bound == cost_model(job).time_lower_bound(lay) <= cm.time(lay).step_time_s
+
+
+@pytest.mark.parametrize("model, gpus", [("deepseek-v3", 512), ("mixtral-8x7b", 256)])
+def test_shares_ranked_alone_time_every_contender_the_whole_ranking_needs(model, gpus):
+    job = _job(model, gpus)
+    opts = SearchOptions()
+    space, cm = _Space(job, opts), cost_model(job)
+    shares = [_collect(job, space, cm, opts, (k, 3)) for k in range(3)]
+    cands, known = [], {}
+    for _, share, _ in shares:
+        known.update({len(cands) + i: got for i, got in
+                      _by_bound(share, opts.top, space, cm)[2].items()})
+        cands += share
+    scored, timed, missing = _by_bound(cands, opts.top, space, cm, known)
+    assert missing == {}
+    plain = _by_bound(cands, opts.top, space, cost_model(job))
+    assert (scored, timed) == plain[:2]
+
+
+@pytest.mark.parametrize("model, gpus", [("deepseek-v3", 512), ("qwen3-235b-a22b", 256)])
+def test_two_processes_give_exactly_the_one_process_result_for_moe(model, gpus, monkeypatch):
+    job = _job(model, gpus)
+    monkeypatch.delenv("PLANNER_SERIAL", raising=False)
+    split = search(job)
+    monkeypatch.setenv("PLANNER_SERIAL", "1")
+    single = search(job)
+    assert (split.searched, split.feasible, split.evaluated, split.timed, split.pruned) == \
+        (single.searched, single.feasible, single.evaluated, single.timed, single.pruned)
+    assert [(p.layout, p.memory, p.time) for p in split.plans] == \
+        [(p.layout, p.memory, p.time) for p in single.plans]
