@@ -3,64 +3,75 @@ evaluation rate of the cost model.
 
     python benchmarks/search_speed.py [--repeat 5]
 
-For each command of the issue (405b on 16,384 GPUs, 70b on 2,048, deepseek-v3 on 2,048) it
-runs the installed `planner` as a fresh process `--repeat` times and prints the best and the
-median wall time; then, in process, the layouts the search covered, the memory estimates and
-step-time estimates it made and their rate; and the raw rate of full estimates (memory + step
-time) over every layout the search kept for 70b on 2,048 GPUs.
+For each command (405b on 16,384 GPUs, 70b on 2,048, deepseek-v3 on 2,048 and on 1,024,
+qwen3-235b on 512 B200) it runs `python -m planner` of this checkout (PYTHONPATH set to it,
+whatever `planner` is installed) as a fresh process `--repeat` times and prints the best and
+the median wall time; then, in process, the layouts the search covered, the memory estimates
+and step-time estimates it made and their rate; and the raw rate of full estimates (memory +
+step time) over every layout the search kept for 70b on 2,048 GPUs.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
+import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-COMMANDS = [("405b", 16384), ("70b", 2048), ("deepseek-v3", 2048)]
+COMMANDS = [("405b", 16384, "h100-sxm"), ("70b", 2048, "h100-sxm"),
+            ("deepseek-v3", 2048, "h100-sxm"), ("deepseek-v3", 1024, "h100-sxm"),
+            ("qwen3-235b", 512, "b200")]
 
 
 def wall(cmd: list[str], repeat: int) -> list[float]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env=env)
         times.append(time.perf_counter() - t0)
     return times
+
+
+def label(model: str, gpus: int, hw: str) -> str:
+    return f"--model {model} --gpus {gpus}" + ("" if hw == "h100-sxm" else f" --hardware {hw}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
-    exe = shutil.which("planner") or sys.executable
-    base = [exe] if exe.endswith("planner") else [exe, "-m", "planner"]
+    base = [sys.executable, "-m", "planner"]
 
     from planner.config import Job, default_training, resolve_hardware
     from planner.cost import cost_model
     from planner.presets import get_preset
     from planner.search import search
 
-    print(f"{'command':48s} {'best s':>7s} {'median s':>9s}")
-    for model, gpus in COMMANDS:
-        ts = wall(base + ["plan", "--model", model, "--gpus", str(gpus)], args.repeat)
-        print(f"planner plan --model {model} --gpus {gpus}".ljust(48)
+    print(f"{'command':66s} {'best s':>7s} {'median s':>9s}")
+    for model, gpus, hw in COMMANDS:
+        ts = wall(base + ["plan"] + label(model, gpus, hw).split(), args.repeat)
+        print(f"planner plan {label(model, gpus, hw)}".ljust(66)
               + f" {min(ts):7.3f} {statistics.median(ts):9.3f}")
     print()
-    print(f"{'in process':22s} {'layouts':>9s} {'memory est.':>11s} {'timed':>6s} {'search s':>9s} "
+    print(f"{'in process':26s} {'layouts':>9s} {'memory est.':>11s} {'timed':>6s} {'search s':>9s} "
           f"{'layouts/s':>10s} {'estimates/s':>12s}")
-    hw = resolve_hardware("h100-sxm")
     kept = None
-    for model, gpus in COMMANDS:
+    for model, gpus, hw in COMMANDS:
         m = get_preset(model)
-        job = Job(model=m, hardware=hw, num_gpus=gpus, training=default_training(m))
+        job = Job(model=m, hardware=resolve_hardware(hw), num_gpus=gpus,
+                  training=default_training(m))
         r = search(job)
-        print(f"{model + ' x ' + str(gpus):22s} {r.searched:9,d} {r.evaluated:11,d} {r.timed:6,d} "
+        name = f"{model} x {gpus}" + ("" if hw == "h100-sxm" else f" {hw}")
+        print(f"{name:26s} {r.searched:9,d} {r.evaluated:11,d} {r.timed:6,d} "
               f"{r.elapsed_s:9.3f} {r.searched / r.elapsed_s:10,.0f} "
               f"{(r.evaluated + r.timed) / r.elapsed_s:12,.0f}")
         if model == "70b":

@@ -298,11 +298,17 @@ class _Counter:
         self.feasible += 1
 
 
-def _groups(job: Job, space: _Space, cnt: _Counter, part: tuple[int, int] = (0, 1)):
+def _tp_cp_pairs(job: Job, space: _Space) -> list[tuple[int, int]]:
+    """The (tp, cp) pairs of the space, in the order the search walks them."""
+    N, seq = job.num_gpus, job.training.seq_length
+    return [(tp, cp) for tp in space.tp for cp in space.cp(N, tp, seq)]
+
+
+def _groups(job: Job, space: _Space, cnt: _Counter, pairs: list | None = None):
     """Yield (base layout, vpp options, sp options): every axis but vpp, sp, micro-batch,
     ZeRO and recompute, passing the structural rules level by level in the seven-step order
-    (TP, CP, PP, DP, EP). `part` = (k, n) keeps the k-th of n interleaved shares of the
-    (tp, cp) pairs, so two processes can split the work."""
+    (TP, CP, PP, DP, EP), for these (tp, cp) pairs (default: all of them; processes split
+    the work by pairs)."""
     m, N, tr = job.model, job.num_gpus, job.training
     L, seq = m.num_layers, tr.seq_length
     leaf = len(space.mbs) * len(space.zero) * len(space.rec)
@@ -319,8 +325,7 @@ def _groups(job: Job, space: _Space, cnt: _Counter, part: tuple[int, int] = (0, 
         vpps = space.vpp(L, pp, splits[0]) if splits else [1]
         return leaf * len(space.sp(tp)) * len(space.ep_etp(tp)) * len(vpps)
 
-    pairs = [(tp, cp) for tp in space.tp for cp in space.cp(N, tp, seq)]
-    for tp, cp in pairs[part[0]::part[1]]:
+    for tp, cp in _tp_cp_pairs(job, space) if pairs is None else pairs:
         sps, eps = space.sp(tp), space.ep_etp(tp)
         pps = space.pp(N // (tp * cp), L)
         probe = ctx(Layout(tp=tp, dp=N // tp))
@@ -758,61 +763,130 @@ def _seven_step_pick(result: SearchResult, cm, opts: SearchOptions) -> None:
     result.pick_note = pick_note(result.pick, result.pick_rank, result.best, len(result.plans))
 
 
-def _collect(job: Job, space: _Space, cm, opts: SearchOptions, part: tuple[int, int]):
-    """(counter, contenders, closest misfit) of one share of the space."""
+def _collect(job: Job, space: _Space, cm, opts: SearchOptions, pairs: list | None = None):
+    """(counter, contenders, closest misfit) of these (tp, cp) pairs (default: all)."""
     cnt, cands, closest = _Counter(), [], []
-    for base, vpps, sps in _groups(job, space, cnt, part):
+    for base, vpps, sps in _groups(job, space, cnt, pairs):
         _subtree(job, base, vpps, sps, space, cm, cnt, opts.headroom, cands, closest,
                  all_fitting=opts.sort_by == "memory")
     return cnt, cands, closest
 
 
-def _share(job: Job, space: _Space, cm, opts: SearchOptions, part: tuple[int, int]):
-    """`_collect` of one share, and the timings `_by_bound` makes ranking the share's own
-    contenders alone: the same ranking of the whole space needs no others of this share
-    (`_by_bound`), so the two processes time them side by side."""
-    cnt, cands, closest = _collect(job, space, cm, opts, part)
-    done = _by_bound(cands, opts.top, space, cm)[2] if opts.sort_by != "memory" else {}
-    return cnt, cands, closest, done
-
-
 def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
-    """The whole space, split between this process and a forked child on machines with two
-    or more cores (the parts are disjoint and merged exactly; PLANNER_SERIAL=1 turns it off):
-    (counter, contenders, closest misfit, {contender index: its `_timed`} of those each
-    process timed ahead, `_share`)."""
-    n_pairs = sum(len(space.cp(job.num_gpus, tp, job.training.seq_length)) for tp in space.tp)
-    if (not hasattr(os, "fork") or (os.cpu_count() or 1) < 2 or n_pairs < 6
+    """The whole space: (counter, contenders, closest misfit, {contender index: its
+    `_timed`} of those timed ahead).
+
+    On machines with two or more cores (PLANNER_SERIAL=1 turns it off) this process and a
+    forked child share the (tp, cp) pairs, each taking the next from a common queue (largest
+    first) until none is left, then rank their own contenders ahead (`_ranked_ahead`). The
+    pairs' results are merged exactly, in one fixed order (`_merge`), whoever computed
+    them: the same counts, contenders and closest misfit, and the ranking by time of the
+    contenders kept gives the same as with all of them."""
+    pairs = _tp_cp_pairs(job, space)
+    if (not hasattr(os, "fork") or (os.cpu_count() or 1) < 2 or len(pairs) < 6
             or os.environ.get("PLANNER_SERIAL")):
-        return _collect(job, space, cm, opts, (0, 1)) + ({},)
+        return _collect(job, space, cm, opts) + ({},)
+    order = list(range(0, len(pairs), 2)) + list(range(1, len(pairs), 2))
+    biggest = sorted(range(len(pairs)), key=lambda i: -_pair_size(job, space, *pairs[i]))
+    queue, fill = os.pipe()
+    os.write(fill, b"".join(i.to_bytes(2, "big") for i in biggest))   # < 64 KiB: no block
+    os.close(fill)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
-    if pid == 0:   # child: the odd share
+    if pid == 0:   # child
         code = 0
         try:
             os.close(read_fd)
-            data = pickle.dumps(_share(job, space, cm, opts, (1, 2)))
+            data = pickle.dumps(_work(job, space, cm, opts, pairs, order, queue))
             with os.fdopen(write_fd, "wb") as out:
                 out.write(data)
         except BaseException:
             code = 1
         os._exit(code)
     os.close(write_fd)
-    mine = _share(job, space, cm, opts, (0, 2))
+    mine = _work(job, space, cm, opts, pairs, order, queue)
+    os.close(queue)
     with os.fdopen(read_fd, "rb") as inp:
         data = inp.read()
     _, status = os.waitpid(pid, 0)
-    theirs = pickle.loads(data) if status == 0 and data else _share(job, space, cm, opts, (1, 2))
-    cnt = mine[0]
-    for rule, count in theirs[0].pruned.items():
-        cnt.pruned[rule] = cnt.pruned.get(rule, 0) + count
-    cnt.searched += theirs[0].searched
-    cnt.feasible += theirs[0].feasible
-    cnt.evaluated += theirs[0].evaluated
-    closest = min((c for c in (mine[2], theirs[2]) if c), key=lambda c: c[0][1], default=[])
-    offset = len(mine[1])
-    known = {**mine[3], **{offset + i: got for i, got in theirs[3].items()}}
-    return cnt, mine[1] + theirs[1], closest, known
+    theirs = pickle.loads(data) if status == 0 and data else {}
+    results = {**theirs, **mine}
+    for i in order:       # what a failed child left undone
+        if i not in results:
+            results[i] = _collect(job, space, cm, opts, [pairs[i]]) + ({},)
+    return _merge([results[i] for i in order])
+
+
+def _pair_size(job: Job, space: _Space, tp: int, cp: int) -> int:
+    """The leaf groups (pp, vpp, ep, etp, sp) below one (tp, cp) pair: its share of the work,
+    roughly, for the queue's order."""
+    L = job.model.num_layers
+    n = 0
+    for pp in space.pp(job.num_gpus // (tp * cp), L):
+        splits = split_options(L, pp)
+        if splits:
+            n += len(space.vpp(L, pp, splits[0]))
+    return n * len(space.ep_etp(tp)) * len(space.sp(tp))
+
+
+def _work(job: Job, space: _Space, cm, opts: SearchOptions, pairs: list, order: list[int],
+          queue: int) -> dict:
+    """Collect the pairs taken from `queue` (2-byte indices; reads of a pipe this short are
+    atomic) until it is empty, then rank them ahead: {pair index: `_ranked_ahead`'s}."""
+    got = {}
+    while True:
+        taken = os.read(queue, 2)
+        if not taken:
+            break
+        i = int.from_bytes(taken, "big")
+        got[i] = _collect(job, space, cm, opts, [pairs[i]])
+    return _ranked_ahead(got, order, opts, space, cm)
+
+
+def _ranked_ahead(got: dict, order: list[int], opts: SearchOptions, space: _Space,
+                  cm) -> dict:
+    """Per pair: (counter, contenders, closest misfit, {index among those contenders:
+    `_timed`}), after ranking this process's contenders alone by time (`_by_bound`), in
+    the merge order, so the two processes time them side by side: only those that ranking
+    timed are kept, with their timings.
+
+    The ranking of all the contenders times no other of these (`_by_bound`), nor do the
+    others change where it stops: it stops at the first contender whose bound passes the
+    K-th best time so far, and each of these from where ranking them alone stopped on has a
+    bound past the K-th best time of these before it, so of all before it. Ranking by memory
+    needs them all."""
+    mine = [i for i in order if i in got]
+    if opts.sort_by == "memory":
+        return {i: got[i] + ({},) for i in mine}
+    cands, owner = [], []
+    for i in mine:
+        cands += got[i][1]
+        owner += [i] * len(got[i][1])
+    done = _by_bound(cands, opts.top, space, cm)[2]
+    kept: dict = {i: ([], {}) for i in mine}
+    for j in sorted(done):
+        share, timings = kept[owner[j]]
+        timings[len(share)] = done[j]
+        share.append(cands[j])
+    return {i: (got[i][0], kept[i][0], got[i][2], kept[i][1]) for i in mine}
+
+
+def _merge(results: list) -> tuple:
+    """The pairs' (counter, contenders, closest misfit, timings) as one, in this order:
+    counts summed (the rules in the order they first pruned), contenders concatenated, the
+    first smallest misfit."""
+    cnt, cands, closest, known = _Counter(), [], [], {}
+    for part, share, near, timings in results:
+        for rule, count in part.pruned.items():
+            cnt.pruned[rule] = cnt.pruned.get(rule, 0) + count
+        cnt.searched += part.searched
+        cnt.feasible += part.feasible
+        cnt.evaluated += part.evaluated
+        if near and (not closest or near[0][1] < closest[0][1]):
+            closest = near
+        known.update({len(cands) + j: got for j, got in timings.items()})
+        cands += share
+    return cnt, cands, closest, known
 
 
 def _by_bound(cands: list, top: int, space: _Space, cm,
@@ -855,7 +929,7 @@ def _rank(job: Job, cm, cands, opts: SearchOptions, space: _Space,
     per otherwise-equal layout, with a lower bound on their step time, from `_leaves`) are
     timed, each at its fastest dispatcher variant, in order of that bound until it passes the
     K-th best time found, which leaves the top K exactly as timing all of them would
-    (`known`: timings made ahead, `_share`). By memory: memory first, then time, for the K
+    (`known`: timings made ahead, `_ranked_ahead`). By memory: memory first, then time, for the K
     smallest.
     """
     timed = 0

@@ -10,8 +10,8 @@ import pytest
 from planner.config import Job, default_training, resolve_hardware
 from planner.cost import cost_model
 from planner.presets import get_preset
-from planner.search import (SearchOptions, _by_bound, _collect, _Group, _groups, _Space,
-                            _Counter, search)
+from planner.search import (SearchOptions, _by_bound, _collect, _Counter, _Group, _groups,
+                            _Space, _tp_cp_pairs, search)
 
 
 def _job(model: str, gpus: int, hardware: str = "h100-sxm") -> Job:
@@ -70,7 +70,8 @@ def test_shares_ranked_alone_time_every_contender_the_whole_ranking_needs(model,
     job = _job(model, gpus)
     opts = SearchOptions()
     space, cm = _Space(job, opts), cost_model(job)
-    shares = [_collect(job, space, cm, opts, (k, 3)) for k in range(3)]
+    pairs = _tp_cp_pairs(job, space)
+    shares = [_collect(job, space, cm, opts, pairs[k::3]) for k in range(3)]
     cands, known = [], {}
     for _, share, _ in shares:
         known.update({len(cands) + i: got for i, got in
