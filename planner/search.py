@@ -717,11 +717,17 @@ def search(job: Job, opts: SearchOptions = SearchOptions(), *, suggest: bool = T
     """Every layout of `job`, pruned by the rules, estimated, ranked. When nothing fits and
     `suggest`, the changes that make something fit (each checked by searching again)."""
     t0 = _time.perf_counter()
+    with _collector_paused():
+        result = _search(job, opts, suggest)
+    result.elapsed_s = _time.perf_counter() - t0
+    return result
+
+
+def _search(job: Job, opts: SearchOptions, suggest: bool) -> SearchResult:
     cm = cost_model(job)
     space = _Space(job, opts)
-    with _collector_paused():
-        cnt, cands, closest, known = _collect_all(job, space, cm, opts)
-        plans, timed = _rank(job, cm, cands, opts, space, known)
+    cnt, cands, closest, known = _collect_all(job, space, cm, opts)
+    plans, timed = _rank(job, cm, cands, opts, space, known)
     if opts.tokens:
         plans = [_with_train(p, job, opts.tokens) for p in plans]
     near = (closest[0][0], cm.memory(closest[0][0])) if closest and not cands else None
@@ -732,17 +738,16 @@ def search(job: Job, opts: SearchOptions = SearchOptions(), *, suggest: bool = T
     _seven_step_pick(result, cm, opts)
     if not cands and suggest:
         _suggestions(result, opts)
-    result.elapsed_s = _time.perf_counter() - t0
     return result
 
 
 @contextmanager
 def _collector_paused():
-    """The cyclic garbage collector off while the space is walked and ranked: the walk
-    allocates millions of short-lived tuples (freed by reference counting as ever, none in
-    cycles), and each of the collector's passes over the growing caches costs time (~8 % of
-    the walk) for nothing. Restored as it was afterwards (it then collects whatever cycles
-    there are)."""
+    """The cyclic garbage collector off during a search: the walk allocates millions of
+    short-lived tuples (freed by reference counting as ever, none in cycles), and each of
+    the collector's passes over the growing caches costs time (~8 % of the walk) for
+    nothing. Restored as it was afterwards, once the caches are gone with the search's
+    frame (the collector then runs as usual, over what is left)."""
     was = gc.isenabled()
     gc.disable()
     try:

@@ -653,23 +653,24 @@ class CostModel:
         m = max(1, lay.num_microbatches(self.gbs))
         p, v = lay.pp, lay.vpp
         pp_s = self._pp_seconds(lay, lc)
-        totals, parts = [], []
+        totals, groups = [], []     # per rank; per stage group (its ranks' total, parts)
         stage_list = self.stages(lay)
         for st in stage_list:
             compute, tp_s, ep_s, cp_s = self._stage_parts(lay, lc, st)
             compute += self._offload_exposed(lay, lc, st)
-            totals += [compute + tp_s + ep_s + cp_s + pp_s] * st.count
-            parts += [(compute, tp_s, ep_s, cp_s)] * st.count
+            # an invalid split (layers-divisible) can leave a stage a negative layer count:
+            # it does no work, it does not run backwards in time (bubble_s >= 0)
+            total = max(0.0, compute + tp_s + ep_s + cp_s + pp_s)
+            totals += [total] * st.count
+            groups.append((total, (compute, tp_s, ep_s, cp_s)))
         first = stage_list[0]
         f_moe = first.moe_layers
         first_fwd = (first.layers - f_moe) * lc.fwd_d + f_moe * lc.fwd_e
         first_bwd = (first.layers - f_moe) * lc.bwd_d + f_moe * lc.bwd_e
-        # an invalid split (layers-divisible) can leave a stage a negative layer count: it
-        # does no work, it does not run backwards in time (bubble_s >= 0 by construction)
-        totals = [max(0.0, t) for t in totals]
         pipe = pipeline_time(totals, m=m, v=v)
-        i_slow = max(range(len(totals)), key=totals.__getitem__)
-        c, tp_s, ep_s, cp_s = parts[i_slow]
+        # the slowest rank (the first of them): the groups hold consecutive ranks in order
+        t_slow, (c, tp_s, ep_s, cp_s) = groups[max(range(len(groups)),
+                                                   key=lambda i: groups[i][0])]
 
         dt = self.dtypes(lay)
         dense_p, linear_p, expert_p = self._first_rank_params(lay, first)
@@ -699,7 +700,7 @@ class CostModel:
             H = self._hardware_flops[lay.recompute] = hardware_flops_per_step(
                 s, seq=self.seq, global_batch_size=self.gbs, recompute=lay.recompute)
         return StepTime(
-            step_time_s=step, compute_s=m * c, bubble_s=max(0.0, pipe - m * totals[i_slow]),
+            step_time_s=step, compute_s=m * c, bubble_s=max(0.0, pipe - m * t_slow),
             tp_comm_s=m * tp_s, pp_comm_s=m * (pp_s if p > 1 else 0.0), dp_comm_s=dp_s,
             ep_comm_s=m * ep_s, cp_comm_s=m * cp_s, optimizer_s=opt_s,
             bubble_fraction=bubble_fraction(p, m, v), tokens_per_s=tokens / step,
