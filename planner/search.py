@@ -898,15 +898,17 @@ def _by_bound(cands: list, top: int, space: _Space, cm,
               known: dict | None = None) -> tuple[list, int, dict]:
     """Time the contenders in order of their lower bound until it passes the `top`-th best
     step time found: (the `top` best as (key, layout, memory, time), how many were timed,
-    {index in `cands`: `_timed`} of those timed here, not found in `known`).
+    {index in `cands`: (dispatcher variant, step time, memory total)} of those timed here,
+    not found in `known`, which holds the same for contenders timed elsewhere).
 
     Ranking a subset of `cands` alone times (at least) every one of the subset that ranking
     all of them does: its order is the subset's order in the whole (a stable sort), and
     before any candidate the subset's `top`-th best time is no better than the whole's, so
     its bound stops no earlier. Hence `known` from the shares ranked alone leaves nothing to
-    time (what is missing is timed here)."""
+    time (what is missing is timed here); the best of those known are estimated again
+    (the same numbers: the estimates depend on the layout only)."""
     order = sorted(range(len(cands)), key=lambda i: cands[i][0])
-    scored, done = [], {}
+    scored, done, here = [], {}, {}
     kth = float("inf")
     timed = 0
     for i in order:
@@ -915,15 +917,20 @@ def _by_bound(cands: list, top: int, space: _Space, cm,
             break
         got = known.get(i) if known else None
         if got is None:
-            got = done[i] = _timed(cand, space, cm)
-        lay, mem, tm = got
+            lay, mem, tm = here[i] = _timed(cand, space, cm)
+            got = done[i] = ((lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm),
+                             tm.step_time_s, mem.total)
+        else:
+            lay = _layout(cand, got[0])
         timed += 1
-        scored.append(((tm.step_time_s, mem.total, _mp(lay)) + _tie(lay), lay, mem, tm))
+        scored.append(((got[1], got[2], _mp(lay)) + _tie(lay), i, lay))
         if len(scored) >= top:
             scored.sort(key=lambda x: x[0])
             del scored[top:]
             kth = scored[-1][0][0]
-    return scored, timed, done
+    best = [(key, lay) + (here[i][1:] if i in here else (cm.memory(lay), cm.time(lay)))
+            for key, i, lay in scored]
+    return best, timed, done
 
 
 def _rank(job: Job, cm, cands, opts: SearchOptions, space: _Space,

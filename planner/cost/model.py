@@ -130,7 +130,6 @@ class CostModel:
         self._act_vectors: dict = {}
         self._layer_bases: dict = {}
         self._moe_layers: dict = {}
-        self._bounds: dict = {}
         s = self.shape
         self.model_flops = model_flops_per_step(s, seq=self.seq, global_batch_size=self.gbs)
         self.L_dense = s.L_dense if s.E else s.L
@@ -557,20 +556,13 @@ class CostModel:
     def bound_sum(self, lay: Layout, *, with_ep: bool = True) -> float:
         """Σ_i t_i of `time_lower_bound`: one micro-batch's compute and TP/EP/CP time summed
         over the pipeline ranks. It does not read dp or ZeRO (nor vpp without block
-        recompute): cached on the fields it reads."""
-        key = (lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
-               lay.cp_comm_type, lay.tp_comm_overlap, lay.selective_modules, lay.cuda_graphs,
-               lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm, lay.pp,
-               lay.first_stage_layers, lay.last_stage_layers, lay.pipeline_model_parallel_layout,
-               lay.recompute_num_layers, lay.vpp if lay.recompute_num_layers else 1, with_ep)
-        total = self._bounds.get(key)
-        if total is None:
-            lc = self.layer_costs(lay)
-            total = 0.0
-            for st in self.stages(lay):
-                c, tp, ep, cp = self._stage_parts(lay, lc, st)
-                total += st.count * (c + tp + cp + (ep if with_ep else 0.0))
-            self._bounds[key] = total
+        recompute). Not cached here: the search keeps the least over the dispatchers on a
+        key of its own (search._least_bound_sum)."""
+        lc = self.layer_costs(lay)
+        total = 0.0
+        for st in self.stages(lay):
+            c, tp, ep, cp = self._stage_parts(lay, lc, st)
+            total += st.count * (c + tp + cp + (ep if with_ep else 0.0))
         return total
 
     def scale_bound(self, total: float, pp: int, vpp: int, dp: int, mbs: int) -> float:
