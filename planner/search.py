@@ -310,7 +310,7 @@ def _groups(job: Job, space: _Space, cnt: _Counter, pairs: list | None = None):
     (TP, CP, PP, DP, EP), for these (tp, cp) pairs (default: all of them; processes split
     the work by pairs)."""
     m, N, tr = job.model, job.num_gpus, job.training
-    L, seq = m.num_layers, tr.seq_length
+    L = m.num_layers
     leaf = len(space.mbs) * len(space.zero) * len(space.rec)
 
     def ctx(lay: Layout) -> Context:
