@@ -916,13 +916,15 @@ def _by_bound(cands: list, top: int, space: _Space, cm,
         if cand[0] > kth:
             break
         got = known.get(i) if known else None
+        timed += 1
         if got is None:
             lay, mem, tm = here[i] = _timed(cand, space, cm)
             got = done[i] = ((lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm),
                              tm.step_time_s, mem.total)
+        elif got[1] > kth:
+            continue             # slower than the `top`-th best: it cannot enter
         else:
             lay = _layout(cand, got[0])
-        timed += 1
         scored.append(((got[1], got[2], _mp(lay)) + _tie(lay), i, lay))
         if len(scored) >= top:
             scored.sort(key=lambda x: x[0])
