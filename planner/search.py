@@ -12,6 +12,11 @@ counted as pruned by memory unevaluated; with the same other knobs more recomput
 strictly slower, so only the least recompute that fits is a contender (the others count as
 feasible but are not ranked); and contenders are timed in order of a lower bound on their
 step time, stopping when the bound passes the K-th best (see `_rank`).
+
+What makes each step cheap without changing a number: the leaves of one (base, vpp, sp)
+share their memory pieces (`_Group`), the lower bound is kept per search on what it reads
+(`_least_bound_sum`), and on two cores the processes share the (tp, cp) pairs through a
+queue and rank their own contenders ahead, merged in one fixed order (`_collect_all`).
 """
 
 from __future__ import annotations
