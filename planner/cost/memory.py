@@ -17,8 +17,9 @@ plus fp32 logits. CP divides the sequence on every term.
 
 Overheads: CUDA context + NCCL buffers (profile), allocator fragmentation as a fraction of
 the tensor bytes, and the TP/SP all-gather buffer of one layer's input.
-Left out: dropout masks (dropout 0, as in every recipe we model), CUDA-graph pools,
-FP8 transposed-weight caches, optimizer CPU offload, checkpoint/IO buffers.
+FP8 weight copies and Transformer Engine's transposed copies are counted with the weights
+(`state_dtypes`). Left out: dropout masks (dropout 0, as in every recipe we model),
+CUDA-graph pools, optimizer CPU offload, checkpoint/IO buffers.
 """
 
 from __future__ import annotations
