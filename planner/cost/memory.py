@@ -74,22 +74,27 @@ class StateDtypes:
 def state_dtypes(*, accounting: str = "megatron", precision: str = "bf16",
                  recipe: str | None = None, fp8_param_gather: bool = False,
                  grad_reduce_in_fp32: bool = True, exp_avg_dtype: str = "fp32",
-                 exp_avg_sq_dtype: str = "fp32") -> StateDtypes:
+                 exp_avg_sq_dtype: str = "fp32",
+                 architecture: str | None = None) -> StateDtypes:
     """Bytes per parameter of weights, gradients and optimizer states.
 
     megatron: bf16 weights 2, fp32 main grads 4 (`--grad-reduce-in-bf16`: 2), optimizer fp32
     master 4 + Adam m and v 4 each (precision-aware optimizer `--exp-avg(-sq)-dtype bf16`: 2
     each): 18 B/param by default (Megatron's distributed-optimizer docs). fp16: fp16 grads 2
     beside fp32 main grads 4 that live with the optimizer. deepspeed: 2 + 2 + 12 (ZeRO Fig. 1).
-    FP8 linear weights (Transformer Engine): the weight in both GEMM layouts, each 1 byte
-    (+ scales: GEMM_INPUT_BYTES) -- the row-wise data and its transpose on Hopper, row- and
-    column-wise MXFP8 on Blackwell -- cached across micro-batches; with `fp8_param_gather` the
-    parameter itself is that FP8 tensor, without it a bf16 parameter (2) holds beside it.
+    FP8 linear weights (Transformer Engine): the weight in the GEMM layouts it needs, each 1
+    byte (+ scales: GEMM_INPUT_BYTES), cached across micro-batches: the row-wise data and its
+    transpose on Hopper and older (FP8 GEMMs there are TN-only: TE's "Handling transposes"),
+    the row-wise data alone for per-tensor scaling (delayed, tensorwise) on Blackwell (TE's
+    `non_tn_fp8_gemm_supported()`: compute capability >= 10), row- and column-wise scaled
+    copies for MXFP8 and blockwise (their scales run along one axis). With `fp8_param_gather`
+    the parameter itself is that FP8 tensor, without it a bf16 parameter (2) holds beside it.
     """
     moments = (2.0 if exp_avg_dtype == "bf16" else 4.0) + (2.0 if exp_avg_sq_dtype == "bf16" else 4.0)
     fp8w = 2.0
     if recipe is not None:
-        quantized = 2.0 * GEMM_INPUT_BYTES[recipe]
+        one_layout = architecture == "blackwell" and recipe in ("delayed", "tensorwise")
+        quantized = (1.0 if one_layout else 2.0) * GEMM_INPUT_BYTES[recipe]
         fp8w = quantized if fp8_param_gather else 2.0 + quantized
     if accounting == "deepspeed":
         return StateDtypes(2.0, fp8w, 2.0, 4.0 + moments)

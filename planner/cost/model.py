@@ -127,7 +127,8 @@ class CostModel:
             got = self._dtypes[key] = state_dtypes(
                 accounting=self.accounting, precision=self.precision, recipe=self.recipe,
                 fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=key[0],
-                exp_avg_dtype=key[1], exp_avg_sq_dtype=key[2])
+                exp_avg_dtype=key[1], exp_avg_sq_dtype=key[2],
+                architecture=self.hw.architecture)
         return got
 
     def act_costs(self, lay: Layout) -> tuple:
