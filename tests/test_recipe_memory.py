@@ -180,10 +180,6 @@ def test_core_attn_frees_the_softmax_statistics():
     assert _selective_freed(DENSE, ["core_attn"]) == S * L * LSE               # 8,192
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "mlp recompute also frees the pre-MLP norm output: with the TE spec the norm is fused into "
-    "linear_fc1, so tensor_parallel.checkpoint(self.mlp, ...) gets the residual as its input and "
-    "fc1's GEMM input (2h a token) is recomputed too; the model frees only the 6f"))
 def test_mlp_frees_the_norm_output_fc1_and_activation_outputs():
     # mlp: tensor_parallel.checkpoint(self.mlp, False, pre_mlp_layernorm_output). In the TE spec
     # a dense layer's pre_mlp_layernorm is IdentityOp (TELayerNormColumnParallelLinear does the
@@ -193,10 +189,6 @@ def test_mlp_frees_the_norm_output_fc1_and_activation_outputs():
     assert _selective_freed(DENSE, ["mlp"]) == S * L * (MLP_NORM_OUT + FC1_OUT + ACT_OUT)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "layernorm recompute frees nothing in a dense TE layer: Megatron sets "
-    "recompute_input_layernorm / recompute_pre_mlp_layernorm only for norms that are not "
-    "IdentityOp, and the TE spec fuses both into linear_qkv and linear_fc1; the model frees 4h"))
 def test_layernorm_frees_nothing_when_the_norms_are_fused():
     # layernorm: CheckpointWithoutOutput around input_layernorm and pre_mlp_layernorm, "if not
     # isinstance(self.input_layernorm, IdentityOp)" (and the same for the pre-MLP norm). With
@@ -232,11 +224,6 @@ def test_moe_frees_the_router_state_and_every_routed_copy():
     assert _selective_freed(MOE, ["moe"]) == S * L * freed
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "moe recompute also frees the shared experts: MoELayer's checkpointed custom_forward "
-    "computes the shared expert (router_and_preprocess -> dispatch -> experts_compute, which "
-    "calls _compute_shared_expert), so its fc1 and activation outputs (6 f_s a token) are "
-    "recomputed too; the model keeps them unless shared_experts is also listed"))
 def test_moe_also_frees_the_shared_experts():
     freed = ROUTER + K * (PERMUTED + EXPERT_FC1_OUT + EXPERT_ACT_OUT) + SHARED    # 2,592
     assert _selective_freed(MOE_SHARED, ["moe"]) == S * L * freed
@@ -249,10 +236,6 @@ def test_shared_experts_frees_the_shared_expert_mlp():
     assert _selective_freed(MOE_SHARED, ["shared_experts"]) == S * L * SHARED     # 393,216
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "layernorm recompute in an MoE layer frees only the pre-MLP norm output (2h): in the TE spec "
-    "pre_mlp_layernorm is a TENorm for MoE layers, but the input norm is still fused into "
-    "linear_qkv (IdentityOp), so there is nothing to recompute there; the model frees 4h"))
 def test_layernorm_in_an_moe_layer_frees_the_pre_mlp_norm_output():
     # The router, the token dispatcher and (when present) the shared expert read the pre-MLP
     # norm's output; CheckpointWithoutOutput discards it after the MoE layer and recomputes it
@@ -284,10 +267,6 @@ def test_mla_up_proj_frees_query_key_value_and_the_normed_latents():
     assert _selective_freed(MLA, ["mla_up_proj"]) == S * L * (MLA_QKV + NORMED_LATENTS)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "layernorm recompute in a dense MLA layer frees only the input norm output (2h): the MLA "
-    "spec's input_layernorm is a TENorm (it feeds two down-projections), but a dense layer's "
-    "pre-MLP norm is fused into linear_fc1 (IdentityOp); the model frees 4h"))
 def test_layernorm_in_an_mla_layer_frees_the_input_norm_output():
     assert _selective_freed(MLA, ["layernorm"]) == S * L * QKV_NORM_OUT           # 65,536
 
@@ -316,10 +295,6 @@ def test_recompute_num_layers_counts_per_virtual_stage():
     _only(n1, n2, "activations", S * (5 * 2 * RESIDUAL_IN + LAYER - 5 * (RESIDUAL_IN + LAYER)))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "on the last pipeline stage the loss backward frees the fp32 logits before the first layer "
-    "recomputes, so full recompute's working set (one layer) and the logits are never held "
-    "together: the peak is the kept inputs + max(logits, one layer), not their sum"))
 def test_the_recompute_working_set_comes_after_the_logits_are_freed():
     # pp 1, both layers and the loss on one rank. Peak over the step:
     #   N = 1: end of forward: layer 1's input 2h, layer 2's LAYER, the logits; layer 2's
@@ -350,13 +325,6 @@ def test_selective_recompute_adds_one_layers_recomputed_module_on_a_first_stage(
 DENSE4 = dict(DENSE, num_layers=4)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Transformer Engine's current offload synchronizer (cpu_offload.py; Megatron passes it "
-    "cpu_offloading_num_layers and num_layers) finishes layer i's offload before layer "
-    "L - N + i runs forward and starts its reload only when layer L - 1 - N + i starts "
-    "backward, which keeps the peak at (L - N) layers; the model holds (L - N + 1), the count "
-    "of TE 1.x's double-buffer handler (still behind NVTE_CPU_OFFLOAD_V1=1), which frees the last "
-    "offloaded layer only after the last layer's forward"))
 def test_cpu_offloading_removes_the_offloaded_layers():
     # --cpu-offloading-num-layers N (Megatron: pp 1, no recompute, N < num_layers): the tensors
     # the first N layers save for backward go to host memory. 4 layers, N = 2: the rank keeps
@@ -374,9 +342,6 @@ def test_cpu_offloading_removes_the_offloaded_layers():
 MTP_PARAMS = LAYER_PARAMS + H + H + 2 * H * H + H        # 61,568 + 8,384 = 69,952
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "each MTP layer has its own final_layernorm (MultiTokenPredictionLayer.final_layernorm, "
-    "DeepSeek-V3's shared_head.norm): h more parameters per MTP layer than the model counts"))
 def test_an_mtp_layer_adds_its_parameters():
     before = _memory()
     after = _memory(dict(DENSE, mtp_num_layers=1))
@@ -385,11 +350,6 @@ def test_an_mtp_layer_adds_its_parameters():
     assert after.optimizer - before.optimizer == pytest.approx(12 * MTP_PARAMS / DP)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "with pp > 1 the MTP stage builds its own word embedding (GPTModel: `if self.pre_process or "
-    "self.mtp_process: self.embedding = ...`), V*h/tp parameters with gradients and optimizer "
-    "states on the last stage, and its MTP layers' final norms (h each); the model counts "
-    "neither"))
 def test_mtp_on_a_later_stage_needs_its_own_embedding():
     # pp 2 (dp 4): the last rank holds layer 2, the MTP layer and the output layer; with MTP it
     # also holds a copy of the word embedding for the MTP layer's shifted tokens.

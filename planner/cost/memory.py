@@ -173,10 +173,12 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
         like a dense MLP.
     MHA + 4h GELU in bf16 + the two 1-byte dropout masks gives back Korthikanti's 34h (+5as).
     Selective recompute frees what its modules (`--recompute-modules`) would regenerate:
-      core_attn the softmax stats (and the scores without flash); layernorm the bf16 norm
-      outputs; mla_up_proj the up-projected Q, K, V; mlp the dense MLP's fc1 and activation
-      outputs; moe_act the experts' activation outputs; moe every routed copy and the router
-      state; shared_experts the shared experts' MLP.
+      core_attn the softmax stats (and the scores without flash); layernorm the bf16 outputs
+      of the norms that are modules of their own (MLA's input norm, an MoE layer's pre-MLP
+      norm; the others are fused into their GEMMs); mla_up_proj the up-projected Q, K, V; mlp
+      the dense MLP's fc1 input, fc1 and activation outputs; moe_act the experts' activation
+      outputs; moe every routed copy, the router state and the shared experts; shared_experts
+      the shared experts' MLP.
     Full recompute keeps only the layer input 2h (÷t with SP).
     """
     sp_div = t if sp else 1
@@ -187,14 +189,21 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
     x = GEMM_INPUT_BYTES[recipe]
     fp8 = recipe is not None
     fc1_w = 4.0 if shape.gated else 2.0
+    # `layernorm` recomputes only the norms that are modules of their own (Megatron skips the
+    # IdentityOp ones): with Transformer Engine's layer spec the input norm is fused into
+    # linear_qkv and a dense layer's pre-MLP norm into fc1 (their GEMMs keep the norm output
+    # as their input); MLA's input norm and an MoE layer's pre-MLP norm are separate TENorms
     norms = "layernorm" in mods
-    ln_gemm = x * h if fp8 else (0.0 if norms else 2.0 * h)        # QKV (and fc1) input
+    sep_in = norms and shape.mla
+    ln_gemm = x * h if fp8 else (0.0 if sep_in else 2.0 * h)       # QKV / q,kv-down input
+    shared_kept = shape.f_s and not ({"moe", "shared_experts"} & mods)
     if moe:
         ln_mlp = 0.0 if norms else 2.0 * h                            # router input, bf16
-        if fp8 and shape.f_s:
+        if fp8 and shared_kept:
             ln_mlp += x * h                                           # shared fc1's copy
     else:
-        ln_mlp = ln_gemm
+        # `mlp` checkpoints the MLP from the residual: the fused norm's output goes too
+        ln_mlp = 0.0 if "mlp" in mods else (x * h if fp8 else 2.0 * h)
     outside = 4.0 * h + ln_gemm + ln_mlp
     qkv = shape.act_qkv if not (shape.mla and "mla_up_proj" in mods) else 0.0
     attn = shape.act_latent + qkv + (2.0 + (x if fp8 else 0.0)) * shape.attn_out
@@ -207,7 +216,7 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
             routed = shape.k * shape.capacity_factor / sp_div
             act = 0.0 if "moe_act" in mods else x * shape.f_e
             per_token += routed * (x * h * etp + fc1_w * shape.f_e + act)
-        if shape.f_s and "shared_experts" not in mods:
+        if shared_kept:      # `moe` checkpoints MoELayer, whose forward runs the shared expert
             per_token += (fc1_w + x) * shape.f_s / t
     elif "mlp" not in mods:
         per_token += (fc1_w + x) * shape.f / t
@@ -233,7 +242,9 @@ def stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int,
     before ep sharding of experts. Linear weights are what FP8 recipes quantize: attention
     and MLP / shared-expert projections (not the embedding, output layer, norms or router).
     `mtp` MTP layers (on the last stage) each add a transformer layer (MoE in an MoE model)
-    and their enorm, hnorm and 2h x h projection (`ModelShape.mtp_extra`)."""
+    and their enorm, hnorm, final norm and 2h x h projection (`ModelShape.mtp_extra`); on a
+    last stage without the embedding (pp > 1) they also build their own copy of an untied
+    word embedding (Megatron's GPTModel: `pre_process or mtp_process`)."""
     dense_layers = layers - moe_layers
     linear = dense_layers * shape.dense_tp / t + moe_layers * shape.moe_tp / t
     dense = linear + dense_layers * shape.dense_rep + moe_layers * shape.moe_rep
@@ -241,8 +252,10 @@ def stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int,
     if mtp:
         lin_m = (shape.moe_tp if shape.E else shape.dense_tp) / t + 2.0 * shape.h * shape.h / t
         linear += mtp * lin_m
-        dense += mtp * (lin_m + (shape.moe_rep if shape.E else shape.dense_rep) + 2.0 * shape.h)
+        dense += mtp * (lin_m + (shape.moe_rep if shape.E else shape.dense_rep) + 3.0 * shape.h)
         experts += mtp * shape.moe_experts if shape.E else 0.0
+        if with_output and not with_embedding and not shape.tied:
+            dense += vocab * shape.h / t
     if with_embedding:
         dense += (vocab * shape.h + shape.emb_extra) / t
     if with_output:
