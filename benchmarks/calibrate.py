@@ -1,27 +1,35 @@
-"""Fit the few efficiency parameters of one hardware profile to the published runs on it.
+"""Fit the time model's efficiency parameters of each hardware profile to the published runs.
 
-    python benchmarks/calibrate.py h100-sxm [--calibration PATH ...] [--write]
+    python benchmarks/calibrate.py [--calibration PATH ...] [--write]
 
-One parameter set per GPU type, fitted to every case of calibration.yaml and
-calibration-modern.yaml on that GPU at once (never per case): coordinate descent over
-bounded, physically meaningful ranges, minimising the mean squared log error of the step
-time (Huber-weighted beyond 15%). Prints the `calibration:` block for hardware_profiles/NAME.yaml (with `fitted_on`, the
-classes of the runs it was fitted to) and the errors it gives; `--write` replaces the
-profile's block in place. Parameters the cases cannot see (no FP8 run: fp8_matmul_efficiency;
-no run across nodes: network_efficiency) keep their values.
+One parameter set per GPU type (planner/specs.py Calibration), fitted to every run of
+calibration.yaml and calibration-modern.yaml on that GPU at once, never per case. A profile
+fits only the parameters its runs exercise (no FP8 run: not the FP8 efficiency; no run across
+nodes: not the network's; no run with the MoE all-to-all overlap: not its efficiency), at most
+one per RUNS_PER_PARAMETER runs, in the order of PRIORITY (the hardware's shares of peak
+first, then the software stack's overheads); the rest it takes from its PARENT profile, the
+nearest GPU fitted before it, so two runs on a GPU never carry twelve parameters.
+
+Every parameter is bounded to a physical range (BOUNDS). The loss is the mean Huber-weighted
+squared log error of the step time (linear beyond 20%), each calibration file weighted alike; the minimum is
+found by coordinate descent from several starts. `--write` writes each profile's
+`calibration:` block (with `fitted_on`, the classes of the runs it was fitted to) and gives
+the profiles with no runs (DERIVED) their parent's values with an empty `fitted_on`, so their
+estimates carry a caveat.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.accuracy import default_paths, evaluate, load_cases  # noqa: E402
-from planner.config import profile_dir  # noqa: E402
+from planner.config import profile_dir, resolve_hardware as load_hardware  # noqa: E402
 from planner.specs import Calibration  # noqa: E402
 
 BOUNDS = {   # physically plausible ranges (README, 'Calibration')
@@ -30,81 +38,155 @@ BOUNDS = {   # physically plausible ranges (README, 'Calibration')
                                             # than BF16 ones (0.45 x 2 x peak > 0.9 x peak)
     "matmul_half_size": (0.0, 1500.0),      # the GEMM size where efficiency halves
     "attention_efficiency": (0.2, 0.75),    # FlashAttention-2/3, cuDNN: 25-75% of peak
+    "nvlink_efficiency": (0.75, 0.9),       # nccl-tests bus bandwidth / link rate; DeepSeek
+                                            # measured 160 of H800's 200 GB/s (arXiv:2412.19437),
+                                            # nccl-tests ~370 of H100's 450 without NVLS
+    "network_efficiency": (0.6, 0.95),      # IB/RoCE busbw: 40-46 of a NIC's 50 GB/s
     "elementwise_bytes_per_activation": (0.0, 12.0),
     "layer_overhead_us": (0.0, 200.0),      # tens of small kernels per layer
     "launch_overhead_us": (1.0, 60.0),      # eager PyTorch: 5-50 us of host time per op
-    "nvlink_efficiency": (0.55, 0.9),       # nccl-tests bus bandwidth / link rate
-    "network_efficiency": (0.5, 0.95),
     "overlap_efficiency": (0.5, 0.95),
-    "ep_overlap_efficiency": (0.2, 0.95),  # Megatron's 1F1B all-to-all overlap: partial
-    "step_overhead_ms": (0.0, 200.0),       # optimizer / grad-norm launches, bookkeeping
+    "ep_overlap_efficiency": (0.2, 0.95),   # Megatron's 1F1B all-to-all overlap: partial
+    "step_overhead_ms": (0.0, 150.0),       # host work per step besides the model's: loss and
+                                            # grad-norm reductions, timers, logging, optimizer
+                                            # launches (its HBM traffic is modelled on its own)
 }
 
+PRIORITY = ("matmul_efficiency", "fp8_matmul_efficiency", "attention_efficiency",
+            "launch_overhead_us", "network_efficiency", "nvlink_efficiency",
+            "overlap_efficiency", "ep_overlap_efficiency", "elementwise_bytes_per_activation",
+            "matmul_half_size", "layer_overhead_us", "step_overhead_ms")
+"""The order in which a profile with few runs gets its own parameters."""
+
+ORDER = ("h100-sxm", "a100-80g", "h100-96g", "h200", "b200", "gb200-nvl72", "b300",
+         "gb300-nvl72")
+"""Fit order: a profile's PARENT comes before it."""
+PARENT = {"a100-80g": "h100-sxm", "h100-96g": "h100-sxm", "h200": "h100-sxm", "b200": "h100-sxm",
+          "gb200-nvl72": "b200", "b300": "b200", "gb300-nvl72": "gb200-nvl72"}
+"""Where a profile takes the hardware values its own runs cannot fit: the nearest GPU of the
+same family fitted before it (same die or its predecessor)."""
+DERIVED = {"a100-40g": "a100-80g", "h800": "h100-sxm", "mi300x": "h100-sxm",
+           "rtx-pro-6000": "h100-sxm"}
+"""Profiles with no training runs, and whose hardware values they carry (a stand-in: their
+estimates carry the 'not calibrated' caveat)."""
+
+RUNS_PER_PARAMETER = 2
 
 NOT_THIS_HARDWARE = {
     "tt-2508-llama3-8b-b200pl-": "8 power-limited B200s (the source: 'POWER-LIMITED B200 (power "
                                  "limit not stated)'), not the DGX B200 of the b200 profile",
 }
 """Runs the data file files under a profile whose hardware differs from it, by id prefix and
-why; they are reported by accuracy.py like every run but do not shape the profile's fit."""
+why; they are reported by accuracy.py like every run but do not shape the fit."""
 
-HUBER = 0.15
+HUBER = 0.20
 """Log errors beyond this count linearly, not squared: a few runs whose published settings are
 incomplete (README, 'Accuracy') must not drag the fit of every other run."""
 
 
-def loss(cases, hw) -> tuple[float, float]:
-    rows = evaluate(cases, {hw.name: hw})
-    errs = [math.log(r["predicted_s"] / r["measured_s"]) for r in rows]
-    huber = [e * e if abs(e) <= HUBER else HUBER * (2 * abs(e) - HUBER) for e in errs]
-    return sum(huber) / len(errs), max(abs(e) for e in errs)
+def _huber(e: float) -> float:
+    return e * e if abs(e) <= HUBER else HUBER * (2 * abs(e) - HUBER)
 
 
-def _descend(cases, hw, best, sweeps: int, steps: int):
-    """Coordinate descent: each parameter over a grid of its bounds, then a finer grid around
-    its best value, sweep after sweep."""
-    for sweep in range(sweeps):
-        for name, (lo, hi) in BOUNDS.items():
-            cur = getattr(hw.calibration, name)
-            span = (hi - lo) / (steps - 1)
-            if sweep:        # later sweeps refine around the current value
-                grid = [min(hi, max(lo, cur + span * (i - 5) / 5)) for i in range(11)]
-            else:
-                grid = [lo + span * i for i in range(steps)] + [cur]
-            for val in grid:
-                cand = replace_cal(hw, name, val)
-                lval = loss(cases, cand)
-                if lval < best:
-                    best, hw = lval, cand
-    return hw, best
+def errors(cases, profiles: dict) -> list[float]:
+    """Log errors of the step time of `cases`, each under its profile in `profiles`."""
+    return [math.log(r["predicted_s"] / r["measured_s"]) for r in evaluate(cases, profiles)]
 
 
-def fit(cases, hw, sweeps: int = 4, steps: int = 11, starts: int = 4):
-    """The best of several coordinate descents: from the profile's values, from the middle
-    of the bounds, and from `starts` - 2 seeded random points (a single descent stalls in
-    the valleys two compensating parameters make)."""
-    import random
-    rng = random.Random(0)
-    points = [hw, _at(hw, {k: (lo + hi) / 2 for k, (lo, hi) in BOUNDS.items()})]
-    points += [_at(hw, {k: rng.uniform(lo, hi) for k, (lo, hi) in BOUNDS.items()})
-               for _ in range(max(0, starts - 2))]
-    best_hw, best = hw, loss(cases, hw)
-    for start in points:
-        got, val = _descend(cases, start, loss(cases, start), sweeps, steps)
-        if val < best:
-            best_hw, best = got, val
-    return best_hw, best
+def loss(cases, profiles: dict) -> float:
+    """Mean Huber loss of each calibration file's runs, averaged over the files: the 36 dense
+    runs of calibration.yaml count as much as the 116 of calibration-modern.yaml."""
+    by_file: dict[str, list[float]] = {}
+    for c, e in zip(cases, errors(cases, profiles)):
+        by_file.setdefault(c.source_file, []).append(_huber(e))
+    return sum(sum(v) / len(v) for v in by_file.values()) / len(by_file)
 
 
-def _at(hw, values: dict):
-    for name, val in values.items():
-        hw = replace_cal(hw, name, val)
-    return hw
-
-
-def replace_cal(hw, name, val):
-    cal = Calibration(**{**hw.calibration.model_dump(), name: round(val, 4)})
+def with_values(hw, values: dict):
+    cal = Calibration(**{**hw.calibration.model_dump(),
+                         **{k: round(v, 4) for k, v in values.items()}})
     return hw.model_copy(update={"calibration": cal})
+
+
+def free_parameters(cases, hw) -> tuple[str, ...]:
+    """The parameters a profile's runs can fit: those they exercise, one per
+    RUNS_PER_PARAMETER runs (at least one from two runs), in PRIORITY's order (the FP8 share
+    before the bf16 one where most runs are FP8)."""
+    order = list(PRIORITY)
+    if 2 * sum(c.job.training.precision == "fp8" for c in cases) > len(cases):
+        order[0], order[1] = order[1], order[0]     # mostly FP8 runs: the FP8 share first
+    seen = []
+    for name in order:
+        if name == "fp8_matmul_efficiency" and not any(
+                c.job.training.precision == "fp8" for c in cases):
+            continue
+        if name == "network_efficiency" and not any(
+                c.job.num_gpus > hw.nvlink_domain_size for c in cases):
+            continue
+        if name == "ep_overlap_efficiency" and not any(
+                c.layout.overlap_moe_expert_parallel_comm for c in cases):
+            continue
+        seen.append(name)
+    if len(cases) < 2:
+        return ()
+    return tuple(seen[:max(1, len(cases) // RUNS_PER_PARAMETER)])
+
+
+def _descend(f, point: dict, names, sweeps: int = 3, steps: int = 11) -> tuple[dict, float]:
+    """Coordinate descent of f over `names` within BOUNDS: a grid over each bound first, then
+    finer grids around the best value, sweep after sweep."""
+    best = f(point)
+    for sweep in range(sweeps):
+        for name in names:
+            lo, hi = BOUNDS[name]
+            span = (hi - lo) / (steps - 1) / (1 if sweep == 0 else 2 ** sweep)
+            cur = point[name]
+            grid = ([lo + (hi - lo) * i / (steps - 1) for i in range(steps)] if sweep == 0
+                    else [min(hi, max(lo, cur + span * (i - 5))) for i in range(11)])
+            for val in grid:
+                cand = {**point, name: val}
+                got = f(cand)
+                if got < best - 1e-12:
+                    point, best = cand, got
+    return point, best
+
+
+def fit_profile(cases, hw, names, starts: int = 3) -> tuple[object, float]:
+    """The best of several descents over `names` (from the current values, the middle of the
+    bounds and seeded random points): one descent stalls in the valleys two compensating
+    parameters make."""
+    if not names:
+        return hw, loss(cases, {hw.name: hw})
+    rng = random.Random(0)
+    cur = {k: min(BOUNDS[k][1], max(BOUNDS[k][0], getattr(hw.calibration, k))) for k in names}
+    points = [cur, {k: sum(BOUNDS[k]) / 2 for k in names}]
+    points += [{k: rng.uniform(*BOUNDS[k]) for k in names} for _ in range(max(0, starts - 2))]
+
+    def f(p):
+        return loss(cases, {hw.name: with_values(hw, p)})
+
+    best_p, best = None, math.inf
+    for p in points:
+        got, val = _descend(f, p, names)
+        if val < best:
+            best_p, best = got, val
+    return with_values(hw, best_p), best
+
+
+def fit_all(by_hw: dict, profiles: dict, log=print) -> dict:
+    """Each profile in ORDER on its own runs, starting from (and keeping what it cannot fit
+    of) its parent's values."""
+    for name in ORDER:
+        if name not in by_hw:
+            continue
+        hw = profiles[name]
+        if name in PARENT:
+            hw = with_values(hw, {k: getattr(profiles[PARENT[name]].calibration, k)
+                                  for k in PRIORITY})
+        names = free_parameters(by_hw[name], hw)
+        profiles[name], val = fit_profile(by_hw[name], hw, names)
+        log(f"# {name:12s} n={len(by_hw[name]):3d} fits {', '.join(names)} (loss {val:.4f})")
+    return profiles
 
 
 def block(cal: Calibration) -> str:
@@ -130,40 +212,75 @@ def write_block(name: str, text: str, header: str) -> Path:
     return path
 
 
+def _header(name: str, cases, names, hw) -> str:
+    files = " and ".join(sorted({c.source_file for c in cases}))
+    parent = PARENT.get(name)
+    rest = [k for k in PRIORITY if k not in names]
+    tail = f"; the others ({', '.join(rest)}) are {parent}'s" if parent and rest else ""
+    cal = hw.calibration
+    edge = [k for k in names if getattr(cal, k) in BOUNDS[k]]
+    note = (f"\n# At a bound of its physical range (what the model misses, the fit pushes there): "
+            f"{', '.join(edge)}." if edge else "")
+    return ("# Efficiency parameters of the time model (planner/specs.py Calibration), fitted by\n"
+            "# `python benchmarks/calibrate.py --write` (never per case) to the "
+            f"{len(cases)} runs on this GPU in {files}.\n"
+            f"# Fitted here: {', '.join(names) or 'none'}{tail}.{note}")
+
+
+def _derived_header(name: str, parent: str) -> str:
+    return ("# Efficiency parameters of the time model (planner/specs.py Calibration).\n"
+            f"# NOT fitted: no training runs on this GPU in the calibration files. The hardware "
+            f"values are {parent}'s\n"
+            "# as a stand-in\n# (benchmarks/calibrate.py DERIVED); fitted_on is empty so estimates"
+            " carry a caveat.")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("hardware")
     ap.add_argument("--calibration", type=Path, action="append", default=None)
-    ap.add_argument("--write", action="store_true", help="write the block into the profile")
+    ap.add_argument("--write", action="store_true", help="write the blocks into the profiles")
     args = ap.parse_args(argv)
-    cases = [c for c in load_cases(paths=args.calibration or default_paths())
-             if c.job.hardware.name == args.hardware]
-    left = [c for c in cases if any(c.id.startswith(p) for p in NOT_THIS_HARDWARE)]
+    cases = load_cases(paths=args.calibration or default_paths())
     for prefix, why in NOT_THIS_HARDWARE.items():
-        n = sum(c.id.startswith(prefix) for c in left)
+        n = sum(c.id.startswith(prefix) for c in cases)
         if n:
             print(f"# not fitted: {n} runs {prefix}*: {why}")
-    cases = [c for c in cases if c not in left]
-    if not cases:
-        print(f"no calibration cases on {args.hardware}", file=sys.stderr)
+    cases = [c for c in cases if not any(c.id.startswith(p) for p in NOT_THIS_HARDWARE)]
+    by_hw: dict[str, list] = {}
+    for c in cases:
+        by_hw.setdefault(c.job.hardware.name, []).append(c)
+    unknown = sorted(set(by_hw) - set(ORDER))
+    if unknown:
+        print(f"runs on profiles calibrate.py has no place for: {', '.join(unknown)}; "
+              "add them to ORDER and PARENT", file=sys.stderr)
         return 2
-    hw0 = cases[0].job.hardware
-    hw, (mse, worst) = fit(cases, hw0)
-    classes = sorted({c.cls for c in cases})
-    recipes = sorted({c.job.training.recipe for c in cases if c.job.training.recipe})
-    cal = hw.calibration.model_copy(update={"fitted_on": tuple(classes),
-                                            "fitted_recipes": tuple(recipes)})
-    files = sorted({c.source_file for c in cases})
-    header = (f"# Efficiency parameters of the time model (planner/specs.py Calibration).\n"
-              f"# Fitted by `python benchmarks/calibrate.py {args.hardware}` to the {len(cases)} "
-              f"runs on it in {' and '.join(files)}\n"
-              f"# (Huber loss {mse:.4f}, worst log error {worst:.3f}): one set for every case.")
-    print(header)
-    print(block(cal), end="")
-    for r in evaluate(cases, {hw.name: hw.model_copy(update={"calibration": cal})}):
-        print(f"  {r['id'][:56]:56s} {r['error']:+7.1%}")
-    if args.write:
-        print(f"wrote {write_block(args.hardware, block(cal), header)}")
+    profiles = {n: cs[0].job.hardware for n, cs in by_hw.items()}
+    for n in ORDER:     # a parent with no runs of its own still lends its values
+        if n in PARENT and PARENT[n] not in profiles:
+            profiles[PARENT[n]] = load_hardware(PARENT[n])
+    profiles = fit_all(by_hw, profiles)
+    for name in ORDER:
+        if name not in by_hw:
+            continue
+        cs = by_hw[name]
+        errs = errors(cs, {name: profiles[name]})
+        names = free_parameters(cs, profiles[name])
+        classes = sorted({c.cls for c in cs})
+        recipes = sorted({c.job.training.recipe for c in cs if c.job.training.recipe})
+        cal = profiles[name].calibration.model_copy(update={
+            "fitted_on": tuple(classes) if names else (), "fitted_recipes": tuple(recipes)})
+        header = _header(name, cs, names, profiles[name])
+        print(header)
+        print(block(cal), end="")
+        for c, e in zip(cs, errs):
+            print(f"  {c.id[:60]:60s} {math.exp(e) - 1:+7.1%}")
+        if args.write:
+            print(f"wrote {write_block(name, block(cal), header)}")
+    for name, parent in DERIVED.items():
+        src = profiles.get(parent) or load_hardware(parent)
+        cal = src.calibration.model_copy(update={"fitted_on": (), "fitted_recipes": ()})
+        if args.write:
+            print(f"wrote {write_block(name, block(cal), _derived_header(name, parent))}")
     return 0
 
 

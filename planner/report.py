@@ -72,6 +72,8 @@ def job_json(job) -> dict[str, Any]:
         "seq_length": job.training.seq_length,
         "global_batch_size": job.training.global_batch_size,
         "precision": job.training.precision,
+        "fp8_recipe": job.training.recipe,
+        "fp8_param_gather": job.training.fp8_param_gather,
     }
 
 

@@ -424,18 +424,23 @@ def test_seven_steps_say_a_pinned_degree_is_pinned_and_name_the_rule():
 
 # ------------------------------------------------------------------------------ caveats
 
-def test_caveats_in_validate_text_and_json():
-    # b200 has no calibration data (hardware_profiles/b200.yaml: fitted_on empty)
-    path = str(EXAMPLES / "deepseek-v3-1024xb200.yaml")
+def test_caveats_in_validate_text_and_json(tmp_path):
+    # h800 has no calibration data (hardware_profiles/h800.yaml: fitted_on empty)
+    path = tmp_path / "dsv3-h800.yaml"
+    path.write_text((EXAMPLES / "deepseek-v3-1024xb200.yaml").read_text()
+                    .replace("hardware: b200", "hardware: h800"))
+    assert "hardware: h800" in path.read_text()
+    path = str(path)
     out = json.loads(_run(["validate", path, "--json"], 120).stdout)
-    assert out["caveats"] and "b200" in out["caveats"][0]
+    assert out["caveats"] and "h800 has no calibration data" in out["caveats"][0]
     assert "Caveat: " in _run(["validate", path], 120).stdout
     calibrated = json.loads(_run(["validate", EXAMPLE_70B, "--json"], 120).stdout)
     assert calibrated["caveats"] == []     # dense bf16 on h100-sxm: fitted
 
 
 def test_caveats_marked_in_the_plan_table_and_json():
-    args = ["plan", "--model", "mixtral-8x7b", "--gpus", "64"]
+    # a100-80g is fitted on dense-bf16 runs only (hardware_profiles/a100-80g.yaml fitted_on)
+    args = ["plan", "--model", "mixtral-8x7b", "--gpus", "64", "--hardware", "a100-80g"]
     out = json.loads(_run([*args, "--json"], 120).stdout)
     assert out["caveats"] and all(p["caveats"] for p in out["plans"])   # moe: not fitted
     text = _run(args, 120).stdout

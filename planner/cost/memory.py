@@ -17,8 +17,9 @@ plus fp32 logits. CP divides the sequence on every term.
 
 Overheads: CUDA context + NCCL buffers (profile), allocator fragmentation as a fraction of
 the tensor bytes, and the TP/SP all-gather buffer of one layer's input.
-Left out: dropout masks (dropout 0, as in every recipe we model), CUDA-graph pools,
-FP8 transposed-weight caches, optimizer CPU offload, checkpoint/IO buffers.
+FP8 weight copies and Transformer Engine's transposed copies are counted with the weights
+(`state_dtypes`). Left out: dropout masks (dropout 0, as in every recipe we model),
+CUDA-graph pools, optimizer CPU offload, checkpoint/IO buffers.
 """
 
 from __future__ import annotations
@@ -73,22 +74,27 @@ class StateDtypes:
 def state_dtypes(*, accounting: str = "megatron", precision: str = "bf16",
                  recipe: str | None = None, fp8_param_gather: bool = False,
                  grad_reduce_in_fp32: bool = True, exp_avg_dtype: str = "fp32",
-                 exp_avg_sq_dtype: str = "fp32") -> StateDtypes:
+                 exp_avg_sq_dtype: str = "fp32",
+                 architecture: str | None = None) -> StateDtypes:
     """Bytes per parameter of weights, gradients and optimizer states.
 
     megatron: bf16 weights 2, fp32 main grads 4 (`--grad-reduce-in-bf16`: 2), optimizer fp32
     master 4 + Adam m and v 4 each (precision-aware optimizer `--exp-avg(-sq)-dtype bf16`: 2
     each): 18 B/param by default (Megatron's distributed-optimizer docs). fp16: fp16 grads 2
     beside fp32 main grads 4 that live with the optimizer. deepspeed: 2 + 2 + 12 (ZeRO Fig. 1).
-    FP8 linear weights (Transformer Engine): the weight in both GEMM layouts, each 1 byte
-    (+ scales: GEMM_INPUT_BYTES) -- the row-wise data and its transpose on Hopper, row- and
-    column-wise MXFP8 on Blackwell -- cached across micro-batches; with `fp8_param_gather` the
-    parameter itself is that FP8 tensor, without it a bf16 parameter (2) holds beside it.
+    FP8 linear weights (Transformer Engine): the weight in the GEMM layouts it needs, each 1
+    byte (+ scales: GEMM_INPUT_BYTES), cached across micro-batches: the row-wise data and its
+    transpose on Hopper and older (FP8 GEMMs there are TN-only: TE's "Handling transposes"),
+    the row-wise data alone for per-tensor scaling (delayed, tensorwise) on Blackwell (TE's
+    `non_tn_fp8_gemm_supported()`: compute capability >= 10), row- and column-wise scaled
+    copies for MXFP8 and blockwise (their scales run along one axis). With `fp8_param_gather`
+    the parameter itself is that FP8 tensor, without it a bf16 parameter (2) holds beside it.
     """
     moments = (2.0 if exp_avg_dtype == "bf16" else 4.0) + (2.0 if exp_avg_sq_dtype == "bf16" else 4.0)
     fp8w = 2.0
     if recipe is not None:
-        quantized = 2.0 * GEMM_INPUT_BYTES[recipe]
+        one_layout = architecture == "blackwell" and recipe in ("delayed", "tensorwise")
+        quantized = (1.0 if one_layout else 2.0) * GEMM_INPUT_BYTES[recipe]
         fp8w = quantized if fp8_param_gather else 2.0 + quantized
     if accounting == "deepspeed":
         return StateDtypes(2.0, fp8w, 2.0, 4.0 + moments)
@@ -167,10 +173,12 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
         like a dense MLP.
     MHA + 4h GELU in bf16 + the two 1-byte dropout masks gives back Korthikanti's 34h (+5as).
     Selective recompute frees what its modules (`--recompute-modules`) would regenerate:
-      core_attn the softmax stats (and the scores without flash); layernorm the bf16 norm
-      outputs; mla_up_proj the up-projected Q, K, V; mlp the dense MLP's fc1 and activation
-      outputs; moe_act the experts' activation outputs; moe every routed copy and the router
-      state; shared_experts the shared experts' MLP.
+      core_attn the softmax stats (and the scores without flash); layernorm the bf16 outputs
+      of the norms that are modules of their own (MLA's input norm, an MoE layer's pre-MLP
+      norm; the others are fused into their GEMMs); mla_up_proj the up-projected Q, K, V; mlp
+      the dense MLP's fc1 input, fc1 and activation outputs; moe_act the experts' activation
+      outputs; moe every routed copy, the router state and the shared experts; shared_experts
+      the shared experts' MLP.
     Full recompute keeps only the layer input 2h (÷t with SP).
     """
     sp_div = t if sp else 1
@@ -181,14 +189,21 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
     x = GEMM_INPUT_BYTES[recipe]
     fp8 = recipe is not None
     fc1_w = 4.0 if shape.gated else 2.0
+    # `layernorm` recomputes only the norms that are modules of their own (Megatron skips the
+    # IdentityOp ones): with Transformer Engine's layer spec the input norm is fused into
+    # linear_qkv and a dense layer's pre-MLP norm into fc1 (their GEMMs keep the norm output
+    # as their input); MLA's input norm and an MoE layer's pre-MLP norm are separate TENorms
     norms = "layernorm" in mods
-    ln_gemm = x * h if fp8 else (0.0 if norms else 2.0 * h)        # QKV (and fc1) input
+    sep_in = norms and shape.mla
+    ln_gemm = x * h if fp8 else (0.0 if sep_in else 2.0 * h)       # QKV / q,kv-down input
+    shared_kept = shape.f_s and not ({"moe", "shared_experts"} & mods)
     if moe:
         ln_mlp = 0.0 if norms else 2.0 * h                            # router input, bf16
-        if fp8 and shape.f_s:
+        if fp8 and shared_kept:
             ln_mlp += x * h                                           # shared fc1's copy
     else:
-        ln_mlp = ln_gemm
+        # `mlp` checkpoints the MLP from the residual: the fused norm's output goes too
+        ln_mlp = 0.0 if "mlp" in mods else (x * h if fp8 else 2.0 * h)
     outside = 4.0 * h + ln_gemm + ln_mlp
     qkv = shape.act_qkv if not (shape.mla and "mla_up_proj" in mods) else 0.0
     attn = shape.act_latent + qkv + (2.0 + (x if fp8 else 0.0)) * shape.attn_out
@@ -201,7 +216,7 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
             routed = shape.k * shape.capacity_factor / sp_div
             act = 0.0 if "moe_act" in mods else x * shape.f_e
             per_token += routed * (x * h * etp + fc1_w * shape.f_e + act)
-        if shape.f_s and "shared_experts" not in mods:
+        if shared_kept:      # `moe` checkpoints MoELayer, whose forward runs the shared expert
             per_token += (fc1_w + x) * shape.f_s / t
     elif "mlp" not in mods:
         per_token += (fc1_w + x) * shape.f / t
@@ -227,7 +242,9 @@ def stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int,
     before ep sharding of experts. Linear weights are what FP8 recipes quantize: attention
     and MLP / shared-expert projections (not the embedding, output layer, norms or router).
     `mtp` MTP layers (on the last stage) each add a transformer layer (MoE in an MoE model)
-    and their enorm, hnorm and 2h x h projection (`ModelShape.mtp_extra`)."""
+    and their enorm, hnorm, final norm and 2h x h projection (`ModelShape.mtp_extra`); on a
+    last stage without the embedding (pp > 1) they also build their own copy of an untied
+    word embedding (Megatron's GPTModel: `pre_process or mtp_process`)."""
     dense_layers = layers - moe_layers
     linear = dense_layers * shape.dense_tp / t + moe_layers * shape.moe_tp / t
     dense = linear + dense_layers * shape.dense_rep + moe_layers * shape.moe_rep
@@ -235,8 +252,10 @@ def stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int,
     if mtp:
         lin_m = (shape.moe_tp if shape.E else shape.dense_tp) / t + 2.0 * shape.h * shape.h / t
         linear += mtp * lin_m
-        dense += mtp * (lin_m + (shape.moe_rep if shape.E else shape.dense_rep) + 2.0 * shape.h)
+        dense += mtp * (lin_m + (shape.moe_rep if shape.E else shape.dense_rep) + 3.0 * shape.h)
         experts += mtp * shape.moe_experts if shape.E else 0.0
+        if with_output and not with_embedding and not shape.tied:
+            dense += vocab * shape.h / t
     if with_embedding:
         dense += (vocab * shape.h + shape.emb_extra) / t
     if with_output:

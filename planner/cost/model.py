@@ -150,7 +150,8 @@ class CostModel:
             got = self._dtypes[key] = state_dtypes(
                 accounting=self.accounting, precision=self.precision, recipe=self.recipe,
                 fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=key[0],
-                exp_avg_dtype=key[1], exp_avg_sq_dtype=key[2])
+                exp_avg_dtype=key[1], exp_avg_sq_dtype=key[2],
+                architecture=self.hw.architecture)
         return got
 
     def act_costs(self, lay: Layout) -> tuple:
@@ -451,15 +452,18 @@ class CostModel:
         held = in_flight_layers(layers, lay.pp, lay.vpp, m, st.rank if rank is None else rank)
         off = min(lay.cpu_offloading_num_layers, layers)
         if off:
-            # offloaded layers leave the GPU; one layer's worth stays as the copy buffer
-            held = max(0.0, held - off) + 1.0
+            # offloaded layers leave the GPU: Transformer Engine's offload synchronizer
+            # (cpu_offload.py) documents a peak of (L - N) layers
+            held = max(0.0, held - off)
         acts = per_layer * held
+        logits = logits_bytes * (1 + st.mtp) if st.output else 0.0   # each MTP layer: a loss
         if r >= 1.0:
             # the working set of a recomputed layer; with block recompute (some layers keep
-            # theirs) the layers backwarded before it have freed more than it needs
-            acts += work_e if moe else work_d
-        if st.output:
-            acts += logits_bytes * (1 + st.mtp)     # each MTP layer computes its own loss
+            # theirs) the layers backwarded before it have freed more than it needs. The loss
+            # backward frees the logits before the last layer recomputes: the larger counts
+            acts += max(work_e if moe else work_d, logits)
+        else:
+            acts += logits
         return acts
 
     def memory_by_rank(self, lay: Layout) -> list[MemoryBreakdown]:

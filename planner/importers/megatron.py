@@ -70,6 +70,7 @@ _BOOLEAN = frozenset({
     "--keep-fp8-transpose-cache", "--moe-shared-expert-overlap", "--delay-wgrad-compute",
     "--defer-embedding-wgrad-compute", "--moe-pad-expert-input-to-capacity",
     "--first-last-layers-bf16", "--init-model-with-meta-device",
+    "--fp8-dot-product-attention", "--fp8-multi-head-attention",
 })
 # flags taking exactly one value (the ones planner reads): a second word after one is stray
 _SINGLE = frozenset({

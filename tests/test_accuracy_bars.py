@@ -1,0 +1,135 @@
+"""Issue 13's and issue 8's accuracy bars on the published runs, one test per bar.
+
+The bars (issue 13, 'Done when'): calibration.yaml within median |error| 5% and max 15%;
+every class of calibration-modern.yaml within median 10% and max 25%. Issue 8: published
+peak memory within 10% for the cases that publish it, and at most 3 of the runs judged over
+capacity (the fits-in-memory rule: more than 10% over). The errors are benchmarks/accuracy.py's
+(predicted / measured - 1 of the step time; predicted / published - 1 of the peak memory).
+
+A bar the model meets is a plain test. A bar it does not meet is a strict xfail that says why
+(README 'Accuracy' has the evidence), paired with a guard that keeps today's figure from
+getting worse; when the model meets the bar, the xfail turns into a failure and the marker
+must go.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.accuracy import evaluate, load_cases, memory_check  # noqa: E402
+
+DATA = ROOT / "benchmarks"
+
+
+@lru_cache(maxsize=None)
+def _rows(name: str) -> tuple:
+    return tuple(evaluate(load_cases(DATA / name)))
+
+
+def _class(name: str, cls: str) -> list[float]:
+    errs = [abs(r["error"]) for r in _rows(name) if r["class"] == cls]
+    assert errs, f"no {cls} runs in {name}"
+    return errs
+
+
+def _worst(name: str, cls: str) -> str:
+    r = max((r for r in _rows(name) if r["class"] == cls), key=lambda r: abs(r["error"]))
+    return f"{r['id']}: {r['error']:+.1%}"
+
+
+# ----------------------------------------------------------------------- calibration.yaml
+
+def test_dense_bf16_median_within_5_percent():
+    assert statistics.median(_class("calibration.yaml", "dense-bf16")) <= 0.05
+
+
+def test_dense_bf16_max_within_15_percent():
+    assert max(_class("calibration.yaml", "dense-bf16")) <= 0.15, \
+        _worst("calibration.yaml", "dense-bf16")
+
+
+# ---------------------------------------------------------------- calibration-modern.yaml
+
+MODERN = "calibration-modern.yaml"
+
+
+@pytest.mark.parametrize("cls", ["moe", "long-context"])
+def test_modern_class_median_within_10_percent(cls):
+    assert statistics.median(_class(MODERN, cls)) <= 0.10
+
+
+def test_long_context_max_within_25_percent():
+    assert max(_class(MODERN, "long-context")) <= 0.25, _worst(MODERN, "long-context")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "torchtitan's FSDP2 + TP runs: its async TP hides 24-55% of the TP traffic in the "
+    "vanilla/async pairs where Transformer Engine's overlap (the dgxc Megatron runs) hides "
+    "nearly all, and its rowwise FP8 runs are slower than BF16 (the source calls them "
+    "anomalously low, torchtitan issue #1207); the configs carry no framework, so one model "
+    "cannot follow both (README 'Accuracy')"))
+def test_fsdp_median_within_10_percent():
+    assert statistics.median(_class(MODERN, "fsdp")) <= 0.10
+
+
+def test_fsdp_median_does_not_regress():
+    assert statistics.median(_class(MODERN, "fsdp")) <= 0.18
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "identical configs measured far apart in different releases: Qwen3-30B-A3B on 16 H100 "
+    "(mb-26.02.01 vs mb-26.02, same model, layout and settings) took 28.9 s and 51.3 s, so "
+    "no deterministic model reading these configs can be within 25% of both (the best "
+    "possible max is 27.8%); the Qwen3-235B GB200 64-GPU runs and B200 mbs-1 runs differ by "
+    "2x from their neighbours likewise (README 'Accuracy')"))
+def test_moe_max_within_25_percent():
+    assert max(_class(MODERN, "moe")) <= 0.25, _worst(MODERN, "moe")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "as the median: torchtitan's async TP and rowwise FP8 runs, and the power-limited B200 "
+    "runs (their power limit is not stated) filed under the DGX B200 profile"))
+def test_fsdp_max_within_25_percent():
+    assert max(_class(MODERN, "fsdp")) <= 0.25, _worst(MODERN, "fsdp")
+
+
+@pytest.mark.parametrize("cls,bar", [("moe", 0.80), ("fsdp", 0.50)])
+def test_modern_max_does_not_regress(cls, bar):
+    assert max(_class(MODERN, cls)) <= bar, _worst(MODERN, cls)
+
+
+# ------------------------------------------------------------------------------ memory
+
+def _memory():
+    return memory_check(list(_rows(MODERN)))
+
+
+def test_at_most_3_runs_judged_over_capacity():
+    # every case ran; the fits-in-memory rule errors more than 10% over capacity
+    mem = _memory()
+    assert mem["judged_infeasible"] <= 3, mem["cases_judged_infeasible"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the 26 published peaks: 18 are torchtitan's (its op-level selective checkpointing and "
+    "non-fused fp32 loss, which the configs' `recompute: selective` does not say, and whose "
+    "peaks for the same model and sequence differ 2x between releases), 6 are a Moonlight "
+    "study whose data leave out the recipe's bf16 gradients and moments (README 'Accuracy')"))
+def test_published_peaks_within_10_percent():
+    mem = _memory()
+    assert mem["within_10pct"] == mem["published_peaks"]
+
+
+def test_published_peaks_do_not_regress():
+    mem = _memory()
+    assert mem["published_peaks"] >= 26
+    assert mem["within_10pct"] >= 2
