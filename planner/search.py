@@ -122,7 +122,7 @@ class SearchResult:
     searched: int
     feasible: int
     evaluated: int                             # layouts whose memory was estimated
-    timed: int                                 # layouts whose step time was estimated
+    timed: int                                 # contenders ranked by their step time
     pruned: dict[str, int]
     steps: list[dict]
     pick: Plan | None = None                   # the seven-step procedure's own choice
@@ -700,16 +700,22 @@ def _layout(cand: tuple, variant: tuple[str, bool] = ("allgather", False)) -> La
     return _build(head, zero, mbs, sv, tail, variant)
 
 
-def _timed(cand: tuple, space: _Space, cm) -> tuple[Layout, object, object]:
-    """The candidate at its fastest dispatcher variant: (layout, memory, time)."""
+def _fastest(cand: tuple, space: _Space, cm,
+             kth: float = float("inf")) -> tuple[Layout | None, float]:
+    """The candidate at its fastest dispatcher variant (the first of them on a tie), and its
+    step time; or (None, a lower bound on it) when even the variants' pipeline times exceed
+    `kth` (the step adds DP and optimizer time to them)."""
+    lays = [_layout(cand, v) for v in _variants_for(space, cand[1], cand[4])]
+    if kth < float("inf"):
+        low = min(cm.pipeline_seconds(lay) for lay in lays)
+        if low > kth:
+            return None, low
     best = None
-    for v in _variants_for(space, cand[1], cand[4]):
-        lay = _layout(cand, v)
-        tm = cm.time(lay)
-        if best is None or tm.step_time_s < best[2].step_time_s:
-            best = (lay, None, tm)
-    lay = best[0]
-    return lay, cm.memory(lay), best[2]
+    for lay in lays:
+        step = cm.step_seconds(lay)
+        if best is None or step < best[1]:
+            best = (lay, step)
+    return best
 
 
 def _closer(closest: list, lay: Layout, total: float) -> None:
@@ -783,8 +789,8 @@ def _collect(job: Job, space: _Space, cm, opts: SearchOptions, pairs: list | Non
 
 
 def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
-    """The whole space: (counter, contenders, closest misfit, {contender index: its
-    `_timed`} of those timed ahead).
+    """The whole space: (counter, contenders, closest misfit, {contender index: (variant, step time,
+    memory total)} of those timed ahead).
 
     On machines with two or more cores (PLANNER_SERIAL=1 turns it off) this process and a
     forked child share the (tp, cp) pairs, each taking the next from a common queue (largest
@@ -856,7 +862,7 @@ def _work(job: Job, space: _Space, cm, opts: SearchOptions, pairs: list, order: 
 def _ranked_ahead(got: dict, order: list[int], opts: SearchOptions, space: _Space,
                   cm) -> dict:
     """Per pair: (counter, contenders, closest misfit, {index among those contenders:
-    `_timed`}), after ranking this process's contenders alone by time (`_by_bound`), in
+    (variant, step time, memory total)}), after ranking this process's contenders alone by time (`_by_bound`), in
     the merge order, so the two processes time them side by side: only those that ranking
     timed are kept, with their timings.
 
@@ -906,12 +912,17 @@ def _by_bound(cands: list, top: int, space: _Space, cm,
     {index in `cands`: (dispatcher variant, step time, memory total)} of those timed here,
     not found in `known`, which holds the same for contenders timed elsewhere).
 
+    A contender timed counts whether or not it enters: one whose pipeline time (`_fastest`)
+    or step time is past the `top`-th best cannot, and is recorded as (None, that time,
+    None) without its memory or the other dispatchers' DP time.
+
     Ranking a subset of `cands` alone times (at least) every one of the subset that ranking
     all of them does: its order is the subset's order in the whole (a stable sort), and
     before any candidate the subset's `top`-th best time is no better than the whole's, so
-    its bound stops no earlier. Hence `known` from the shares ranked alone leaves nothing to
-    time (what is missing is timed here); the best of those known are estimated again
-    (the same numbers: the estimates depend on the layout only)."""
+    its bound stops no earlier (and what it ruled out is ruled out in the whole). Hence
+    `known` from the shares ranked alone leaves nothing to time (what is missing is timed
+    here); the best of those known are estimated again (the same numbers: the estimates
+    depend on the layout only)."""
     order = sorted(range(len(cands)), key=lambda i: cands[i][0])
     scored, done, here = [], {}, {}
     kth = float("inf")
@@ -923,11 +934,15 @@ def _by_bound(cands: list, top: int, space: _Space, cm,
         got = known.get(i) if known else None
         timed += 1
         if got is None:
-            lay, mem, tm = here[i] = _timed(cand, space, cm)
-            got = done[i] = ((lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm),
-                             tm.step_time_s, mem.total)
+            lay, step = _fastest(cand, space, cm, kth)
+            if lay is None or step > kth:     # slower than the `top`-th best: it cannot
+                done[i] = (None, step, None)  # enter, here or (its kth no better) there
+                continue
+            variant = (lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm)
+            mem = here[i] = cm.memory(lay)
+            got = done[i] = (variant, step, mem.total)
         elif got[1] > kth:
-            continue             # slower than the `top`-th best: it cannot enter
+            continue             # as above
         else:
             lay = _layout(cand, got[0])
         scored.append(((got[1], got[2], _mp(lay)) + _tie(lay), i, lay))
@@ -935,7 +950,7 @@ def _by_bound(cands: list, top: int, space: _Space, cm,
             scored.sort(key=lambda x: x[0])
             del scored[top:]
             kth = scored[-1][0][0]
-    best = [(key, lay) + (here[i][1:] if i in here else (cm.memory(lay), cm.time(lay)))
+    best = [(key, lay, here[i] if i in here else cm.memory(lay), cm.time(lay))
             for key, i, lay in scored]
     return best, timed, done
 
@@ -956,7 +971,8 @@ def _rank(job: Job, cm, cands, opts: SearchOptions, space: _Space,
         with_mem = sorted(((c, cm.memory(_layout(c))) for c in cands), key=lambda c: c[1].total)
         scored = []
         for cand, mem in with_mem[: max(opts.top * 4, opts.top)]:
-            lay, _, tm = _timed(cand, space, cm)
+            lay = _fastest(cand, space, cm)[0]
+            tm = cm.time(lay)
             timed += 1
             scored.append(((mem.total, tm.step_time_s, _mp(lay)) + _tie(lay), lay, mem, tm))
     else:

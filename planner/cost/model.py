@@ -12,7 +12,8 @@ the step is pipeline_time(stages) + exposed DP + the optimizer update.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import NamedTuple
 
 from planner.cost.comm import (all_reduce_time, all_to_all_time, group_link, p2p_time)
@@ -33,6 +34,11 @@ from planner.pipeline_layout import parse_layout, rank_stages
 from planner.units import GiB
 
 __all__ = ["CostModel", "LayerCosts", "Stage"]
+
+_BUT_ZERO = attrgetter(*[f.name for f in fields(Layout) if f.compare and f.name != "zero"])
+_BUT_DISPATCHER = attrgetter(*[f.name for f in fields(Layout)
+                               if f.compare and f.name != "moe_token_dispatcher"])
+"""Every field of a layout but one, as a tuple: the cache keys of `time`'s two parts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +136,8 @@ class CostModel:
         self._act_vectors: dict = {}
         self._layer_bases: dict = {}
         self._moe_layers: dict = {}
+        self._pipes: dict = {}
+        self._dp_opt: dict = {}
         s = self.shape
         self.model_flops = model_flops_per_step(s, seq=self.seq, global_batch_size=self.gbs)
         self.L_dense = s.L_dense if s.E else s.L
@@ -643,11 +651,11 @@ class CostModel:
         return (dl * lc.fwd_d + el * lc.fwd_e, dl * lc.bwd_d + el * lc.bwd_e,
                 r * (dl * lc.rec_d + el * lc.rec_e))
 
-    def time(self, lay: Layout) -> StepTime:
-        s = self.shape
+    def _pipeline(self, lay: Layout) -> tuple:
+        """(m, pipeline seconds, the slowest rank's total and its (compute, TP, EP, CP)
+        parts, PP seconds, the first stage, its forward and backward compute windows)."""
         lc = self.layer_costs(lay)
         m = max(1, lay.num_microbatches(self.gbs))
-        p, v = lay.pp, lay.vpp
         pp_s = self._pp_seconds(lay, lc)
         totals, groups = [], []     # per rank; per stage group (its ranks' total, parts)
         stage_list = self.stages(lay)
@@ -663,11 +671,14 @@ class CostModel:
         f_moe = first.moe_layers
         first_fwd = (first.layers - f_moe) * lc.fwd_d + f_moe * lc.fwd_e
         first_bwd = (first.layers - f_moe) * lc.bwd_d + f_moe * lc.bwd_e
-        pipe = pipeline_time(totals, m=m, v=v)
+        pipe = pipeline_time(totals, m=m, v=lay.vpp)
         # the slowest rank (the first of them): the groups hold consecutive ranks in order
-        t_slow, (c, tp_s, ep_s, cp_s) = groups[max(range(len(groups)),
-                                                   key=lambda i: groups[i][0])]
+        t_slow, parts = groups[max(range(len(groups)), key=lambda i: groups[i][0])]
+        return m, pipe, t_slow, parts, pp_s, first, first_fwd, first_bwd
 
+    def _dp_and_optimizer(self, lay: Layout, m: int, first: Stage, first_fwd: float,
+                          first_bwd: float) -> tuple[float, float]:
+        """(exposed DP seconds, optimizer seconds) of a step."""
         dt = self.dtypes(lay)
         dense_p, linear_p, expert_p = self._first_rank_params(lay, first)
         # the distributed optimizer gathers FP8 weights with fp8_param_gather (1 byte)
@@ -687,7 +698,44 @@ class CostModel:
         eshard = lay.edp if lay.zero >= 1 else 1
         opt_s = OPTIMIZER_BYTES_PER_PARAM * (dense_p / shard + expert_p / eshard) / self.hbm \
             + self.cal.step_overhead_ms * 1e-3
-        step = pipe + dp_s + opt_s
+        return dp_s, opt_s
+
+    def _parts(self, lay: Layout) -> tuple[tuple, tuple[float, float]]:
+        """(`_pipeline`, `_dp_and_optimizer`) of the layout. The pipeline part does not
+        depend on ZeRO, and the DP and optimizer part not on the dispatcher (given the first
+        stage's compute windows it reads): each is cached on the layout's other fields
+        (every one, so a field added later is in the key too), which the search's ZeRO
+        stages and dispatchers of one layout share."""
+        key = _BUT_ZERO(lay)
+        pipe = self._pipes.get(key)
+        if pipe is None:
+            pipe = self._pipes[key] = self._pipeline(lay)
+        key = (_BUT_DISPATCHER(lay), pipe[6], pipe[7])
+        got = self._dp_opt.get(key)
+        if got is None:
+            got = self._dp_opt[key] = self._dp_and_optimizer(lay, pipe[0], *pipe[5:])
+        return pipe, got
+
+    def pipeline_seconds(self, lay: Layout) -> float:
+        """The pipeline part of `step_seconds`, no more than it (DP and optimizer add)."""
+        key = _BUT_ZERO(lay)
+        pipe = self._pipes.get(key)
+        if pipe is None:
+            pipe = self._pipes[key] = self._pipeline(lay)
+        return pipe[1]
+
+    def step_seconds(self, lay: Layout) -> float:
+        """`time(lay).step_time_s`, without the rest of the breakdown (the search compares
+        the dispatchers and ranks contenders by it)."""
+        pipe, (dp_s, opt_s) = self._parts(lay)
+        return pipe[1] + dp_s + opt_s
+
+    def time(self, lay: Layout) -> StepTime:
+        s = self.shape
+        pipe, (dp_s, opt_s) = self._parts(lay)
+        m, pipe_s, t_slow, (c, tp_s, ep_s, cp_s), pp_s = pipe[:5]
+        p, v = lay.pp, lay.vpp
+        step = pipe_s + dp_s + opt_s
         world = lay.world_size
         tokens = self.gbs * self.seq
         F = self.model_flops
@@ -696,7 +744,7 @@ class CostModel:
             H = self._hardware_flops[lay.recompute] = hardware_flops_per_step(
                 s, seq=self.seq, global_batch_size=self.gbs, recompute=lay.recompute)
         return StepTime(
-            step_time_s=step, compute_s=m * c, bubble_s=max(0.0, pipe - m * t_slow),
+            step_time_s=step, compute_s=m * c, bubble_s=max(0.0, pipe_s - m * t_slow),
             tp_comm_s=m * tp_s, pp_comm_s=m * (pp_s if p > 1 else 0.0), dp_comm_s=dp_s,
             ep_comm_s=m * ep_s, cp_comm_s=m * cp_s, optimizer_s=opt_s,
             bubble_fraction=bubble_fraction(p, m, v), tokens_per_s=tokens / step,
