@@ -94,3 +94,26 @@ def test_two_processes_give_exactly_the_one_process_result_for_moe(model, gpus, 
         (single.searched, single.feasible, single.evaluated, single.timed, single.pruned)
     assert [(p.layout, p.memory, p.time) for p in split.plans] == \
         [(p.layout, p.memory, p.time) for p in single.plans]
+
+
+@pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("qwen3-235b-a22b", 128),
+                                         ("llama3-70b", 128)])
+def test_step_time_parts_shared_across_zero_and_dispatchers_are_exact(model, gpus):
+    # time() caches its pipeline part without ZeRO and its DP part without the dispatcher:
+    # a warm cost model (every ZeRO stage and dispatcher of the layout timed first) must give
+    # what a fresh one gives
+    job = _job(model, gpus)
+    space, warm = _Space(job, SearchOptions()), cost_model(job)
+    for head, tail, zero, mbs, sv in _leaves(job, space, 150, seed=3):
+        group = _Group(head, tail, space, warm)
+        lay = group.layout(zero, mbs, sv)
+        for z in space.zero:
+            for d, o in space.variants:
+                warm.time(lay.with_(zero=z, moe_token_dispatcher=d,
+                                    overlap_moe_expert_parallel_comm=o))
+        for d, o in space.variants:
+            one = lay.with_(moe_token_dispatcher=d, overlap_moe_expert_parallel_comm=o)
+            fresh = cost_model(job).time(one)
+            assert warm.time(one) == fresh
+            assert warm.step_seconds(one) == fresh.step_time_s
+            assert warm.pipeline_seconds(one) <= fresh.step_time_s
