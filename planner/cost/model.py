@@ -35,10 +35,19 @@ from planner.units import GiB
 
 __all__ = ["CostModel", "LayerCosts", "Stage"]
 
-_BUT_ZERO = attrgetter(*[f.name for f in fields(Layout) if f.compare and f.name != "zero"])
-_BUT_DISPATCHER = attrgetter(*[f.name for f in fields(Layout)
-                               if f.compare and f.name != "moe_token_dispatcher"])
-"""Every field of a layout but one, as a tuple: the cache keys of `time`'s two parts."""
+_DP_ONLY = {"zero", "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype",
+            "overlap_grad_reduce", "overlap_param_gather"}
+"""Fields only the DP + optimizer part of the step time reads."""
+_PIPE_FIELDS = attrgetter(*[f.name for f in fields(Layout)
+                            if f.compare and f.name not in _DP_ONLY])
+"""The key of `time`'s pipeline part, as a tuple."""
+_THROUGH_WINDOWS = {"moe_token_dispatcher", "overlap_moe_expert_parallel_comm", "recompute",
+                    "recompute_modules", "recompute_num_layers", "cpu_offloading_num_layers",
+                    "vpp", "sp", "tp_comm_overlap", "cp_comm_type", "cuda_graphs"}
+"""Fields the DP + optimizer part reads only through the first stage's compute windows."""
+_DP_FIELDS = attrgetter(*[f.name for f in fields(Layout)
+                          if f.compare and f.name not in _THROUGH_WINDOWS])
+"""The key of `time`'s DP + optimizer part, with the two windows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -701,16 +710,17 @@ class CostModel:
         return dp_s, opt_s
 
     def _parts(self, lay: Layout) -> tuple[tuple, tuple[float, float]]:
-        """(`_pipeline`, `_dp_and_optimizer`) of the layout. The pipeline part does not
-        depend on ZeRO, and the DP and optimizer part not on the dispatcher (given the first
-        stage's compute windows it reads): each is cached on the layout's other fields
-        (every one, so a field added later is in the key too), which the search's ZeRO
-        stages and dispatchers of one layout share."""
-        key = _BUT_ZERO(lay)
+        """(`_pipeline`, `_dp_and_optimizer`) of the layout. The pipeline part does not read
+        ZeRO, the state dtypes or the DP overlap settings: it is cached on every other field
+        (`_DP_ONLY`; a field added later is in the key too). The DP and optimizer part reads the layer costs only through the first stage's
+        forward and backward compute windows: it is cached on those and every field but the
+        ones it reads only through them (`_THROUGH_WINDOWS`). The search's ZeRO stages,
+        dispatchers and savers of one layout share them."""
+        key = _PIPE_FIELDS(lay)
         pipe = self._pipes.get(key)
         if pipe is None:
             pipe = self._pipes[key] = self._pipeline(lay)
-        key = (_BUT_DISPATCHER(lay), pipe[6], pipe[7])
+        key = (_DP_FIELDS(lay), pipe[6], pipe[7])
         got = self._dp_opt.get(key)
         if got is None:
             got = self._dp_opt[key] = self._dp_and_optimizer(lay, pipe[0], *pipe[5:])
@@ -718,7 +728,7 @@ class CostModel:
 
     def pipeline_seconds(self, lay: Layout) -> float:
         """The pipeline part of `step_seconds`, no more than it (DP and optimizer add)."""
-        key = _BUT_ZERO(lay)
+        key = _PIPE_FIELDS(lay)
         pipe = self._pipes.get(key)
         if pipe is None:
             pipe = self._pipes[key] = self._pipeline(lay)
