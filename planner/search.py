@@ -945,7 +945,7 @@ def _by_bound(cands: list, top: int, space: _Space, cm,
             continue             # as above
         else:
             lay = _layout(cand, got[0])
-        scored.append(((got[1], got[2], _mp(lay)) + _tie(lay), i, lay))
+        scored.append(((got[1], _compromises(lay), got[2], _mp(lay)) + _tie(lay), i, lay))
         if len(scored) >= top:
             scored.sort(key=lambda x: x[0])
             del scored[top:]
@@ -974,7 +974,8 @@ def _rank(job: Job, cm, cands, opts: SearchOptions, space: _Space,
             lay = _fastest(cand, space, cm)[0]
             tm = cm.time(lay)
             timed += 1
-            scored.append(((mem.total, tm.step_time_s, _mp(lay)) + _tie(lay), lay, mem, tm))
+            scored.append(((mem.total, tm.step_time_s, _compromises(lay), _mp(lay)) + _tie(lay),
+                           lay, mem, tm))
     else:
         scored, timed, _ = _by_bound(cands, opts.top, space, cm, known)
     scored.sort(key=lambda x: x[0])
@@ -998,6 +999,13 @@ def _with_train(p: Plan, job: Job, tokens: float) -> Plan:
     return replace(p, time=replace(p.time, train=train))
 
 
+def _compromises(lay: Layout) -> int:
+    """Numerics a layout gives up to save memory (bf16 gradient reduction, bf16 Adam moments):
+    at an equal step time the layout that keeps fp32 ranks first, memory headroom next."""
+    return ((not lay.grad_reduce_in_fp32) + (lay.exp_avg_dtype == "bf16")
+            + (lay.exp_avg_sq_dtype == "bf16"))
+
+
 def _mp(lay: Layout) -> int:
     """Model-parallel ranks (the last tie-break: fewer is simpler)."""
     return lay.tp * lay.cp * lay.pp * lay.ep
@@ -1011,8 +1019,8 @@ def _tie(lay: Layout) -> tuple:
     return (lay.tp, lay.cp, lay.ep, lay.pp, lay.vpp, lay.etp, lay.zero, lay.micro_batch_size,
             _REC_ORDER[lay.recompute], len(lay.recompute_modules),
             lay.recompute_num_layers or 0, lay.cpu_offloading_num_layers,
-            not lay.grad_reduce_in_fp32, lay.sp, lay.moe_token_dispatcher,
-            lay.overlap_moe_expert_parallel_comm)
+            not lay.grad_reduce_in_fp32, lay.exp_avg_dtype, lay.exp_avg_sq_dtype, lay.sp,
+            lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm)
 
 
 

@@ -104,13 +104,17 @@ def _oracle(job: Job, opts: SearchOptions):
 
 
 def _key(lay: Layout, mem, tm) -> tuple:
-    """The ranking order search.py documents: time, then memory, then fewer model-parallel
-    ranks, then the axes in order."""
-    return (tm.step_time_s, mem.total, lay.tp * lay.cp * lay.pp * lay.ep, lay.tp, lay.cp, lay.ep,
-            lay.pp, lay.vpp, lay.etp, lay.zero, lay.micro_batch_size, ORDER[lay.recompute],
-            len(lay.recompute_modules), lay.recompute_num_layers or 0,
-            lay.cpu_offloading_num_layers, not lay.grad_reduce_in_fp32, lay.sp,
-            lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm)
+    """The ranking order search.py documents: time, then the fewest numerics given up (bf16
+    gradients, bf16 moments), then memory, then fewer model-parallel ranks, then the axes in
+    order."""
+    compromises = ((not lay.grad_reduce_in_fp32) + (lay.exp_avg_dtype == "bf16")
+                   + (lay.exp_avg_sq_dtype == "bf16"))
+    return (tm.step_time_s, compromises, mem.total, lay.tp * lay.cp * lay.pp * lay.ep, lay.tp,
+            lay.cp, lay.ep, lay.pp, lay.vpp, lay.etp, lay.zero, lay.micro_batch_size,
+            ORDER[lay.recompute], len(lay.recompute_modules), lay.recompute_num_layers or 0,
+            lay.cpu_offloading_num_layers, not lay.grad_reduce_in_fp32, lay.exp_avg_dtype,
+            lay.exp_avg_sq_dtype, lay.sp, lay.moe_token_dispatcher,
+            lay.overlap_moe_expert_parallel_comm)
 
 
 def _fastest_variant(cm, lay: Layout):
