@@ -11,8 +11,8 @@ first, then the software stack's overheads); the rest it takes from its PARENT p
 nearest GPU fitted before it, so two runs on a GPU never carry twelve parameters.
 
 Every parameter is bounded to a physical range (BOUNDS). The loss is the mean Huber-weighted
-squared log error of the step time (linear beyond 20%), each calibration file weighted alike; the minimum is
-found by coordinate descent from several starts. `--write` writes each profile's
+squared log error of the step time (linear beyond 20%), each calibration file weighted alike;
+the minimum is found by coordinate descent from several starts. `--write` writes each profile's
 `calibration:` block (with `fitted_on`, the classes of the runs it was fitted to) and gives
 the profiles with no runs (DERIVED) their parent's values with an empty `fitted_on`, so their
 estimates carry a caveat.

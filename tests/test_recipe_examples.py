@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from planner.cli import app
 from planner.config import load_config
