@@ -138,10 +138,8 @@ def _layout_line(layout, gbs: int) -> Text:
 
 def no_estimate_reason(result) -> str:
     """Why a validated layout has no estimate (and so no pictures)."""
-    job, lay = result.job, result.layout
-    if lay.world_size == job.num_gpus and lay.num_microbatches(job.training.global_batch_size) < 1:
-        return "the global batch leaves a data-parallel rank no whole micro-batch"
-    return "the layout does not tile the GPUs"
+    from planner.validate import why_no_estimate
+    return why_no_estimate(result.layout, result.job) or "the layout cannot be estimated"
 
 
 def validation_view(result, *, source: str = "") -> Group:

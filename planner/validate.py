@@ -36,11 +36,38 @@ class ValidationResult:
         return not self.errors
 
 
+def why_no_estimate(layout: Layout, job: Job) -> str | None:
+    """Why this layout cannot be estimated (None: it can): the estimate needs whole degrees
+    that tile the world, at least one micro-batch and a pipeline layout string (if any) that
+    Megatron would run; the rules say what to fix."""
+    if layout.world_size != job.num_gpus:
+        return "the layout does not tile the GPUs"
+    if layout.num_microbatches(job.training.global_batch_size) < 1:
+        return "the global batch leaves a data-parallel rank no whole micro-batch"
+    if (job.model.is_moe and job.model.num_experts % layout.ep) or \
+            job.model.num_attention_heads % layout.tp:
+        return "the layout does not divide the model (heads by tp, experts by ep)"
+    if not _layout_string_runs(layout, job):
+        return "the pipeline layout string does not run as written"
+    return None
+
+
 def _computable(layout: Layout, job: Job) -> bool:
-    """The estimate needs whole degrees that tile the world and at least one micro-batch."""
-    return (layout.world_size == job.num_gpus and layout.num_microbatches(job.training.global_batch_size) >= 1
-            and (not job.model.is_moe or job.model.num_experts % layout.ep == 0)
-            and job.model.num_attention_heads % layout.tp == 0)
+    return why_no_estimate(layout, job) is None
+
+
+def _layout_string_runs(layout: Layout, job: Job) -> bool:
+    text = layout.pipeline_model_parallel_layout
+    if not text:
+        return True
+    from planner.pipeline_layout import layout_problem, parse_layout
+    try:
+        stages = parse_layout(text)
+    except ValueError:
+        return False
+    return (not layout.uneven and len(stages) == layout.pp * layout.vpp
+            and layout_problem(stages, pp=layout.pp, num_layers=job.model.num_layers,
+                               mtp_num_layers=job.model.mtp_num_layers) is None)
 
 
 def validate(job: Job, layout: Layout, *, headroom: float = DEFAULT_HEADROOM,

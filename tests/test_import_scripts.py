@@ -610,3 +610,20 @@ def test_cpu_offloading_without_a_count_is_megatrons_unknown_flag_with_the_fix(t
     imported = load_any(_megatron(tmp_path, "", "--cpu-offloading"))
     message = _rules(imported)["megatron-unknown-flag"][0]
     assert "--cpu-offloading-num-layers N" in message
+
+
+@pytest.mark.parametrize("layout", ["[1]*x", "Et*3|(tt|", "Ett|tL"])
+def test_a_layout_string_megatron_would_reject_is_a_rule_not_a_crash(tmp_path, layout):
+    # found by the long fuzz profile: a --pipeline-model-parallel-layout that does not parse
+    # (or does not match the model / pp) went on to the estimate and ended in exit 3; it is
+    # the pipeline-layout rule's error (exit 1), and no estimate is made
+    runner = CliRunner()
+    path = _write(tmp_path, "run.sh", "torchrun --nproc-per-node 8 pretrain_gpt.py \\\n"
+                  + MODEL + " --tokenizer-type HuggingFaceTokenizer --tokenizer-model x"
+                  " --vocab-size 32000 --pipeline-model-parallel-size 2"
+                  f" --pipeline-model-parallel-layout '{layout}'\n")
+    got = runner.invoke(app, ["validate", str(path), "--json"])
+    assert got.exit_code == 1, got.output
+    data = json.loads(got.stdout)
+    assert any(v["rule"] == "pipeline-layout" for v in data["errors"])
+    assert data.get("memory") is None
