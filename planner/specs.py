@@ -49,6 +49,7 @@ IntraNodeLink = Literal["nvlink", "xgmi", "pcie"]
 
 _MAX_DIM = 10_000_000  # no real model or cluster is larger; anything above is a typo
 MAX_GPUS = _MAX_DIM    # num_gpus, --gpus and --nodes x GPUs per node
+MAX_BATCH = 100_000_000  # sequences in a (micro-)batch; more is a typo
 
 
 class _Spec(BaseModel):
@@ -368,7 +369,7 @@ class TrainingSpec(_Spec):
 
     seq_length: int = Field(ge=1, le=100_000_000)
     """Tokens per sequence."""
-    global_batch_size: int = Field(ge=1, le=100_000_000)
+    global_batch_size: int = Field(ge=1, le=MAX_BATCH)
     """Sequences per optimizer step."""
     precision: Precision = "bf16"
     """bf16 | fp16 | fp8 (fp8 GEMMs, bf16 weights and activations elsewhere)."""
@@ -397,7 +398,7 @@ class TrainingInput(_Spec):
 
     seq_length: Optional[int] = Field(default=None, ge=1, le=100_000_000)
     """Tokens per sequence; default the model's training length."""
-    global_batch_size: Optional[int] = Field(default=None, ge=1, le=100_000_000)
+    global_batch_size: Optional[int] = Field(default=None, ge=1, le=MAX_BATCH)
     """Sequences per optimizer step; default about 4M tokens."""
     precision: Precision = "bf16"
     """bf16 | fp16 | fp8."""
@@ -432,7 +433,7 @@ class ParallelSpec(_Spec):
     vpp: int = Field(default=1, ge=1, le=100_000)
     """Virtual pipeline stages per pipeline rank (interleaved 1F1B); left out, the planner
     picks the fastest that fits (and says so)."""
-    micro_batch_size: int = Field(default=1, ge=1, le=100_000_000)
+    micro_batch_size: int = Field(default=1, ge=1, le=MAX_BATCH)
     """Sequences per micro-batch; left out, the planner picks the fastest that fits (and says so)."""
     sequence_parallel: Optional[bool] = None
     """Megatron sequence parallelism; default true when tp > 1."""

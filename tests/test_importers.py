@@ -383,6 +383,17 @@ def test_deepspeed_batch_keys_resolve_like_deepspeed(tmp_path):
     assert imported.layout.zero == 3 and imported.layout.recompute == "full"
 
 
+@pytest.mark.parametrize("key", ["train_batch_size", "train_micro_batch_size_per_gpu",
+                                 "gradient_accumulation_steps"])
+def test_deepspeed_batch_keys_past_planners_bound_are_one_line(tmp_path, key):
+    """A batch beyond specs.MAX_BATCH (1e8 sequences, as in our own YAML) stops at reading:
+    the long fuzz profile found 10**400 sequences reaching a float conversion (exit 3)."""
+    with pytest.raises(SpecError) as err:
+        load_any(_ds(tmp_path, **{key: 10 ** 400}), model="llama3-8b", gpus=64)
+    assert err.value.field == key and "larger than planner takes" in err.value.message
+    assert "\n" not in err.value.message and len(err.value.message) < 300
+
+
 @pytest.mark.parametrize("opts,needle", [({"gpus": 64}, "--model"),
                                          ({"model": "llama3-8b"}, "--gpus N")])
 def test_deepspeed_names_what_the_ds_config_lacks(opts, needle):

@@ -36,13 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import SpecError, Violation
+from planner.errors import SpecError, Violation, clip
 from planner.export.deepspeed import partition_split
 from planner.importers import megatron, shell
 from planner.importers.common import (Imported, Overrides, hardware_of, make_job, model_of,
                                       read_text, resolve_world, unknown_key)
 from planner.importers.recipe import read_recompute
 from planner.layout import Layout
+from planner.specs import MAX_BATCH
 
 __all__ = ["load", "load_text", "load_script", "parse_json", "looks_like_deepspeed",
            "looks_like_megatron_deepspeed"]
@@ -116,7 +117,11 @@ def _count(data: dict, key: str, source: str) -> int | None:
     if value is None or value == "auto":
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"{source}: {key} = {value!r} must be a positive integer; fix the value")
+        raise SpecError(f"{source}: {key} = {clip(repr(value), 40)} must be a positive integer; "
+                        "fix the value", field=key, value=value)
+    if value > MAX_BATCH:
+        raise SpecError(f"{source}: {key} = {clip(repr(value), 40)} is larger than planner takes "
+                        f"({MAX_BATCH:,} sequences); fix the value", field=key, value=value)
     return value
 
 
@@ -179,7 +184,11 @@ def _degree(value: Any, key: str, source: str) -> int:
     if value is None or value == "auto":
         return 1
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"{source}: {key} = {value!r} must be a positive integer; fix the value")
+        raise SpecError(f"{source}: {key} = {clip(repr(value), 40)} must be a positive integer; "
+                        "fix the value", field=key, value=value)
+    if value > MAX_BATCH:
+        raise SpecError(f"{source}: {key} = {clip(repr(value), 40)} is larger than planner takes "
+                        f"({MAX_BATCH:,} sequences); fix the value", field=key, value=value)
     return value
 
 
