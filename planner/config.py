@@ -101,7 +101,8 @@ def config_from_data(data, *, base: Path | None = None, source: str = "config") 
     training = default_training(model, seq_length=t.seq_length,
                                 global_batch_size=t.global_batch_size, precision=t.precision,
                                 flash_attention=t.flash_attention, accounting=t.accounting,
-                                fp8_recipe=t.fp8_recipe, fp8_param_gather=t.fp8_param_gather)
+                                fp8_recipe=t.fp8_recipe, fp8_param_gather=t.fp8_param_gather,
+                                cross_entropy=t.cross_entropy, loss_parallel=t.loss_parallel)
     job = Job(model=model, hardware=hardware, num_gpus=spec.num_gpus, training=training)
     return job, layout_from_spec(spec.parallel, num_gpus=spec.num_gpus)
 

@@ -74,6 +74,8 @@ def job_json(job) -> dict[str, Any]:
         "precision": job.training.precision,
         "fp8_recipe": job.training.recipe,
         "fp8_param_gather": job.training.fp8_param_gather,
+        "cross_entropy": job.training.cross_entropy,
+        "loss_parallel": job.training.loss_parallel,
     }
 
 

@@ -376,6 +376,17 @@ def fp8_settings(c: Context) -> Optional[str]:
     return None
 
 
+def loss_settings(c: Context) -> Optional[str]:
+    """Megatron-LM's vocab-parallel cross-entropy always keeps the logits split over TP;
+    only a PyTorch loss (torchtitan's) can gather them (`disable_loss_parallel`)."""
+    tr = c.training
+    if not tr.loss_parallel and tr.cross_entropy == "vocab_parallel":
+        return ("loss_parallel false needs cross_entropy pytorch_fp32 (Megatron-LM's "
+                "vocab-parallel loss always splits the logits over TP); set cross_entropy "
+                "pytorch_fp32 or remove loss_parallel")
+    return None
+
+
 def recompute_settings(c: Context) -> Optional[str]:
     """Megatron TransformerConfig: recompute_modules only with selective granularity,
     recompute_num_layers only with full; mla_up_proj needs multi-latent attention."""
@@ -573,6 +584,7 @@ RULES: list[tuple[str, Rule]] = [
     ("expert-grid", expert_grid),
     ("moe-needs-sp", moe_needs_sp),
     ("fp8-settings", fp8_settings),
+    ("loss-settings", loss_settings),
     ("recompute-settings", recompute_settings),
     ("cpu-offloading", cpu_offloading),
     ("moe-comm-overlap", moe_comm_overlap),

@@ -37,6 +37,7 @@ __all__ = [
 Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
 Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise"]
+CrossEntropy = Literal["vocab_parallel", "pytorch_fp32"]
 RecomputeModule = Literal["core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj",
                           "shared_experts"]
 Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
@@ -384,6 +385,13 @@ class TrainingSpec(_Spec):
     fp8_param_gather: bool = False
     """The distributed optimizer keeps FP8 weight copies and all-gathers FP8 weights
     (`--fp8-param-gather`): no BF16 weight copy; needs precision fp8."""
+    cross_entropy: CrossEntropy = "vocab_parallel"
+    """The loss: vocab_parallel (Megatron-LM's, fused or not: one fp32 copy of the logits,
+    softmax and gradient in place) or pytorch_fp32 (torchtitan's eager loss:
+    F.cross_entropy on an fp32 copy of the bf16 logits, ~3x the bytes at its peak)."""
+    loss_parallel: bool = True
+    """The logits stay split over the TP ranks for the loss (Megatron always; torchtitan
+    unless `disable_loss_parallel`); false gathers the whole vocabulary on every TP rank."""
 
     @property
     def recipe(self) -> Optional[str]:
@@ -413,6 +421,12 @@ class TrainingInput(_Spec):
     fp8_param_gather: bool = False
     """The distributed optimizer keeps FP8 weight copies and all-gathers FP8 weights
     (`--fp8-param-gather`): no BF16 weight copy; needs precision fp8."""
+    cross_entropy: CrossEntropy = "vocab_parallel"
+    """vocab_parallel (Megatron-LM's loss) | pytorch_fp32 (torchtitan's eager
+    F.cross_entropy on fp32 logits); a torchtitan import sets pytorch_fp32."""
+    loss_parallel: bool = True
+    """false: the whole vocabulary's logits on every TP rank for the loss (torchtitan
+    `disable_loss_parallel`); needs cross_entropy pytorch_fp32."""
 
 
 class ParallelSpec(_Spec):

@@ -417,6 +417,27 @@ def test_torchtitan_header_names_schema_and_zero_mapping():
     assert tomllib.loads(text)["model"] == {"name": "llama3", "flavor": "70B"}
 
 
+@pytest.mark.parametrize("loss", [{}, {"cross_entropy": "pytorch_fp32"},
+                                  {"cross_entropy": "pytorch_fp32", "loss_parallel": False}],
+                         ids=["fused", "eager", "eager-gathered"])
+def test_torchtitan_export_keeps_the_loss_the_plan_counted(tmp_path, loss):
+    # A plan that counts a fused loss (Megatron's) turns on torch.compile of the loss, which
+    # torchtitan's eager fp32 loss (~3x the bytes) would otherwise exceed; a plan that already
+    # counts the eager loss leaves compile alone. Both read back as they were written.
+    from planner.importers import load_any
+    job, layout = job_layout(num_gpus=64, tp=8, training={"seq_length": 8192,
+                                                          "global_batch_size": 64, **loss})
+    text = export(job, layout, "torchtitan")
+    toml = tomllib.loads(text)
+    assert ("compile" in toml) == (job.training.cross_entropy == "vocab_parallel")
+    assert toml["parallelism"].get("disable_loss_parallel", False) == (not job.training.loss_parallel)
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    back = load_any(path, gpus=64, hardware="h100-sxm").job.training
+    assert (back.cross_entropy, back.loss_parallel) == (job.training.cross_entropy,
+                                                        job.training.loss_parallel)
+
+
 def test_torchtitan_refusals():
     job, layout = case("llama70b-fp16-sp-off")
     with pytest.raises(InfeasibleError, match="fp16"):

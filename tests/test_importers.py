@@ -460,6 +460,29 @@ def test_torchtitan_mapping(tmp_path):
     assert imported.layout.zero == 2        # FSDP with PP keeps parameters after forward
 
 
+TITAN_LOSS = [
+    # torchtitan/components/loss.py: cross_entropy(pred.float(), labels), eager unless
+    # torch.compile takes the loss ([compile] components default ["model", "loss"])
+    ("", "", ("pytorch_fp32", True)),
+    ("[compile]\nenable = true\n", "", ("vocab_parallel", True)),
+    ('[compile]\nenable = true\ncomponents = ["model"]\n', "", ("pytorch_fp32", True)),
+    ('[compile]\nenable = false\ncomponents = ["model", "loss"]\n', "", ("pytorch_fp32", True)),
+    ("", "disable_loss_parallel = true", ("pytorch_fp32", False)),
+]
+
+
+@pytest.mark.parametrize("extra,parallelism,expected", TITAN_LOSS,
+                         ids=["eager", "compiled", "compiled-model-only", "compile-off", "gathered"])
+def test_torchtitan_loss_is_read_as_torchtitan_computes_it(tmp_path, extra, parallelism,
+                                                           expected):
+    path = _titan(tmp_path, parallelism="tensor_parallel_degree = 2\n" + parallelism)
+    path.write_text(path.read_text() + "\n" + extra)
+    imported, result = _run(path, gpus=8)
+    tr = imported.job.training
+    assert (tr.cross_entropy, tr.loss_parallel) == expected
+    assert "loss-settings" not in _rules(result, "error")
+
+
 def test_torchtitan_unknown_and_renamed_keys_warn(tmp_path):
     _, result = _run(_titan(tmp_path, training="batch_size = 4"), gpus=8)
     message = next(v.message for v in result.warnings if v.rule == "torchtitan-unknown-key")

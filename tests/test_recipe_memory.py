@@ -115,6 +115,35 @@ def test_the_dense_model_is_counted_as_derived():
     assert m.activations == S * (L * LAYER + LOGITS)
 
 
+# ------------------------------------------------------------------------- the loss
+
+def test_torchtitans_eager_loss_holds_three_fp32_logits_buffers():
+    # torchtitan's loss is cross_entropy(pred.flatten(0, 1).float(), labels) in eager mode
+    # (torchtitan/components/loss.py). Forward: the fp32 copy of the bf16 logits (4V a token)
+    # is freed once log_softmax has written its fp32 output (4V, saved for backward). At the
+    # start of backward nll_loss's fp32 gradient (4V) and log_softmax's fp32 input gradient
+    # (4V) are alive beside that saved output: 12V a token. Megatron's vocab-parallel loss
+    # (fused or not) works in place on its one fp32 copy: 4V. The peak is on the last stage
+    # at the end of the forward pass (nothing recomputes), so the difference is (12 - 4)V per
+    # token of the micro-batch, in the activations only.
+    before = _memory()
+    after = _memory(training=dict(cross_entropy="pytorch_fp32"))
+    _only(before, after, "activations", S * (12 - 4) * V)           # 2,097,152 bytes
+    assert after.activations == S * (L * LAYER + 12 * V + 2 * H)
+
+
+def test_a_gathered_loss_holds_the_whole_vocabulary_on_every_tp_rank():
+    # tp 2 with sequence parallelism: the output layer's logits are split over the vocabulary
+    # (V/2 = 512 entries a rank for every token of the micro-batch). torchtitan's
+    # disable_loss_parallel gathers them first: each rank holds all V. The loss's 12 B per
+    # entry then cover V instead of V/2: 12 * S * V/2 more bytes, nothing else changes.
+    # (V = 1024 is a multiple of 128 * tp: no vocabulary padding.)
+    tt = dict(cross_entropy="pytorch_fp32")
+    before = _memory(num_gpus=DP, tp=2, training=dict(tt, loss_parallel=True))
+    after = _memory(num_gpus=DP, tp=2, training=dict(tt, loss_parallel=False))
+    _only(before, after, "activations", 12 * S * (V - V // 2))      # 1,572,864 bytes
+
+
 # ------------------------------------------------------------------------- model states
 
 def test_grad_reduce_in_bf16_halves_the_gradient_buffer():

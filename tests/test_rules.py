@@ -35,14 +35,16 @@ def _memory(weights, gradients, optimizer, activations, other, capacity, stage="
 
 def make_context(*, model="llama3-70b", hardware="h100-sxm", num_gpus=64, seq_length=8192,
                  global_batch_size=1024, precision="bf16", memory=None, headroom=DEFAULT_HEADROOM,
-                 fp8_recipe=None, fp8_param_gather=False, **layout) -> Context:
+                 fp8_recipe=None, fp8_param_gather=False, cross_entropy="vocab_parallel",
+                 loss_parallel=True, **layout) -> Context:
     """Job from the keyword arguments; every other keyword is a Layout field. dp defaults to
     num_gpus // (tp*cp*pp) (floored, as layout_from_spec does)."""
     m = get_preset(model) if isinstance(model, str) else model
     job = Job(model=m, hardware=resolve_hardware(hardware), num_gpus=num_gpus,
               training=default_training(m, seq_length=seq_length,
                                         global_batch_size=global_batch_size, precision=precision,
-                                        fp8_recipe=fp8_recipe, fp8_param_gather=fp8_param_gather))
+                                        fp8_recipe=fp8_recipe, fp8_param_gather=fp8_param_gather,
+                                        cross_entropy=cross_entropy, loss_parallel=loss_parallel))
     mp = layout.get("tp", 1) * layout.get("cp", 1) * layout.get("pp", 1)
     layout.setdefault("dp", max(1, num_gpus // mp))
     return Context(model=job.model, hardware=job.hardware, training=job.training,
@@ -66,6 +68,8 @@ TRIGGERED = [
     pytest.param("fp8-settings", dict(tp=8, precision="fp8", fp8_recipe="mxfp8"),
                  ["fp8_recipe mxfp8 needs Blackwell tensor cores (h100-sxm is hopper)"],
                  id="fp8/mxfp8-on-h100"),
+    pytest.param("loss-settings", dict(tp=8, loss_parallel=False), [
+        "loss_parallel false needs cross_entropy pytorch_fp32"], id="loss/gathered-megatron-loss"),
     pytest.param("recompute-settings", dict(tp=8, recompute="full", recompute_modules=("mlp",)),
                  ["recompute_modules (mlp) need recompute selective (recompute is full)"],
                  id="recompute/modules-with-full"),
@@ -212,6 +216,8 @@ CLEAN = [
                                       fp8_param_gather=True), id="fp8/tensorwise-on-h100"),
     pytest.param("fp8-settings", dict(hardware="b200", tp=8, precision="fp8", fp8_recipe="mxfp8"),
                  id="fp8/mxfp8-on-b200"),
+    pytest.param("loss-settings", dict(tp=8, cross_entropy="pytorch_fp32", loss_parallel=False),
+                 id="loss/torchtitan-gathered"),
     pytest.param("recompute-settings", dict(tp=8, recompute="full", recompute_num_layers=2),
                  id="recompute/block-2"),
     pytest.param("recompute-settings", dict(tp=8, recompute="selective",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from planner.cost.shape import ModelShape
 
 __all__ = ["model_flops_per_step", "hardware_flops_per_step", "gemm_efficiency",
-           "LayerTimes", "layer_times", "logits_time", "megatron_flops_2024", "narayanan_flops"]
+           "LayerTimes", "layer_times", "logits_time", "CE_TRAFFIC_BYTES", "megatron_flops_2024", "narayanan_flops"]
 
 ATTN_BWD_FACTOR = 2.5   # flash-attention backward / forward work (recomputes P: 5 vs 2 GEMMs)
 
@@ -154,10 +154,19 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
     return LayerTimes(fwd, bwd, rec, t_gemm * gemm_flops_per_s)
 
 
+CE_TRAFFIC_BYTES = {"vocab_parallel": 24.0, "pytorch_fp32": 40.0}
+"""HBM bytes per token and vocabulary entry the loss moves, fwd + bwd. vocab_parallel: read
+and write the fp32 logits about three times each way (2 x 3 x 4). pytorch_fp32: the bf16->fp32
+cast (2 + 4), log_softmax (4 + 4), its backward with nll_loss's gradient (4 zeros + 4 + 4 read,
+4 written) and the cast back (4 + 2): 40."""
+
+
 def logits_time(*, tokens: float, h: int, vocab: int, tp: int, flops_per_s: float,
-                hbm_bytes_per_s: float) -> float:
-    """Output layer fwd + bwd (3 × 2·h·V per token / tp) and the fp32 cross-entropy
-    (read/write the logits a few times: ~3 × 4 bytes × V/tp per token, fwd and bwd)."""
+                hbm_bytes_per_s: float, cross_entropy: str = "vocab_parallel",
+                loss_parallel: bool = True) -> float:
+    """Output layer fwd + bwd (3 × 2·h·V per token / tp) and the cross-entropy's memory
+    traffic (CE_TRAFFIC_BYTES × V/tp per token; × V without loss parallelism)."""
     gemm = 3.0 * 2.0 * h * vocab * tokens / tp / flops_per_s
-    ce = 2.0 * 3.0 * 4.0 * vocab * tokens / tp / hbm_bytes_per_s
+    share = vocab / tp if loss_parallel else vocab
+    ce = CE_TRAFFIC_BYTES[cross_entropy] * share * tokens / hbm_bytes_per_s
     return gemm + ce

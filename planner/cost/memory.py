@@ -31,7 +31,7 @@ from planner.cost.shape import ModelShape
 __all__ = ["MemoryBreakdown", "StateDtypes", "state_dtypes", "GEMM_INPUT_BYTES",
            "state_bytes_per_param", "megatron_weight_optimizer_bytes",
            "layer_activation_bytes", "routed_activation_bytes", "korthikanti_layer_bytes", "stage_params", "state_bytes",
-           "in_flight_layers"]
+           "in_flight_layers", "LOSS_PEAK_BYTES", "loss_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +233,26 @@ def routed_activation_bytes(shape: ModelShape, *, tokens: float, t: int, sp: boo
     fc1_w = 4.0 if shape.gated else 2.0
     routed = shape.k * shape.capacity_factor / (t if sp else 1)
     return tokens * routed * (x * shape.h * etp + (fc1_w + x) * shape.f_e)
+
+
+LOSS_PEAK_BYTES = {"vocab_parallel": 4.0, "pytorch_fp32": 12.0}
+"""Bytes per token and vocabulary entry (of a rank's vocabulary share) the loss holds at its
+peak. vocab_parallel, Megatron-LM's `_VocabParallelCrossEntropy` (fused or not): one fp32 copy
+of the logits (4 B); max-subtraction, exp, softmax and the gradient are written in place.
+pytorch_fp32, torchtitan's `cross_entropy(pred.float(), labels)` in eager mode: the fp32 copy
+(4 B) is freed once log_softmax has written its fp32 output (4 B, saved for backward); at the
+start of backward that saved output, nll_loss's fp32 gradient (4 B) and log_softmax's fp32
+input gradient (4 B) are alive together: 12 B."""
+
+
+def loss_bytes(*, tokens: float, vocab: int, h: int, t: int, sp: bool,
+               cross_entropy: str = "vocab_parallel", loss_parallel: bool = True) -> float:
+    """The last stage's loss at its peak: LOSS_PEAK_BYTES[cross_entropy] * tokens * V/t (V
+    over all t ranks without loss parallelism) plus the final norm's bf16 output
+    2 * tokens * h (/t with sequence parallelism)."""
+    share = vocab / t if loss_parallel else vocab
+    return (LOSS_PEAK_BYTES[cross_entropy] * tokens * share
+            + 2.0 * tokens * h / (t if sp else 1))
 
 
 def stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int,

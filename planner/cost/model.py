@@ -22,7 +22,7 @@ from planner.cost.compute import (gemm_efficiency, hardware_flops_per_step, laye
 from planner.cost.launch import host_mode, host_parts
 from planner.cost.moe import dispatch_seconds, expert_tokens, exposed_dispatch
 from planner.cost.precision import QUANTIZE_BYTES, linear_peak, quantized_elements
-from planner.cost.memory import (MemoryBreakdown, in_flight_layers,
+from planner.cost.memory import (MemoryBreakdown, in_flight_layers, loss_bytes,
                                  layer_activation_bytes, routed_activation_bytes, stage_params,
                                  state_bytes, state_dtypes)
 from planner.cost.params import padded_vocab
@@ -122,6 +122,7 @@ class CostModel:
         self.precision, self.flash, self.accounting = tr.precision, tr.flash_attention, tr.accounting
         self.recipe = tr.recipe
         self.fp8_param_gather = tr.fp8_param_gather
+        self.cross_entropy, self.loss_parallel = tr.cross_entropy, tr.loss_parallel
         self.capacity = hw.memory_gib * GiB
         self.fixed = (hw.cuda_context_gib + hw.nccl_buffer_gib) * GiB
         self.frag = hw.fragmentation_fraction
@@ -273,9 +274,10 @@ class CostModel:
                 a2a = all_to_all_time(2.0 * tokens * (2 * s.q + 2 * s.g * s.d) / t, cp, cp_link)
                 cp_s = 2 * a2a * (1.5 if full else 1.0)
         vocab = padded_vocab(s.V, t)
+        loss = dict(cross_entropy=self.cross_entropy, loss_parallel=self.loss_parallel)
         logits = logits_time(tokens=tokens, h=s.h, vocab=vocab, tp=t,
-                             flops_per_s=rates[2], hbm_bytes_per_s=self.hbm)
-        logits_bytes = 4.0 * tokens * vocab / t + 2.0 * tokens * s.h / (t if lay.sp else 1)
+                             flops_per_s=rates[2], hbm_bytes_per_s=self.hbm, **loss)
+        logits_bytes = loss_bytes(tokens=tokens, vocab=vocab, h=s.h, t=t, sp=lay.sp, **loss)
         transient = 4.0 * tokens * s.h if t > 1 and lay.sp else 0.0
         return _LayerBase(tokens, act_d, act_e, work_d, work_e, full, mods, kw, d, local, tp_s,
                           tp_e, cp_s, logits, logits_bytes, transient)

@@ -4,8 +4,9 @@ Output: a header comment (planner version, job, layout, the estimate when given;
 version; how the ZeRO stage maps), then `[job]`, `[model]` (name/flavor of the torchtitan flavor
 with the model's shape: every llama3, llama4, qwen3 and deepseek_v3 flavor,
 planner/torchtitan_flavors.py; a RoPE base that differs from the flavor's is noted, torchtitan
-has no knob for it), `[training]`, `[parallelism]`, `[activation_checkpoint]` and the FP8
-converter's table. Written by hand (no TOML library) so the comments stay in place.
+has no knob for it), `[training]`, `[parallelism]`, `[activation_checkpoint]`, `[compile]`
+(on, with the loss, when the plan counts a fused loss: torchtitan's eager loss holds ~3x the
+bytes) and the FP8 converter's table. Written by hand (no TOML library) so the comments stay in place.
 Newer torchtitan (the 2026-02 refactor) takes Python configs: the same degrees go into
 `ParallelismConfig`, `num_pp_microbatches` replaces the micro-batch size, and the batch is
 counted in tokens; the header says what to put there.
@@ -206,6 +207,8 @@ def _parallelism(job, layout: Layout) -> dict:
     moe = job.model.is_moe
     par["expert_parallel_degree"] = layout.ep if moe else 1
     par["expert_tensor_parallel_degree"] = layout.etp if moe else 1
+    if layout.tp > 1 and not job.training.loss_parallel:
+        par["disable_loss_parallel"] = True
     if moe and layout.moe_token_dispatcher == "deepep":
         par["expert_parallel_comm_backend"] = "deepep"
     return par
@@ -284,6 +287,10 @@ def sections(job, layout: Layout) -> dict[str, dict]:
                        "seq_len": tr.seq_length}
     out["parallelism"] = _parallelism(job, layout)
     out["activation_checkpoint"] = _activation_checkpoint(job, layout)
+    if tr.cross_entropy == "vocab_parallel":
+        # torchtitan's eager loss holds ~3x the logits' bytes (cost.memory.LOSS_PEAK_BYTES);
+        # compiling it keeps the fused loss the plan counted
+        out["compile"] = {"enable": True, "components": ["model", "loss"]}
     out.update(fp8)
     return out
 
@@ -327,9 +334,13 @@ def _notes(job, layout: Layout, found: Flavor | None) -> list[str]:
                      f"{found.name} {found.flavor} uses {found.spec.rotary_base:g} (no TOML knob; "
                      "it changes no memory or time).")
     notes += _recipe_notes(job, layout)
+    if tr.cross_entropy == "vocab_parallel":
+        notes.append("[compile]: torch.compile of the blocks and the loss, as the plan counts a "
+                     "fused loss; torchtitan's eager loss (compile off) holds ~3x the logits' "
+                     "bytes on the last stage: re-validate if you turn it off.")
     if layout.tp > 1 and layout.tp_comm_overlap:
         notes.append("tp_comm_overlap: add enable_async_tensor_parallel = true under [parallelism] "
-                     "once torch.compile is on (torchtitan refuses async TP without it).")
+                     "(torchtitan refuses async TP without torch.compile).")
     if layout.tp > 1 and not layout.sp:
         notes.append("torchtitan always uses sequence parallelism with TP (the plan had it off).")
     if layout.cp > 1 and layout.cp_comm_type not in ("p2p", "allgather"):
@@ -362,7 +373,8 @@ def _recipe_notes(job, layout: Layout) -> list[str]:
 
 def render(job, layout: Layout, *, estimate=None) -> str:
     tables = sections(job, layout)
-    head = header_lines(job, layout, f"torchtitan job config ({SCHEMA})", estimate=estimate)
+    head = header_lines(job, layout, f"torchtitan job config ({SCHEMA})", estimate=estimate,
+                        eager_loss=True)
     out = [f"# {line}".rstrip() for line in head + [""] + _notes(job, layout,
                                                                find_flavor(job.model))]
     for name, table in tables.items():

@@ -26,7 +26,9 @@ is fp8_param_gather; the MX converter ("mx" / "quantize.linear.mx") is mxfp8.
 `pipeline_parallel_expert_parallel_overlap` with DualPipeV, pp > 1 and ep > 1 hides the EP
 communication. `training.dtype = "bfloat16"` is bf16 gradients and moments (the fp32 master
 weights it also drops are still counted: a warning); `enable_cpu_offload` (FSDP parameter /
-optimizer offload) is a warning: not modelled.
+optimizer offload) is a warning: not modelled. The loss is PyTorch's eager fp32 cross-entropy
+(`cross_entropy` pytorch_fp32) unless the loss is compiled; `disable_loss_parallel` gathers the
+logits over TP for it (`loss_parallel` false).
 
 torchtitan's ConfigManager ignores keys it does not know: they are warnings here. Keys are
 checked in the sections it defines that change a plan and in the section names; a value
@@ -404,6 +406,21 @@ def _precision_settings(train: dict, out: list[Violation]) -> dict:
     return fields
 
 
+def _loss(data: dict, par: dict) -> dict:
+    """torchtitan's loss is `cross_entropy(pred.float(), labels)`: eager, an fp32 copy of the
+    logits and fp32 log-softmax (cross_entropy pytorch_fp32), unless torch.compile takes the
+    loss (`[compile] enable` with "loss" in `components`, whose default is model and loss),
+    which fuses the cast into the kernels and counts like Megatron's (vocab_parallel).
+    `[training] compile` (v0.0.x) compiles the transformer blocks only. With TP the logits stay
+    vocabulary-split for the loss unless `disable_loss_parallel`."""
+    comp = _section(data, "compile")
+    components = comp.get("components", ["model", "loss"])
+    compiled = bool(comp.get("enable")) and (
+        (isinstance(components, list) and "loss" in components) or bool(comp.get("loss")))
+    return {"cross_entropy": "vocab_parallel" if compiled else "pytorch_fp32",
+            "loss_parallel": not par.get("disable_loss_parallel", False)}
+
+
 def _moe(par: dict, model: ModelSpec, pp: int, ep: int, out: list[Violation]) -> dict:
     if not model.is_moe:
         return {}
@@ -536,5 +553,5 @@ def load(path: str | Path, data: dict, ov: Overrides) -> Imported:
                     **_moe(par, model, pp, ep, out))
     job = make_job(model=model, hardware=hardware, num_gpus=num_gpus, seq_length=seq,
                    global_batch_size=gbs, precision=precision, accounting="deepspeed",
-                   source=source, **fp8_fields)
+                   source=source, **fp8_fields, **_loss(data, par))
     return Imported(job, layout, out, "torchtitan", source)
