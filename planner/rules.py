@@ -400,6 +400,11 @@ def recompute_settings(c: Context) -> Optional[str]:
     if "mla_up_proj" in lay.selective_modules and not m.is_mla:
         return (f"recompute module mla_up_proj needs multi-latent attention, which {m.name} "
                 "does not use; remove it")
+    if "torchtitan_op" in lay.recompute_modules and len(lay.recompute_modules) > 1:
+        return (f"recompute module torchtitan_op (torchtitan's op-level checkpointing) is a "
+                f"policy of its own, not a module to combine with "
+                f"{', '.join(x for x in lay.recompute_modules if x != 'torchtitan_op')}; use it "
+                "alone or drop it")
     return None
 
 

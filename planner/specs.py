@@ -39,7 +39,7 @@ Recompute = Literal["none", "selective", "full"]
 Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise"]
 CrossEntropy = Literal["vocab_parallel", "pytorch_fp32"]
 RecomputeModule = Literal["core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj",
-                          "shared_experts"]
+                          "shared_experts", "torchtitan_op"]
 Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 CudaGraphs = Literal["none", "partial", "full"]
 StateDtype = Literal["fp32", "bf16"]
@@ -471,8 +471,9 @@ class ParallelSpec(_Spec):
     benchmarks run with it)."""
     recompute_modules: Optional[tuple[RecomputeModule, ...]] = None
     """What selective recompute recomputes (Megatron `--recompute-modules`): core_attn, mlp,
-    moe, moe_act, layernorm, mla_up_proj, shared_experts; needs recompute selective;
-    default [core_attn]."""
+    moe, moe_act, layernorm, mla_up_proj, shared_experts; or, alone, torchtitan_op
+    (torchtitan's op-level selective checkpointing, `selective_ac_option = "op"`); needs
+    recompute selective; default [core_attn]."""
     recompute_num_layers: Optional[int] = Field(default=None, ge=0, le=10_000)
     """With recompute full: the layers of each virtual stage that recompute (Megatron
     `--recompute-method block --recompute-num-layers N`); the others keep their activations.

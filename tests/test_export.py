@@ -474,6 +474,17 @@ def test_nemo_yaml(name):
         assert (m["activations_checkpoint_method"], m["activations_checkpoint_num_layers"]) == ("uniform", 1)
 
 
+@pytest.mark.parametrize("fmt", ["nemo", "deepspeed"])
+def test_module_wise_exports_refuse_torchtitans_op_sac(fmt):
+    job, layout = job_layout(model="llama3-8b", num_gpus=64, tp=1, recompute="selective",
+                             recompute_modules=["torchtitan_op"],
+                             training={"seq_length": 8192, "global_batch_size": 512})
+    with pytest.raises(InfeasibleError, match="torchtitan_op"):
+        export(job, layout, fmt)
+    toml = tomllib.loads(export(job, layout, "torchtitan"))
+    assert toml["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+
+
 def test_nemo_refuses_mla():
     job, layout = case("dsv3-explicit-split")
     with pytest.raises(InfeasibleError, match="multi-latent"):

@@ -163,6 +163,8 @@ MEGATRON_REFUSALS = [
     ({"cpu_offloading_num_layers": 2, "recompute": "selective"}, "does not work with recompute"),
     ({"cuda_graphs": "partial", "recompute": "full"}, "cuda_graphs partial with recompute full"),
     ({"zero_stage": 0, "_fp8": True}, "fp8_param_gather with zero_stage 0"),
+    ({"recompute": "selective", "recompute_modules": ["torchtitan_op"]},
+     r"recompute_modules \[torchtitan_op\]: torchtitan's op-level"),
 ]
 
 

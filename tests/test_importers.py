@@ -483,6 +483,20 @@ def test_torchtitan_loss_is_read_as_torchtitan_computes_it(tmp_path, extra, para
     assert "loss-settings" not in _rules(result, "error")
 
 
+@pytest.mark.parametrize("ac,expected", [
+    ('mode = "selective"\nselective_ac_option = "op"', ("selective", ("torchtitan_op",))),
+    ('mode = "selective"\nselective_ac_option = "1"', ("full", ())),
+    ('mode = "full"', ("full", ())),
+    ('mode = "none"', ("none", ())),
+])
+def test_torchtitan_activation_checkpointing(tmp_path, ac, expected):
+    path = _titan(tmp_path)
+    path.write_text(path.read_text().replace('mode = "full"', ac))
+    imported, result = _run(path, gpus=8)
+    assert (imported.layout.recompute, imported.layout.recompute_modules) == expected
+    assert "recompute-settings" not in _rules(result, "error")
+
+
 def test_torchtitan_unknown_and_renamed_keys_warn(tmp_path):
     _, result = _run(_titan(tmp_path, training="batch_size = 4"), gpus=8)
     message = next(v.message for v in result.warnings if v.rule == "torchtitan-unknown-key")

@@ -144,6 +144,47 @@ def test_a_gathered_loss_holds_the_whole_vocabulary_on_every_tp_rank():
     _only(before, after, "activations", 12 * S * (V - V // 2))      # 1,572,864 bytes
 
 
+# ------------------------------------------------------------------------- torchtitan's op SAC
+
+# torchtitan's op-level selective activation checkpointing (selective_ac_option = "op",
+# torchtitan/distributed/activation_checkpoint.py): inside each checkpointed layer it counts
+# the aten.mm calls and saves the output of the odd ones (the policy recomputes every second
+# mm), saves flash attention's output and log-sum-exp, and recomputes everything else from the
+# layer input. The layer's matmuls in order: wq (h -> a*d), wk (h -> g*d), wv (h -> g*d),
+# wo (a*d -> h), w1 (h -> f), w3 (h -> f), w2 (f -> h): saved wq, wv, w1, w2.
+OP_SAC_LAYER = (2 * H            # the layer input (the checkpoint's own input)
+                + 2 * A * D      # wq's output           (saved: 1st mm)
+                + 2 * G * D      # wv's output           (saved: 3rd mm)
+                + 2 * F          # w1's output           (saved: 5th mm)
+                + 2 * H          # w2's output           (saved: 7th mm)
+                + 2 * A * D      # flash attention's output
+                + 4 * A)         # and its fp32 log-sum-exp                  = 1,104 bytes a token
+
+
+def test_torchtitans_op_sac_keeps_every_other_matmul_output():
+    # pp 1: one micro-batch, both layers and Megatron's loss on the one rank
+    m = _memory(recompute="selective", recompute_modules=["torchtitan_op"])
+    assert m.activations == S * (L * OP_SAC_LAYER + LOGITS)
+
+
+def test_torchtitans_op_sac_reruns_the_matmuls_it_did_not_save():
+    # Recompute = the even matmuls' forward, 2*in*out FLOPs a token each: wk (h x g*d), wo
+    # (a*d x h), w3 (h x f), plus the element-wise work that regenerates the freed bytes
+    # (LAYER - OP_SAC_LAYER at the profile's c_ew bytes per byte). Flash attention's output is
+    # saved: the attention core does not rerun.
+    from planner.cost.compute import layer_times
+    from planner.cost.shape import model_shape
+    job, _ = _job_layout()
+    shape = model_shape(job.model)
+    rate, hbm, ew = 1e12, 1e12, 3.0
+    kw = dict(moe=False, tokens=S, seq=S, tp=1, recompute="selective", gemm_flops_per_s=rate,
+              attn_flops_per_s=rate, hbm_bytes_per_s=hbm, ew_factor=ew, act_bytes_fwd=S * LAYER,
+              modules=("torchtitan_op",), freed_bytes=S * (LAYER - OP_SAC_LAYER))
+    rerun = 2 * (H * G * D + A * D * H + H * F) * S / rate           # 2 x 22,528 x 256 FLOPs
+    regen = ew * S * (LAYER - OP_SAC_LAYER) / hbm
+    assert layer_times(shape, **kw).recompute == pytest.approx(rerun + regen, rel=1e-12)
+
+
 # ------------------------------------------------------------------------- model states
 
 def test_grad_reduce_in_bf16_halves_the_gradient_buffer():

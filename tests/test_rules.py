@@ -68,6 +68,10 @@ TRIGGERED = [
     pytest.param("fp8-settings", dict(tp=8, precision="fp8", fp8_recipe="mxfp8"),
                  ["fp8_recipe mxfp8 needs Blackwell tensor cores (h100-sxm is hopper)"],
                  id="fp8/mxfp8-on-h100"),
+    pytest.param("recompute-settings", dict(tp=8, recompute="selective",
+                                            recompute_modules=("torchtitan_op", "mlp")),
+                 ["torchtitan_op (torchtitan's op-level checkpointing) is a policy of its own",
+                  "not a module to combine with mlp"], id="recompute/op-sac-with-mlp"),
     pytest.param("loss-settings", dict(tp=8, loss_parallel=False), [
         "loss_parallel false needs cross_entropy pytorch_fp32"], id="loss/gathered-megatron-loss"),
     pytest.param("recompute-settings", dict(tp=8, recompute="full", recompute_modules=("mlp",)),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.cost.memory import op_sac_matmuls
 from planner.cost.shape import ModelShape
 
 __all__ = ["model_flops_per_step", "hardware_flops_per_step", "gemm_efficiency",
@@ -109,7 +110,9 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
     Recompute: full repeats the forward; selective repeats the forward of its modules
     (`--recompute-modules`): core_attn the attention core, mlp the dense MLP's GEMMs, moe the
     routed experts' GEMMs, shared_experts theirs, mla_up_proj the MLA up-projections, and for
-    every module the element-wise work that regenerates the `freed_bytes` it dropped.
+    every module the element-wise work that regenerates the `freed_bytes` it dropped;
+    torchtitan_op the matmuls whose outputs op SAC does not save (2·in·out per token / tp
+    each: wk, wo, w3 of a gated dense layer) and that element-wise work.
     """
     from planner.cost.launch import layer_wall
 
@@ -136,8 +139,15 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
                      launch_s=launch_s)
     if recompute == "full":
         rec = fwd
+    elif recompute == "selective" and "torchtitan_op" in modules and not (moe or shape.mla):
+        # op SAC reruns the matmuls whose outputs it did not save, and the element-wise work
+        # that regenerates the freed bytes; flash attention's output is saved (no rerun)
+        t = sum(2.0 * i * o for i, o, saved, _ in op_sac_matmuls(shape) if not saved)
+        rec = tokens * t / tp / gemm_flops_per_s + ew_factor * freed_bytes / hbm_bytes_per_s
     elif recompute == "selective":
         mods = set(modules or ("core_attn",))
+        if "torchtitan_op" in mods:     # MoE and MLA layers: as Megatron's default
+            mods = {"core_attn"}
         t = 0.0
         if "mlp" in mods and not moe:
             t += tokens * shape.mlp_flops / tp / gemm_flops_per_s

@@ -31,7 +31,8 @@ from planner.cost.shape import ModelShape
 __all__ = ["MemoryBreakdown", "StateDtypes", "state_dtypes", "GEMM_INPUT_BYTES",
            "state_bytes_per_param", "megatron_weight_optimizer_bytes",
            "layer_activation_bytes", "routed_activation_bytes", "korthikanti_layer_bytes", "stage_params", "state_bytes",
-           "in_flight_layers", "LOSS_PEAK_BYTES", "loss_bytes"]
+           "in_flight_layers", "LOSS_PEAK_BYTES", "loss_bytes", "op_sac_matmuls",
+           "op_sac_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +179,8 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
       norm; the others are fused into their GEMMs); mla_up_proj the up-projected Q, K, V; mlp
       the dense MLP's fc1 input, fc1 and activation outputs; moe_act the experts' activation
       outputs; moe every routed copy, the router state and the shared experts; shared_experts
-      the shared experts' MLP.
+      the shared experts' MLP. torchtitan_op (torchtitan's op-level SAC) keeps what
+      `op_sac_bytes` lists on a dense layer, and counts an MoE or MLA layer as core_attn.
     Full recompute keeps only the layer input 2h (÷t with SP).
     """
     sp_div = t if sp else 1
@@ -186,6 +188,10 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
     if recompute == "full":
         return tokens * 2.0 * h / sp_div
     mods = set(modules or ("core_attn",)) if recompute == "selective" else set()
+    if "torchtitan_op" in mods:
+        if not (moe or shape.mla):
+            return tokens * op_sac_bytes(shape, t=t, sp=sp)
+        mods = {"core_attn"}   # MoE and MLA layers: as Megatron's default (an upper bound)
     x = GEMM_INPUT_BYTES[recipe]
     fp8 = recipe is not None
     fc1_w = 4.0 if shape.gated else 2.0
@@ -221,6 +227,34 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
     elif "mlp" not in mods:
         per_token += (fc1_w + x) * shape.f / t
     return tokens * per_token
+
+
+def op_sac_matmuls(shape: ModelShape) -> list[tuple[int, int, bool, bool]]:
+    """torchtitan's op-level selective activation checkpointing (`selective_ac_option = "op"`,
+    torchtitan/distributed/activation_checkpoint.py) counts the matmuls of each checkpointed
+    layer in order and saves the output of the odd ones (1st, 3rd, ...); the even ones are
+    recomputed. Per matmul (in width, out width, saved, column-parallel): wq, wk, wv, wo,
+    then the MLP's w1, w3 (gated), w2, of a dense GQA/MHA layer. MoE and MLA layers are
+    counted as Megatron's selective default instead (it keeps more: an upper bound)."""
+    mms = [(shape.h, shape.q, True), (shape.h, shape.g * shape.d, True),
+           (shape.h, shape.g * shape.d, True), (shape.q, shape.h, False)]
+    mms += ([(shape.h, shape.f, True), (shape.h, shape.f, True)] if shape.gated
+            else [(shape.h, shape.f, True)]) + [(shape.f, shape.h, False)]
+    return [(i, o, n % 2 == 0, col) for n, (i, o, col) in enumerate(mms)]
+
+
+def op_sac_bytes(shape: ModelShape, *, t: int, sp: bool) -> float:
+    """Bytes a token keeps in one layer under torchtitan's op SAC (bf16): the layer input 2h
+    (÷t with SP), the saved matmul outputs (`op_sac_matmuls`; 2·out, ÷t when
+    column-parallel; a row-parallel output is the local partial sum of all h, and its
+    reduce-scatter result 2h/t is saved too), flash attention's output 2q and log-sum-exp
+    4a (÷t). FP8 (torchao) matmuls are counted with bf16 outputs as well."""
+    sp_div = t if sp else 1
+    kept = 2.0 * shape.h / sp_div + (2.0 * shape.attn_out + 4.0 * shape.a) / t
+    for _, out, saved, col in op_sac_matmuls(shape):
+        if saved:
+            kept += 2.0 * out / t if col else 2.0 * out + (2.0 * out / t if t > 1 else 0.0)
+    return kept
 
 
 def routed_activation_bytes(shape: ModelShape, *, tokens: float, t: int, sp: bool,

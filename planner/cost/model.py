@@ -255,7 +255,10 @@ class CostModel:
         tp_s = 0.0
         if t > 1:
             tp_link = self.link(t, 1)
-            tp_s = (4 + 2 * full) * all_reduce_time(2.0 * tokens * s.h, t, tp_link)
+            # op SAC reruns the sequence-parallel all-gathers before the matmuls it recomputes
+            # (half of what a full recompute's rerun all-gathers and reduce-scatters move)
+            op_sac = "torchtitan_op" in mods and not (s.E or s.mla)
+            tp_s = (4 + 2 * full + op_sac) * all_reduce_time(2.0 * tokens * s.h, t, tp_link)
             if lay.tp_comm_overlap and not tp_link.crosses_network:
                 # Transformer Engine's userbuffer overlap needs the TP group in one NVLink domain
                 tp_s *= 1.0 - hide

@@ -78,6 +78,10 @@ def check_supported(job, layout: Layout) -> None:
     m, tr = job.model, job.training
     offload = layout.cpu_offloading_num_layers
     problems = [
+        ("torchtitan_op" in layout.selective_modules,
+         "recompute_modules [torchtitan_op]: torchtitan's op-level checkpointing; Megatron's "
+         "selective recompute is by module: use recompute_modules core_attn (and mlp, "
+         "layernorm ...) or recompute full"),
         (m.position_embedding == "rope" and m.rotary_base is not None
          and whole(m.rotary_base) is None,
          f"rotary_base {m.rotary_base}: Megatron's --rotary-base takes a whole number"),

@@ -74,6 +74,10 @@ def _refuse(msg: str) -> None:
 
 
 def check_supported(job, layout: Layout) -> None:
+    if "torchtitan_op" in layout.selective_modules:
+        _refuse("recompute_modules [torchtitan_op]: torchtitan's op-level checkpointing; NeMo's "
+                "selective recompute is by module: use recompute_modules core_attn (and mlp, "
+                "layernorm ...) or recompute full")
     if job.model.is_mla:
         _refuse(f"{job.model.name} uses multi-latent attention, which NeMo 1 lacks; use NeMo "
                 "2's DeepSeek recipe with the degrees of `--format megatron`")

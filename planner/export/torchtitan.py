@@ -129,10 +129,11 @@ def _check_recipe(job, layout: Layout) -> None:
         ("bf16" in (layout.exp_avg_dtype, layout.exp_avg_sq_dtype),
          "bf16 optimizer moments: torchtitan keeps fp32 Adam states (training.dtype bfloat16 "
          "would drop the fp32 master weights too); set exp_avg_dtype/exp_avg_sq_dtype fp32"),
-        (layout.recompute == "selective" and layout.selective_modules != ("core_attn",),
+        (layout.recompute == "selective"
+         and layout.selective_modules not in (("core_attn",), ("torchtitan_op",)),
          f"recompute_modules {list(layout.selective_modules)}: torchtitan's selective "
-         "recompute is per op ('op') or every k-th layer, not by module; use recompute "
-         "selective with the default modules or recompute full"),
+         "recompute is per op ('op', recompute_modules [torchtitan_op]) or every k-th layer, "
+         "not by module; use recompute_modules [torchtitan_op] or recompute full"),
         (layout.cpu_offloading_num_layers > 0,
          f"cpu_offloading_num_layers {layout.cpu_offloading_num_layers}: torchtitan does not "
          "offload activations (enable_cpu_offload offloads FSDP states); set it 0"),
@@ -363,6 +364,11 @@ def _recipe_notes(job, layout: Layout) -> list[str]:
     if job.model.is_moe and layout.ep > 1 and layout.moe_token_dispatcher == "allgather":
         notes.append("moe_token_dispatcher allgather: torchtitan dispatches tokens with "
                      "all-to-all (expert_parallel_comm_backend standard).")
+    if layout.selective_modules == ("core_attn",):
+        notes.append("recompute selective [core_attn] -> selective_ac_option \"op\": torchtitan's "
+                     "op-level checkpointing keeps less (every other matmul output and the "
+                     "attention output) and reruns the other matmuls; it reads back as "
+                     "recompute_modules [torchtitan_op].")
     ac = layout.recompute_num_layers
     if layout.recompute == "full" and ac is not None:
         notes.append(f"recompute_num_layers {ac}: torchtitan checkpoints every k-th layer of a "

@@ -15,8 +15,8 @@ becomes our first/last stage layers when uneven. Model states are counted the FS
 (16 B/param).
 
 Recipe settings: `[activation_checkpoint] mode` none/selective/full; `selective_ac_option` "op"
-is selective recompute, an integer k checkpoints every k-th layer of a rank fully (0 and 1:
-every layer), i.e. recompute full with `recompute_num_layers` = floor(layers of the most loaded
+is torchtitan's op-level SAC (recompute_modules [torchtitan_op]), an integer k checkpoints
+every k-th layer of a rank fully (0 and 1: every layer), i.e. recompute full with `recompute_num_layers` = floor(layers of the most loaded
 rank / k) spread over its virtual stages; `memory_budget` (compiler-chosen) is a warning.
 FP8: the float8 converter (`[model] converters` "float8" / "quantize.linear.float8", settings in
 `[float8]` (v0.1) or `[quantize.linear.float8]`): recipe_name unset or "tensorwise" is
@@ -319,8 +319,10 @@ def _recompute(data: dict, rank_layers: list[int], vpp: int,
                              "what to recompute; planner models selective recompute", "warning"))
         return {"recompute": "selective"}
     option = str(ac.get("selective_ac_option", "2"))
-    if mode != "selective" or option == "op":
+    if mode != "selective":
         return {"recompute": mode}
+    if option == "op":
+        return {"recompute": "selective", "recompute_modules": ("torchtitan_op",)}
     if not option.isdigit() or len(option) > 6:
         raise SpecError(f"[activation_checkpoint] selective_ac_option = {_short(option)} must be "
                         "'op' or a layer interval such as '2' (torchtitan raises)")
