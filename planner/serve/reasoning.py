@@ -122,10 +122,12 @@ def _cp_for_long_prompts(job, agg, pick):
     b = best.layout.instance
     gain = (f"{b.name} prefills one prompt in {_ms(best.estimate.prefill_s)} vs {_ms(one)} on "
             f"{inst.name}")
-    if (best.meets and not pick.meets) or (best.meets == pick.meets
-                                             and best.per_gpu > pick.per_gpu):
+    faster = best.estimate.prefill_s < one
+    if (best.meets and not pick.meets) or (best.meets == pick.meets and faster
+                                             and best.per_gpu >= 0.95 * pick.per_gpu):
         why = ("it meets the SLOs, the cp 1 pick does not" if best.meets and not pick.meets
-               else f"{best.per_gpu:,.0f} tokens/s per GPU vs {pick.per_gpu:,.0f}")
+               else f"serves {best.per_gpu:,.0f} tokens/s per GPU vs {pick.per_gpu:,.0f} "
+                    "(within 5%: the shorter prefill decides)")
         return f"cp {b.cp}: {gain} and {why}", best
     return (f"cp 1: {gain}, but serves {best.per_gpu:,.0f} tokens/s per GPU vs "
             f"{pick.per_gpu:,.0f} (every cp rank holds the whole weights)"), pick

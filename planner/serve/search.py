@@ -234,7 +234,7 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
         result.pick, result.pick_rank, result.pick_note = pick, rank, note
     result.caveats = search_caveats(job)
     from planner.serve.validate import cp_caveats
-    for c in [result.pick] + result.plans[:1]:
+    for c in [result.pick] + result.plans:
         if c is not None:
             result.caveats += [x for x in cp_caveats(job, c.layout) if x not in result.caveats]
     result.elapsed_s = time.perf_counter() - t0
