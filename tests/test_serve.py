@@ -519,7 +519,7 @@ def test_validate_a_disaggregated_yaml(runner, tmp_path):
     out = json.loads(result.stdout)
     assert out["layout"]["disaggregated"] is True
     assert out["layout"]["decode"] == {"tp": 4, "pp": 1, "ep": 1, "dp": 1,
-                                       "dp_attention": False, "workers": 1}
+                                       "dp_attention": False, "cp": 1, "workers": 1}
     assert out["kv_transfer_s"] > 0 and out["bottleneck"] in ("prefill", "decode")
     assert {"prefill_memory", "memory"} <= set(out)
 

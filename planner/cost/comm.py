@@ -5,6 +5,8 @@ Ring collectives over n ranks, S bytes, achieved bandwidth B, per-step latency �
     reduce-scatter        (n-1)/n * S/B + (n-1)α        (all-gather the same)
     all-to-all            (n-1)/n * S/B + (n-1)α        (S = bytes each rank sends in total)
     point-to-point        S/B + α
+    CP ring (one layer)   (cp-1) * (S/B + α)             (S = the local K/V block; ring attention)
+    exposed               max(0, t_comm - hide * t_compute)   (what overlap leaves visible)
 Placement (Megatron rank order tp-cp-ep-dp-pp, innermost first): a group of n ranks spaced
 `stride` apart covers n*stride consecutive ranks. If that fits in one NVLink domain the group
 runs on NVLink at `nvlink_bandwidth * nvlink_efficiency`. Otherwise it crosses the network:
@@ -19,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["Link", "group_link", "all_reduce_time", "reduce_scatter_time", "all_gather_time",
-           "all_to_all_time", "p2p_time", "ring_all_reduce_volume"]
+           "all_to_all_time", "p2p_time", "ring_all_reduce_volume", "cp_ring_time",
+           "exposed_time"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +85,17 @@ def all_to_all_time(size: float, n: int, link: Link) -> float:
 def p2p_time(size: float, link: Link) -> float:
     """S/B + α."""
     return size / link.bandwidth + link.latency
+
+
+def cp_ring_time(size: float, cp: int, link: Link) -> float:
+    """Ring attention's K/V exchange in one layer's forward: each of the cp ranks passes its
+    local K/V block of S bytes on cp-1 times, (cp-1) * (S/B + α); 0 without CP."""
+    if cp <= 1:
+        return 0.0
+    return (cp - 1) * p2p_time(size, link)
+
+
+def exposed_time(comm: float, compute: float, hide: float) -> float:
+    """The part of `comm` seconds that overlapping with `compute` seconds leaves visible:
+    max(0, comm - hide * compute), `hide` the achieved overlap (Calibration.overlap_efficiency)."""
+    return max(0.0, comm - hide * compute)

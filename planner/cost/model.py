@@ -16,7 +16,8 @@ from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import NamedTuple
 
-from planner.cost.comm import (all_reduce_time, all_to_all_time, group_link, p2p_time)
+from planner.cost.comm import (all_reduce_time, all_to_all_time, cp_ring_time, exposed_time,
+                               group_link, p2p_time)
 from planner.cost.compute import (gemm_efficiency, hardware_flops_per_step, layer_times,
                                   logits_time, model_flops_per_step)
 from planner.cost.launch import host_mode, host_parts
@@ -271,8 +272,8 @@ class CostModel:
             cp_link = self.link(cp, t)
             if lay.cp_comm_type in ("p2p", "a2a+p2p"):
                 attn_core = tokens * s.attn_core_flops_per_s * self.seq / t / attn_rate
-                ring = (cp - 1) * p2p_time(2.0 * tokens * 2 * s.g * s.d / t, cp_link)
-                cp_s = (3 + full) * max(0.0, ring - hide * attn_core)
+                ring = cp_ring_time(2.0 * tokens * 2 * s.g * s.d / t, cp, cp_link)
+                cp_s = (3 + full) * exposed_time(ring, attn_core, hide)
             else:
                 a2a = all_to_all_time(2.0 * tokens * (2 * s.q + 2 * s.g * s.d) / t, cp, cp_link)
                 cp_s = 2 * a2a * (1.5 if full else 1.0)

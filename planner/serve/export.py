@@ -6,6 +6,8 @@ what `planner validate` reads back, planner/serve/importer.py) and the estimate,
 command per engine instance (CUDA_VISIBLE_DEVICES and a port each; replicas behind your load
 balancer). Flag names are those of vLLM v0.11 (EngineArgs), SGLang 0.5 (ServerArgs) and
 TensorRT-LLM 1.x (trtllm-serve); tests/test_serve.py checks each against the engine's own list.
+Context parallelism goes to TRT-LLM only (--cp_size and a Helix cp_config in the extra LLM-API
+options); vLLM v0.11 and SGLang 0.5.8 have no CP axis that adds GPUs (rules._cp_errors).
 What an engine cannot express is refused (InfeasibleError, exit 1) with the reason.
 """
 
@@ -196,6 +198,8 @@ def _trtllm_flags(job, inst, conc: int, role: str | None, extra: str) -> list[tu
     tp_total = inst.tp * inst.dp if inst.dp_attention else inst.tp
     f: list[tuple[str, object]] = [("--backend", "pytorch"), ("--tp_size", tp_total),
                                    ("--pp_size", inst.pp)]
+    if inst.cp > 1:      # trtllm-serve --cp_size (tensorrt_llm/commands/serve.py)
+        f.append(("--cp_size", inst.cp))
     if job.model.is_moe:
         f.append(("--ep_size", inst.ep))
     f += [("--max_batch_size", max(1, conc // inst.dp)),
@@ -212,6 +216,10 @@ def _trtllm_extra(job, inst, role: str | None) -> list[str]:
     if inst.dp_attention:
         lines.append("enable_attention_dp: true")
     lines += ["kv_cache_config:", f"  dtype: {'fp8' if sv.kv_dtype == 'fp8' else 'auto'}"]
+    if inst.cp > 1:      # Helix (docs/source/features/helix.md): both block sizes must match
+        block = engine_settings(job, inst).block_tokens
+        lines += [f"  tokens_per_block: {block}", "cp_config:", "  cp_type: HELIX",
+                  f"  tokens_per_block: {block}"]
     spec = sv.speculative
     if spec is not None:
         if spec.method == "mtp":

@@ -100,6 +100,7 @@ _FLAGS = {
         "--speculative-config": ("spec_json", True), "--kv-transfer-config": ("kv_transfer", True),
         "--port": ("port", True), "--host": ("host", True), "--model": ("model", True),
         "--distributed-executor-backend": ("backend", True),
+        "--decode-context-parallel-size": ("dcp", True), "-dcp": ("dcp", True),
     },
     "sglang": {
         "--model-path": ("model", True), "--model": ("model", True),
@@ -121,6 +122,7 @@ _FLAGS = {
     "trtllm": {
         "--tp_size": ("tp", True), "--tensor_parallel_size": ("tp", True),
         "--pp_size": ("pp", True), "--pipeline_parallel_size": ("pp", True),
+        "--cp_size": ("cp", True), "--context_parallel_size": ("cp", True),
         "--ep_size": ("ep", True), "--moe_expert_parallel_size": ("ep", True),
         "--max_batch_size": ("max_batch_size", True), "--max_num_tokens": ("max_num_tokens", True),
         "--max_seq_len": ("max_len", True),
@@ -248,9 +250,12 @@ def _instance(engine: str, vals: dict, text: str, model, source: str):
         return Instance(tp=tp, pp=pp, ep=ep, dp=dp, dp_attention=False)
     extra = _extra_yaml(text, vals.get("extra", "")) if vals.get("extra") else {}
     ep = _int(vals, "ep", "--ep_size", source)
+    if "cp" not in vals and extra.get("context_parallel_size") is not None:
+        vals = {**vals, "cp": str(extra["context_parallel_size"])}
+    cp = _int(vals, "cp", "--cp_size", source)
     if extra.get("enable_attention_dp"):
-        return Instance(tp=1, pp=pp, ep=ep, dp=tp, dp_attention=True)
-    return Instance(tp=tp, pp=pp, ep=ep, dp=1, dp_attention=False)
+        return Instance(tp=1, pp=pp, ep=ep, dp=tp, dp_attention=True, cp=cp)
+    return Instance(tp=tp, pp=pp, ep=ep, dp=1, dp_attention=False, cp=cp)
 
 
 def _serving(engine: str, vals: dict, text: str, head: dict, source: str) -> dict:
@@ -348,6 +353,13 @@ def _warnings(engine: str, parsed, text: str) -> list[Violation]:
         out.append(Violation(f"{engine}-flag-not-modelled",
                              f"{', '.join(unknown)}: not modelled by planner (the estimate does "
                              "not reflect them)", "warning"))
+    dcp = sorted({vals["dcp"] for _, vals, _, _ in parsed if vals.get("dcp") not in (None, "1")})
+    if engine == "vllm" and dcp:
+        out.append(Violation(
+            "vllm-dcp-not-modelled",
+            f"--decode-context-parallel-size {dcp[0]}: vLLM's decode context parallel splits the "
+            "KV cache tp duplicates inside the TP group; planner does not model it (the "
+            "estimate keeps the duplicated KV cache: fewer requests than vLLM holds)", "warning"))
     if engine == "trtllm":
         for name in sorted({vals["extra"] for _, vals, _, _ in parsed if vals.get("extra")}):
             if not re.search(r"cat\s*>\s*" + re.escape(name) + r"\s*<<", text):

@@ -1,8 +1,10 @@
-"""`Instance` (one engine instance: tp, pp, ep, dp, attention DP) and `ServeLayout` (an
+"""`Instance` (one engine instance: tp, pp, ep, dp, attention DP, cp) and `ServeLayout` (an
 aggregated instance times replicas, or prefill and decode workers).
 
-Inside an instance the ranks are ordered tp (innermost), dp, pp. The attention of each dp rank
-is tensor-parallel over tp GPUs; the MoE layers of a stage spread over the `moe_group`
+Inside an instance the ranks are ordered tp (innermost), cp, dp, pp: tp*cp*dp*pp GPUs. The
+attention of each dp rank is tensor-parallel over tp GPUs and, with context parallelism, each
+sequence (its prompt tokens and KV cache) is split over cp such tp groups, which hold the same
+weights (CP does not shard them); the MoE layers of a stage spread over the `moe_group`
 (tp*dp with attention DP, else tp) as ep expert ranks of `etp` GPUs each. Plain frozen
 dataclasses: the search builds thousands.
 """
@@ -22,10 +24,11 @@ class Instance:
     ep: int = 1
     dp: int = 1
     dp_attention: bool = False
+    cp: int = 1
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
     def moe_group(self) -> int:
@@ -40,6 +43,8 @@ class Instance:
     @property
     def name(self) -> str:
         parts = [f"tp{self.tp}"]
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
         if self.pp > 1:
             parts.append(f"pp{self.pp}")
         if self.dp > 1:
@@ -50,7 +55,7 @@ class Instance:
 
     def as_dict(self) -> dict:
         return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "dp": self.dp,
-                "dp_attention": self.dp_attention}
+                "dp_attention": self.dp_attention, "cp": self.cp}
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +104,9 @@ def layout_from_spec(spec) -> ServeLayout:
     """A ServeParallelSpec as a ServeLayout."""
     if spec.prefill is not None:
         p, d = spec.prefill, spec.decode
-        return ServeLayout(prefill=Instance(p.tp, p.pp, p.ep, p.dp, p.dp_attention),
-                           decode=Instance(d.tp, d.pp, d.ep, d.dp, d.dp_attention),
+        return ServeLayout(prefill=Instance(p.tp, p.pp, p.ep, p.dp, p.dp_attention, p.cp),
+                           decode=Instance(d.tp, d.pp, d.ep, d.dp, d.dp_attention, d.cp),
                            prefill_workers=p.workers, decode_workers=d.workers)
-    return ServeLayout(instance=Instance(spec.tp, spec.pp, spec.ep, spec.dp, spec.dp_attention),
+    return ServeLayout(instance=Instance(spec.tp, spec.pp, spec.ep, spec.dp, spec.dp_attention,
+                                         spec.cp),
                        replicas=spec.replicas)

@@ -14,9 +14,14 @@ the parameter counts, `planner.cost.shape.ModelShape`):
 - KV cache per token: MHA/GQA 2 * L_s * g/tp * d * b (g KV heads of dim d; replicated, one
   head per GPU, when tp > g); MLA L_s * (kv_lora_rank + rope dim) * b, the same latent on
   every TP rank (attention DP splits the requests instead). b = 2 (bf16) or 1 (fp8).
-- Activations: the workspace of one engine step of `max_num_tokens` tokens (residual and
-  normed input 2h, the QKV output, the gated MLP's 2f/tp or the MoE layer's routed
-  intermediate, 16-bit) plus fp32 logits of one token per running request (V/tp each).
+  Context parallelism splits each sequence's tokens over the cp ranks (load-balanced), so a
+  GPU holds 1/cp of every request's KV cache: per token and GPU the bytes above / cp, and the
+  instance holds cp times the tokens. CP does not shard weights: every cp rank holds the
+  weights of its tp group (the weight bytes are those of cp 1).
+- Activations: the workspace of one engine step of `max_num_tokens` tokens, max_num_tokens/cp
+  on each GPU with CP (residual and normed input 2h, the QKV output, the gated MLP's 2f/tp or
+  the MoE layer's routed intermediate, 16-bit) plus fp32 logits of one token per running
+  request (V/tp each).
 - Other: CUDA context and NCCL buffers (the profile's) and the engine's CUDA graphs.
 - The KV cache gets what the engine's memory rule leaves (`engines.kv_budget`); the instance
   holds dp * min over stages (KV bytes / KV bytes per token) tokens, and max concurrency =
@@ -91,14 +96,16 @@ def stage_layers(m: ModelSpec, pp: int) -> list[tuple[int, int]]:
     return out
 
 
-def kv_bytes_per_token_layer(m: ModelSpec, tp: int, kv_dtype: str) -> float:
-    """KV-cache bytes one token takes in one layer on one GPU of a tp group."""
+def kv_bytes_per_token_layer(m: ModelSpec, tp: int, kv_dtype: str, cp: int = 1) -> float:
+    """KV-cache bytes one token takes in one layer on one GPU of a tp group, averaged over the
+    cp ranks its sequence is split over: MHA/GQA 2 * max(1, g/tp) * d * b / cp, MLA
+    (kv_lora_rank + rope) * b / cp."""
     b = KV_BYTES[kv_dtype]
     if m.is_mla:
         rope = m.qk_pos_emb_head_dim if m.qk_pos_emb_head_dim is not None else 64
-        return float((m.kv_lora_rank + rope) * b)
+        return float((m.kv_lora_rank + rope) * b) / cp
     heads = max(1, m.kv_heads // tp) if m.kv_heads >= tp else 1
-    return float(2 * heads * m.head_dim * b)
+    return float(2 * heads * m.head_dim * b) / cp
 
 
 def kv_bytes_per_token_model(m: ModelSpec, kv_dtype: str) -> float:
@@ -131,7 +138,8 @@ def stage_weight_bytes(m: ModelSpec, inst, precision: str, *, mtp_layers: int = 
 
 
 def activation_bytes(m: ModelSpec, inst, *, tokens: int, batch: int) -> float:
-    """Workspace of one engine step of `tokens` tokens and fp32 logits for `batch` requests."""
+    """Workspace of one engine step of `tokens` tokens (tokens/cp on each GPU: CP splits the
+    prompt chunk) and fp32 logits for `batch` requests."""
     sh = shape_of(m)
     tp = inst.tp
     dense = 2 * m.hidden_size + (sh.q + 2 * sh.g * sh.d) / tp + 2 * sh.f / tp
@@ -142,7 +150,7 @@ def activation_bytes(m: ModelSpec, inst, *, tokens: int, batch: int) -> float:
             + 2 * sh.f_s / tp
         per_token = max(dense, moe)
     logits = batch * m.vocab_size / tp * 4
-    return tokens * per_token * ACT_BYTES + logits
+    return tokens / inst.cp * per_token * ACT_BYTES + logits
 
 
 def instance_memory(job, inst) -> ServeMemory:
@@ -162,7 +170,7 @@ def instance_memory(job, inst) -> ServeMemory:
     batch = min(st.max_batch_size, 4096)
     act = activation_bytes(m, inst, tokens=st.max_num_tokens, batch=batch)
     other = (hw.cuda_context_gib + hw.nccl_buffer_gib) * 2**30 + st.cuda_graph_bytes
-    kv_layer = kv_bytes_per_token_layer(m, inst.tp, sv.kv_dtype)
+    kv_layer = kv_bytes_per_token_layer(m, inst.tp, sv.kv_dtype, inst.cp)
     best = None
     for s, ((nd, nm), w) in enumerate(zip(stage_layers(m, inst.pp), weights)):
         w = w + draft_w

@@ -4,7 +4,8 @@ as a trace with numbers, and the deployment it arrives at.
 The chapter's rules: TP stays the main axis (it lowers each request's latency and shares the
 weights) and fills the node first; PP is used only when memory forces it, because every stage
 adds to each request's latency; DP becomes replicas behind a load balancer; MoE adds EP; long
-prompts add CP; prefill/decode disaggregation is a dimension only inference has. Training
+prompts add CP (searched from caveats.LONG_CONTEXT_TOKENS on); prefill/decode disaggregation
+is a dimension only inference has. Training
 optimises throughput, inference latency: each step keeps what meets the SLOs and says what it
 costs. `procedure` returns the steps, the pick and a note on where the pick ranks; one small
 function per step, each returning its sentence (and the deployment it settles on).
@@ -48,7 +49,8 @@ def _tp_first(job, opts, agg, node):
     """TPOT of one request at each TP inside the node (pp 1, no DP, no EP); the TP that
     serves the most tokens/s per GPU there."""
     pts = [p for p in agg if p.layout.instance.pp == 1 and p.layout.instance.dp == 1
-           and p.layout.instance.ep == 1 and p.layout.instance.tp <= node]
+           and p.layout.instance.ep == 1 and p.layout.instance.cp == 1
+           and p.layout.instance.tp <= node]
     pick = _best(pts) or _best(pts, meets_only=False)
     if pick is None:
         return f"no tp <= {node} holds the model on one node", None
@@ -69,7 +71,8 @@ def _pp_when_forced(agg, tp_pick, node):
     if tp_pick is not None:
         return (f"not needed: {tp_pick.layout.instance.name} holds the weights and the KV cache; "
                 "every stage would add a hop to each request's latency"), tp_pick
-    pts = [p for p in agg if p.layout.instance.dp == 1 and p.layout.instance.ep == 1]
+    pts = [p for p in agg if p.layout.instance.dp == 1 and p.layout.instance.ep == 1
+           and p.layout.instance.cp == 1]
     base = _best(pts) or _best(pts, meets_only=False)
     if base is None:
         return "no tp x pp instance fits", None
@@ -90,7 +93,8 @@ def _ep_for_moe(job, agg, base):
     m = job.model
     if not m.is_moe:
         return "dense model: no experts to place", base
-    pts = [p for p in agg if p.layout.instance.pp == base.layout.instance.pp]
+    pts = [p for p in agg if p.layout.instance.pp == base.layout.instance.pp
+           and p.layout.instance.cp == 1]
     best = _best(pts) or _best(pts, meets_only=False)
     pick = best if best is not None and best.per_gpu > base.per_gpu else base
     i = pick.layout.instance
@@ -100,14 +104,53 @@ def _ep_for_moe(job, agg, base):
             + f": {pick.per_gpu:,.0f} tokens/s per GPU"), pick
 
 
-def _cp_for_long_prompts(job, pick) -> str:
+def _cp_for_long_prompts(job, agg, pick):
+    """Long prompts: the best layout with cp > 1 against the pick (it takes over when it
+    serves more tokens/s per GPU, or meets the SLOs the pick misses); when the engine runs
+    no CP, what cp 2 would have done and the rule that stops it."""
     isl = job.serving.input_length
-    if isl >= LONG_CONTEXT_TOKENS:
-        return (f"prompts of {isl:,} tokens: prefill {_ms(pick.estimate.prefill_s)} on "
-                f"{pick.layout.instance.name}; context parallelism would split it across GPUs "
-                "(TRT-LLM --cp_size, vLLM --decode-context-parallel-size); planner does not "
-                "search CP")
-    return f"prompts of {isl:,} tokens (< {LONG_CONTEXT_TOKENS:,}): no context parallelism needed"
+    inst = pick.layout.instance
+    if isl < LONG_CONTEXT_TOKENS:
+        return (f"prompts of {isl:,} tokens (< {LONG_CONTEXT_TOKENS:,}): cp 1; splitting so "
+                "short a prompt saves less than the K/V ring and the per-layer decode combine "
+                "cost, and every cp rank holds the whole weights"), pick
+    one = pick.estimate.prefill_s
+    cps = [p for p in agg if p.layout.instance.cp > 1]
+    best = _best(cps) or _best(cps, meets_only=False)
+    if best is None:
+        return _cp_not_run(job, pick), pick
+    b = best.layout.instance
+    gain = (f"{b.name} prefills one prompt in {_ms(best.estimate.prefill_s)} vs {_ms(one)} on "
+            f"{inst.name}")
+    faster = best.estimate.prefill_s < one
+    if (best.meets and not pick.meets) or (best.meets == pick.meets and faster
+                                             and best.per_gpu >= 0.95 * pick.per_gpu):
+        why = ("it meets the SLOs, the cp 1 pick does not" if best.meets and not pick.meets
+               else f"serves {best.per_gpu:,.0f} tokens/s per GPU vs {pick.per_gpu:,.0f} "
+                    "(within 5%: the shorter prefill decides)")
+        return f"cp {b.cp}: {gain} and {why}", best
+    return (f"cp 1: {gain}, but serves {best.per_gpu:,.0f} tokens/s per GPU vs "
+            f"{pick.per_gpu:,.0f} (every cp rank holds the whole weights)"), pick
+
+
+def _cp_not_run(job, pick) -> str:
+    """Why no cp > 1 layout was searched for a long prompt, with what cp 2 would give."""
+    from dataclasses import replace
+    from planner.serve.estimate import estimate
+    from planner.serve.layout import ServeLayout
+    from planner.serve.rules import instance_errors
+    inst = pick.layout.instance
+    isl = job.serving.input_length
+    two = replace(inst, cp=2)
+    head = f"prompts of {isl:,} tokens: prefill {_ms(pick.estimate.prefill_s)} on {inst.name}"
+    errs = instance_errors(job, two)
+    if job.num_gpus % two.gpus:
+        return head + f"; cp 2 would need {two.gpus} GPUs per instance, {job.num_gpus} do not divide"
+    est = estimate(job, ServeLayout(instance=two, replicas=job.num_gpus // two.gpus))
+    what = f"; {two.name} would prefill it in {_ms(est.prefill_s)}"
+    if errs:
+        return head + what + f", but {errs[0].message}"
+    return head + what + ", but holds no request in memory"
 
 
 def _pd_when_it_pays(job, opts, points, pick):
@@ -150,7 +193,8 @@ def procedure(job, opts, shapes: dict, points: list):
     ep_text, pick = _ep_for_moe(job, agg, pick)       # the instance settles before its copies
     add("replicas for the rest", _replicas(job, pick))
     add("EP for MoE", ep_text)
-    add("CP for long prompts", _cp_for_long_prompts(job, pick))
+    text, pick = _cp_for_long_prompts(job, agg, pick)
+    add("CP for long prompts", text)
     text, pick = _pd_when_it_pays(job, opts, points, pick)
     add("P/D disaggregation when it pays", text)
     return steps, pick, _note(pick, points)

@@ -241,7 +241,8 @@ def step_table(step) -> Table:
     for name, val in (("weights streamed", step.weights_s), ("GEMM compute", step.compute_s),
                       ("attention (KV read, prefill)", step.attention_s),
                       ("TP all-reduce", step.tp_comm_s), ("EP all-to-all", step.ep_comm_s),
-                      ("PP sends", step.pp_comm_s), ("fixed overheads", step.overhead_s)):
+                      ("PP sends", step.pp_comm_s), ("CP ring and combine", step.cp_comm_s),
+                      ("fixed overheads", step.overhead_s)):
         if val > 0:
             t.add_row(name, f"{val * 1e3:.2f}", f"{val / total:.0%}" if total else "-")
     t.add_row(Text("step", style="bold"), Text(f"{total * 1e3:.2f}", style="bold"), "")

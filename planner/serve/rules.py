@@ -9,6 +9,7 @@ shared by `validate` and the search.
 
 from __future__ import annotations
 
+from planner.caveats import LONG_CONTEXT_TOKENS
 from planner.errors import Violation
 from planner.units import GiB, divisors
 
@@ -92,6 +93,7 @@ def instance_errors(job, inst, *, what: str = "") -> list[Violation]:
             out.append(_err("ep-vs-group",
                             f"{what}ep ({inst.ep}) must divide the GPUs the experts spread over "
                             f"({span}); try ep {_choices([d for d in divisors(G) if E % d == 0])}"))
+    out += _cp_errors(job, inst, what=what)
     if sv.engine == "trtllm":
         if inst.dp_attention and inst.tp > 1:
             out.append(_err("trtllm-attention-dp",
@@ -101,6 +103,50 @@ def instance_errors(job, inst, *, what: str = "") -> list[Violation]:
             out.append(_err("trtllm-dp",
                             f"{what}engine trtllm: trtllm-serve has no data-parallel copies in one "
                             f"server; use replicas {inst.dp} instead of dp {inst.dp}"))
+    return out
+
+
+def _cp_errors(job, inst, *, what: str) -> list[Violation]:
+    """Which engines run context parallelism as planner costs it (cp tp groups holding the
+    same weights, each prompt and its KV cache split over them), from their own docs:
+
+    - TensorRT-LLM (trtllm-serve --cp_size / LLM API context_parallel_size with cp_config):
+      Helix context parallelism, which its docs (docs/source/features/helix.md) support for
+      MLA models (DeepSeek-V3) on Blackwell GPUs.
+    - vLLM v0.11: --decode-context-parallel-size (-dcp) splits only the KV cache that TP
+      duplicates, inside the TP group, without more GPUs (dcp in [1, tp / kv heads];
+      docs/serving/context_parallel_deployment.md); its --prefill-context-parallel-size,
+      which adds GPUs, is newer than v0.11. Neither is planner's cp.
+    - SGLang 0.5.8: no context-parallel size for a model in general (only
+      --enable-nsa-prefill-context-parallel, for DeepSeek-V3.2's sparse attention).
+    """
+    cp = inst.cp
+    if cp <= 1:
+        return []
+    eng, m, hw = job.serving.engine, job.model, job.hardware
+    fix = ("use engine trtllm, or cp 1 with more tp or replicas"
+           if m.is_mla and hw.architecture == "blackwell" else "use cp 1 with more tp or replicas")
+    if eng == "vllm":
+        return [_err("vllm-cp",
+                     f"{what}cp ({cp}): vLLM v0.11 has no context-parallel axis that adds "
+                     "GPUs (its --decode-context-parallel-size only splits the KV cache tp "
+                     f"duplicates, inside the TP group); {fix}")]
+    if eng == "sglang":
+        return [_err("sglang-cp",
+                     f"{what}cp ({cp}): SGLang 0.5.8 has no context parallelism for "
+                     f"{m.name} (only --enable-nsa-prefill-context-parallel, for DeepSeek-V3.2's "
+                     f"sparse attention); {fix}")]
+    out = []
+    if not m.is_mla:
+        out.append(_err("trtllm-cp-needs-mla",
+                        f"{what}cp ({cp}): TensorRT-LLM's context parallelism (Helix) supports "
+                        f"MLA models only (DeepSeek-V3); {m.name} has none; use cp 1 with more "
+                        "tp or replicas"))
+    elif hw.architecture != "blackwell":
+        out.append(_err("trtllm-cp-needs-blackwell",
+                        f"{what}cp ({cp}): TensorRT-LLM's context parallelism (Helix) runs on "
+                        f"Blackwell GPUs; {hw.name} is {hw.architecture or 'not Blackwell'}; use "
+                        "cp 1, or b200 / gb200-nvl72"))
     return out
 
 
@@ -114,7 +160,9 @@ def _world(job, layout) -> list[Violation]:
                 f"{d.gpus} GPUs = {n}")
     else:
         i = layout.instance
-        desc = f"tp ({i.tp}) x pp ({i.pp}) x dp ({i.dp}) x replicas ({layout.replicas}) = {n}"
+        cp = f" x cp ({i.cp})" if i.cp > 1 else ""
+        desc = (f"tp ({i.tp}){cp} x pp ({i.pp}) x dp ({i.dp}) x replicas ({layout.replicas}) "
+                f"= {n}")
         if job.num_gpus % i.gpus == 0:
             desc += f"; replicas {job.num_gpus // i.gpus} would use all {job.num_gpus}"
     return [_err("serve-world-size", f"{desc}, but num_gpus is {job.num_gpus}")]
@@ -158,6 +206,25 @@ def _guidance(job, inst, *, what: str) -> list[Violation]:
                          f"{what}pp ({inst.pp}) inside one node: every stage adds to each request's "
                          f"latency while tp {inst.tp * inst.pp} would also split the layers' work "
                          "(TP first inside the node; PP only when memory forces it)"))
+    if inst.cp > 1:
+        isl = job.serving.input_length
+        if isl < LONG_CONTEXT_TOKENS:
+            out.append(_warn("cp-short-prompt",
+                             f"{what}cp ({inst.cp}) splits prompts of only {isl:,} tokens (< "
+                             f"{LONG_CONTEXT_TOKENS:,}): the K/V ring and the per-layer decode "
+                             "combine cost about what they save, and the weights are held "
+                             f"{inst.cp} times; use cp 1 and replicas"))
+        if inst.tp * inst.cp > hw.nvlink_domain_size:
+            out.append(_warn("cp-crosses-node",
+                             f"{what}tp x cp ({inst.tp * inst.cp}) spans more than one NVLink "
+                             f"domain ({hw.nvlink_domain_size} GPUs): the K/V ring and the decode "
+                             "combine of every layer cross the network"))
+        if job.serving.engine == "trtllm" and what != "decode ":
+            out.append(_warn("trtllm-cp-generation-only",
+                             f"{what}cp ({inst.cp}): TensorRT-LLM's Helix context parallelism is "
+                             "meant for the generation (decode) workers of disaggregated serving; "
+                             "its docs do not cover it on "
+                             + ("prefill workers" if what else "an aggregated server")))
     if m.is_moe and inst.ep > 1 and inst.moe_group > hw.nvlink_domain_size:
         out.append(_warn("ep-crosses-node",
                          f"{what}ep ({inst.ep}) over {inst.moe_group} GPUs spans more than one "

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+from planner.caveats import LONG_CONTEXT_TOKENS
 from planner.errors import Violation
 from planner.serve.estimate import (ServeEstimate, aggregated, decode_pool, disaggregated,
                                     prefill_pool)
@@ -91,33 +92,56 @@ def concurrencies(max_conc: int) -> list[int]:
     return out
 
 
-def instance_shapes(job, *, max_gpus: int, max_tp: int) -> tuple[list[Instance], dict]:
-    """Every instance the engines accept on at most `max_gpus` GPUs (counts of the rest)."""
+def cp_degrees(job, max_gpus: int, *, forced: bool = False) -> list[int]:
+    """The cp degrees to search: 1, and 2, 4, ... up to max_gpus only for long prompts
+    (>= caveats.LONG_CONTEXT_TOKENS, where splitting a prompt pays) or when `forced` (no
+    shape holds a request without CP): the search stays as fast as before for short ones."""
+    if not forced and job.serving.input_length < LONG_CONTEXT_TOKENS:
+        return [1]
+    out, c = [1], 2
+    while c <= max_gpus:
+        out.append(c)
+        c *= 2
+    return out
+
+
+def instance_shapes(job, *, max_gpus: int, max_tp: int,
+                    cps: tuple = (1,)) -> tuple[list[Instance], dict]:
+    """Every instance the engines accept on at most `max_gpus` GPUs with a cp of `cps`
+    (counts of the rest)."""
     m = job.model
     pruned: dict[str, int] = {}
     out = []
     n = max_gpus
     for gpus in divisors(n):
-        for tp in divisors(gpus):
-            if tp > max_tp:
+        for cp in cps:
+            if gpus % cp:
                 continue
-            for pp in divisors(gpus // tp):
-                dp = gpus // (tp * pp)
-                if m.is_moe:
-                    variants = [(dp, dp > 1)] if dp > 1 else [(1, False)]
-                else:
-                    variants = [(1, False)] if dp == 1 else []
-                for d, adp in variants:
-                    group = tp * d if adp else tp
-                    eps = [e for e in divisors(group) if m.num_experts % e == 0] if m.is_moe else [1]
-                    for ep in eps:
-                        inst = Instance(tp=tp, pp=pp, ep=ep, dp=d, dp_attention=adp)
-                        errs = instance_errors(job, inst)
-                        if errs:
-                            pruned[errs[0].rule] = pruned.get(errs[0].rule, 0) + 1
-                            continue
-                        out.append(inst)
+            _shapes_of(job, m, gpus, cp, max_tp, out, pruned)
     return out, pruned
+
+
+def _shapes_of(job, m, gpus: int, cp: int, max_tp: int, out: list, pruned: dict) -> None:
+    """The instances of `gpus` GPUs with context parallelism `cp` (appended to `out`)."""
+    for tp in divisors(gpus // cp):
+        if tp > max_tp:
+            continue
+        for pp in divisors(gpus // (tp * cp)):
+            dp = gpus // (tp * cp * pp)
+            if m.is_moe:
+                variants = [(dp, dp > 1)] if dp > 1 else [(1, False)]
+            else:
+                variants = [(1, False)] if dp == 1 else []
+            for d, adp in variants:
+                group = tp * d if adp else tp
+                eps = [e for e in divisors(group) if m.num_experts % e == 0] if m.is_moe else [1]
+                for ep in eps:
+                    inst = Instance(tp=tp, pp=pp, ep=ep, dp=d, dp_attention=adp, cp=cp)
+                    errs = instance_errors(job, inst)
+                    if errs:
+                        pruned[errs[0].rule] = pruned.get(errs[0].rule, 0) + 1
+                        continue
+                    out.append(inst)
 
 
 def _meets(est: ServeEstimate, opts: ServeOptions) -> bool:
@@ -167,14 +191,17 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
         raise SpecError(errs[0].message)
     hw, N = job.hardware, job.num_gpus
     max_tp = opts.max_tp or hw.nvlink_domain_size
-    insts, pruned = instance_shapes(job, max_gpus=N, max_tp=max_tp)
+    cps = cp_degrees(job, N)
+    insts, pruned = instance_shapes(job, max_gpus=N, max_tp=max_tp, cps=tuple(cps))
     shapes: dict[Instance, _Shape] = {}
-    for inst in insts:
-        mem = instance_memory(job, inst)
-        if mem.max_concurrency < 1:
-            pruned["fits-in-memory"] = pruned.get("fits-in-memory", 0) + 1
-            continue
-        shapes[inst] = _Shape(inst, mem, ServeCost(job, inst), concurrencies(mem.max_concurrency))
+    _fit(job, insts, shapes, pruned)
+    if not shapes and cps == [1]:     # nothing holds a request without CP: try it
+        more, pruned_cp = instance_shapes(job, max_gpus=N, max_tp=max_tp,
+                                          cps=tuple(cp_degrees(job, N, forced=True)[1:]))
+        for k, v in pruned_cp.items():
+            pruned[k] = pruned.get(k, 0) + v
+        _fit(job, more, shapes, pruned)
+        insts += more
     points: list[Candidate] = []
     for sh in shapes.values():
         if N % sh.inst.gpus:
@@ -206,8 +233,22 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
                      and p.estimate.concurrency == pick.estimate.concurrency), None)
         result.pick, result.pick_rank, result.pick_note = pick, rank, note
     result.caveats = search_caveats(job)
+    from planner.serve.validate import cp_caveats
+    for c in [result.pick] + result.plans:
+        if c is not None:
+            result.caveats += [x for x in cp_caveats(job, c.layout) if x not in result.caveats]
     result.elapsed_s = time.perf_counter() - t0
     return result
+
+
+def _fit(job, insts, shapes: dict, pruned: dict) -> None:
+    """The instances whose KV cache holds one request, with their memory and cost."""
+    for inst in insts:
+        mem = instance_memory(job, inst)
+        if mem.max_concurrency < 1:
+            pruned["fits-in-memory"] = pruned.get("fits-in-memory", 0) + 1
+            continue
+        shapes[inst] = _Shape(inst, mem, ServeCost(job, inst), concurrencies(mem.max_concurrency))
 
 
 def search_caveats(job) -> list[str]:

@@ -2,7 +2,7 @@
 
 A serving config is a planner config whose top level has a `serving:` section (request
 lengths, concurrency, precision, engine) and whose `parallel:` describes one engine instance
-(tp, pp, ep, dp, dp_attention) times `replicas`, or disaggregated `prefill:` and `decode:`
+(tp, pp, ep, dp, dp_attention, cp) times `replicas`, or disaggregated `prefill:` and `decode:`
 workers. The specs are frozen and forbid unknown keys like every planner spec
 (`planner.specs._Spec`); their field docstrings are the help text (README, "Inference").
 `load_serve_config` turns a file or mapping into a `ServeJob` and a `ServeLayout`.
@@ -126,13 +126,16 @@ class WorkerSpec(_Spec):
     """Data-parallel (attention-DP) ranks inside the worker."""
     dp_attention: bool = False
     """The dp ranks share the MoE layers (attention data-parallel, experts over tp*dp)."""
+    cp: int = Field(default=1, ge=1, le=_MAX)
+    """Context-parallel degree of one worker: each prompt and its KV cache split over cp tp
+    groups (weights replicated on each); GPUs = tp*cp*pp*dp."""
     workers: int = Field(default=1, ge=1, le=_MAX)
     """How many workers of this kind."""
 
 
 class ServeParallelSpec(_Spec):
-    """`parallel:` one engine instance (tp*pp*dp GPUs) times `replicas`, or disaggregated
-    `prefill:` and `decode:` workers; num_gpus = tp*pp*dp*replicas."""
+    """`parallel:` one engine instance (tp*cp*pp*dp GPUs) times `replicas`, or disaggregated
+    `prefill:` and `decode:` workers; num_gpus = tp*cp*pp*dp*replicas."""
 
     tp: int = Field(default=1, ge=1, le=_MAX)
     """Tensor-parallel degree (of the attention; the dense layers too)."""
@@ -146,6 +149,10 @@ class ServeParallelSpec(_Spec):
     dp_attention: bool = False
     """The dp ranks run their own attention and share the MoE layers (experts over tp*dp
     ranks); false: dp ranks are independent copies in one server."""
+    cp: int = Field(default=1, ge=1, le=_MAX)
+    """Context-parallel degree: each prompt (prefill split over cp ranks, K/V passed round a
+    ring) and its KV cache (1/cp per rank, partial attention combined each decode step) over
+    cp tp groups holding the same weights; for long prompts (TRT-LLM --cp_size)."""
     replicas: int = Field(default=1, ge=1, le=_MAX)
     """Independent instances behind a load balancer."""
     prefill: Optional[WorkerSpec] = None
@@ -161,7 +168,7 @@ class ServeParallelSpec(_Spec):
             raise ValueError(f"disaggregated serving needs both prefill: and decode: workers; "
                              f"{given}: is given, add {missing}: {{tp, pp, ep, dp, workers}}")
         if self.prefill is not None:
-            used = [k for k in ("tp", "pp", "ep", "dp", "dp_attention", "replicas")
+            used = [k for k in ("tp", "pp", "ep", "dp", "dp_attention", "cp", "replicas")
                     if k in self.model_fields_set]
             if used:
                 raise ValueError(f"{', '.join(used)} describe an aggregated instance; with "

@@ -22,6 +22,17 @@ per kernel group, plus the fixed costs that dominate small batches:
                  all-to-all: FP8 / NVFP4 dispatch) and combined in bf16; without attention
                  DP the TP all-reduce combines
     PP           a point-to-point send of T*h*2 bytes per stage boundary (comm.p2p_time)
+    CP           the cp ranks (tp groups with the same weights) split each prompt: a GPU runs
+                 T = decode tokens + prompt tokens / cp (GEMM FLOPs of the prompt / cp) and
+                 1/cp of its causal attention (load-balanced, zigzag split); per layer the
+                 ring passes the local K/V block (bf16) on cp-1 times (comm.cp_ring_time on
+                 the cp group's link, stride tp), shown as far as the prompt's attention
+                 does not hide it (comm.exposed_time with the profile's overlap_efficiency,
+                 as training's CP p2p ring). Decode: every cp rank runs the decoding tokens'
+                 GEMMs on its whole weights and attends its 1/cp of the KV cache (KV bytes
+                 read and attention FLOPs / cp), then one latency-bound all-reduce per layer
+                 over cp combines the partial outputs and their log-sum-exp (per token a/tp
+                 heads x (d_v x 2 + 4) bytes; comm.all_reduce_time)
     fixed        layer_overhead_us per layer, step_overhead_us per step, sequence_overhead_us
                  per sequence in the step, request_overhead_us per request admitted and
                  finished in the step (host work); the output layer on the last stage (a GEMM
@@ -55,7 +66,8 @@ import math
 from dataclasses import dataclass
 
 from planner.cost import shape_of
-from planner.cost.comm import all_reduce_time, all_to_all_time, group_link, p2p_time
+from planner.cost.comm import (all_reduce_time, all_to_all_time, cp_ring_time, exposed_time,
+                               group_link, p2p_time)
 from planner.serve.engines import engine_settings
 from planner.serve.memory import bytes_per_param, kv_bytes_per_token_layer, stage_layers
 
@@ -75,11 +87,12 @@ class StepParts:
     ep_comm_s: float = 0.0
     pp_comm_s: float = 0.0
     overhead_s: float = 0.0     # layer, step and per-sequence fixed costs
+    cp_comm_s: float = 0.0      # CP: the exposed K/V ring (prefill) and the decode combine
 
     @property
     def total(self) -> float:
         return (self.weights_s + self.compute_s + self.attention_s + self.tp_comm_s
-                + self.ep_comm_s + self.pp_comm_s + self.overhead_s)
+                + self.ep_comm_s + self.pp_comm_s + self.overhead_s + self.cp_comm_s)
 
     def scaled(self, k: float) -> "StepParts":
         return StepParts(*(getattr(self, f) * k for f in self.__slots__))
@@ -132,20 +145,30 @@ class ServeCost:
         self.experts_w = sh.moe_experts / G * q if m.is_moe else 0.0
         self.pair_f = 2.0 * sh.moe_experts / sh.E / G if m.is_moe else 0.0   # per token-expert pair, per GPU
         self.group_tokens = inst.dp if inst.dp_attention else 1
-        self.kv_layer = kv_bytes_per_token_layer(m, tp, sv.kv_dtype)
+        cp = inst.cp
+        self.cp = cp
+        self.kv_layer = kv_bytes_per_token_layer(m, tp, sv.kv_dtype, cp)   # per GPU: 1/cp
         if m.is_mla:
             rope = m.qk_pos_emb_head_dim if m.qk_pos_emb_head_dim is not None else 64
-            self.attn_decode_f = 2.0 * sh.a / tp * (2 * m.kv_lora_rank + rope)  # absorbed MLA
-            self.attn_prefill_f = 2.0 * sh.a / tp * (m.qk_head_dim + rope + m.v_head_dim)
+            self.attn_decode_f = 2.0 * sh.a / tp * (2 * m.kv_lora_rank + rope) / cp  # absorbed MLA
+            self.attn_prefill_f = 2.0 * sh.a / tp * (m.qk_head_dim + rope + m.v_head_dim) / cp
+            d_v = m.v_head_dim
         else:
-            self.attn_decode_f = self.attn_prefill_f = 4.0 * sh.a / tp * sh.d
+            self.attn_decode_f = self.attn_prefill_f = 4.0 * sh.a / tp * sh.d / cp
+            d_v = sh.d
+        # CP: the bf16 K/V block of one local token passed round the ring, and what one
+        # decoding token's partial attention sends to be combined (outputs + fp32 LSE)
+        self.cp_kv = kv_bytes_per_token_layer(m, tp, "bf16")
+        self.cp_combine = sh.a / tp * (d_v * ACT + 4.0)
+        self.cp_hide = hw.calibration.overlap_efficiency
         self.lm_w = m.vocab_size * m.hidden_size / tp * ACT
         self.lm_f = 2.0 * m.vocab_size * m.hidden_size / tp
         self.stages = stage_layers(m, inst.pp)
         self.pp = inst.pp
         self.tp_link = _link(hw, tp, 1)
         self.ep_link = _link(hw, inst.ep, max(1, G // inst.ep))
-        self.pp_link = _link(hw, 2, tp * inst.dp)
+        self.cp_link = _link(hw, cp, tp)
+        self.pp_link = _link(hw, 2, tp * cp * inst.dp)
 
     # ------------------------------------------------------------------ one stage, one step
     def _gemm(self, w: float, f: float, n: float, eff_scale: float = 1.0) -> tuple[float, float]:
@@ -164,7 +187,9 @@ class ServeCost:
         `requests` requests admitted (and as many finished) in the step."""
         c = self.c
         nd, nm = self.stages[s]
-        T = seqs * q + prefill
+        cp = self.cp
+        local = prefill / cp if cp > 1 else prefill     # this GPU's share of the prompt tokens
+        T = seqs * q + local
         if T <= 0:
             return StepParts()
         n = 1.0 / (self.tp / self.h + 1.0 / T)
@@ -192,6 +217,13 @@ class ServeCost:
                   seqs * q * ctx * self.attn_decode_f / (self.peak16 * c.attention_efficiency))
         pre = prefill * span * self.attn_prefill_f / (self.peak16 * c.attention_efficiency)
         attn = L * (dec + pre)
+        cpc = 0.0
+        if cp > 1:
+            if local > 0:
+                ring = cp_ring_time(local * self.cp_kv, cp, self.cp_link)
+                cpc += L * exposed_time(ring, pre, self.cp_hide)
+            if seqs > 0:
+                cpc += L * all_reduce_time(seqs * q * self.cp_combine, cp, self.cp_link)
         if self.tp > 1:
             tpc = L * 2 * all_reduce_time(T * self.h * ACT, self.tp, self.tp_link)
         over = L * c.layer_overhead_us * 1e-6 + c.step_overhead_us * 1e-6
@@ -201,7 +233,7 @@ class ServeCost:
             a, b = self._gemm(self.lm_w, self.lm_f * logits, max(1.0, logits))
             w, cmp = w + a, cmp + b
             over += logits * c.sequence_overhead_us * 1e-6 + requests * c.request_overhead_us * 1e-6
-        return StepParts(w, cmp, attn, tpc, epc, ppc, over)
+        return StepParts(w, cmp, attn, tpc, epc, ppc, over, cpc)
 
     def interval(self, *, seqs: float, ctx: float, prefill: float = 0.0, span: float = 0.0,
                  q: int = 1, requests: float = 0.0) -> StepParts:

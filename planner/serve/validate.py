@@ -73,4 +73,24 @@ def caveats(job, layout) -> list[str]:
     if job.serving.speculative is not None:
         out.append("speculative decoding is costed from the acceptance rate given, not from "
                    "measured runs")
+    return out + cp_caveats(job, layout)
+
+
+def _instances(layout) -> list:
+    return [layout.prefill, layout.decode] if layout.disaggregated else [layout.instance]
+
+
+def cp_caveats(job, layout) -> list[str]:
+    """Context parallelism is outside the serving calibration's ground: no run in
+    inference-calibration.yaml uses it."""
+    cps = sorted({i.cp for i in _instances(layout) if i.cp > 1})
+    if not cps:
+        return []
+    out = [f"cp {'/'.join(map(str, cps))}: the serving calibration has no context-parallel "
+           "runs, so the CP terms (1/cp of the KV cache and of each prompt, the K/V ring, the "
+           "decode combine) are modelled, not fitted: outside calibrated ground"]
+    if job.serving.engine == "trtllm":
+        out.append("TensorRT-LLM's Helix reuses the cp ranks as tensor-parallel ranks for the "
+                   "FFN/MoE layers; planner keeps every weight whole on each cp rank, so its "
+                   "weight memory and weight-read time are upper bounds")
     return out
