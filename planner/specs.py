@@ -150,6 +150,10 @@ class ModelSpec(_Spec):
                 raise ValueError(
                     f"num_dense_layers ({self.num_dense_layers}) must be < num_layers "
                     f"({self.num_layers}) for an MoE model")
+        if self.ffn == 0:    # Megatron's swiglu default int(4h * 2/3 / 64) * 64 is 0 for h < 96
+            raise ValueError(
+                f"ffn_hidden_size is unset and Megatron's swiglu default int(4 * hidden_size * "
+                f"2/3 / 64) * 64 is 0 for hidden_size {self.hidden_size}; set ffn_hidden_size")
         if self.is_mla and (self.qk_head_dim is None or self.v_head_dim is None):
             raise ValueError("multi-latent attention (kv_lora_rank set) also needs qk_head_dim "
                              "and v_head_dim (qk_pos_emb_head_dim defaults to 64)")

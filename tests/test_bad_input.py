@@ -80,6 +80,12 @@ BAD = [
     pytest.param(INLINE.format(extra="  num_kv_heads: 3\n"), {}, [],
                  ["num_kv_heads (3) must divide num_attention_heads (8); try one of 1, 2, 4 or 8"],
                  id="kv-heads-not-dividing"),
+    # Megatron's swiglu default int(4 * 16 * 2/3 / 64) * 64 = int(0.67) * 64 = 0 (found by the
+    # long fuzz profile: a zero-width MLP reached a division, exit 3)
+    pytest.param(INLINE.format(extra="  activation: swiglu\n").replace("hidden_size: 64",
+                                                                       "hidden_size: 16"), {}, [],
+                 ["Megatron's swiglu default", "is 0 for hidden_size 16; set ffn_hidden_size"],
+                 id="swiglu-default-ffn-zero"),
     pytest.param("model: llama3-70b\nnum_gpus: .nan\n", {}, [], ["num_gpus = nan: must be a finite number"],
                  id="nan-num-gpus"),
     pytest.param(LLAMA + "training:\n  global_batch_size: .nan\n", {}, [],
