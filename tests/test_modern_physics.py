@@ -6,7 +6,7 @@ on 512 B200 and DeepSeek-V3 on 1,024 H100, and the A100 full-recompute TP-8 runs
 Every number is either published (the source is cited where it is used) or derived in the
 test from the hardware profiles' own bandwidths and latencies. Where the current model cannot
 honestly reproduce a published result the test is kept, marked xfail(strict=True) with the
-reason, so that it turns into a failure the day the model changes (see ../notes/phys.md).
+reason, so that it turns into a failure the day the model changes.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def test_zero3_gpt3_exposed_dp_traffic_grows_with_the_gpu_count():
     "(56.7 s); the runs behave as if every rank moved its full volume over one NIC "
     "(DeepSpeed ZeRO-3 of early 2021: per-parameter fetches, gradients all-reduced - "
     "DeepSpeed issues #1173, #1174), which today's FSDP2 / Megatron-FSDP runs in "
-    "calibration-modern.yaml do not show. See ../notes/phys.md."))
+    "calibration-modern.yaml do not show (README 'Accuracy')."))
 def test_zero3_gpt3_throughput_per_gpu_falls_2x_from_384_to_1536_gpus():
     t384, t1536 = _zero3_gpt3(384), _zero3_gpt3(1536)
     assert t384.tokens_per_s_per_gpu >= 2.0 * t1536.tokens_per_s_per_gpu
