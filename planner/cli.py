@@ -216,6 +216,17 @@ def _world(gpus: Optional[int], nodes: Optional[int], hardware) -> Optional[int]
     return n
 
 
+def _cluster(hardware: Optional[str], gpus: Optional[int], nodes: Optional[int]):
+    """(the hardware profile, the GPU count) of a search command (plan, serve): the profile
+    named or h100-sxm, and --gpus or --nodes, one of which is required."""
+    from planner.config import resolve_hardware
+    hw = resolve_hardware(hardware or "h100-sxm")
+    n = _world(gpus, nodes, hw)
+    if n is None:
+        raise SpecError("the GPU count is missing; give --gpus N or --nodes N")
+    return hw, n
+
+
 def _export_best(job, result, fmt):
     """(text, None) for the top plan in `fmt`, or (None, the refusal): a refusal goes into
     the result (JSON `"export": {"refused": ...}`), it does not replace it."""
@@ -272,14 +283,11 @@ def plan(
 
     def body() -> int:
         from planner import report
-        from planner.config import Job, default_training, resolve_hardware
+        from planner.config import Job, default_training
         from planner.presets import resolve_model
         from planner.search import SearchOptions, parse_fix, search
 
-        hw = resolve_hardware(hardware or "h100-sxm")
-        n = _world(gpus, nodes, hw)
-        if n is None:
-            raise SpecError("the GPU count is missing; give --gpus N or --nodes N")
+        hw, n = _cluster(hardware, gpus, nodes)
         if not 1 <= top <= MAX_TOP:
             raise SpecError(f"--top = {short(top)}: must be from 1 to {MAX_TOP:,}",
                             field="--top", value=top)
@@ -569,17 +577,13 @@ def serve(
     """Plan an inference deployment: parallelism, replicas, P/D split, within the SLOs."""
 
     def body() -> int:
-        from planner.config import resolve_hardware
         from planner.presets import resolve_model
         from planner.serve import report as serve_report
         from planner.serve.search import ServeOptions, search
         from planner.serve.specs import ENGINES, ServeJob, ServingSpec
         from planner.specs import parse_spec
 
-        hw = resolve_hardware(hardware or "h100-sxm")
-        n = _world(gpus, nodes, hw)
-        if n is None:
-            raise SpecError("the GPU count is missing; give --gpus N or --nodes N")
+        hw, n = _cluster(hardware, gpus, nodes)
         for flag, value in (("--isl", isl), ("--osl", osl), ("--top", top), ("--max-tp", max_tp)):
             _positive(flag, value)
         for flag, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):

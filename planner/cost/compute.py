@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.cost.memory import op_sac_matmuls
+from planner.cost.memory import op_sac_matmuls, op_sac_on
 from planner.cost.shape import ModelShape
 
 __all__ = ["model_flops_per_step", "hardware_flops_per_step", "gemm_efficiency",
@@ -139,7 +139,7 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
                      launch_s=launch_s)
     if recompute == "full":
         rec = fwd
-    elif recompute == "selective" and "torchtitan_op" in modules and not (moe or shape.mla):
+    elif recompute == "selective" and op_sac_on(shape, modules, moe=moe):
         # op SAC reruns the matmuls whose outputs it did not save, and the element-wise work
         # that regenerates the freed bytes; flash attention's output is saved (no rerun)
         t = sum(2.0 * i * o for i, o, saved, _ in op_sac_matmuls(shape) if not saved)

@@ -32,7 +32,7 @@ __all__ = ["MemoryBreakdown", "StateDtypes", "state_dtypes", "GEMM_INPUT_BYTES",
            "state_bytes_per_param", "megatron_weight_optimizer_bytes",
            "layer_activation_bytes", "routed_activation_bytes", "korthikanti_layer_bytes", "stage_params", "state_bytes",
            "in_flight_layers", "LOSS_PEAK_BYTES", "loss_bytes", "op_sac_matmuls",
-           "op_sac_bytes"]
+           "op_sac_on", "op_sac_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +188,9 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
     if recompute == "full":
         return tokens * 2.0 * h / sp_div
     mods = set(modules or ("core_attn",)) if recompute == "selective" else set()
+    if op_sac_on(shape, mods, moe=moe):
+        return tokens * op_sac_bytes(shape, t=t, sp=sp)
     if "torchtitan_op" in mods:
-        if not (moe or shape.mla):
-            return tokens * op_sac_bytes(shape, t=t, sp=sp)
         mods = {"core_attn"}   # MoE and MLA layers: as Megatron's default (an upper bound)
     x = GEMM_INPUT_BYTES[recipe]
     fp8 = recipe is not None
@@ -241,6 +241,12 @@ def op_sac_matmuls(shape: ModelShape) -> list[tuple[int, int, bool, bool]]:
     mms += ([(shape.h, shape.f, True), (shape.h, shape.f, True)] if shape.gated
             else [(shape.h, shape.f, True)]) + [(shape.f, shape.h, False)]
     return [(i, o, n % 2 == 0, col) for n, (i, o, col) in enumerate(mms)]
+
+
+def op_sac_on(shape: ModelShape, modules, *, moe: bool) -> bool:
+    """torchtitan's op SAC is modelled on this layer: `torchtitan_op` among the recompute
+    modules and a dense GQA/MHA layer (MoE and MLA layers count as core_attn)."""
+    return "torchtitan_op" in modules and not (moe or shape.mla)
 
 
 def op_sac_bytes(shape: ModelShape, *, t: int, sp: bool) -> float:

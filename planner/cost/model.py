@@ -23,7 +23,7 @@ from planner.cost.compute import (gemm_efficiency, hardware_flops_per_step, laye
 from planner.cost.launch import host_mode, host_parts
 from planner.cost.moe import dispatch_seconds, expert_tokens, exposed_dispatch
 from planner.cost.precision import QUANTIZE_BYTES, linear_peak, quantized_elements
-from planner.cost.memory import (MemoryBreakdown, in_flight_layers, loss_bytes,
+from planner.cost.memory import (MemoryBreakdown, in_flight_layers, loss_bytes, op_sac_on,
                                  layer_activation_bytes, routed_activation_bytes, stage_params,
                                  state_bytes, state_dtypes)
 from planner.cost.params import padded_vocab
@@ -258,7 +258,7 @@ class CostModel:
             tp_link = self.link(t, 1)
             # op SAC reruns the sequence-parallel all-gathers before the matmuls it recomputes
             # (half of what a full recompute's rerun all-gathers and reduce-scatters move)
-            op_sac = "torchtitan_op" in mods and not (s.E or s.mla)
+            op_sac = op_sac_on(s, mods, moe=bool(s.E))
             tp_s = (4 + 2 * full + op_sac) * all_reduce_time(2.0 * tokens * s.h, t, tp_link)
             if lay.tp_comm_overlap and not tp_link.crosses_network:
                 # Transformer Engine's userbuffer overlap needs the TP group in one NVLink domain

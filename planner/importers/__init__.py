@@ -16,12 +16,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from planner.config import config_from_data, load_config, resolve_hardware
+from planner.config import config_from_data, load_config
 from planner.errors import SpecError, short
 from planner.importers import deepspeed, megatron, nemo, torchtitan
-from planner.importers.common import (DEFAULT_HARDWARE, Imported, Overrides, naming,
-                                      suggestion_budget,
-                                      read_text, resolve_world)
+from planner.importers.common import (Imported, Overrides, apply_overrides, naming,
+                                      read_text, suggestion_budget)
 from planner.specs import check_tree, load_yaml, read_budget, read_yaml
 
 __all__ = ["Imported", "Overrides", "FORMATS", "detect_format", "load_any"]
@@ -156,14 +155,7 @@ def _planner(p: Path, ov: Overrides) -> Imported:
     if not isinstance(data, dict):
         raise SpecError(f"config {short(str(p), 200)} must be a mapping of keys to values; see "
                         "examples/", field="config", value=str(p))
-    data = dict(data)
-    if ov.model is not None:
-        data["model"] = ov.model
-    if ov.hardware is not None:
-        data["hardware"] = ov.hardware
-    if ov.gpus is not None or ov.nodes is not None:
-        hw = resolve_hardware(data.get("hardware", DEFAULT_HARDWARE), base=p.parent)
-        data["num_gpus"] = resolve_world(ov, hardware=hw, source=str(p))
+    data = apply_overrides(data, ov, base=p.parent, source=str(p))
     if "num_gpus" not in data:
         raise SpecError(f"config {short(str(p), 200)} has no num_gpus; add num_gpus: N or give --gpus N "
                         "or --nodes N")

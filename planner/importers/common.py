@@ -135,6 +135,20 @@ def resolve_world(ov: Overrides, *, hardware: HardwareSpec, source: str,
                     f"(x {gpus_per_node or hardware.gpus_per_node} GPUs per node)")
 
 
+def apply_overrides(data: dict, ov: Overrides, *, base: Path | None, source: str) -> dict:
+    """A config's data (ours or a serving YAML) with --model, --hardware and --gpus/--nodes
+    put in place of the file's own keys."""
+    data = dict(data)
+    if ov.model is not None:
+        data["model"] = ov.model
+    if ov.hardware is not None:
+        data["hardware"] = ov.hardware
+    if ov.gpus is not None or ov.nodes is not None:
+        hw = resolve_hardware(data.get("hardware", DEFAULT_HARDWARE), base=base)
+        data["num_gpus"] = resolve_world(ov, hardware=hw, source=source)
+    return data
+
+
 def model_of(ov: Overrides, *, source: str, what: str) -> ModelSpec:
     """The --model the file needs because it has no model shape (`what` says which keys)."""
     if ov.model is None:

@@ -56,26 +56,13 @@ def command_engine(text: str) -> str | None:
 
 # ------------------------------------------------------------------------------ YAML
 
-def _overridden(data: dict, ov, base: Path | None, source: str) -> dict:
-    from planner.config import resolve_hardware
-    from planner.importers.common import DEFAULT_HARDWARE, resolve_world
-    data = dict(data)
-    if ov.model is not None:
-        data["model"] = ov.model
-    if ov.hardware is not None:
-        data["hardware"] = ov.hardware
-    if ov.gpus is not None or ov.nodes is not None:
-        hw = resolve_hardware(data.get("hardware", DEFAULT_HARDWARE), base=base)
-        data["num_gpus"] = resolve_world(ov, hardware=hw, source=source)
-    return data
-
-
 def load_serve_yaml(path: Path, data: dict, ov) -> ServeImported:
+    from planner.importers.common import apply_overrides
     from planner.serve.specs import serve_config_from_data
     if "num_gpus" not in data and ov.gpus is None and ov.nodes is None:
         raise SpecError(f"config {str(path)!r} has no num_gpus; add num_gpus: N or give "
                         "--gpus N or --nodes N")
-    data = _overridden(data, ov, path.parent, str(path))
+    data = apply_overrides(data, ov, base=path.parent, source=str(path))
     job, layout = serve_config_from_data(data, base=path.parent, source=str(path))
     return ServeImported(job, layout, [], "serve", str(path))
 
