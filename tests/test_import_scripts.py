@@ -427,7 +427,8 @@ def test_recipe_rules_with_megatrons_severities(tmp_path, flags, rule, severity)
 
 
 @pytest.mark.parametrize("flag", ["--optimizer-cpu-offload", "--use-nccl-ub",
-                                  "--empty-unused-memory-level 1", "--fsdp-double-buffer"])
+                                  "--empty-unused-memory-level 1", "--fsdp-double-buffer",
+                                  "--cross-entropy-fusion-impl te"])
 def test_known_flags_that_change_memory_or_time_and_are_not_modelled_are_named(tmp_path, flag):
     extra = "--use-precision-aware-optimizer " if "cpu-offload" in flag else ""
     imported = load_any(_megatron(tmp_path, "", extra + flag))

@@ -92,6 +92,7 @@ def test_a_misspelt_key_is_still_unknown_and_named_with_the_closest(tmp_path):
     ("drop_layers", [0, 3]), ("sharp", True), ("fp8_dot_product_attention", True),
     ("num_micro_batches_with_partial_activation_checkpoints", 2),
     ("rampup_batch_size", [16, 16, 1000]), ("megatron_amp_O2", False),
+    ("cross_entropy_fusion_impl", "te"),
 ])
 def test_known_keys_that_change_memory_or_time_but_are_not_modelled_warn(tmp_path, key, value):
     _, result = _run(_write(tmp_path, _nemo1(**{key: value})))

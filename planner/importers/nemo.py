@@ -123,6 +123,8 @@ _NOT_MODELLED = {
     "num_distributed_optimizer_instances": (1, "several distributed-optimizer instances"),
     "megatron_amp_O2": (True, "without O2 NeMo keeps fp32 parameters"),
     "fp32_residual_connection": (False, "fp32 residual stream"),
+    "cross_entropy_fusion_impl": ("native", "Transformer Engine's cross-entropy in place on "
+                                            "the bf16 logits (less memory than counted)"),
 }
 _STRATEGY = frozenset({
     "_target_", "tensor_model_parallel_size", "pipeline_model_parallel_size",

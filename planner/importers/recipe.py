@@ -306,6 +306,9 @@ NOT_MODELLED: dict[str, tuple[str, Callable[[list[str]], bool]]] = {
     "--empty-unused-memory-level": ("torch.cuda.empty_cache() every step", _differs("0")),
     "--rampup-batch-size": ("a batch-size ramp-up; planner plans the final global batch",
                             _given),
+    "--cross-entropy-fusion-impl": ("Transformer Engine's cross-entropy, in place on the bf16 "
+                                    "logits (planner counts Megatron's fp32 copy: an upper "
+                                    "bound)", _differs("native")),
     "--window-size": ("sliding-window attention; planner models full causal attention",
                       _given),
     "--moe-router-padding-for-fp8": ("routing maps padded for FP8", _given),
