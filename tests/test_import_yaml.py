@@ -385,6 +385,19 @@ def _bridge(**sections) -> dict:
     return data
 
 
+@pytest.mark.parametrize("key,value", [("fp8_dot_product_attention", True),
+                                       ("cross_entropy_fusion_impl", "te"),
+                                       ("moe_shared_expert_overlap", True)])
+@pytest.mark.parametrize("fmt", ["nemo2", "bridge"])
+def test_transformer_config_fields_that_are_not_modelled_warn_in_every_format(tmp_path, fmt,
+                                                                              key, value):
+    data = _nemo2(config={key: value}) if fmt == "nemo2" else _bridge(model={key: value})
+    _, result = _run(_write(tmp_path, data), gpus=16) if fmt == "bridge" else \
+        _run(_write(tmp_path, data))
+    rule = "nemo-not-modelled" if fmt == "nemo2" else "bridge-not-modelled"
+    assert any(f".{key} = " in m for m in _messages(result, rule)), _messages(result, rule)
+
+
 def test_megatron_bridge_config_reads_every_section(tmp_path):
     imported, result = _run(_write(tmp_path, _bridge(
         model={"recompute_granularity": "full", "recompute_method": "block",

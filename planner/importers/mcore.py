@@ -184,10 +184,43 @@ _DISPATCHERS = {"alltoall": "alltoall", "allgather": "allgather"}
 _FLEX = {"deepep": "deepep", "hybridep": "hybridep"}
 
 
+NOT_MODELLED = {
+    "fp8_dot_product_attention": (False, "FP8 attention"),
+    "fp8_multi_head_attention": (False, "FP8 attention"),
+    "fp32_residual_connection": (False, "fp32 residual stream"),
+    "cross_entropy_fusion_impl": ("native", "Transformer Engine's cross-entropy in place on the "
+                                            "bf16 logits (less memory than counted)"),
+    "distribute_saved_activations": (False, "recompute inputs split over the TP ranks"),
+    "moe_pad_expert_input_to_capacity": (False, "expert inputs padded to the capacity"),
+    "delay_wgrad_compute": (False, "weight gradients delayed for EP overlap"),
+    "moe_shared_expert_overlap": (False, "shared experts overlapped with the dispatch"),
+    "defer_embedding_wgrad_compute": (False, "the output layer's weight gradient deferred to "
+                                             "the pipeline flush"),
+    "window_size": (None, "sliding-window attention; planner models full causal attention"),
+}
+"""TransformerConfig fields (Megatron-Core) that change memory or time and that the cost model
+does not apply, with the value that changes nothing (Megatron-LM's flags of the same names
+are in recipe.NOT_MODELLED)."""
+
+
+def warn_not_modelled(section: dict, table: dict, *, where: str, rule: str,
+                      out: list[Violation]) -> None:
+    """A `rule` warning for each key of `table` that `section` sets to anything but its
+    neutral value (None stands for an empty list or False too)."""
+    for key, (neutral, what) in table.items():
+        value = section.get(key, neutral)
+        if isinstance(value, Unresolved) or value == neutral or (value is None and neutral
+                                                                   in ([], False)):
+            continue
+        out.append(Violation(rule, f"{where}.{key} = {value!r}: planner does not model it "
+                                   f"({what})", "warning"))
+
+
 def read_transformer(tc: dict, *, where: str, prefix: str, num_layers: int, pp: int,
                      recompute: str, fp8: bool, out: list[Violation]) -> Settings:
     """Offloading, MoE dispatch, CUDA graphs, pipeline layout, MTP and FP8 recipe from a
-    TransformerConfig-named mapping."""
+    TransformerConfig-named mapping; the fields of NOT_MODELLED it sets are warnings."""
+    warn_not_modelled(tc, NOT_MODELLED, where=where, rule=f"{prefix}-not-modelled", out=out)
     s = Settings()
     s.update(_offloading(tc, where=where, prefix=prefix, num_layers=num_layers, pp=pp,
                          recompute=recompute, out=out))

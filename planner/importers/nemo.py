@@ -107,8 +107,9 @@ _NEMO1_CONFIG_KEYS = frozenset({
     "nccl_communicator_config_path", "megatron_timer_kwargs", "reset_lr_steps",
     "cpu_offloading_double_buffering", "sharp", "restore_from_path",
 })
-# Known keys that change memory or time and that planner does not model, with the value that
-# changes nothing: a warning names them when a file sets anything else.
+# Known NeMo 1 keys that change memory or time and that planner does not model, with the value
+# that changes nothing: a warning names them when a file sets anything else (the
+# TransformerConfig fields among them are mcore.NOT_MODELLED, checked for every format).
 _NOT_MODELLED = {
     "drop_layers": ([], "skips those layers' compute"),
     "sharp": (False, "SHARP in-network reductions speed up data-parallel collectives"),
@@ -116,15 +117,10 @@ _NOT_MODELLED = {
                                                                     "micro-batch"),
     "activations_checkpoint_layers_per_pipeline": (None, "fewer recomputed layers on later "
                                                          "stages"),
-    "fp8_dot_product_attention": (False, "FP8 attention"),
-    "fp8_multi_head_attention": (False, "FP8 attention"),
     "rampup_batch_size": (None, "a batch-size ramp"),
     "optimizer_cpu_offload": (False, "optimizer states on the host"),
     "num_distributed_optimizer_instances": (1, "several distributed-optimizer instances"),
     "megatron_amp_O2": (True, "without O2 NeMo keeps fp32 parameters"),
-    "fp32_residual_connection": (False, "fp32 residual stream"),
-    "cross_entropy_fusion_impl": ("native", "Transformer Engine's cross-entropy in place on "
-                                            "the bf16 logits (less memory than counted)"),
 }
 _STRATEGY = frozenset({
     "_target_", "tensor_model_parallel_size", "pipeline_model_parallel_size",
@@ -277,13 +273,8 @@ def world(trainer: dict, ov: Overrides, hardware, source: str) -> int:
 
 
 def _not_modelled(section: dict, where: str, out: list[Violation]) -> None:
-    for key, (neutral, what) in _NOT_MODELLED.items():
-        value = section.get(key, neutral)
-        if isinstance(value, Unresolved) or value == neutral or (value is None and neutral
-                                                                   in ([], False)):
-            continue
-        out.append(Violation("nemo-not-modelled", f"{where}.{key} = {value!r}: planner does not "
-                                                  f"model it ({what})", "warning"))
+    mcore.warn_not_modelled(section, _NOT_MODELLED, where=where, rule="nemo-not-modelled",
+                            out=out)
 
 
 # ------------------------------------------------------------------------------ NeMo 1
