@@ -4,7 +4,7 @@ torchtitan: MoE, FP8 recipes, Blackwell, FSDP, long context).
 
     python benchmarks/accuracy.py [--calibration PATH ...] [--json] [--cases]
 
-Reads ../shared/reference/calibration*.yaml (or the copies beside this file), builds each
+Reads benchmarks/data/calibration*.yaml, builds each
 case's config exactly as written (planner defaults for what the source left out), predicts
 the step time and memory, and prints per case predicted vs measured and the error, then per
 class, per GPU and per class x GPU: n, median |error|, max |error| and the bias (median
@@ -38,13 +38,12 @@ from planner.tune import fill_auto  # noqa: E402
 from planner.units import GiB  # noqa: E402
 
 FILES = ("calibration.yaml", "calibration-modern.yaml")
-SHARED = ROOT.parent / "shared" / "reference"
-LOCAL = Path(__file__).resolve().parent
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def default_paths() -> list[Path]:
-    """Each calibration file from ../shared/reference, else the copy beside this script."""
-    return [SHARED / f if (SHARED / f).exists() else LOCAL / f for f in FILES]
+    """Each calibration file, from benchmarks/data/."""
+    return [DATA / f for f in FILES]
 
 
 def default_path() -> Path:
@@ -62,10 +61,15 @@ class Case:
     peak_memory_gib: float | None = None
     peak_memory_kind: str = ""
     source_file: str = ""
+    suspect: str = ""
+    """Why the case contradicts another measurement of the same settings (reported, never
+    scored or fitted); empty for a sound case."""
 
 
-def load_cases(path: Path | str | None = None, *, paths=None) -> list[Case]:
-    """The cases of one calibration file (`path`, default calibration.yaml) or of several."""
+def load_cases(path: Path | str | None = None, *, paths=None,
+               suspect: bool = False) -> list[Case]:
+    """The cases of one calibration file (`path`, default calibration.yaml) or of several;
+    the cases marked `suspect` only with suspect=True (then only those)."""
     import yaml
 
     if paths is None:
@@ -74,6 +78,8 @@ def load_cases(path: Path | str | None = None, *, paths=None) -> list[Case]:
     for p in paths:
         data = yaml.safe_load(Path(p).read_text())
         for c in data["cases"]:
+            if bool(c.get("suspect")) != suspect:
+                continue
             cfg = {"model": c["model"], "hardware": c["hardware"], "num_gpus": c["num_gpus"],
                    "training": c["training"], "parallel": c.get("parallel", {})}
             job, layout = config_from_data(cfg)
@@ -82,7 +88,7 @@ def load_cases(path: Path | str | None = None, *, paths=None) -> list[Case]:
             meas = c["measured"]
             cases.append(Case(c["id"], c["class"], job, layout, t_meas, how,
                               meas.get("peak_memory_gib"), meas.get("peak_memory_kind", ""),
-                              Path(p).name))
+                              Path(p).name, str(c.get("suspect", ""))))
     return cases
 
 
@@ -231,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
           f"over capacity (at most {mem['max_fraction']:.0%}): {', '.join(mem['cases_over']) or '-'}")
     print(f"        {mem['judged_infeasible']} judged infeasible (more than {MEMORY_MARGIN:.0%} over, "
           f"the fits-in-memory rule): {', '.join(mem['cases_judged_infeasible']) or '-'}")
+    suspect = evaluate(load_cases(paths=args.calibration or default_paths(), suspect=True))
+    if suspect:
+        print("suspect runs (contradict another measurement of the same settings; reported, "
+              "not scored or fitted):")
+        for r in suspect:
+            print(f"  {r['id'][:60]:60s} {r['predicted_s']:8.3f} vs {r['measured_s']:8.3f} s "
+                  f"{r['error']:+7.1%}")
     return 0
 
 

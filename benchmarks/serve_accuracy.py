@@ -2,7 +2,7 @@
 
     python benchmarks/serve_accuracy.py [--data PATH] [--json] [--hardware NAME]
 
-Reads ../shared/reference/inference-calibration.yaml (or the copy beside this file). Each case
+Reads benchmarks/data/inference-calibration.yaml. Each case
 is a serving config in planner's terms (model, hardware, num_gpus, serving, parallel), read
 exactly as written, plus what the benchmark harness the source names does and the case leaves
 out (below); planner predicts it and the report gives the error per case, then per class
@@ -40,13 +40,12 @@ sys.path.insert(0, str(ROOT))
 from planner.serve.estimate import estimate  # noqa: E402
 from planner.serve.specs import serve_config_from_data  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "reference" / "inference-calibration.yaml"
-LOCAL = Path(__file__).resolve().parent / "inference-calibration.yaml"
+DATA = Path(__file__).resolve().parent / "data" / "inference-calibration.yaml"
 CLASSES = ("offline-throughput", "static-latency")
 
 
 def default_path() -> Path:
-    return SHARED if SHARED.exists() else LOCAL
+    return DATA
 
 
 @dataclass(frozen=True)

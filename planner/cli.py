@@ -182,7 +182,7 @@ def _show(value: Optional[str], *, allowed: tuple[str, ...], json_out: bool) -> 
     names = [x.strip() for x in value.split(",") if x.strip()]
     if names == ["all"]:
         return list(allowed)
-    from planner.pictures import SHOWABLE
+    from planner.views.pictures import SHOWABLE
     for name in names:
         if name not in allowed:
             where = (" (scatter is for planner plan: it draws the searched layouts)"
@@ -235,7 +235,7 @@ def _export_best(job, result, fmt):
     if not result.plans:
         return None, SpecError("no layout fits, so there is no plan to export")
     from planner.cost import Estimate
-    from planner.export import export as run_export
+    from planner.frameworks.export import export as run_export
     best = result.best
     try:
         return run_export(job, best.layout, fmt,
@@ -282,7 +282,7 @@ def plan(
     """Search every layout and rank the ones that fit, with the seven-step reasoning."""
 
     def body() -> int:
-        from planner import report
+        from planner.views import report
         from planner.config import Job, default_training
         from planner.presets import resolve_model
         from planner.search import SearchOptions, parse_fix, search
@@ -304,7 +304,7 @@ def plan(
             raise SpecError(f"--max-tp = {max_tp}: must be a positive whole number")
         fmt = None
         if export_format is not None:
-            from planner.export import check_format
+            from planner.frameworks.export import check_format
             fmt = check_format(export_format, option="--export")
         m = resolve_model(model)
         job = Job(model=m, hardware=hw, num_gpus=n,
@@ -318,7 +318,7 @@ def plan(
             raise SpecError(f"--precision {precision}: {unsupported}")
         wanted = []
         if show is not None:    # the pictures module only when they are asked for
-            from planner.pictures import SHOWABLE
+            from planner.views.pictures import SHOWABLE
             wanted = _show(show, allowed=SHOWABLE, json_out=json_out)
         opts = SearchOptions(top=top, sort_by=sort_by, fix=parse_fix(fix), max_tp=max_tp,
                              headroom=_headroom(headroom), tokens=_tokens(tokens))
@@ -372,16 +372,16 @@ def validate(
     """Check a config rule by rule (ours and its framework's) and estimate its memory."""
 
     def body() -> int:
-        from planner.importers import load_any
-        from planner.importers.common import parse_set
+        from planner.frameworks import load_any
+        from planner.frameworks.common import parse_set
         from planner.validate import validate as run_validate
-        from planner import report
+        from planner.views import report
 
         wanted = _show(show, allowed=("schedule", "memory", "time", "grid"), json_out=json_out)
         sets = tuple(parse_set(s) for s in set_values or ())
         imported = load_any(config, model=model, hardware=hardware, gpus=gpus, nodes=nodes,
                             sets=sets, vocab_size=vocab_size)
-        from planner.serve.importer import SERVE_FORMATS
+        from planner.frameworks.engines.reader import SERVE_FORMATS
         if imported.format in SERVE_FORMATS:
             if tokens is not None:
                 raise SpecError(f"--tokens = {short(tokens)}: training tokens mean nothing for a "
@@ -411,7 +411,7 @@ def validate(
                 console.print(report.pictures_view(_layout_pictures(result, wanted, room)))
         if html is not None:
             from planner.caveats import caveats
-            from planner.html import validation_html
+            from planner.views.html import validation_html
             figs = _layout_pictures(result, ["schedule", "memory", "time", "grid"], room)
             _write_html(html, validation_html(result, figs, source=source,
                                               caveats=caveats(result.job, result.layout)))
@@ -431,7 +431,7 @@ wider search)."""
 
 def _plan_pictures(result, opts, wanted: list[str]) -> dict:
     """The best plan's pictures, and the scatter of the fastest feasible layouts."""
-    from planner.pictures import layout_pictures, scatter_picture
+    from planner.views.pictures import layout_pictures, scatter_picture
     if not result.plans:
         return {}
     out = layout_pictures(result.job, result.best.layout, headroom=opts.headroom,
@@ -455,8 +455,8 @@ def _cloud(result, opts) -> list:
 
 def _plan_html(result, opts) -> str:
     from planner.caveats import caveats
-    from planner.html import plan_html
-    from planner.pictures import layout_pictures, scatter_picture
+    from planner.views.html import plan_html
+    from planner.views.pictures import layout_pictures, scatter_picture
     per_plan = [layout_pictures(result.job, p.layout, headroom=opts.headroom,
                                 show=["schedule", "memory", "time", "grid"])
                 for p in result.plans[:HTML_PLANS]]
@@ -470,7 +470,7 @@ def _layout_pictures(result, wanted: list[str], headroom: float) -> dict:
     """Pictures of a validated layout; none when it has no estimate (it does not tile)."""
     if result.estimate is None or not wanted:
         return {}
-    from planner.pictures import layout_pictures
+    from planner.views.pictures import layout_pictures
     return layout_pictures(result.job, result.layout, show=wanted, headroom=headroom)
 
 
@@ -484,8 +484,8 @@ def compare(
     """Show two or more configs side by side: layout, memory, time, throughput; what differs."""
 
     def body() -> int:
-        from planner import report
-        from planner.importers import load_any
+        from planner.views import report
+        from planner.frameworks import load_any
         from planner.validate import validate as run_validate
 
         if len(configs) < 2:
@@ -504,7 +504,7 @@ def compare(
         else:
             _console().print(report.compare_view(results, names))
         if html is not None:
-            from planner.html import compare_html
+            from planner.views.html import compare_html
             _write_html(html, compare_html(report.compare_rows(results), names))
         return 0 if all(r.valid for r in results) else 1
 
@@ -533,7 +533,7 @@ def _serve_console():
 
 def _validate_serve(imported, config: Path, json_out: bool) -> int:
     """`validate` of a serving deployment (a serving YAML or an engine's launch command)."""
-    from planner.serve import report as serve_report
+    from planner.views import serve_report
     from planner.serve.validate import caveats, validate as serve_validate
 
     result = serve_validate(imported.job, imported.layout, extra=imported.violations)
@@ -578,7 +578,7 @@ def serve(
 
     def body() -> int:
         from planner.presets import resolve_model
-        from planner.serve import report as serve_report
+        from planner.views import serve_report
         from planner.serve.search import ServeOptions, search
         from planner.serve.specs import ENGINES, ServeJob, ServingSpec
         from planner.specs import parse_spec
@@ -596,7 +596,7 @@ def serve(
             raise SpecError(f"--engine = {engine!r}: must be {', '.join(ENGINES)}")
         fmt = None
         if export_format is not None:
-            from planner.serve.export import check_engine
+            from planner.frameworks.engines.writer import check_engine
             fmt = check_engine(export_format)
         chosen = []
         prec = precision
@@ -613,7 +613,7 @@ def serve(
         result = search(job, opts)
         text = None
         if fmt and result.plans:
-            from planner.serve.export import export as serve_export
+            from planner.frameworks.engines.writer import export as serve_export
             best = result.plans[0]
             text = serve_export(job, best.layout, fmt, estimate=best.estimate)
         if json_out:
@@ -653,7 +653,7 @@ def models(json_out: JsonOpt = False) -> None:
     """List the preset models with their parameter counts."""
 
     def body() -> int:
-        from planner import report
+        from planner.views import report
         from planner.cost.params import active_params, total_params
         from planner.presets import ALIASES, PRESETS, PUBLISHED_PARAMS, get_preset
 
@@ -681,7 +681,7 @@ def hardware(json_out: JsonOpt = False) -> None:
     """List the hardware profiles."""
 
     def body() -> int:
-        from planner import report
+        from planner.views import report
         from planner.config import profile_names, resolve_hardware
 
         rows = [resolve_hardware(n).model_dump() for n in profile_names()]
@@ -707,12 +707,12 @@ def export_cmd(
     def body() -> int:
         from planner.config import load_config
         from planner.cost import estimate
-        from planner.export import check_exportable, check_format, export
+        from planner.frameworks.export import check_exportable, check_format, export
         from planner.rules import Context, fits_in_memory
 
         from planner.tune import fill_auto
 
-        from planner.export import prepare
+        from planner.frameworks.export import prepare
 
         name = check_format(fmt)
         job, layout = load_config(config)

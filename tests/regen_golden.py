@@ -69,7 +69,7 @@ def golden_text(config: str, fmt: str) -> str:
     """The export of examples/<config>.yaml in `fmt`, as a golden file holds it."""
     from planner import __version__
     from planner.config import load_config
-    from planner.export import export
+    from planner.frameworks.export import export
 
     job, layout = load_config(config_path(config))
     text = export(job, layout, fmt, estimate=None)

@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.accuracy import evaluate, load_cases, memory_check  # noqa: E402
 
-DATA = ROOT / "benchmarks"
+DATA = ROOT / "benchmarks" / "data"
 
 
 @lru_cache(maxsize=None)

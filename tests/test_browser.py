@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.pictures import KINDS
+from planner.views.pictures import KINDS
 
 pytestmark = pytest.mark.browser
 

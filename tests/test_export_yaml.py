@@ -5,7 +5,7 @@ layout and verdict, over every uneven split, vpp and ZeRO/cp combination the sea
 
 from __future__ import annotations
 
-import tomllib
+from planner.io import tomllib
 from pathlib import Path
 
 import pytest
@@ -13,8 +13,8 @@ import yaml
 
 from planner.config import config_from_data
 from planner.errors import InfeasibleError
-from planner.export import export
-from planner.importers import load_any
+from planner.frameworks.export import export
+from planner.frameworks import load_any
 from planner.rules import split_options, vpp_options
 from planner.validate import validate
 
@@ -91,7 +91,7 @@ SPLITS = _search_splits()
 
 
 def test_the_split_matrix_covers_every_kind():
-    from planner.export.common import pipeline_split
+    from planner.frameworks.writing import pipeline_split
     from planner.layout import Layout
     kinds = {(pipeline_split(L, Layout(pp=pp, vpp=v, first_stage_layers=f,
                                        last_stage_layers=la)).kind, v > 1)
@@ -214,7 +214,7 @@ def test_torchtitan_refuses_what_it_lacks_with_the_reason(parallel, needle):
 
 
 def test_torchtitan_names_the_flavor_of_an_inline_shape_and_notes_its_rope_base():
-    from planner.torchtitan_flavors import flavor
+    from planner.frameworks.torchtitan.flavors import flavor
     qwen = flavor("qwen3", "30B-A3B").spec.model_dump(exclude_none=True)
     data = _config(dict(qwen, rotary_base=1e6), tp=2, dp=4, ep=8, etp=1)
     text = export(*config_from_data(data), "torchtitan")

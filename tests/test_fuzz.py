@@ -450,7 +450,7 @@ def _toml_value(value) -> str | None:
 
 @st.composite
 def torchtitan_with_values(draw) -> str:
-    import tomllib
+    from planner.io import tomllib
     data = tomllib.loads(_fixture("torchtitan_llama3_70b_128nodes.toml"))
     for section, key in draw(st.lists(st.sampled_from(TITAN_KEYS), min_size=1, max_size=4)):
         data.setdefault(section, {})[key] = draw(HOSTILE_VALUES)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.specs import MAX_DEPTH, MAX_FILE_BYTES
+from planner.io import MAX_DEPTH, MAX_FILE_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "limited_worker.py"
@@ -423,15 +423,15 @@ def test_unreadable_folder_in_process(runner, tmp_path, monkeypatch):
 
 
 def test_reading_budget_stops_an_import_that_never_ends(runner, tmp_path, monkeypatch):
-    import planner.importers
-    import planner.specs
+    import planner.frameworks
+    import planner.io
 
     def forever(path):
         while True:
             pass
 
-    monkeypatch.setattr(planner.specs, "READ_BUDGET_S", 0.2)
-    monkeypatch.setattr(planner.importers, "detect_format", forever)
+    monkeypatch.setattr(planner.io, "READ_BUDGET_S", 0.2)
+    monkeypatch.setattr(planner.frameworks, "detect_format", forever)
     (tmp_path / "c.yaml").write_text("model: llama3-8b\nnum_gpus: 8\n")
     from planner.cli import app
     result = runner.invoke(app, ["validate", str(tmp_path / "c.yaml"), "--json"])

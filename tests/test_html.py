@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from planner.cli import app
 from planner.config import load_config
-from planner.pictures import schedule_picture
+from planner.views.pictures import schedule_picture
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLE_70B = EXAMPLES / "llama3-70b-2048xh100.yaml"
@@ -48,7 +48,7 @@ def test_validate_html_is_self_contained_and_draws_every_block(tmp_path):
 
 def test_html_schedule_blocks_are_the_schedules(tmp_path):
     """Block positions in the SVG are the simulated schedule's start times, scaled."""
-    from planner.html import LABEL, W, svg_schedule
+    from planner.views.html import LABEL, W, svg_schedule
     job, lay = load_config(EXAMPLE_70B)
     pic = schedule_picture(job, lay)
     svg = svg_schedule(pic)
@@ -61,7 +61,7 @@ def test_html_schedule_blocks_are_the_schedules(tmp_path):
 
 def test_big_schedules_are_drawn_as_runs(tmp_path):
     """Beyond MAX_BLOCKS the schedule is cells (runs of one kind): the file stays small."""
-    from planner import html
+    from planner.views import html
     job, lay = load_config(EXAMPLE_70B)
     pic = schedule_picture(job, lay.with_(vpp=5))
     old = html.MAX_BLOCKS

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from planner.cli import app
 from planner.errors import SpecError
-from planner.importers import load_any, shell
+from planner.frameworks import load_any
+from planner.readers import bash as shell
 from planner.validate import validate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -457,7 +458,7 @@ def _run_limited(args: list[str], *, budget: float | None = None, seconds: float
     elapsed seconds)."""
     code = ("import resource, sys\n"
             "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-            + (f"import planner.importers.shell as s; s.BUDGET_S = {budget}\n" if budget else "")
+            + (f"import planner.readers.bash as s; s.BUDGET_S = {budget}\n" if budget else "")
             + "from planner.cli import main\nmain(sys.argv[1:])\n")
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True,

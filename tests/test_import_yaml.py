@@ -1,5 +1,5 @@
 """NeMo 1 / NeMo 2 / Megatron-Bridge YAML and torchtitan TOML read the way the frameworks read
-them: the keys they know (planner/data/nemo_keys.yaml), OmegaConf interpolations, the
+them: the keys they know (planner/frameworks/nemo/nemo_keys.yaml), OmegaConf interpolations, the
 production recipe settings, torchtitan's model flavors, and one clear line for bad input.
 
 Every fixture is written here (small, our own); numbers come from the frameworks' code named
@@ -16,9 +16,9 @@ import yaml
 
 from planner.cli import app
 from planner.errors import SpecError
-from planner.importers import load_any
-from planner.importers.interpolation import Unresolved, resolve
-from planner.importers.mcore import key_list
+from planner.frameworks import load_any
+from planner.readers.omegaconf import Unresolved, resolve
+from planner.frameworks.nemo.mcore import key_list
 from planner.validate import validate
 
 
@@ -100,8 +100,8 @@ def test_known_keys_that_change_memory_or_time_but_are_not_modelled_warn(tmp_pat
 
 
 def test_the_key_lists_name_their_source_and_hold_the_fields_planner_reads():
-    text = (Path(__file__).resolve().parent.parent / "planner" / "data"
-            / "nemo_keys.yaml").read_text()
+    text = (Path(__file__).resolve().parent.parent / "planner" / "frameworks"
+            / "nemo" / "nemo_keys.yaml").read_text()
     data = yaml.safe_load(text)
     assert data["sources"] == {"megatron_core": ["0.13.1", "0.19.2"], "nemo_toolkit": "2.4.0",
                                "megatron_bridge": "0.6.2"}
@@ -514,7 +514,7 @@ TITAN_SETTINGS = [
 
 
 def _merge_toml(base: Path, extra: str) -> Path:
-    import tomllib
+    from planner.io import tomllib
     data = tomllib.loads(base.read_text())
     for name, table in tomllib.loads(extra).items():
         data.setdefault(name, {}).update(table)

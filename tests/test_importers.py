@@ -1,5 +1,5 @@
 """`planner validate` on other frameworks' files: Megatron-LM scripts, NeMo YAML, DeepSpeed
-ds_config.json, torchtitan TOML (planner/importers/).
+ds_config.json, torchtitan TOML (planner/frameworks/).
 
 The real configurations of ../shared/reference/frameworks.md ("Real configurations worth
 knowing") are written in each framework's own format under tests/data/import/ and must get
@@ -16,8 +16,8 @@ import pytest
 
 from planner.cli import app
 from planner.errors import SpecError
-from planner.importers import detect_format, load_any
-from planner.importers import shell
+from planner.frameworks import detect_format, load_any
+from planner.readers import bash as shell
 from planner.validate import validate
 
 DATA = Path(__file__).resolve().parent / "data" / "import"
@@ -605,7 +605,7 @@ def test_cli_options_fill_what_the_file_lacks(runner):
 
 
 def test_packaged_flag_list_is_the_reference_list():
-    from planner.importers.megatron import megatron_flags
+    from planner.frameworks.megatron.reader import megatron_flags
     reference = (Path(__file__).resolve().parent / "data" / "megatron_flags.txt").read_text()
     assert megatron_flags() == {line.strip() for line in reference.splitlines()
                                 if line.startswith("--")}

@@ -21,8 +21,7 @@ from planner.presets import get_preset
 from planner.specs import ModelSpec
 
 ROOT = Path(__file__).resolve().parent.parent
-CALIBRATION = next(p for p in (ROOT.parent / "shared" / "reference" / "calibration.yaml",
-                               ROOT / "benchmarks" / "calibration.yaml") if p.exists())
+CALIBRATION = ROOT / "benchmarks" / "data" / "calibration.yaml"
 GiB = 2**30
 
 

@@ -14,7 +14,7 @@ import yaml
 from planner.config import profile_dir, profile_names, resolve_hardware
 
 ROOT = Path(__file__).resolve().parent.parent
-REFERENCE = ROOT.parent / "shared" / "reference"
+DATA = ROOT / "benchmarks" / "data"
 NEW = ["h800", "b300", "gb300-nvl72", "h100-96g"]
 Gbit = 1e9 / 8          # bytes/s in one Gb/s
 PCIE5_X16_RAW = 32e9 * 16 * 128 / 130 / 8 / 1e9   # GB/s one direction: 32 GT/s x 16 lanes, 128b/130b
@@ -246,8 +246,6 @@ def test_h100_96g_peak_is_the_derived_500w_estimate():
 
 @pytest.mark.parametrize("data", ["calibration.yaml", "calibration-modern.yaml"])
 def test_every_hardware_name_in_the_calibration_data_is_a_profile(data):
-    path = REFERENCE / data
-    if not path.exists():
-        pytest.skip(f"{path} not present")
+    path = DATA / data
     names = {c["hardware"] for c in yaml.safe_load(path.read_text())["cases"]}
     assert names <= set(profile_names()), names - set(profile_names())

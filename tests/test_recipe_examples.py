@@ -19,14 +19,11 @@ import yaml
 
 from planner.cli import app
 from planner.config import load_config
-from planner.importers import load_any
+from planner.frameworks import load_any
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "llama3-8b-fp8-8xh100.yaml"
 SCRIPT = ROOT / "tests" / "data" / "import" / "megatron_llama3_8b_fp8_1node.sh"
-# the script as published, when the shared reference folder is beside the checkout (not in CI)
-REAL_SCRIPT = (ROOT.parent / "shared" / "reference" / "real-configs" / "megatron"
-               / "train_llama3_8b_h100_fp8.sh")
 # what validating these may warn about; anything else (or any error) is a regression
 NEAR_CAPACITY = {"memory-near-capacity"}
 SCRIPT_WARNINGS = NEAR_CAPACITY | {
@@ -72,11 +69,7 @@ def test_the_example_needs_the_scripts_recipe_settings(runner, tmp_path):
     assert code == 1 and "fits-in-memory" in _rules(report, "errors")
 
 
-@pytest.mark.parametrize("script", [
-    SCRIPT,
-    pytest.param(REAL_SCRIPT, marks=pytest.mark.skipif(
-        not REAL_SCRIPT.exists(), reason="../shared/reference is not beside this checkout")),
-], ids=["reconstructed", "published"])
+@pytest.mark.parametrize("script", [SCRIPT], ids=["reconstructed"])
 def test_the_fp8_script_validates_as_the_example_does(runner, script):
     code, report = _validate(runner, script)
     assert report["format"] == "megatron"
@@ -118,7 +111,7 @@ CONFIG_KEYS = ("model", "hardware", "num_gpus", "training", "parallel")
 def _calibration_cases():
     out = []
     for name in CALIBRATION:
-        data = yaml.safe_load((ROOT / "benchmarks" / name).read_text())
+        data = yaml.safe_load((ROOT / "benchmarks" / "data" / name).read_text())
         out += [pytest.param(c, id=f"{name.split('.')[0]}:{c['id']}") for c in data["cases"]]
     return out
 

@@ -25,8 +25,8 @@ import pytest
 
 from planner.config import config_from_data, load_config
 from planner.errors import InfeasibleError
-from planner.export import FORMATS, export
-from planner.importers import load_any
+from planner.frameworks.export import FORMATS, export
+from planner.frameworks import load_any
 from planner.validate import validate
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
@@ -102,7 +102,7 @@ def test_export_then_import_gives_the_same_layout_and_verdict(tmp_path, name, so
 
 def _model_ref(source) -> str:
     """The config's `model:` (what --model must name for formats without the model)."""
-    from planner.specs import read_yaml
+    from planner.io import read_yaml
     return source["model"] if isinstance(source, dict) else read_yaml(source)["model"]
 
 

@@ -19,7 +19,7 @@ from planner.cost.shape import model_shape
 from planner.presets import get_preset
 from planner.serve.engines import engine_settings, kv_budget
 from planner.serve.estimate import estimate
-from planner.serve.export import export
+from planner.frameworks.engines.writer import export
 from planner.serve.layout import Instance, ServeLayout
 from planner.serve.memory import (bytes_per_param, instance_memory, kv_bytes_per_token_layer,
                                   kv_bytes_per_token_model)

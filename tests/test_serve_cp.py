@@ -16,7 +16,7 @@ from planner.cost.comm import all_reduce_time
 from planner.errors import InfeasibleError
 from planner.presets import get_preset
 from planner.serve.estimate import estimate
-from planner.serve.export import export
+from planner.frameworks.engines.writer import export
 from planner.serve.layout import Instance, ServeLayout
 from planner.serve.memory import activation_bytes, instance_memory, kv_bytes_per_token_layer
 from planner.serve.search import search

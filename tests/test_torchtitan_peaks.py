@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import pytest
 
 from planner.cost import estimate
-from planner.importers import load_any
+from planner.frameworks import load_any
 
 GiB = 2**30
 

@@ -50,7 +50,7 @@ def test_interleaved_with_m_not_a_multiple_of_p_is_drawn_as_one_group():
     assert group_size(4, 6, 2) == 6 and group_size(4, 8, 2) == 4
     sched = build_schedule(forward=[1.0] * 4, backward=[2.0] * 4, m=6, v=2)
     assert sched.bubble_fraction == pytest.approx(bubble_fraction(4, 6, 2), abs=1e-9)
-    from planner.pictures import SchedulePicture
+    from planner.views.pictures import SchedulePicture
     pic = SchedulePicture(sched, 4, 6, 2, bubble_fraction(4, 6, 2), False)
     assert "--microbatch-group-size-per-virtual-pipeline-stage 6" in pic.caption()
 
@@ -197,7 +197,7 @@ def test_validate_show_schedule_draws_the_chapters_example():
 
 def test_schedule_cells_idle_share_is_the_schedules():
     """The picture's idle cells on the busiest rank are the schedule's bubble, to a cell."""
-    from planner.pictures import schedule_cells, schedule_picture
+    from planner.views.pictures import schedule_cells, schedule_picture
     job, lay = _job("llama3-70b-2048xh100.yaml")
     pic = schedule_picture(job, lay)
     width = 400
@@ -233,7 +233,7 @@ def test_plan_table_degrees_readable_at_width(args, width):
 
 @functools.lru_cache(maxsize=None)
 def _searched(args: tuple):
-    from planner import report
+    from planner.views import report
     from planner.config import Job, default_training, resolve_hardware
     from planner.presets import resolve_model
     from planner.search import search
@@ -250,7 +250,7 @@ def _plan_at(args: tuple, width: int):
 
     from rich.console import Console
 
-    from planner import report
+    from planner.views import report
     result, plans = _searched(args)
     buf = io.StringIO()
     Console(file=buf, width=width, no_color=True, highlight=False, soft_wrap=False).print(
@@ -364,7 +364,7 @@ def test_show_rejects_unknown_pictures_and_json():
 # ------------------------------------------------------------------------- small things
 
 def test_version_is_the_packages():
-    import tomllib
+    from planner.io import tomllib
     want = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     r = _run(["--version"], 80)
     assert r.exit_code == 0 and r.stdout.strip() == f"planner {want}"

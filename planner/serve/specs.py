@@ -17,7 +17,8 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from planner.errors import SpecError
-from planner.specs import HardwareSpec, ModelSpec, _Spec, parse_spec, read_yaml
+from planner.specs import HardwareSpec, ModelSpec, _Spec, parse_spec
+from planner.io import read_yaml
 
 __all__ = ["Engine", "ServePrecision", "KvCacheDtype", "SpeculativeSpec", "ServingSpec",
            "WorkerSpec", "ServeParallelSpec", "ServeConfigSpec", "ServeJob", "ENGINES",

@@ -1,0 +1,166 @@
+"""Read a training config in any format `validate` knows into a Job and a Layout.
+
+Formats: our own YAML (`planner`), a Megatron-LM launch script or argument file (`megatron`),
+a NeMo YAML (`nemo`; NeMo 2 recipes come back as format `nemo2`), a DeepSpeed ds_config.json
+or Megatron-DeepSpeed launch script (`deepspeed`) and a torchtitan TOML (`torchtitan`).
+Serving deployments (planner/frameworks/engines/reader.py): a serving YAML with a `serving:` section
+(`serve`) and the launch commands of vLLM, SGLang and TensorRT-LLM (`vllm`, `sglang`,
+`trtllm`); `load_any` returns a `ServeImported` for those.
+`detect_format` looks at the extension, then the content; `load_any` reads the file, applies
+the --model/--hardware/--gpus/--nodes/--set/--vocab-size overrides and returns an `Imported`
+(job, layout, the framework's own violations, format).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from planner.config import config_from_data, load_config
+from planner.errors import SpecError, short
+from planner.frameworks.deepspeed import reader as deepspeed
+from planner.frameworks.megatron import reader as megatron
+from planner.frameworks.nemo import reader as nemo
+from planner.frameworks.torchtitan import reader as torchtitan
+from planner.frameworks.common import (Imported, Overrides, apply_overrides, naming,
+                                      read_text, suggestion_budget)
+from planner.io import check_tree, load_yaml, read_budget, read_yaml
+
+__all__ = ["Imported", "Overrides", "FORMATS", "detect_format", "load_any"]
+
+FORMATS = ("planner", "megatron", "nemo", "deepspeed", "torchtitan", "serve", "vllm", "sglang",
+           "trtllm")
+
+_SCRIPT_EXT = (".sh", ".bash", ".slurm", ".sbatch", ".txt", ".args", ".cmd")
+
+
+def detect_format(path: str | Path) -> str:
+    """One of FORMATS, from the extension and (where that is not enough) the content."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".toml":
+        return "torchtitan"
+    text = read_text(p, what="config")
+    if suffix == ".json" or (text.lstrip().startswith("{") and suffix not in _SCRIPT_EXT):
+        data = deepspeed.parse_json(p, text, what="config", trailing=True)[0] \
+            if suffix == ".json" else _yaml(text, p)
+        check_tree(data, what="config", source=short(str(p), 200))
+        from planner.frameworks.engines.reader import looks_like_serve_yaml
+        if looks_like_serve_yaml(data):
+            return "serve"
+        return "deepspeed" if deepspeed.looks_like_deepspeed(data) else "planner"
+    serving = _serving_format(text, suffix, p)
+    if serving:
+        return serving
+    if suffix in _SCRIPT_EXT:
+        return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
+    if suffix in (".yaml", ".yml"):
+        return "nemo" if nemo.looks_like_nemo(_yaml(text, p)) else "planner"
+    if text.lstrip().startswith(("#!", "--")) or megatron.looks_like_megatron(text):
+        return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
+    headers = ("[training]", "[parallelism]", "[model]")
+    if any(line.strip() in headers for line in text.splitlines()):
+        return "torchtitan"
+    return "nemo" if nemo.looks_like_nemo(_yaml(text, p)) else "planner"
+
+
+def _yaml(text: str, source: Path):
+    """The data, or None on a syntax error (read_yaml reports it with its position); the
+    limits (alias bombs, nesting) are errors here already."""
+    return load_yaml(text, what="config", source=short(str(source), 200), lenient=True)
+
+
+def _serving_format(text: str, suffix: str, source: Path) -> str | None:
+    """serve (a YAML with a `serving:` section), or the engine a launch script starts."""
+    from planner.frameworks.engines.reader import command_engine, looks_like_serve_yaml
+    if suffix in (".yaml", ".yml") or not suffix:
+        if looks_like_serve_yaml(_yaml(text, source)):
+            return "serve"
+    if suffix in _SCRIPT_EXT or not suffix:
+        return command_engine(text)
+    return None
+
+
+def load_any(path: str | Path, *, model: str | None = None, hardware: str | None = None,
+             gpus: int | None = None, nodes: int | None = None,
+             sets: tuple[tuple[str, str], ...] = (), vocab_size: int | None = None) -> Imported:
+    """Read `path` in whatever format it is; options fill or override what it lacks.
+    `sets`: (NAME, VALUE) pairs a launch script takes from its environment or arguments;
+    `vocab_size`: the model's vocabulary size."""
+    ov = Overrides(model=model, hardware=hardware, gpus=gpus, nodes=nodes, sets=tuple(sets),
+                   vocab_size=vocab_size)
+    p = Path(path)
+    with read_budget(str(p)), suggestion_budget():
+        fmt = detect_format(p)
+        if fmt in ("serve", "vllm", "sglang", "trtllm"):
+            if ov.sets or ov.vocab_size is not None:
+                raise SpecError(f"--set and --vocab-size are for training launch scripts; "
+                                f"{short(str(p))} is a {fmt} serving config: remove them")
+            return _serve(p, fmt, ov)
+        if ov.sets and not _is_script(p, fmt):
+            raise SpecError(f"--set gives a launch script's variables; {short(str(p))} is a "
+                            f"{fmt} config, which has none: remove --set")
+        if fmt == "planner":
+            return _vocab(_planner(p, ov), ov)
+        with naming(str(p)):
+            return _vocab(_framework(p, fmt, ov), ov)
+
+
+def _is_script(p: Path, fmt: str) -> bool:
+    if fmt == "megatron":
+        return True
+    if fmt != "deepspeed" or p.suffix.lower() in (".json", ".yaml", ".yml"):
+        return False
+    return not read_text(p, what="DeepSpeed config").lstrip().startswith("{")
+
+
+def _vocab(imported: Imported, ov: Overrides) -> Imported:
+    """--vocab-size replaces the model's vocabulary, whatever the format said."""
+    model = imported.job.model
+    if ov.vocab_size is None or model.vocab_size == ov.vocab_size:
+        return imported
+    job = replace(imported.job, model=model.model_copy(update={"vocab_size": ov.vocab_size}))
+    return replace(imported, job=job)
+
+
+def _serve(p: Path, fmt: str, ov: Overrides):
+    """A serving deployment (planner/frameworks/engines/reader.py): a ServeImported."""
+    from planner.frameworks.engines.reader import load_serve_command, load_serve_yaml
+    with naming(str(p)):
+        if fmt == "serve":
+            return load_serve_yaml(p, read_yaml(p, what="config"), ov)
+        return load_serve_command(p, read_text(p, what=f"{fmt} launch script"), fmt, ov)
+
+
+def _framework(p: Path, fmt: str, ov: Overrides) -> Imported:
+    if fmt == "megatron":
+        return megatron.load(p, read_text(p, what="Megatron-LM script"), ov)
+    if fmt == "torchtitan":
+        data = torchtitan.parse_toml(p, read_text(p, what="torchtitan config"))
+        check_tree(data, what="torchtitan config", source=short(str(p), 200))
+        return torchtitan.load(p, data, ov)
+    if fmt == "deepspeed":
+        text = read_text(p, what="DeepSpeed config")
+        if text.lstrip().startswith("{"):
+            return deepspeed.load_text(p, text, ov)
+        if p.suffix.lower() in (".yaml", ".yml"):
+            return deepspeed.load(p, read_yaml(p, what="ds_config"), ov)
+        return deepspeed.load_script(p, text, ov)
+    return nemo.load(p, read_yaml(p, what="NeMo config"), ov)
+
+
+def _planner(p: Path, ov: Overrides) -> Imported:
+    """Our own YAML: load_config, or the same data with the overrides applied."""
+    if ov == Overrides():
+        job, layout = load_config(p)
+        return Imported(job, layout, [], "planner", str(p))
+    data = read_yaml(p, what="config")
+    if not isinstance(data, dict):
+        raise SpecError(f"config {short(str(p), 200)} must be a mapping of keys to values; see "
+                        "examples/", field="config", value=str(p))
+    data = apply_overrides(data, ov, base=p.parent, source=str(p))
+    if "num_gpus" not in data:
+        raise SpecError(f"config {short(str(p), 200)} has no num_gpus; add num_gpus: N or give --gpus N "
+                        "or --nodes N")
+    job, layout = config_from_data(data, base=p.parent, source=str(p))
+    return Imported(job, layout, [], "planner", str(p))

@@ -1,0 +1,277 @@
+"""What every importer shares: the `Imported` result, the command-line `Overrides`, reading a
+file, and turning what a framework file says into our `Job` (world size, model, training).
+
+Overrides fill or replace what a file says: `--model` replaces the file's model shape,
+`--hardware` names the GPU system (framework files never do; default h100-sxm), `--gpus`
+replaces the world size and `--nodes` gives it as nodes x GPUs per node (the file's per-node
+count when it has one, else the hardware profile's). `--set NAME=VALUE` gives a launch script
+the environment variable (or, for NAME 1, 2, ..., the positional parameter) a run would have;
+`--vocab-size V` gives the model's vocabulary size where the tokenizer is unknown (and
+replaces the one the file implies).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from planner.config import Job, default_training, resolve_hardware
+from planner.errors import SpecError, Violation, short
+from planner.layout import Layout
+from planner.io import read_text as _read_text
+from planner.presets import PRESETS, resolve_model
+from planner.specs import MAX_GPUS, HardwareSpec, ModelSpec, parse_spec
+
+__all__ = ["Imported", "Overrides", "read_text", "resolve_world", "hardware_of", "model_of",
+           "inline_model", "vocab_from_tokenizer", "make_job", "unknown_key", "accounted_split",
+           "naming", "suggestion_budget", "MAX_SUGGESTIONS", "parse_set", "check_world",
+           "DEFAULT_HARDWARE", "MAX_GPUS"]
+
+DEFAULT_HARDWARE = "h100-sxm"   # as in a planner config that names no hardware
+_SET_NAME = re.compile(r"[A-Za-z_]\w*|[1-9][0-9]*")
+
+
+def parse_set(text: str) -> tuple[str, str]:
+    """`NAME=VALUE` from --set (NAME a shell variable, or 1, 2, ... for $1, $2, ...)."""
+    name, eq, value = str(text).partition("=")
+    if not eq or not _SET_NAME.fullmatch(name):
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise SpecError(f"--set {shown!r}: expected NAME=VALUE with NAME a shell variable or a "
+                        "positional parameter number (e.g. --set NNODES=16 or --set 1=/data)")
+    return name, value
+
+
+def check_world(n: int, *, source: str, what: str = "world size") -> int:
+    """A world size within planner's cap (the one a config's num_gpus has)."""
+    if n > MAX_GPUS:
+        raise SpecError(f"{source}: {what} {short(n)} GPUs is beyond planner's cap of "
+                        f"{MAX_GPUS:,} (the same as a config's num_gpus); fix the node or GPU count",
+                        field="num_gpus", value=n)
+    return n
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """`validate`'s --model/--hardware/--gpus/--nodes/--set/--vocab-size (None/() = not
+    given). `sets` are (NAME, VALUE) pairs in the order given."""
+
+    model: str | None = None
+    hardware: str | None = None
+    gpus: int | None = None
+    nodes: int | None = None
+    sets: tuple[tuple[str, str], ...] = ()
+    vocab_size: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, value, what in (("--gpus", self.gpus, "GPUs, as for num_gpus"),
+                                  ("--nodes", self.nodes, "GPUs, as for num_gpus"),
+                                  ("--vocab-size", self.vocab_size, "as for vocab_size")):
+            if value is not None and not 1 <= value <= MAX_GPUS:
+                raise SpecError(f"{name} = {short(value)}: must be a whole number from 1 to "
+                                f"{MAX_GPUS:,} (limit: {what})", field=name, value=value)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The --set values as a script's environment (the last of a repeated NAME wins)."""
+        return dict(self.sets)
+
+
+@dataclass(frozen=True)
+class Imported:
+    """A file read into our terms: the job, the layout, the framework's own verdicts."""
+
+    job: Job
+    layout: Layout
+    violations: list[Violation] = field(default_factory=list)
+    format: str = "planner"
+    source: str = ""
+
+
+@contextmanager
+def naming(source: str):
+    """Prefix the file to a SpecError that does not name it yet (one line: path, problem, fix)."""
+    try:
+        yield
+    except SpecError as exc:
+        if source in exc.message:
+            raise
+        raise exc.prefixed(short(source, 200)) from None
+
+
+def read_text(path: str | Path, *, what: str) -> str:
+    """A file's text; every failure is one SpecError line (path, problem, fix)."""
+    return _read_text(path, what=what, empty_hint="give a complete file")
+
+
+def hardware_of(ov: Overrides) -> HardwareSpec:
+    return resolve_hardware(ov.hardware or DEFAULT_HARDWARE)
+
+
+def resolve_world(ov: Overrides, *, hardware: HardwareSpec, source: str,
+                  gpus_per_node: int | None = None, nodes: int | None = None,
+                  world: int | None = None,
+                  missing: str = "it does not give the world size") -> int:
+    """--gpus, else --nodes x per-node, else what the file says, else a SpecError naming
+    the options that supply it."""
+    if ov.nodes is not None:
+        n = ov.nodes * (gpus_per_node or hardware.gpus_per_node)
+        if ov.gpus is not None and ov.gpus != n:
+            raise SpecError(f"--gpus ({ov.gpus}) and --nodes ({ov.nodes}) x "
+                            f"{gpus_per_node or hardware.gpus_per_node} GPUs per node ({n}) "
+                            "disagree; give one of them")
+        return check_world(n, source=source)
+    if ov.gpus is not None:
+        return ov.gpus
+    if world is not None:
+        return check_world(world, source=source)
+    if gpus_per_node is not None and nodes is not None:
+        return check_world(gpus_per_node * nodes, source=source)
+    raise SpecError(f"{source}: {missing}; give --gpus N (total GPUs) or --nodes N "
+                    f"(x {gpus_per_node or hardware.gpus_per_node} GPUs per node)")
+
+
+def apply_overrides(data: dict, ov: Overrides, *, base: Path | None, source: str) -> dict:
+    """A config's data (ours or a serving YAML) with --model, --hardware and --gpus/--nodes
+    put in place of the file's own keys."""
+    data = dict(data)
+    if ov.model is not None:
+        data["model"] = ov.model
+    if ov.hardware is not None:
+        data["hardware"] = ov.hardware
+    if ov.gpus is not None or ov.nodes is not None:
+        hw = resolve_hardware(data.get("hardware", DEFAULT_HARDWARE), base=base)
+        data["num_gpus"] = resolve_world(ov, hardware=hw, source=source)
+    return data
+
+
+def model_of(ov: Overrides, *, source: str, what: str) -> ModelSpec:
+    """The --model the file needs because it has no model shape (`what` says which keys)."""
+    if ov.model is None:
+        raise SpecError(f"{source}: no model shape ({what}); give --model NAME "
+                        "(a preset such as llama3-70b, a model YAML or a HF config.json)")
+    return resolve_model(ov.model)
+
+
+def _shape_key(m: ModelSpec) -> tuple:
+    # MLA uses qk/v head dims, not kv_channels: a head_dim there names no tensor
+    return (m.num_layers, m.hidden_size, m.ffn, m.num_attention_heads, m.kv_heads,
+            None if m.is_mla else m.head_dim,
+            m.vocab_size, m.gated, m.tied_embeddings, m.num_experts or 0, m.expert_ffn,
+            m.moe_top_k if m.is_moe else 0, m.kv_lora_rank)
+
+
+def inline_model(fields: dict[str, Any], *, source: str, fmt: str) -> ModelSpec:
+    """A ModelSpec from a file's shape keys, named after the preset it matches if any."""
+    fields = {k: v for k, v in fields.items() if v is not None}
+    named = "name" in fields
+    fields.setdefault("name", f"custom ({fmt})")
+    try:
+        spec = parse_spec(ModelSpec, fields, where="model")
+    except SpecError as exc:
+        raise exc.prefixed(source, f" (the {fmt} model shape)") from None
+    key = _shape_key(spec)
+    shapes = [(p["name"], _shape_key(ModelSpec(**p))) for p in PRESETS.values()]
+    for name, other in shapes:
+        if other == key:
+            return spec.model_copy(update={"name": name})
+    for name, other in shapes:
+        if other[:6] + other[7:] == key[:6] + key[7:] and not named:
+            # the preset's shape with another vocabulary (a NullTokenizer's V + 1, say)
+            return spec.model_copy(update={"name": f"{name} shape, vocabulary "
+                                                   f"{spec.vocab_size}"})
+    return spec
+
+
+# Tokenizers whose vocabulary size is public (the frameworks read it from the tokenizer).
+_TOKENIZERS: list[tuple[str, int]] = [
+    (r"llama-?3|llama3", 128256),          # meta-llama/Meta-Llama-3*, Llama-3.1*
+    (r"mixtral-8x22b", 32768),
+    (r"llama-?2|llama2|mistral|mixtral", 32000),
+    (r"qwen3", 151936),
+    (r"deepseek-?v3", 129280),
+    (r"gpt2|gpt-2", 50257),
+]
+
+
+def vocab_from_tokenizer(*names: str | None) -> int | None:
+    """Vocabulary size of a known tokenizer (type, name or path), else None."""
+    for name in names:
+        if not name:
+            continue
+        text = str(name).lower()
+        if "gpt2bpetokenizer" in text:
+            return 50257
+        for pattern, vocab in _TOKENIZERS:
+            if re.search(pattern, text):
+                return vocab
+    return None
+
+
+def make_job(*, model: ModelSpec, hardware: HardwareSpec, num_gpus: int,
+             seq_length: int | None, global_batch_size: int | None, precision: str = "bf16",
+             accounting: str = "megatron", source: str = "", **training_keys: Any) -> Job:
+    """`training_keys`: more TrainingSpec fields the file sets (fp8_recipe, flash_attention...)."""
+    if not 1 <= num_gpus <= MAX_GPUS:
+        raise SpecError(f"{source}: world size {short(num_gpus)} must be from 1 to {MAX_GPUS:,} "
+                        "GPUs (limit: GPUs, as for num_gpus); give --gpus N",
+                        field="num_gpus", value=num_gpus)
+    training = default_training(model, seq_length=seq_length, global_batch_size=global_batch_size,
+                                precision=precision, accounting=accounting, **training_keys)
+    return Job(model=model, hardware=hardware, num_gpus=num_gpus, training=training)
+
+
+MAX_SUGGESTIONS = 100
+"""Unknown keys of one file that get a "did you mean" (each is a search of the valid names;
+a file of 20,000 unknown flags would take half a minute): the rest are named without one."""
+_suggestions_left: ContextVar[list[int] | None] = ContextVar("suggestions_left", default=None)
+
+
+@contextmanager
+def suggestion_budget(n: int = MAX_SUGGESTIONS):
+    """Within: at most `n` unknown keys get a "did you mean" (load_any reads each file so)."""
+    token = _suggestions_left.set([n])
+    try:
+        yield
+    finally:
+        _suggestions_left.reset(token)
+
+
+def _closest(leaf: str, valid: Iterable[str]) -> list[str]:
+    left = _suggestions_left.get()
+    if left is not None:
+        if left[0] <= 0:
+            return []
+        left[0] -= 1
+    return difflib.get_close_matches(leaf[:100], list(valid), n=1, cutoff=0.75)
+
+
+def unknown_key(rule: str, key: str, valid: Iterable[str], *, severity: str,
+                consequence: str) -> Violation:
+    """`key` is not one the framework knows: name it, suggest the closest (for the first
+    MAX_SUGGESTIONS of a file), say what happens."""
+    leaf = key.rsplit(".", 1)[-1]
+    close = _closest(leaf, valid)
+    prefix = key[: len(key) - len(leaf)]
+    hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
+    return Violation(rule, f"unknown {'flag' if key.startswith('-') else 'key'} {short(key, 120)}{hint}: "
+                           f"{consequence}", severity)
+
+
+def accounted_split(num_layers: int, *, pp: int, vpp: int, embedding: bool,
+                    loss: bool) -> tuple[int | None, int | None, str | None]:
+    """Megatron's --account-for-embedding/loss-in-pipeline-split as first/last stage layers:
+    the embedding and the loss each take a layer's place, (L + e + l) / pp per rank.
+    Returns (first, last, problem); problem names the values when it does not divide."""
+    total = num_layers + embedding + loss
+    if total % (pp * vpp):
+        return None, None, (f"num_layers + embedding + loss ({total}) must be divisible by pp*vpp "
+                            f"({pp}*{vpp}) when the embedding/loss count in the pipeline split")
+    if pp == 1:
+        return None, None, None
+    per = total // pp
+    return (per - 1 if embedding else None), (per - 1 if loss else None), None

@@ -1,0 +1,2 @@
+"""DeepSpeed: ds_config.json and Megatron-DeepSpeed launch scripts read (`reader`) and
+written (`writer`)."""

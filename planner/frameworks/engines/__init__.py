@@ -1,0 +1,2 @@
+"""Serving engines (vLLM, SGLang, TensorRT-LLM): launch commands and the serving YAML read
+(`reader`), launch commands written (`writer`)."""

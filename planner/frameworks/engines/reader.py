@@ -1,0 +1,424 @@
+"""Read a serving deployment back for `planner validate`: a serving YAML (a `serving:`
+section), or the launch commands of vLLM (`vllm serve`), SGLang
+(`python -m sglang.launch_server`) and TensorRT-LLM (`trtllm-serve`), as planner's exports
+write them or as people do.
+
+A command line says the layout and the engine's knobs but not the request shape: planner's
+exports carry it in a `# planner serve: model=... isl=... osl=...` line; a command without
+one must get it added (one line, named in the error). Comments `# N prefill worker(s) ...`
+and `# N decode worker(s) ...` (planner's exports) or SGLang's --disaggregation-mode say
+which instances are prefill and decode workers. Flags planner does not model are reported by
+name as warnings, never dropped silently. `--model/--hardware/--gpus/--nodes` fill or replace
+what the file says.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.errors import SpecError, Violation
+
+__all__ = ["SERVE_FORMATS", "ServeImported", "looks_like_serve_yaml", "command_engine",
+           "load_serve_yaml", "load_serve_command"]
+
+SERVE_FORMATS = ("serve", "vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True)
+class ServeImported:
+    job: Any
+    layout: Any
+    violations: list[Violation] = field(default_factory=list)
+    format: str = "serve"
+    source: str = ""
+
+
+def looks_like_serve_yaml(data) -> bool:
+    return isinstance(data, dict) and "serving" in data
+
+
+def command_engine(text: str) -> str | None:
+    """vllm | sglang | trtllm when the text launches that engine's server."""
+    body = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("#"))
+    if re.search(r"(^|[\s/])vllm\s+serve\b|vllm\.entrypoints\.openai\.api_server", body, re.M):
+        return "vllm"
+    if re.search(r"sglang\.launch_server", body):
+        return "sglang"
+    if re.search(r"(^|[\s/])trtllm-serve\b", body, re.M):
+        return "trtllm"
+    return None
+
+
+# ------------------------------------------------------------------------------ YAML
+
+def load_serve_yaml(path: Path, data: dict, ov) -> ServeImported:
+    from planner.frameworks.common import apply_overrides
+    from planner.serve.specs import serve_config_from_data
+    if "num_gpus" not in data and ov.gpus is None and ov.nodes is None:
+        raise SpecError(f"config {str(path)!r} has no num_gpus; add num_gpus: N or give "
+                        "--gpus N or --nodes N")
+    data = apply_overrides(data, ov, base=path.parent, source=str(path))
+    job, layout = serve_config_from_data(data, base=path.parent, source=str(path))
+    return ServeImported(job, layout, [], "serve", str(path))
+
+
+# -------------------------------------------------------------------------- commands
+
+_HEADER = re.compile(r"^#\s*planner serve:\s*(.*)$", re.M)
+_ROLE = re.compile(r"^#\s*\d+\s+(prefill|decode) worker", re.M)
+
+# flag -> (meaning, takes a value); aliases map to the same meaning
+_FLAGS = {
+    "vllm": {
+        "--tensor-parallel-size": ("tp", True), "-tp": ("tp", True),
+        "--pipeline-parallel-size": ("pp", True), "-pp": ("pp", True),
+        "--data-parallel-size": ("dp", True), "-dp": ("dp", True),
+        "--enable-expert-parallel": ("ep_all", False),
+        "--max-num-seqs": ("max_batch_size", True),
+        "--max-model-len": ("max_len", True),
+        "--max-num-batched-tokens": ("max_num_tokens", True),
+        "--kv-cache-dtype": ("kv", True), "--gpu-memory-utilization": ("memory_fraction", True),
+        "--quantization": ("quant", True), "-q": ("quant", True),
+        "--speculative-config": ("spec_json", True), "--kv-transfer-config": ("kv_transfer", True),
+        "--port": ("port", True), "--host": ("host", True), "--model": ("model", True),
+        "--distributed-executor-backend": ("backend", True),
+        "--decode-context-parallel-size": ("dcp", True), "-dcp": ("dcp", True),
+    },
+    "sglang": {
+        "--model-path": ("model", True), "--model": ("model", True),
+        "--tensor-parallel-size": ("tp", True), "--tp-size": ("tp", True), "--tp": ("tp", True),
+        "--pipeline-parallel-size": ("pp", True), "--pp-size": ("pp", True),
+        "--data-parallel-size": ("dp", True), "--dp-size": ("dp", True), "--dp": ("dp", True),
+        "--expert-parallel-size": ("ep", True), "--ep-size": ("ep", True), "--ep": ("ep", True),
+        "--enable-dp-attention": ("adp", False),
+        "--mem-fraction-static": ("memory_fraction", True),
+        "--max-running-requests": ("max_batch_size", True),
+        "--context-length": ("max_len", True), "--chunked-prefill-size": ("chunk", True),
+        "--kv-cache-dtype": ("kv", True), "--quantization": ("quant", True),
+        "--speculative-algorithm": ("spec_alg", True), "--speculative-num-steps": ("spec_k", True),
+        "--speculative-eagle-topk": ("spec_topk", True),
+        "--speculative-num-draft-tokens": ("spec_draft_tokens", True),
+        "--speculative-draft-model-path": ("spec_draft", True),
+        "--disaggregation-mode": ("role", True), "--port": ("port", True), "--host": ("host", True),
+    },
+    "trtllm": {
+        "--tp_size": ("tp", True), "--tensor_parallel_size": ("tp", True),
+        "--pp_size": ("pp", True), "--pipeline_parallel_size": ("pp", True),
+        "--cp_size": ("cp", True), "--context_parallel_size": ("cp", True),
+        "--ep_size": ("ep", True), "--moe_expert_parallel_size": ("ep", True),
+        "--max_batch_size": ("max_batch_size", True), "--max_num_tokens": ("max_num_tokens", True),
+        "--max_seq_len": ("max_len", True),
+        "--kv_cache_free_gpu_memory_fraction": ("memory_fraction", True),
+        "--free_gpu_memory_fraction": ("memory_fraction", True),
+        "--extra_llm_api_options": ("extra", True), "--config": ("extra", True),
+        "--backend": ("backend", True), "--port": ("port", True), "--host": ("host", True),
+        "--server_role": ("role", True),
+    },
+}
+_LAUNCH = {"vllm": ("vllm", "serve"), "sglang": ("sglang.launch_server",),
+           "trtllm": ("trtllm-serve",)}
+
+
+def _header(text: str) -> dict:
+    m = _HEADER.search(text)
+    if not m:
+        return {}
+    out = {}
+    for item in m.group(1).split():
+        if "=" in item:
+            k, v = item.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _commands(text: str, engine: str) -> list[tuple[str | None, list[str]]]:
+    """(role from the comments above, tokens after the launcher) of each launch command."""
+    joined = re.sub(r"\\\n", " ", text)
+    out, role = [], None
+    for line in joined.splitlines():
+        s = line.strip()
+        mrole = _ROLE.match(s)
+        if mrole:
+            role = mrole.group(1)
+            continue
+        if not s or s.startswith("#"):
+            continue
+        try:
+            tokens = shlex.split(s.rstrip("&").strip(), comments=True)
+        except ValueError as exc:
+            raise SpecError(f"cannot split the command line {s[:60]!r}: {exc}; check the "
+                            "quotes") from None
+        launcher = _LAUNCH[engine]
+        for i in range(len(tokens)):
+            if tuple(tokens[i:i + len(launcher)]) == launcher or (
+                    engine != "vllm" and tokens[i].endswith(launcher[0])):
+                out.append((role, tokens[i + len(launcher):]))
+                break
+    return out
+
+
+def _parse_flags(tokens: list[str], engine: str, source: str):
+    known = _FLAGS[engine]
+    vals: dict[str, Any] = {}
+    positional, unknown = [], []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if not tok.startswith("-"):
+            positional.append(tok)
+            i += 1
+            continue
+        flag, _, inline = tok.partition("=")
+        if flag in known:
+            key, takes = known[flag]
+            if takes:
+                value = inline if inline else (tokens[i + 1] if i + 1 < len(tokens) else None)
+                if value is None:
+                    raise SpecError(f"{source}: {flag} needs a value")
+                vals[key] = value
+                i += 1 if inline else 2
+            else:
+                vals[key] = True
+                i += 1
+            continue
+        unknown.append(flag)
+        i += 2 if (not inline and i + 1 < len(tokens) and not tokens[i + 1].startswith("-")) else 1
+    return vals, positional, unknown
+
+
+def _int(vals: dict, key: str, flag: str, source: str, default: int = 1) -> int:
+    v = vals.get(key)
+    if v is None:
+        return default
+    try:
+        n = int(v)
+    except ValueError:
+        raise SpecError(f"{source}: {flag} = {v!r}: must be a whole number") from None
+    if n < 1:
+        raise SpecError(f"{source}: {flag} = {n}: must be at least 1")
+    return n
+
+
+def _extra_yaml(text: str, name: str) -> dict:
+    """A TRT-LLM extra options file written in the script by a here-document."""
+    import yaml
+    m = re.search(r"cat\s*>\s*" + re.escape(name) + r"\s*<<\s*'?(\w+)'?\n(.*?)\n\1", text, re.S)
+    if not m:
+        return {}
+    try:
+        data = yaml.safe_load(m.group(2))
+    except yaml.YAMLError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _instance(engine: str, vals: dict, text: str, model, source: str):
+    from planner.serve.layout import Instance
+    tp = _int(vals, "tp", "tp", source)
+    pp = _int(vals, "pp", "pp", source)
+    dp = _int(vals, "dp", "dp", source)
+    if engine == "vllm":
+        adp = dp > 1 and model.is_moe
+        ep = tp * (dp if adp else 1) if vals.get("ep_all") else 1
+        return Instance(tp=tp, pp=pp, ep=ep, dp=dp, dp_attention=adp)
+    if engine == "sglang":
+        adp = bool(vals.get("adp"))
+        ep = _int(vals, "ep", "--expert-parallel-size", source)
+        if adp:
+            if tp % dp:
+                raise SpecError(f"{source}: --enable-dp-attention needs --tp ({tp}) divisible "
+                                f"by --dp ({dp})")
+            return Instance(tp=tp // dp, pp=pp, ep=ep, dp=dp, dp_attention=True)
+        return Instance(tp=tp, pp=pp, ep=ep, dp=dp, dp_attention=False)
+    extra = _extra_yaml(text, vals.get("extra", "")) if vals.get("extra") else {}
+    ep = _int(vals, "ep", "--ep_size", source)
+    if "cp" not in vals and extra.get("context_parallel_size") is not None:
+        vals = {**vals, "cp": str(extra["context_parallel_size"])}
+    cp = _int(vals, "cp", "--cp_size", source)
+    if extra.get("enable_attention_dp"):
+        return Instance(tp=1, pp=pp, ep=ep, dp=tp, dp_attention=True, cp=cp)
+    return Instance(tp=tp, pp=pp, ep=ep, dp=1, dp_attention=False, cp=cp)
+
+
+def _serving(engine: str, vals: dict, text: str, head: dict, source: str) -> dict:
+    sv: dict[str, Any] = {}
+    quant = str(vals.get("quant", "")).lower()
+    if quant in ("fp8", "modelopt_fp8", "fbgemm_fp8", "w8a8_fp8"):
+        sv["precision"] = "fp8"
+    elif quant in ("modelopt_fp4", "nvfp4", "mxfp4", "petit_nvfp4"):
+        sv["precision"] = "fp4"
+    elif "precision" in head:
+        sv["precision"] = head["precision"]
+    extra = _extra_yaml(text, vals.get("extra", "")) if engine == "trtllm" and vals.get("extra") else {}
+    if engine == "trtllm":     # kv_cache_config.dtype auto: the checkpoint's KV quantization
+        kv = str((extra.get("kv_cache_config") or {}).get("dtype", "")).lower()
+    else:                      # vLLM and SGLang: auto (the default) is the model's dtype
+        kv = str(vals.get("kv", "auto")).lower()
+    if kv.startswith("fp8"):
+        sv["kv_cache_dtype"] = "fp8"
+    elif kv in ("bf16", "bfloat16") or (kv == "auto" and engine != "trtllm"):
+        sv["kv_cache_dtype"] = "bf16"
+    elif "kv_cache_dtype" in head:
+        sv["kv_cache_dtype"] = head["kv_cache_dtype"]
+    for key, name in (("memory_fraction", "memory_fraction"), ("max_batch_size", "max_batch_size"),
+                      ("max_num_tokens", "max_num_tokens")):
+        if key in vals:
+            try:
+                sv[name] = float(vals[key]) if key == "memory_fraction" else int(vals[key])
+            except ValueError:
+                raise SpecError(f"{source}: {key.replace('_', '-')} = {vals[key]!r}: must be a "
+                                "number") from None
+    if engine == "sglang" and "chunk" in vals:
+        sv["max_num_tokens"] = int(vals["chunk"])
+    spec = _speculative(engine, vals, extra, head, source)
+    if spec is not None:
+        sv["speculative"] = spec
+    return sv
+
+
+def _speculative(engine: str, vals: dict, extra: dict, head: dict, source: str):
+    method = k = None
+    if engine == "vllm" and "spec_json" in vals:
+        try:
+            cfg = json.loads(vals["spec_json"])
+        except json.JSONDecodeError:
+            raise SpecError(f"{source}: --speculative-config is not valid JSON") from None
+        method = "mtp" if "mtp" in str(cfg.get("method", "")) else "draft"
+        k = int(cfg.get("num_speculative_tokens", 1))
+    elif engine == "sglang" and "spec_alg" in vals:
+        method = "mtp" if vals["spec_alg"].upper() in ("NEXTN", "EAGLE") else "draft"
+        k = int(vals.get("spec_k", 1))
+    elif engine == "trtllm" and extra.get("speculative_config"):
+        cfg = extra["speculative_config"]
+        method = "mtp" if str(cfg.get("decoding_type", "")).upper() == "MTP" else "draft"
+        k = int(cfg.get("num_nextn_predict_layers", cfg.get("max_draft_len", 1)))
+    if method is None:
+        return None
+    if "acceptance_rate" not in head:
+        raise SpecError(f"{source}: the command decodes speculatively but does not say the "
+                        "acceptance rate; add 'acceptance_rate=0.7' (your measured rate) to its "
+                        "'# planner serve:' line")
+    out = {"method": method, "num_tokens": k, "acceptance_rate": float(head["acceptance_rate"])}
+    if method == "draft":
+        out["draft_model"] = head.get("draft_model") or vals.get("spec_draft")
+    return out
+
+
+def _model(ov, head: dict, parsed, text: str, source: str):
+    """--model, else the '# planner serve:' line's preset, else a known Hugging Face id."""
+    from planner.presets import PRESETS, get_preset, resolve_model
+    from planner.frameworks.engines.writer import HF_IDS
+    if ov.model is not None:
+        return resolve_model(ov.model)
+    if head.get("model"):
+        try:
+            return resolve_model(head["model"])
+        except SpecError:
+            raise SpecError(f"{source}: the '# planner serve:' line names model "
+                            f"{head['model']!r}, which is not a preset; give --model NAME (a "
+                            "preset, model YAML or HF config.json)") from None
+    ids = {v: k for k, v in HF_IDS.items()}
+    named = [p for _, vals, pos, _ in parsed for p in pos + [vals.get("model", "")]]
+    named += re.findall(r"MODEL=\$\{MODEL:-([^}]+)\}", text)
+    hit = next((ids[n.strip('"')] for n in named if n.strip('"') in ids), None)
+    if hit is None:
+        raise SpecError(f"{source}: the command does not name a model planner knows; give "
+                        "--model NAME (a preset, model YAML or HF config.json)")
+    return get_preset(next(k for k in PRESETS if get_preset(k).name == hit))
+
+
+def _warnings(engine: str, parsed, text: str) -> list[Violation]:
+    """Flags planner does not model, and TRT-LLM options files it cannot read, by name."""
+    out = []
+    unknown = sorted({f for _, _, _, unk in parsed for f in unk})
+    if unknown:
+        out.append(Violation(f"{engine}-flag-not-modelled",
+                             f"{', '.join(unknown)}: not modelled by planner (the estimate does "
+                             "not reflect them)", "warning"))
+    dcp = sorted({vals["dcp"] for _, vals, _, _ in parsed if vals.get("dcp") not in (None, "1")})
+    if engine == "vllm" and dcp:
+        out.append(Violation(
+            "vllm-dcp-not-modelled",
+            f"--decode-context-parallel-size {dcp[0]}: vLLM's decode context parallel splits the "
+            "KV cache tp duplicates inside the TP group; planner does not model it (the "
+            "estimate keeps the duplicated KV cache: fewer requests than vLLM holds)", "warning"))
+    if engine == "trtllm":
+        for name in sorted({vals["extra"] for _, vals, _, _ in parsed if vals.get("extra")}):
+            if not re.search(r"cat\s*>\s*" + re.escape(name) + r"\s*<<", text):
+                out.append(Violation(
+                    "trtllm-extra-options-not-read",
+                    f"--extra_llm_api_options {name}: not written in this script (planner reads "
+                    "the file only from a here-document in it); its settings (attention DP, KV "
+                    "dtype, speculative decoding) are not modelled", "warning"))
+    return out
+
+
+def _roles(engine: str, parsed, text: str, model, source: str) -> dict:
+    """{role (None, prefill, decode): (instance, how many, the flags)}; one shape per role."""
+    roles: dict = {}
+    for role, vals, _, _ in parsed:
+        role = vals.get("role", role)
+        role = {"context": "prefill", "generation": "decode"}.get(str(role).lower(), role)
+        inst = _instance(engine, vals, text, model, source)
+        prev = roles.get(role)
+        if prev is not None and prev[0] != inst:
+            raise SpecError(f"{source}: the {role or 'aggregated'} instances differ ({prev[0].name} "
+                            f"and {inst.name}); planner validates one shape per kind of worker")
+        roles[role] = (inst, (prev[1] + 1) if prev else 1, vals)
+    return roles
+
+
+def _parallel(roles: dict, source: str) -> tuple[dict, int]:
+    """The `parallel:` mapping of the roles found, and the GPUs the commands shown use."""
+    if set(roles) == {"prefill", "decode"}:
+        (p, pn, _), (d, dn, _) = roles["prefill"], roles["decode"]
+        return ({"prefill": {**p.as_dict(), "workers": pn},
+                 "decode": {**d.as_dict(), "workers": dn}}, p.gpus * pn + d.gpus * dn)
+    if None in roles and len(roles) == 1:
+        inst, n, _ = roles[None]
+        return {**inst.as_dict(), "replicas": n}, inst.gpus * n
+    raise SpecError(f"{source}: found {', '.join(str(r) for r in roles)} instances; a "
+                    "disaggregated deployment needs both prefill and decode workers")
+
+
+def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
+    """A shell script or command file that launches `engine` (module docstring)."""
+    from planner.config import resolve_hardware
+    from planner.frameworks.common import DEFAULT_HARDWARE, resolve_world
+    from planner.serve.specs import serve_config_from_data
+
+    source = str(path)
+    head = _header(text)
+    cmds = _commands(text, engine)
+    if not cmds:
+        raise SpecError(f"{source}: no {engine} launch command found; see README, 'Inference'")
+    parsed = [(role, *_parse_flags(tokens, engine, source)) for role, tokens in cmds]
+    model = _model(ov, head, parsed, text, source)
+    if "isl" not in head or "osl" not in head:
+        raise SpecError(f"{source}: the command lines do not say the request lengths; add a "
+                        "line '# planner serve: isl=2048 osl=512' (input and output tokens per "
+                        "request; planner's exports carry one)")
+    roles = _roles(engine, parsed, text, model, source)
+    knobs = (roles.get("decode") or next(iter(roles.values())))[2]   # the decode side sets TPOT
+    serving = _serving(engine, knobs, text, head, source)
+    serving.update(input_length=int(head["isl"]), output_length=int(head["osl"]), engine=engine)
+    if head.get("concurrency") is not None:
+        c = head["concurrency"]
+        serving["concurrency"] = c if c == "max" else int(c)
+    parallel, shown = _parallel(roles, source)
+    hw = resolve_hardware(ov.hardware or head.get("hardware") or DEFAULT_HARDWARE)
+    if ov.gpus is not None or ov.nodes is not None:
+        num = resolve_world(ov, hardware=hw, source=source)
+    else:
+        num = int(head.get("num_gpus", shown))
+    if "replicas" in parallel and num != shown and num % (shown // parallel["replicas"]) == 0:
+        parallel["replicas"] = num // (shown // parallel["replicas"])   # "the same on each node"
+    data = {"model": model.model_dump(exclude_none=True), "hardware": hw.model_dump(),
+            "num_gpus": num, "serving": serving, "parallel": parallel}
+    job, layout = serve_config_from_data(data, source=source)
+    return ServeImported(job, layout, _warnings(engine, parsed, text), engine, source)

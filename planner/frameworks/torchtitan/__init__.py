@@ -1,0 +1,2 @@
+"""torchtitan: TOML job configs read (`reader`) and written (`writer`); model flavors
+(`flavors`)."""

@@ -1,0 +1,809 @@
+"""Rich renderables and JSON shaping for every command. Never prints.
+
+The JSON shapes here are the stable interface documented in README ("JSON output"). Every
+string shown goes in as a `Text` (never rich markup): a model called `Llama [v2]` or a flag
+`[/x]` prints as it is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from planner.units import GiB, fmt_count
+
+
+MAX_RULE_ROWS = 50
+"""Rows per severity in validate's rule table (a file of 20,000 unknown flags is a wall of
+text; the JSON keeps every one)."""
+
+
+def _row(table: Table, *cells: Any) -> None:
+    """add_row with every plain string as literal text (rich would read `[...]` as markup)."""
+    table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
+
+__all__ = ["estimate_json", "validation_json", "validation_view", "models_view", "hardware_view",
+           "memory_table", "time_table"]
+
+
+# --------------------------------------------------------------------------------- JSON
+
+def estimate_json(est, layout, global_batch_size: int) -> dict[str, Any]:
+    """layout / memory / time / throughput keys of the contract (time keys when computed)."""
+    out: dict[str, Any] = {"layout": layout.as_dict(global_batch_size)}
+    if est is None:
+        return out
+    out["memory"] = est.memory.as_dict()
+    if est.time is not None:
+        out["time"] = est.time.as_dict()
+        out["throughput"] = est.time.throughput_dict()
+        if getattr(est.time, "train", None):
+            out["time_to_train"] = est.time.train
+    return out
+
+
+def validation_json(result) -> dict[str, Any]:
+    gbs = result.job.training.global_batch_size
+    out = {
+        "valid": result.valid,
+        "errors": [v.as_dict() for v in result.errors],
+        "warnings": [v.as_dict() for v in result.warnings],
+    }
+    out.update(estimate_json(result.estimate, result.layout, gbs))
+    out["chosen_by_planner"] = list(result.layout.auto)
+    out["job"] = job_json(result.job)
+    out["caveats"] = _caveats(result.job, result.layout)
+    return out
+
+
+def _caveats(job, layout) -> list[str]:
+    from planner.caveats import caveats
+    return caveats(job, layout)
+
+
+def job_json(job) -> dict[str, Any]:
+    from planner.cost.params import total_params
+    return {
+        "model": job.model.name, "parameters": total_params(job.model),
+        "hardware": job.hardware.name, "num_gpus": job.num_gpus,
+        "seq_length": job.training.seq_length,
+        "global_batch_size": job.training.global_batch_size,
+        "precision": job.training.precision,
+        "fp8_recipe": job.training.recipe,
+        "fp8_param_gather": job.training.fp8_param_gather,
+        "cross_entropy": job.training.cross_entropy,
+        "loss_parallel": job.training.loss_parallel,
+    }
+
+
+# ------------------------------------------------------------------------------ rich views
+
+def _gib(x: float) -> str:
+    return f"{x / GiB:.2f}"
+
+
+def memory_table(mem) -> Table:
+    t = Table(title=Text(f"Memory per GPU (most loaded: {mem.stage} pipeline rank)"),
+              title_justify="left")
+    t.add_column("component")
+    t.add_column("GiB", justify="right")
+    t.add_column("share", justify="right")
+    total = mem.total
+    for name, val in (("weights", mem.weights), ("gradients", mem.gradients),
+                      ("optimizer states", mem.optimizer), ("activations", mem.activations),
+                      ("other (context, NCCL, fragmentation, buffers)", mem.other)):
+        _row(t, name, _gib(val), f"{val / total:.0%}" if total else "-")
+    _row(t, Text("total", style="bold"), Text(_gib(total), style="bold"),
+              f"{mem.fraction:.0%} of {mem.capacity / GiB:.1f}")
+    return t
+
+
+def time_table(tm) -> Table:
+    t = Table(title=Text("Step time"), title_justify="left")
+    t.add_column("part")
+    t.add_column("seconds", justify="right")
+    t.add_column("share", justify="right")
+    step = tm.step_time_s
+    for name, val in tm.parts():
+        _row(t, name, f"{val:.3f}", f"{val / step:.0%}" if step else "-")
+    _row(t, Text("step", style="bold"), Text(f"{step:.3f}", style="bold"), "")
+    return t
+
+
+def throughput_line(tm) -> Text:
+    line = (f"{tm.tokens_per_s:,.0f} tokens/s, {tm.tokens_per_s_per_gpu:,.0f} per GPU; "
+            f"{tm.model_tflops_per_gpu:.0f} model TFLOP/s per GPU; MFU {tm.mfu:.1%}, HFU {tm.hfu:.1%}")
+    if getattr(tm, "train", None):
+        tt = tm.train
+        line += (f"\n{fmt_count(tt['tokens'])} tokens: {tt['days']:.1f} days, "
+                 f"{tt['gpu_hours']:,.0f} GPU-hours")
+    return Text(line)
+
+
+def _layout_line(layout, gbs: int) -> Text:
+    d = layout.as_dict(gbs)
+    parts = [f"tp {d['tp']}", f"pp {d['pp']}", f"dp {d['dp']}", f"cp {d['cp']}", f"ep {d['ep']}",
+             f"etp {d['etp']}", f"vpp {d['vpp']}", f"micro-batch {d['micro_batch_size']}",
+             f"micro-batches {d['num_microbatches']}", f"sp {'on' if d['sequence_parallel'] else 'off'}",
+             f"zero {d['zero_stage']}", f"recompute {d['recompute']}"]
+    if layout.uneven:
+        parts.append(f"first/last stage layers {layout.first_stage_layers}/{layout.last_stage_layers}")
+    line = "Layout: " + ", ".join(parts)
+    if layout.auto:
+        line += (f"\n  ({' and '.join(layout.auto)} not set in the config: chosen by planner as the "
+                 "fastest that fits; set them to pin)")
+    return Text(line)
+
+
+def no_estimate_reason(result) -> str:
+    """Why a validated layout has no estimate (and so no pictures)."""
+    from planner.validate import why_no_estimate
+    return why_no_estimate(result.layout, result.job) or "the layout cannot be estimated"
+
+
+def validation_view(result, *, source: str = "") -> Group:
+    job = result.job
+    head = (f"{job.model.name} on {job.num_gpus} x {job.hardware.name}, seq {job.training.seq_length}, "
+            f"global batch {job.training.global_batch_size}, {job.training.precision}")
+    verdict = Text("VALID" if result.valid else "INVALID",
+                   style="bold green" if result.valid else "bold red")
+    parts: list[Any] = [Text.assemble(verdict, "  ", head + (f"  ({source})" if source else "")),
+                        _layout_line(result.layout, job.training.global_batch_size)]
+    if result.errors or result.warnings:
+        t = Table(title=Text("Rules"), title_justify="left", show_lines=False)
+        t.add_column("")
+        t.add_column("rule")
+        t.add_column("message", overflow="fold")
+        for kind, style, found in (("error", "red", result.errors),
+                                   ("warning", "yellow", result.warnings)):
+            for v in found[:MAX_RULE_ROWS]:
+                _row(t, Text(kind, style=style), v.rule, v.message)
+            if len(found) > MAX_RULE_ROWS:
+                _row(t, Text(kind, style=style), "...",
+                     f"and {len(found) - MAX_RULE_ROWS:,} more {kind}s (--json lists every one)")
+        parts.append(t)
+    else:
+        parts.append(Text("Rules: all pass"))
+    for c in _caveats(job, result.layout):
+        parts.append(_hanging("Caveat: ", c, style="yellow"))
+    est = result.estimate
+    if est is None:
+        parts.append(Text(f"No estimate: {no_estimate_reason(result)} (fix the errors above)."))
+    else:
+        parts.append(memory_table(est.memory))
+        if est.time is not None:
+            parts.append(time_table(est.time))
+            parts.append(throughput_line(est.time))
+    return Group(*parts)
+
+
+def _listing(title: str) -> Table:
+    """A borderless table for the listings: two spaces between columns, so 80 columns hold
+    them without cutting a name."""
+    from rich import box
+    return Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                 collapse_padding=True)
+
+
+class _Folding:
+    """A table that drops optional columns, in a fixed order, until it fits the console;
+    the dropped ones are named below it. `build(dropped) -> Table`."""
+
+    def __init__(self, build, order: list[str], after: list | None = None):
+        self.build, self.order, self.after = build, order, after or []
+
+    def __rich_console__(self, console, options):
+        dropped: list[str] = []
+        table = self.build(set())
+        for col in self.order:
+            if _natural_width(console, table) <= options.max_width:
+                break
+            dropped.append(col)
+            table = self.build(set(dropped))
+        yield table
+        if dropped:
+            yield Text(f"{', '.join(dropped)} left out at this width (see --json)", style="dim")
+        yield from self.after
+
+
+def models_view(rows: list[dict]):
+    cols = [("params", "params"), ("published", "published"), ("active", "active"),
+            ("layers", "layers"), ("hidden", "hidden"), ("heads", "heads\n/kv"),
+            ("experts", "experts\n(top-k)"), ("seq", "seq")]
+
+    def build(dropped: set) -> Table:
+        t = _listing("Preset models (parameters: ours, published, active per token)")
+        t.add_column("name", no_wrap=True)
+        for key, head in cols:
+            if key not in dropped:
+                t.add_column(head, justify="right", no_wrap=True)
+        for r in rows:
+            pub = r.get("published_parameters")
+            vals = {"params": fmt_count(r["parameters"]),
+                    "published": fmt_count(pub) if pub else "-",
+                    "active": fmt_count(r["active_parameters"]), "layers": str(r["num_layers"]),
+                    "hidden": str(r["hidden_size"]),
+                    "heads": f"{r['num_attention_heads']}/{r['num_kv_heads']}",
+                    "experts": f"{r['num_experts']} ({r['moe_top_k']})" if r["num_experts"] else "-",
+                    "seq": str(r["seq_length"])}
+            _row(t, r["name"], *[vals[k] for k, _ in cols if k not in dropped])
+        return t
+
+    aliases = [f"{a}={r['name']}" for r in rows for a in r["aliases"]]
+    after = [_hanging("aliases: ", ", ".join(aliases), style="dim")] if aliases else []
+    return _Folding(build, ["published", "hidden", "active"], after)
+
+
+def hardware_view(rows: list[dict]) -> Group:
+    """The profiles, one row each; fits 80 columns without truncating a value (h100-96g and
+    h100-sxm must stay apart): headers wrap, each column at least as wide as its values."""
+    from rich import box
+
+    peak = lambda r, p: f"{r['peak_tflops'][p]:.0f}" if r["peak_tflops"].get(p) else "-"
+    cells = [[r["name"], f"{r['memory_gib']:.1f}", peak(r, "bf16"), peak(r, "fp8"), peak(r, "fp4"),
+              f"{r['hbm_bandwidth_gb_per_s']:.0f}", str(r["gpus_per_node"]),
+              str(r["nvlink_domain_size"]), f"{r['nvlink_bandwidth_gb_per_s']:.0f}",
+              f"{r['network_bandwidth_gb_per_s']:.0f}"] for r in rows]
+    t = Table(title="Hardware profiles", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              padding=(0, 1, 0, 0))
+    heads = ("name", "memory GiB", "bf16", "fp8", "fp4", "HBM", "GPUs/ node", "NVLink GPUs",
+             "NVLink", "network")
+    for i, head in enumerate(heads):
+        widest = max([len(c[i]) for c in cells] + [len(w) for w in head.split()])
+        t.add_column(head, justify="left" if i == 0 else "right", min_width=widest,
+                     max_width=widest)
+    for c in cells:
+        _row(t, *c)
+    return Group(t, Text("bf16/fp8/fp4: dense peak TFLOP/s; HBM, NVLink, network: GB/s per GPU "
+                         "(links one direction); NVLink GPUs: the NVLink domain", style="dim"))
+
+
+# ------------------------------------------------------------------------------ plan
+
+def plan_json(result) -> dict[str, Any]:
+    """{"plans": [...], "searched", "feasible", "steps", ...} (README, 'JSON output')."""
+    job = result.job
+    gbs = job.training.global_batch_size
+    plans = []
+    for p in result.plans:
+        d = {"rank": p.rank, "valid": True, "errors": [],
+             "warnings": [v.as_dict() for v in p.warnings]}
+        d.update(estimate_json(_Est(p.memory, p.time), p.layout, gbs))
+        d["caveats"] = _caveats(job, p.layout)
+        plans.append(d)
+    out: dict[str, Any] = {
+        "plans": plans, "searched": result.searched, "feasible": result.feasible,
+        "steps": result.steps, "evaluated": result.evaluated, "timed": result.timed,
+        "pruned": result.pruned, "elapsed_s": result.elapsed_s, "job": job_json(job),
+        "caveats": _caveats(job, None),
+    }
+    if result.pick is not None:
+        pick = {"rank": result.pick_rank, "note": result.pick_note}
+        pick.update(estimate_json(_Est(result.pick.memory, result.pick.time), result.pick.layout, gbs))
+        out["seven_step_pick"] = pick
+    else:   # same keys, null, and why
+        why = next((s["decision"] for s in result.steps if s.get("step") == 3), "")
+        out["seven_step_pick"] = dict(_NO_PICK, reason="the seven-step procedure finds no layout "
+                                      f"that fits ({why})" if why else
+                                      "the seven-step procedure finds no layout that fits")
+    if result.closest is not None:
+        lay, mem = result.closest
+        out["closest"] = {"layout": lay.as_dict(gbs), "memory": mem.as_dict(),
+                          "shortfall_bytes": round(mem.total - mem.capacity * (1 - result.headroom))}
+    elif not result.plans:
+        out["closest"] = dict(_NO_CLOSEST, reason="no layout passes the structural rules (heads, "
+                              "layers, batch, sequence and expert divisibility, and --fix), so "
+                              "none has a memory estimate to compare")
+    if not result.plans:
+        out["suggestions"] = result.suggestions
+        out["binding"] = result.binding
+        out["suggested"] = [sg.as_dict() for sg in result.suggested]
+    return out
+
+
+_NO_PICK = {"rank": None, "note": "", "layout": None, "memory": None, "time": None,
+            "throughput": None}
+_NO_CLOSEST = {"layout": None, "memory": None, "shortfall_bytes": None}
+
+
+class _Est:
+    def __init__(self, memory, time):
+        self.memory, self.time = memory, time
+
+
+# The plan table at any width. Columns fold in a fixed order until the table fits; a
+# degree is never cut: the last resort folds the layout name onto more lines.
+_COLUMNS = [  # key, header, compact header
+    ("#", "#", "#"), ("tp", "tp", "tp"), ("pp", "pp", "pp"), ("dp", "dp", "dp"),
+    ("cp", "cp", "cp"), ("ep", "ep", "ep"), ("vpp", "vpp", "vpp"), ("mbs", "mbs", "mbs"),
+    ("m", "m", "m"), ("zero", "zero", "z"), ("recompute", "recomp", "rc"),
+    ("memory", "GiB/GPU", "GiB"), ("bubble", "bubble", "bub"), ("comm", "comm", "com"),
+    ("step", "step s", "s"), ("tokens", "tok/s/GPU", "tok/s"), ("mfu", "MFU", "MFU"),
+    ("warn", "warn", "w"),
+]
+_FOLDS = ["constant", "compact", "tokens", "memory-share", "comm", "bubble", "cards"]
+"""What goes, in order, while the table is wider than the terminal: degree columns that are
+1 in every row (named in a note), then short headers, then tok/s/GPU (it ranks as the step
+time does), the memory share of capacity, the exposed-communication share and the bubble
+(--json has them all); narrower still, each plan becomes a paragraph of its own that wraps
+under its rank. No degree is ever cut."""
+
+
+def _plan_rows(result) -> list[dict]:
+    from planner.caveats import caveats
+    gbs = result.job.training.global_batch_size
+    rows = []
+    for p in result.plans:
+        lay, mem, tm = p.layout, p.memory, p.time
+        rows.append({
+            "#": f"{p.rank}{'*' if result.pick_rank == p.rank else ''}"
+                 f"{'!' if caveats(result.job, lay) else ''}",
+            "tp": str(lay.tp), "pp": str(lay.pp) + ("u" if lay.uneven else ""),
+            "dp": str(lay.dp), "cp": str(lay.cp), "ep": str(lay.ep), "vpp": str(lay.vpp),
+            "mbs": str(lay.micro_batch_size), "m": str(lay.num_microbatches(gbs)),
+            "zero": str(lay.zero),
+            "recompute": {"none": "none", "selective": "sel", "full": "full"}[lay.recompute],
+            "memory": f"{mem.total / GiB:.1f} {mem.fraction:.0%}",
+            "memory-short": f"{mem.total / GiB:.1f}",
+            "bubble": f"{tm.bubble_fraction:.0%}",
+            "comm": f"{tm.exposed_comm_s / tm.step_time_s:.0%}",
+            "step": f"{tm.step_time_s:.2f}", "tokens": f"{tm.tokens_per_s_per_gpu:,.0f}",
+            "mfu": f"{tm.mfu:.1%}", "warn": "", "name": lay.name + ("u" if lay.uneven else ""),
+            "_warnings": p.warnings,
+        })
+    legend: dict[str, str] = {}
+    for r in rows:
+        keys = []
+        for v in r.pop("_warnings"):
+            if v.rule not in legend:
+                legend[v.rule] = chr(ord("a") + len(legend))
+            keys.append(legend[v.rule])
+        r["warn"] = "".join(keys) or "-"
+    return rows, legend
+
+
+def _table_for(rows: list[dict], folds: set[str], title: str):
+    from rich import box
+    constant = [k for k in ("cp", "ep", "vpp") if "constant" in folds
+                and all(r[k] == "1" for r in rows)]
+    cols = [c for c in _COLUMNS if c[0] not in constant and c[0] not in folds]
+    t = Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              show_edge=False, collapse_padding=True)
+    for key, head, short in cols:
+        t.add_column(short if "compact" in folds else head,
+                     justify="left" if key in ("recompute", "warn") else "right", no_wrap=True)
+    for r in rows:
+        _row(t, *[r["memory-short" if key == "memory" and "memory-share" in folds else key]
+                    for key, _, _ in cols])
+    return t, constant
+
+
+def _cards(rows: list[dict], title: str) -> list[Any]:
+    """The narrowest form: one wrapped paragraph per plan, indented under its rank."""
+    out: list[Any] = [Text(title)]
+    width = max(len(r["#"]) for r in rows) + 2
+    for r in rows:
+        text = (f"{r['name']}, micro-batch {r['mbs']} x {r['m']}, zero {r['zero']}, recompute "
+                f"{r['recompute']}: {r['memory']} GiB, {r['step']} s/step, MFU {r['mfu']}, "
+                f"bubble {r['bubble']}, warnings {r['warn']}")
+        out.append(_hanging(r["#"].rjust(width - 1) + " ", text))
+    return out
+
+
+def _natural_width(console, renderable) -> int:
+    from rich.measure import Measurement
+    return Measurement.get(console, console.options.update(width=10_000), renderable).maximum
+
+
+class _FittedTable:
+    """The plan table folded to the console's width (see _FOLDS)."""
+
+    def __init__(self, rows, title):
+        self.rows, self.title = rows, title
+
+    def __rich_console__(self, console, options):
+        width = options.max_width
+        folds: set[str] = set()
+        table, constant = _table_for(self.rows, folds, self.title)
+        for step in _FOLDS:
+            if _natural_width(console, table) <= width:
+                break
+            folds.add(step)
+            if step == "cards":
+                break
+            table, constant = _table_for(self.rows, folds, self.title)
+        if "cards" in folds:
+            yield from _cards(self.rows, self.title)
+            folds, constant = {"cards"}, []
+        else:
+            yield table
+        notes = []
+        if constant:
+            notes.append(" and ".join(f"{k} 1" for k in constant) + " in every row")
+        dropped = [label for key, label in (("tokens", "tok/s/GPU"), ("memory-share", "memory share"),
+                                            ("comm", "comm"), ("bubble", "bubble")) if key in folds]
+        if dropped:
+            notes.append(f"{', '.join(dropped)} left out at this width (see --json or a wider "
+                         "terminal)")
+        keys = ["m = micro-batches per step"] if "cards" not in folds else []
+        if "compact" in folds:
+            keys.append("z = ZeRO stage, rc = recompute")
+        if "comm" not in folds and "cards" not in folds:
+            keys.append("comm = exposed communication share of the step")
+        if any(r["pp"].endswith("u") or r["name"].endswith("u") for r in self.rows):
+            keys.append("u = uneven first/last stages")
+        if any("*" in r["#"] for r in self.rows):
+            keys.append("* = the seven-step pick")
+        if any("!" in r["#"] for r in self.rows):
+            keys.append("! = outside calibrated ground (below)")
+        if keys:
+            notes.append("; ".join(keys))
+        for n in notes:
+            yield Text(n, style="dim")
+
+    def __rich_measure__(self, console, options):
+        from rich.measure import Measurement
+        return Measurement(20, options.max_width)
+
+
+def plan_table(result) -> Group:
+    """The top K as a table that fits the terminal; warnings as letters keyed below it,
+    caveats as '!' with the sentences below."""
+    from planner.caveats import caveats
+    job = result.job
+    gbs = job.training.global_batch_size
+    rows, legend = _plan_rows(result)
+    title = (f"Top {len(result.plans)} layouts for {job.model.name} on {job.num_gpus} x "
+             f"{job.hardware.name} (seq {job.training.seq_length}, global batch {gbs}, "
+             f"{job.training.precision})")
+    notes: list[Any] = [_FittedTable(rows, title)]
+    for rule, key in legend.items():
+        notes.append(Text(f"  {key}: {rule}", style="dim"))
+    seen: list[str] = []
+    for p in result.plans:
+        for c in caveats(job, p.layout):
+            if c not in seen:
+                seen.append(c)
+    for c in seen:
+        notes.append(_hanging("  ! ", c, style="yellow"))
+    return Group(*notes)
+
+
+def _hanging(label: str, text: str, style: str = "") -> Table:
+    """`label` then `text`, its wrapped lines indented under the text's first character."""
+    g = Table.grid()
+    g.add_column(no_wrap=True)
+    g.add_column(overflow="fold")
+    g.add_row(Text(label, style=style), Text(text, style=style))
+    return g
+
+
+def steps_view(result) -> Group:
+    lines: list[Any] = [Text("Seven-step procedure", style="bold")]
+    for s in result.steps:
+        lines.append(_hanging(f"  ({s['step']}) ", f"{s['title']}: {s['decision']}"))
+    if result.pick_note:
+        lines.append(_hanging("  => ", result.pick_note
+                              + (" (marked * above)" if result.pick_rank else "")))
+    return Group(*lines)
+
+
+def plan_summary(result) -> Text:
+    best = result.best
+    head = (f"searched {result.searched:,} layouts, {result.feasible:,} fit "
+            f"({result.evaluated:,} memory estimates, {result.timed:,} timed, "
+            f"{result.elapsed_s:.2f} s)")
+    if best is None:
+        return Text(head + "; no layout fits", style="bold red")
+    tm = best.time
+    text = (f"{head}; best is {best.layout.name} zero {best.layout.zero} recompute "
+            f"{best.layout.recompute} micro-batch {best.layout.micro_batch_size}: "
+            f"{tm.step_time_s:.2f} s/step, {tm.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+            f"MFU {tm.mfu:.1%}, {best.memory.total / GiB:.1f} GiB/GPU")
+    if tm.train:
+        text += (f"; {fmt_count(tm.train['tokens'])} tokens in {tm.train['days']:.1f} days, "
+                 f"{tm.train['gpu_hours']:,.0f} GPU-hours")
+    return Text(text, style="bold")
+
+
+def plan_view(result) -> Group:
+    parts: list[Any] = []
+    if result.plans:
+        parts.append(plan_table(result))
+    else:
+        parts.append(Text("No layout fits.", style="bold red"))
+        for s in result.suggestions:
+            parts.append(_hanging("  - ", s))
+    parts.append(steps_view(result))
+    if result.pruned:
+        ranked = sorted(result.pruned.items(), key=lambda kv: -kv[1])
+        parts.append(Text("layouts each rule removed: "
+                          + ", ".join(f"{rule} {count:,}" for rule, count in ranked), style="dim"))
+    parts.append(plan_summary(result))
+    return Group(*parts)
+
+
+# ------------------------------------------------------------------------------ pictures
+
+def _style(kind: str) -> str:
+    from planner.views.pictures import KINDS
+    colour = KINDS.get(kind, ("", ""))[0]
+    if kind in ("free", "idle", "headroom", "point"):
+        return "dim" if kind != "free" else ""
+    if kind in ("top", "pick"):
+        return f"bold {colour}"
+    return f"black on {colour}" if colour else ""
+
+
+def _cells_text(cells) -> Text:
+    t = Text()
+    for ch, kind in cells:
+        t.append(ch, style=_style(kind))
+    return t
+
+
+class _Drawn:
+    """A renderable drawn at the console's width: `draw(width) -> list[Text]`."""
+
+    def __init__(self, draw):
+        self.draw = draw
+
+    def __rich_console__(self, console, options):
+        yield from self.draw(max(20, options.max_width))
+
+    def __rich_measure__(self, console, options):
+        from rich.measure import Measurement
+        return Measurement(20, options.max_width)
+
+
+def _legend(kinds: list[tuple[str, str]]) -> Text:
+    from planner.views.pictures import KINDS
+    t = Text()
+    for kind, label in kinds:
+        t.append(KINDS[kind][1], style=_style(kind))
+        t.append(f" {label}  ")
+    return t
+
+
+def schedule_view(pic) -> Group:
+    """One row per pipeline rank, time left to right, the bubble as '·'."""
+    head = Text(f"Pipeline schedule: {pic.caption()}", style="bold")
+    label_w = len(f"rank {pic.p - 1} ")
+    total = pic.schedule.makespan
+
+    def draw(width: int):
+        inner = width - label_w
+        lines = []
+        for r, row in enumerate(_schedule_rows(pic, inner)):
+            lines.append(Text(f"rank {r}".ljust(label_w)) + _cells_text(row))
+        axis = "0 s".ljust(inner - len(f"{total:.2f} s")) + f"{total:.2f} s"
+        lines.append(Text(" " * label_w + axis, style="dim"))
+        return lines
+
+    legend = [("F", "forward"), ("B", "backward")] + ([("R", "recompute")] if pic.recompute else [])
+    legend.append(("idle", "idle (bubble)"))
+    key = _legend(legend)
+    if pic.v > 1:
+        key.append("f b the odd virtual stages")
+    return Group(head, _Drawn(draw), key,
+                 Text("digits, where the picture is wide enough: the micro-batch, from 1",
+                      style="dim"))
+
+
+def _schedule_rows(pic, width):
+    from planner.views.pictures import schedule_cells
+    return schedule_cells(pic, width)
+
+
+def memory_bars_view(pic) -> Group:
+    """Stacked bars per pipeline rank against capacity; '|' marks the usable line."""
+    from planner.views.pictures import bar_cells
+    head = Text(f"Memory per pipeline rank: {pic.caption()}", style="bold")
+    n = len(pic.ranks)
+    label_w = len(f"rank {n - 1} middle ")
+
+    def draw(width: int):
+        value_w = 12
+        inner = max(10, width - label_w - value_w)
+        lines = []
+        for i, mem in enumerate(pic.ranks):
+            val = f" {mem.total / GiB:5.1f} {mem.fraction:4.0%}"
+            lines.append(Text(f"rank {i} {mem.stage}".ljust(label_w)) + _cells_text(bar_cells(pic, i, inner))
+                         + Text(val, style="bold" if i == pic.worst else ""))
+        return lines
+
+    legend = _legend([("weights", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer"),
+                      ("activations", "activations"), ("other", "other"),
+                      ("headroom", "headroom"), ("over", "over capacity")])
+    return Group(head, _Drawn(draw), legend,
+                 Text(f"GiB per GPU, share of {pic.capacity / GiB:.0f} GiB; | = usable "
+                      f"{pic.usable / GiB:.1f} GiB", style="dim"))
+
+
+def waterfall_view(pic) -> Group:
+    """The step's parts one after another, each starting where the previous ended."""
+    from planner.views.pictures import waterfall_cells
+    head = Text(f"Step time: {pic.total:.3f} s, part by part", style="bold")
+    label_w = max(len(label) for _, label, _, _ in pic.steps) + 1
+
+    def draw(width: int):
+        value_w = 14
+        inner = max(10, width - label_w - value_w)
+        lines = []
+        for i, (kind, label, start, sec) in enumerate(pic.steps):
+            share = sec / pic.total if pic.total else 0.0
+            lines.append(Text(label.ljust(label_w)) + _cells_text(waterfall_cells(pic, i, inner))
+                         + Text(f" {sec:6.3f} s {share:3.0%}"))
+        lines.append(Text("step".ljust(label_w) + "─" * inner + f" {pic.total:6.3f} s", style="bold"))
+        return lines
+
+    return Group(head, _Drawn(draw))
+
+
+def grid_view(pic) -> Group:
+    """Each axis's group of rank 0, its stride and the link it runs on; the first nodes."""
+    from planner.views.pictures import node_text
+    t = Table(title=f"GPU grid: {pic.world} GPUs, {pic.gpus_per_node} per node, NVLink domain "
+                    f"{pic.domain} (rank order tp, cp, ep, dp, pp)", title_justify="left")
+    t.add_column("axis")
+    t.add_column("size", justify="right")
+    t.add_column("stride", justify="right")
+    t.add_column("ranks with rank 0", overflow="fold")
+    t.add_column("link", overflow="fold")
+    for g in pic.groups:
+        link = (f"network {g.bandwidth_gb_per_s:.0f} GB/s" if g.crosses_network
+                else f"NVLink {g.bandwidth_gb_per_s:.0f} GB/s")
+        _row(t, g.axis, str(g.degree), str(g.stride), g.describe(pic.gpus_per_node), link)
+    if not pic.groups:
+        t.add_row("-", "1", "-", "0 (one GPU)", "-")
+    lines: list[Any] = [t]
+    nodes: dict[int, list[dict]] = {}
+    for c in pic.coords:
+        nodes.setdefault(c["node"], []).append(c)
+    for node in sorted(nodes)[:4]:
+        lines.append(Text(f"  node {node}, " + node_text(nodes[node])))
+    n_nodes = -(-pic.world // pic.gpus_per_node)
+    if n_nodes > 4:
+        lines.append(Text(f"  ... {n_nodes - 4} more nodes in the same pattern", style="dim"))
+    return Group(*lines)
+
+
+def scatter_view(pic) -> Group:
+    """Step time vs memory per GPU, fastest at the bottom."""
+    from planner.views.pictures import scatter_cells
+    x0, x1, y0, y1 = pic.bounds
+    head = Text(f"Step time vs memory: {pic.sample}", style="bold")
+    height = 12
+
+    def draw(width: int):
+        label_w = 8
+        inner = max(10, width - label_w)
+        grid = scatter_cells(pic, inner, height)
+        lines = []
+        for i, row in enumerate(grid):
+            y = y1 - (y1 - y0) * i / (height - 1) if height > 1 else y0
+            lab = f"{y:6.2f}s " if i in (0, height - 1, height // 2) else " " * label_w
+            lines.append(Text(lab.rjust(label_w)) + _cells_text(row))
+        axis = f"{x0:.1f} GiB".ljust(inner - len(f"{x1:.1f} GiB")) + f"{x1:.1f} GiB"
+        lines.append(Text(" " * label_w + axis, style="dim"))
+        return lines
+
+    return Group(head, _Drawn(draw),
+                 Text("digits: rank in the table; * the seven-step pick; · other feasible layouts",
+                      style="dim"))
+
+
+def pictures_view(pics: dict) -> Group:
+    """The pictures `layout_pictures` made, each under its own heading."""
+    views = {"schedule": schedule_view, "memory": memory_bars_view, "time": waterfall_view,
+             "grid": grid_view, "scatter": scatter_view}
+    parts: list[Any] = []
+    for name, pic in pics.items():
+        parts.append(Text(""))
+        parts.append(views[name](pic))
+    return Group(*parts)
+
+
+def plan_pictures_view(result, pics: dict) -> Group:
+    """The pictures of the best plan (and the scatter of the search)."""
+    if not result.plans:
+        return Group(Text(""), Text("No pictures: no layout fits.", style="dim"))
+    best = result.best
+    head = Text(f"Pictures of #1 ({best.layout.name}, zero {best.layout.zero}, recompute "
+                f"{best.layout.recompute}, micro-batch {best.layout.micro_batch_size})", style="bold")
+    return Group(Text(""), head, pictures_view(pics))
+
+
+# ------------------------------------------------------------------------------ compare
+
+def compare_rows(results: list) -> list[tuple[str, str, list[str], bool]]:
+    """(key, label, one value per config, differs) for `planner compare`: the job, the layout,
+    memory by component, step time by part, throughput; numbers after the first carry their
+    change against the first config."""
+    rows: list[tuple[str, str, list[str], bool]] = []
+
+    def add(key: str, label: str, vals: list, fmt=str, rel: bool = False):
+        shown = []
+        for i, v in enumerate(vals):
+            if v is None:
+                shown.append("-")
+                continue
+            text = fmt(v)
+            base = vals[0]
+            if rel and i > 0 and base not in (None, 0) and v != base:
+                text += f" ({(v / base - 1):+.0%})"
+            shown.append(text)
+        plain = [fmt(v) if v is not None else "-" for v in vals]
+        rows.append((key, label, shown, len(set(plain)) > 1))
+
+    jobs = [r.job for r in results]
+    lays = [r.layout for r in results]
+    ests = [r.estimate for r in results]
+    add("valid", "verdict", ["VALID" if r.valid else f"INVALID ({len(r.errors)} errors)"
+                             for r in results])
+    add("model", "model", [j.model.name for j in jobs])
+    add("hardware", "hardware", [j.hardware.name for j in jobs])
+    add("num_gpus", "GPUs", [j.num_gpus for j in jobs])
+    add("seq_length", "sequence", [j.training.seq_length for j in jobs])
+    add("global_batch_size", "global batch", [j.training.global_batch_size for j in jobs])
+    add("precision", "precision", [j.training.precision for j in jobs])
+    for key in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size"):
+        add(key, key.replace("micro_batch_size", "micro-batch"), [getattr(x, key) for x in lays])
+    add("num_microbatches", "micro-batches",
+        [x.num_microbatches(j.training.global_batch_size) for x, j in zip(lays, jobs)])
+    add("sequence_parallel", "sp", ["on" if x.sp else "off" for x in lays])
+    add("zero_stage", "ZeRO", [x.zero for x in lays])
+    add("recompute", "recompute", [x.recompute for x in lays])
+    gib = lambda v: f"{v / GiB:.2f}"   # noqa: E731
+    for key, label in (("weights", "weights GiB"), ("gradients", "gradients GiB"),
+                       ("optimizer", "optimizer GiB"), ("activations", "activations GiB"),
+                       ("other", "other GiB"), ("total", "memory GiB/GPU")):
+        add(f"memory.{key}", label, [getattr(e.memory, key) if e else None for e in ests], gib,
+            rel=key == "total")
+    add("memory.stage", "most loaded rank", [e.memory.stage if e else None for e in ests])
+    tms = [e.time if e is not None else None for e in ests]
+    sec = lambda v: f"{v:.3f}"         # noqa: E731
+    for key, label in (("compute_s", "compute s"), ("bubble_s", "bubble s"),
+                       ("tp_comm_s", "TP comm s"), ("pp_comm_s", "PP comm s"),
+                       ("dp_comm_s", "DP comm s"), ("ep_comm_s", "EP comm s"),
+                       ("cp_comm_s", "CP comm s"), ("optimizer_s", "optimizer s"),
+                       ("step_time_s", "step s")):
+        add(f"time.{key}", label, [getattr(t, key) if t else None for t in tms], sec,
+            rel=key == "step_time_s")
+    add("throughput.tokens_per_s_per_gpu", "tokens/s/GPU",
+        [t.tokens_per_s_per_gpu if t else None for t in tms], lambda v: f"{v:,.0f}", rel=True)
+    add("throughput.mfu", "MFU", [t.mfu if t else None for t in tms], lambda v: f"{v:.1%}")
+    add("warnings", "warnings", [", ".join(v.rule for v in r.warnings) or "-" for r in results])
+    add("caveats", "caveats", [str(len(_caveats(r.job, r.layout))) for r in results])
+    return rows
+
+
+def compare_view(results: list, names: list[str]) -> Group:
+    """Configs side by side; rows that differ marked '*' and highlighted."""
+    t = Table(title=f"Comparing {len(results)} configs (* = differs; (+x%) against the first)",
+              title_justify="left", show_lines=False)
+    t.add_column("", no_wrap=True)
+    for n in names:
+        t.add_column(n, justify="right", overflow="fold")
+    for key, label, vals, differs in compare_rows(results):
+        style = "bold yellow" if differs else ""
+        t.add_row(Text(("* " if differs else "  ") + label, style=style),
+                  *[Text(v, style=style) for v in vals])
+    notes: list[Any] = [t]
+    for name, r in zip(names, results):
+        for c in _caveats(r.job, r.layout):
+            notes.append(_hanging(f"  {name}: ", c, style="yellow"))
+    return Group(*notes)
+
+
+def compare_json(results: list, names: list[str], formats: list[str]) -> dict[str, Any]:
+    configs = []
+    for name, fmt, r in zip(names, formats, results):
+        d = validation_json(r)
+        d["config"], d["format"] = name, fmt
+        configs.append(d)
+    return {"configs": configs,
+            "differences": [key for key, _, _, differs in compare_rows(results) if differs]}
