@@ -150,7 +150,7 @@ def _rows() -> list[dict]:
     global _ROWS
     if _ROWS is None:
         acc = _accuracy()
-        _ROWS = acc.evaluate(acc.load_cases(paths=[ROOT / "benchmarks" / f for f in acc.FILES]))
+        _ROWS = acc.evaluate(acc.load_cases(paths=acc.default_paths()))
     return _ROWS
 
 
