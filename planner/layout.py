@@ -8,47 +8,171 @@ hundreds of thousands of these.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from typing import Any, Optional
 
-from planner.specs import ParallelSpec
+from planner.fields import (MAX_BATCH, MAX_DIM, CpCommType, CudaGraphs, Dispatcher, Recompute,
+                            RecomputeModule, StateDtype, config_name, info, layout_fields,
+                            layout_key, row)
 
-__all__ = ["Layout", "layout_from_spec", "stage_layer_counts", "AUTO_FIELDS", "bubble_fraction"]
+__all__ = ["Layout", "layout_from_spec", "stage_layer_counts", "AUTO_FIELDS", "bubble_fraction",
+           "LAYOUT_FIELDS", "layout_key_for"]
+
+# Which cost parts (planner.fields.PARTS) a field feeds. A row that says nothing reads them all.
+_ALL_BUT_SPLIT = {"acts", "layer_base", "moe_layer", "layer", "states", "act_vector",
+                  "first_params", "pipeline", "dp"}
+"""Every part but the stage grouping and the state dtypes (tp, etp)."""
+_ACTS = {"acts", "layer_base", "moe_layer", "layer", "act_vector", "pipeline"}
+"""Activation-side fields: activations, every layer time and the pipeline part; the DP part
+reads them only through the compute windows it is given."""
+_LAYER = {"layer_base", "moe_layer", "layer", "pipeline"}
+"""Fields of a layer's times (not its activations)."""
+_SPLIT = {"stages", "states", "act_vector", "first_params", "pipeline", "dp"}
+"""Fields of the pipeline split."""
+_STATES = {"dtypes", "states", "dp"}
+"""Model-state dtypes: the states and the DP traffic; the pipeline part does not read them."""
 
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    tp: int = 1
-    cp: int = 1
-    ep: int = 1
-    dp: int = 1
-    pp: int = 1
-    vpp: int = 1
-    etp: int = 1
-    sp: bool = False
-    zero: int = 1
-    micro_batch_size: int = 1
-    recompute: str = "none"
-    first_stage_layers: int | None = None
-    last_stage_layers: int | None = None
-    cp_comm_type: str = "p2p"
-    overlap_grad_reduce: bool = True
-    overlap_param_gather: bool = True
-    tp_comm_overlap: bool = False
-    # production recipe settings (ParallelSpec documents each)
-    recompute_modules: tuple[str, ...] = ()
-    """What selective recompute recomputes; () with recompute selective means (core_attn,)."""
-    recompute_num_layers: int | None = None
-    """With recompute full: layers per virtual stage that recompute (None: all)."""
-    cpu_offloading_num_layers: int = 0
-    grad_reduce_in_fp32: bool = True
-    exp_avg_dtype: str = "fp32"
-    exp_avg_sq_dtype: str = "fp32"
-    moe_token_dispatcher: str = "allgather"
-    overlap_moe_expert_parallel_comm: bool = False
-    cuda_graphs: str = "none"
-    pipeline_model_parallel_layout: str | None = None
-    auto: tuple[str, ...] = field(default=(), compare=False)
-    """Fields the config left out that the planner chose (the fastest that fits; tune.py)."""
+    """One way to split a job. Each field is one row of the layout table (planner/fields.py):
+    its default and doc, its config/JSON name, its Megatron-LM / NeMo / torchtitan names and
+    the cost parts that read it."""
+
+    tp: int = row(1, "Tensor-parallel degree.", reads=_ALL_BUT_SPLIT, bounds=dict(ge=1, le=MAX_DIM),
+                  megatron="--tensor-model-parallel-size", nemo="tensor_model_parallel_size",
+                  torchtitan="parallelism.tensor_parallel_degree")
+    pp: int = row(1, "Pipeline-parallel degree.",
+                  reads={"stages", "states", "act_vector", "first_params", "pipeline", "dp"},
+                  bounds=dict(ge=1, le=MAX_DIM), megatron="--pipeline-model-parallel-size",
+                  nemo="pipeline_model_parallel_size",
+                  torchtitan="parallelism.pipeline_parallel_degree")
+    cp: int = row(1, "Context-parallel degree (splits the sequence).",
+                  reads={"acts", "layer_base", "moe_layer", "layer", "states", "act_vector",
+                         "pipeline", "dp"},
+                  bounds=dict(ge=1, le=MAX_DIM), megatron="--context-parallel-size",
+                  nemo="context_parallel_size", torchtitan="parallelism.context_parallel_degree")
+    ep: int = row(1, "Expert-parallel degree (borrows ranks from dp*cp*tp).",
+                  reads={"moe_layer", "layer", "states", "first_params", "pipeline", "dp"},
+                  bounds=dict(ge=1, le=MAX_DIM), megatron="--expert-model-parallel-size",
+                  nemo="expert_model_parallel_size",
+                  torchtitan="parallelism.expert_parallel_degree")
+    etp: int = row(1, "Expert tensor-parallel degree; default = tp.", reads=_ALL_BUT_SPLIT,
+                   spec_type=Optional[int], spec_default=None, bounds=dict(ge=1, le=MAX_DIM),
+                   megatron="--expert-tensor-parallel-size", nemo="expert_tensor_parallel_size",
+                   torchtitan="parallelism.expert_tensor_parallel_degree")
+    dp: int = row(1, "Data-parallel degree; optional, must equal num_gpus / (tp*pp*cp) if given.",
+                  reads={"states", "pipeline", "dp"}, spec_type=Optional[int], spec_default=None,
+                  bounds=dict(ge=1, le=MAX_DIM),
+                  torchtitan="parallelism.data_parallel_shard_degree")
+    vpp: int = row(1, "Virtual pipeline stages per pipeline rank (interleaved 1F1B); left out, "
+                      "the planner picks the fastest that fits (and says so).",
+                   reads={"act_vector", "pipeline"}, bounds=dict(ge=1, le=100_000),
+                   megatron="--num-virtual-stages-per-pipeline-rank",
+                   nemo="virtual_pipeline_model_parallel_size")
+    micro_batch_size: int = row(
+        1, "Sequences per micro-batch; left out, the planner picks the fastest that fits (and "
+           "says so).", reads=_ACTS | {"dp"}, bounds=dict(ge=1, le=MAX_BATCH), short=("mbs",),
+        megatron="--micro-batch-size", nemo="micro_batch_size",
+        torchtitan="parallelism.pipeline_parallel_microbatch_size")
+    sp: bool = row(False, "Megatron sequence parallelism; default true when tp > 1.",
+                   reads=_ACTS, config="sequence_parallel", spec_type=Optional[bool],
+                   spec_default=None, megatron="--sequence-parallel", nemo="sequence_parallel")
+    zero: int = row(1, "0..3; 1 = Megatron distributed optimizer, 2/3 = Megatron FSDP / "
+                       "DeepSpeed ZeRO-2/3.", reads={"dp"}, config="zero_stage",
+                    bounds=dict(ge=0, le=3), megatron="--use-distributed-optimizer")
+    recompute: str = row("none", "Activation recompute: none | selective (attention core) | "
+                                 "full (every layer).", reads=_ACTS, spec_type=Recompute,
+                         megatron="--recompute-granularity", nemo="recompute_granularity",
+                         torchtitan="activation_checkpoint.mode")
+    first_stage_layers: Optional[int] = row(
+        None, "Layers on the first pipeline rank (`--decoder-first-pipeline-num-layers`).",
+        reads=_SPLIT, bounds=dict(ge=0, le=10_000),
+        megatron="--decoder-first-pipeline-num-layers",
+        nemo="num_layers_in_first_pipeline_stage",
+        torchtitan="parallelism.pipeline_parallel_first_stage_less_layers")
+    last_stage_layers: Optional[int] = row(
+        None, "Layers on the last pipeline rank (`--decoder-last-pipeline-num-layers`).",
+        reads=_SPLIT, bounds=dict(ge=0, le=10_000),
+        megatron="--decoder-last-pipeline-num-layers", nemo="num_layers_in_last_pipeline_stage",
+        torchtitan="parallelism.pipeline_parallel_last_stage_less_layers")
+    cp_comm_type: str = row("p2p", "Context-parallel exchange: p2p (ring attention) or a2a "
+                                   "(Ulysses).", reads=_LAYER, spec_type=CpCommType,
+                            megatron="--cp-comm-type", nemo="cp_comm_type",
+                            torchtitan="parallelism.context_parallel_rotate_method")
+    overlap_grad_reduce: bool = row(
+        True, "Overlap the DP gradient reduction with backward (`--overlap-grad-reduce`).",
+        reads={"dp"}, megatron="--overlap-grad-reduce", nemo="overlap_grad_reduce")
+    overlap_param_gather: bool = row(
+        True, "Overlap the distributed optimizer's parameter all-gather with forward.",
+        reads={"dp"}, megatron="--overlap-param-gather", nemo="overlap_param_gather")
+    tp_comm_overlap: bool = row(
+        False, "Overlap TP collectives with GEMMs (`--tp-comm-overlap`, needs SP); default: on "
+               "when sequence parallelism is on with tp > 1 (NeMo's recipes and Megatron-LM's "
+               "published benchmarks run with it).", reads=_LAYER, spec_type=Optional[bool],
+        spec_default=None, megatron="--tp-comm-overlap", nemo="tp_comm_overlap")
+    # production recipe settings
+    recompute_modules: tuple[str, ...] = row(
+        (), "What selective recompute recomputes (Megatron `--recompute-modules`): core_attn, "
+            "mlp, moe, moe_act, layernorm, mla_up_proj, shared_experts; or, alone, "
+            "torchtitan_op (torchtitan's op-level selective checkpointing, "
+            "`selective_ac_option = \"op\"`); needs recompute selective; default [core_attn].",
+        reads=_ACTS, spec_type=Optional[tuple[RecomputeModule, ...]], spec_default=None,
+        json_from="selective_modules", megatron="--recompute-modules", nemo="recompute_modules",
+        torchtitan="activation_checkpoint.selective_ac_option")
+    recompute_num_layers: Optional[int] = row(
+        None, "With recompute full: the layers of each virtual stage that recompute (Megatron "
+              "`--recompute-method block --recompute-num-layers N`); the others keep their "
+              "activations. Default: every layer (`--recompute-method uniform "
+              "--recompute-num-layers 1`).", reads={"act_vector", "pipeline"},
+        bounds=dict(ge=0, le=10_000), megatron="--recompute-num-layers",
+        nemo="recompute_num_layers")
+    cpu_offloading_num_layers: int = row(
+        0, "Layers per pipeline stage whose activations go to host memory between forward and "
+           "backward (Megatron `--cpu-offloading-num-layers`), over the host link (PCIe or "
+           "NVLink-C2C, the profile's host_bandwidth_gb_per_s).",
+        reads={"act_vector", "pipeline"}, bounds=dict(ge=0, le=10_000),
+        megatron="--cpu-offloading-num-layers", nemo="cpu_offloading_num_layers")
+    grad_reduce_in_fp32: bool = row(
+        True, "fp32 gradient buffer and reduction (Megatron's default with bf16); false = bf16 "
+              "gradients (`--grad-reduce-in-bf16`, Megatron-Bridge `ddp.grad_reduce_in_fp32: "
+              "false`).", reads=_STATES, megatron="--grad-reduce-in-bf16",
+        nemo="grad_reduce_in_fp32")
+    exp_avg_dtype: str = row("fp32", "Adam first moment dtype (`--exp-avg-dtype`, "
+                                     "precision-aware optimizer).", reads=_STATES,
+                             spec_type=StateDtype, megatron="--exp-avg-dtype",
+                             nemo="exp_avg_dtype")
+    exp_avg_sq_dtype: str = row("fp32", "Adam second moment dtype (`--exp-avg-sq-dtype`, "
+                                        "precision-aware optimizer).", reads=_STATES,
+                                spec_type=StateDtype, megatron="--exp-avg-sq-dtype",
+                                nemo="exp_avg_sq_dtype")
+    moe_token_dispatcher: str = row(
+        "allgather", "MoE token dispatcher (`--moe-token-dispatcher-type`; deepep / hybridep "
+                     "are `flex` with `--moe-flex-dispatcher-backend`): alltoall | allgather "
+                     "(Megatron's default) | deepep | hybridep.",
+        reads={"layer", "pipeline"}, spec_type=Dispatcher,
+        megatron="--moe-token-dispatcher-type", nemo="moe_token_dispatcher_type",
+        torchtitan="parallelism.expert_parallel_comm_backend")
+    overlap_moe_expert_parallel_comm: bool = row(
+        False, "Hide the EP dispatch/combine behind the other micro-batch's compute "
+               "(`--overlap-moe-expert-parallel-comm`).",
+        reads={"moe_layer", "layer", "pipeline"},
+        megatron="--overlap-moe-expert-parallel-comm", nemo="overlap_moe_expert_parallel_comm")
+    cuda_graphs: str = row(
+        "none", "CUDA graphs: none | partial (per-layer graphs, `--cuda-graph-impl "
+                "transformer_engine`) | full (the whole iteration, `--cuda-graph-impl local "
+                "--cuda-graph-scope full_iteration`).", reads=_LAYER, spec_type=CudaGraphs,
+        megatron="--cuda-graph-impl", nemo="cuda_graph_impl")
+    pipeline_model_parallel_layout: Optional[str] = row(
+        None, "Megatron's pipeline layout string (`--pipeline-model-parallel-layout`, e.g. "
+              "`Et*4|(t*4|)*14tmL`: E embedding, t decoder layer, m MTP layer, L loss, | a "
+              "virtual-stage boundary, *n and parentheses repeat); replaces "
+              "first/last_stage_layers and vpp.", reads=_SPLIT,
+        bounds=dict(max_length=10_000), megatron="--pipeline-model-parallel-layout",
+        nemo="pipeline_model_parallel_layout")
+    auto: tuple[str, ...] = row(
+        (), "Fields the config left out that the planner chose (the fastest that fits; "
+            "tune.py).", compare=False, config="")
 
     # derived sizes -------------------------------------------------------------------------
     @property
@@ -92,30 +216,19 @@ class Layout:
     def with_(self, **changes) -> "Layout":
         return replace(self, **changes)
 
-    def as_dict(self, global_batch_size: int | None = None) -> dict:
-        d = {
-            "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
-            "etp": self.etp, "vpp": self.vpp, "micro_batch_size": self.micro_batch_size,
-        }
-        if global_batch_size is not None:
-            d["num_microbatches"] = self.num_microbatches(global_batch_size)
-        d.update({
-            "sequence_parallel": self.sp, "zero_stage": self.zero, "recompute": self.recompute,
-            "first_stage_layers": self.first_stage_layers,
-            "last_stage_layers": self.last_stage_layers, "cp_comm_type": self.cp_comm_type,
-            "overlap_grad_reduce": self.overlap_grad_reduce,
-            "overlap_param_gather": self.overlap_param_gather,
-            "tp_comm_overlap": self.tp_comm_overlap,
-            "recompute_modules": list(self.selective_modules),
-            "recompute_num_layers": self.recompute_num_layers,
-            "cpu_offloading_num_layers": self.cpu_offloading_num_layers,
-            "grad_reduce_in_fp32": self.grad_reduce_in_fp32,
-            "exp_avg_dtype": self.exp_avg_dtype, "exp_avg_sq_dtype": self.exp_avg_sq_dtype,
-            "moe_token_dispatcher": self.moe_token_dispatcher,
-            "overlap_moe_expert_parallel_comm": self.overlap_moe_expert_parallel_comm,
-            "cuda_graphs": self.cuda_graphs,
-            "pipeline_model_parallel_layout": self.pipeline_model_parallel_layout,
-        })
+    def as_dict(self, global_batch_size: int | None = None) -> dict[str, Any]:
+        """The JSON `layout` object: every row's config name and value (the resolved value
+        where the row says so), with num_microbatches after micro_batch_size when the global
+        batch is given."""
+        d: dict[str, Any] = {}
+        for f in LAYOUT_FIELDS:
+            name = config_name(f)
+            if not name:
+                continue
+            value = getattr(self, info(f).json_from or f.name)
+            d[name] = list(value) if isinstance(value, tuple) else value
+            if f.name == "micro_batch_size" and global_batch_size is not None:
+                d["num_microbatches"] = self.num_microbatches(global_batch_size)
         return d
 
     @property
@@ -127,7 +240,16 @@ class Layout:
         return self.recompute_modules or ("core_attn",)
 
 
-def _layout_vpp(spec: ParallelSpec) -> int:
+LAYOUT_FIELDS = layout_fields(Layout)
+"""The rows of the layout table, in order."""
+
+
+def layout_key_for(part: str):
+    """The cache key of cost part `part` (planner.fields.PARTS) as a function of a Layout."""
+    return layout_key(Layout, part)
+
+
+def _layout_vpp(spec: Any) -> int:
     """vpp from a pipeline layout string (its stages / pp) where it gives one, else the
     config's; a layout that does not parse or divide keeps the config's (the
     `pipeline-layout` rule reports it)."""
@@ -142,7 +264,7 @@ def _layout_vpp(spec: ParallelSpec) -> int:
     return n // spec.pp if n % spec.pp == 0 and n >= spec.pp else spec.vpp
 
 
-def layout_from_spec(spec: ParallelSpec, *, num_gpus: int) -> Layout:
+def layout_from_spec(spec: Any, *, num_gpus: int) -> Layout:
     """The layout a config describes. dp defaults to num_gpus/(tp*pp*cp), floored; the
     `world-size` and `dp-matches-world` rules report what does not divide."""
     dp = spec.dp if spec.dp is not None else max(1, num_gpus // (spec.tp * spec.pp * spec.cp))

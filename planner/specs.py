@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Any, Literal, Optional, Union, get_args
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union, get_args
 
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
                       field_validator, model_validator)
 
 from planner.errors import SpecError, short
+from planner.fields import (MAX_BATCH, MAX_DIM, CudaGraphs, Dispatcher, Recompute,  # noqa: F401
+                            RecomputeModule, StateDtype)
 from planner.io import (MAX_DEPTH, MAX_DIGITS, MAX_FILE_BYTES, MAX_NAME_CHARS,  # noqa: F401
                         MAX_NODES, READ_BUDGET_S, check_text, check_tree, load_json,
                         load_yaml, read_budget, read_text, read_yaml, ref_path, safe_exists,
@@ -31,22 +33,15 @@ __all__ = [
 ]
 
 Precision = Literal["bf16", "fp16", "fp8"]
-Recompute = Literal["none", "selective", "full"]
 Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise"]
 CrossEntropy = Literal["vocab_parallel", "pytorch_fp32"]
-RecomputeModule = Literal["core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj",
-                          "shared_experts", "torchtitan_op"]
-Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
-CudaGraphs = Literal["none", "partial", "full"]
-StateDtype = Literal["fp32", "bf16"]
 Architecture = Literal["ampere", "hopper", "blackwell", "cdna3"]
 CaseClass = Literal["dense-bf16", "dense-fp8", "moe", "fsdp", "long-context"]
 ServeCaseClass = Literal["offline-throughput", "static-latency", "serving-latency", "disagg"]
 IntraNodeLink = Literal["nvlink", "xgmi", "pcie"]
 
-_MAX_DIM = 10_000_000  # no real model or cluster is larger; anything above is a typo
+_MAX_DIM = MAX_DIM     # no real model or cluster is larger; anything above is a typo
 MAX_GPUS = _MAX_DIM    # num_gpus, --gpus and --nodes x GPUs per node
-MAX_BATCH = 100_000_000  # sequences in a (micro-)batch; more is a typo
 
 
 class _Spec(BaseModel):
@@ -429,80 +424,38 @@ class TrainingInput(_Spec):
     `disable_loss_parallel`); needs cross_entropy pytorch_fp32."""
 
 
-class ParallelSpec(_Spec):
-    """`parallel:` in a config: the layout, in Megatron-LM's terms."""
+def _parallel_spec() -> type[_Spec]:
+    """`ParallelSpec` from the layout table: one key per row of planner/layout.py (its config
+    name, type, default, bounds and docstring)."""
+    from typing import get_type_hints
 
-    tp: int = Field(default=1, ge=1, le=_MAX_DIM)
-    """Tensor-parallel degree."""
-    pp: int = Field(default=1, ge=1, le=_MAX_DIM)
-    """Pipeline-parallel degree."""
-    cp: int = Field(default=1, ge=1, le=_MAX_DIM)
-    """Context-parallel degree (splits the sequence)."""
-    ep: int = Field(default=1, ge=1, le=_MAX_DIM)
-    """Expert-parallel degree (borrows ranks from dp*cp*tp)."""
-    etp: Optional[int] = Field(default=None, ge=1, le=_MAX_DIM)
-    """Expert tensor-parallel degree; default = tp."""
-    dp: Optional[int] = Field(default=None, ge=1, le=_MAX_DIM)
-    """Data-parallel degree; optional, must equal num_gpus / (tp*pp*cp) if given."""
-    vpp: int = Field(default=1, ge=1, le=100_000)
-    """Virtual pipeline stages per pipeline rank (interleaved 1F1B); left out, the planner
-    picks the fastest that fits (and says so)."""
-    micro_batch_size: int = Field(default=1, ge=1, le=MAX_BATCH)
-    """Sequences per micro-batch; left out, the planner picks the fastest that fits (and says so)."""
-    sequence_parallel: Optional[bool] = None
-    """Megatron sequence parallelism; default true when tp > 1."""
-    zero_stage: int = Field(default=1, ge=0, le=3)
-    """0..3; 1 = Megatron distributed optimizer, 2/3 = Megatron FSDP / DeepSpeed ZeRO-2/3."""
-    recompute: Recompute = "none"
-    """Activation recompute: none | selective (attention core) | full (every layer)."""
-    first_stage_layers: Optional[int] = Field(default=None, ge=0, le=10_000)
-    """Layers on the first pipeline rank (`--decoder-first-pipeline-num-layers`)."""
-    last_stage_layers: Optional[int] = Field(default=None, ge=0, le=10_000)
-    """Layers on the last pipeline rank (`--decoder-last-pipeline-num-layers`)."""
-    cp_comm_type: Literal["p2p", "a2a", "allgather", "a2a+p2p"] = "p2p"
-    """Context-parallel exchange: p2p (ring attention) or a2a (Ulysses)."""
-    overlap_grad_reduce: bool = True
-    """Overlap the DP gradient reduction with backward (`--overlap-grad-reduce`)."""
-    overlap_param_gather: bool = True
-    """Overlap the distributed optimizer's parameter all-gather with forward."""
-    tp_comm_overlap: Optional[bool] = None
-    """Overlap TP collectives with GEMMs (`--tp-comm-overlap`, needs SP); default: on when
-    sequence parallelism is on with tp > 1 (NeMo's recipes and Megatron-LM's published
-    benchmarks run with it)."""
-    recompute_modules: Optional[tuple[RecomputeModule, ...]] = None
-    """What selective recompute recomputes (Megatron `--recompute-modules`): core_attn, mlp,
-    moe, moe_act, layernorm, mla_up_proj, shared_experts; or, alone, torchtitan_op
-    (torchtitan's op-level selective checkpointing, `selective_ac_option = "op"`); needs
-    recompute selective; default [core_attn]."""
-    recompute_num_layers: Optional[int] = Field(default=None, ge=0, le=10_000)
-    """With recompute full: the layers of each virtual stage that recompute (Megatron
-    `--recompute-method block --recompute-num-layers N`); the others keep their activations.
-    Default: every layer (`--recompute-method uniform --recompute-num-layers 1`)."""
-    cpu_offloading_num_layers: int = Field(default=0, ge=0, le=10_000)
-    """Layers per pipeline stage whose activations go to host memory between forward and
-    backward (Megatron `--cpu-offloading-num-layers`), over the host link (PCIe or
-    NVLink-C2C, the profile's host_bandwidth_gb_per_s)."""
-    grad_reduce_in_fp32: bool = True
-    """fp32 gradient buffer and reduction (Megatron's default with bf16); false = bf16
-    gradients (`--grad-reduce-in-bf16`, Megatron-Bridge `ddp.grad_reduce_in_fp32: false`)."""
-    exp_avg_dtype: StateDtype = "fp32"
-    """Adam first moment dtype (`--exp-avg-dtype`, precision-aware optimizer)."""
-    exp_avg_sq_dtype: StateDtype = "fp32"
-    """Adam second moment dtype (`--exp-avg-sq-dtype`, precision-aware optimizer)."""
-    moe_token_dispatcher: Dispatcher = "allgather"
-    """MoE token dispatcher (`--moe-token-dispatcher-type`; deepep / hybridep are `flex`
-    with `--moe-flex-dispatcher-backend`): alltoall | allgather (Megatron's default) |
-    deepep | hybridep."""
-    overlap_moe_expert_parallel_comm: bool = False
-    """Hide the EP dispatch/combine behind the other micro-batch's compute
-    (`--overlap-moe-expert-parallel-comm`)."""
-    cuda_graphs: CudaGraphs = "none"
-    """CUDA graphs: none | partial (per-layer graphs, `--cuda-graph-impl transformer_engine`)
-    | full (the whole iteration, `--cuda-graph-impl local --cuda-graph-scope full_iteration`)."""
-    pipeline_model_parallel_layout: Optional[str] = Field(default=None, max_length=10_000)
-    """Megatron's pipeline layout string (`--pipeline-model-parallel-layout`, e.g.
-    `Et*4|(t*4|)*14tmL`: E embedding, t decoder layer, m MTP layer, L loss, | a virtual-stage
-    boundary, *n and parentheses repeat); replaces first/last_stage_layers and vpp."""
+    from pydantic import create_model
+
+    from planner.fields import SAME, config_name, info
+    from planner.layout import LAYOUT_FIELDS, Layout
+
+    hints = get_type_hints(Layout)
+    keys: dict[str, Any] = {}
+    for f in LAYOUT_FIELDS:
+        name, row = config_name(f), info(f)
+        if not name:
+            continue
+        typ = row.spec_type if row.spec_type is not None else hints[f.name]
+        default = f.default if row.spec_default is SAME else row.spec_default
+        keys[name] = (typ, Field(default=default, description=row.doc, **row.bounds))
+    return create_model("ParallelSpec", __base__=_Spec, __module__=__name__,
+                        __doc__="`parallel:` in a config: the layout, in Megatron-LM's terms "
+                                "(one key per row of the layout table, planner/layout.py).",
+                        **keys)
+
+
+if TYPE_CHECKING:
+    class ParallelSpec(_Spec):
+        """(for type checkers: the keys are the layout table's rows)"""
+
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    ParallelSpec = _parallel_spec()
 
 
 class ConfigSpec(_Spec):
@@ -521,11 +474,16 @@ class ConfigSpec(_Spec):
 
 
 def field_help(cls: type[BaseModel]) -> dict[str, str]:
-    """{field: the docstring under it} for a spec class (the help text of its keys)."""
+    """{field: the docstring under it} for a spec class (the help text of its keys); a class
+    built from a table (ParallelSpec) carries them as the fields' descriptions."""
     import ast
     import inspect
     import textwrap
 
+    described = {k: " ".join(f.description.split()) for k, f in cls.model_fields.items()
+                 if f.description}
+    if described:
+        return described
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     out: dict[str, str] = {}
     body = tree.body[0].body

@@ -12,8 +12,7 @@ the step is pipeline_time(stages) + exposed DP + the optimizer update.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from operator import attrgetter
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from planner.cost.comm import (all_reduce_time, all_to_all_time, cp_ring_time, exposed_time,
@@ -30,25 +29,20 @@ from planner.cost.params import padded_vocab
 from planner.cost.pipeline import bubble_fraction, pipeline_time
 from planner.cost.shape import ModelShape, model_shape
 from planner.cost.step import OPTIMIZER_BYTES_PER_PARAM, StepTime, dp_exposed
-from planner.layout import Layout, stage_layer_counts
+from planner.fields import PARTS
+from planner.layout import Layout, layout_key_for, stage_layer_counts
 from planner.pipeline_layout import parse_layout, rank_stages
 from planner.units import GiB
 
 __all__ = ["CostModel", "LayerCosts", "Stage"]
 
-_DP_ONLY = {"zero", "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype",
-            "overlap_grad_reduce", "overlap_param_gather"}
-"""Fields only the DP + optimizer part of the step time reads."""
-_PIPE_FIELDS = attrgetter(*[f.name for f in fields(Layout)
-                            if f.compare and f.name not in _DP_ONLY])
-"""The key of `time`'s pipeline part, as a tuple."""
-_THROUGH_WINDOWS = {"moe_token_dispatcher", "overlap_moe_expert_parallel_comm", "recompute",
-                    "recompute_modules", "recompute_num_layers", "cpu_offloading_num_layers",
-                    "vpp", "sp", "tp_comm_overlap", "cp_comm_type", "cuda_graphs"}
-"""Fields the DP + optimizer part reads only through the first stage's compute windows."""
-_DP_FIELDS = attrgetter(*[f.name for f in fields(Layout)
-                          if f.compare and f.name not in _THROUGH_WINDOWS])
-"""The key of `time`'s DP + optimizer part, with the two windows."""
+# Every cache key is derived from the layout table (planner/layout.py, one row per field, each
+# saying which of these parts read it): a field a part reads cannot be left out of its key.
+_KEY = {part: layout_key_for(part) for part in PARTS}
+_KEY_DTYPES, _KEY_ACTS, _KEY_LAYER_BASE = _KEY["dtypes"], _KEY["acts"], _KEY["layer_base"]
+_KEY_MOE_LAYER, _KEY_LAYER, _KEY_STAGES = _KEY["moe_layer"], _KEY["layer"], _KEY["stages"]
+_KEY_STATES, _KEY_ACT_VECTOR = _KEY["states"], _KEY["act_vector"]
+_KEY_FIRST_PARAMS, _PIPE_FIELDS, _DP_FIELDS = _KEY["first_params"], _KEY["pipeline"], _KEY["dp"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +157,7 @@ class CostModel:
 
     def dtypes(self, lay: Layout):
         """Bytes per parameter of the model states under this layout's recipe settings."""
-        key = (lay.grad_reduce_in_fp32, lay.exp_avg_dtype, lay.exp_avg_sq_dtype)
+        key = _KEY_DTYPES(lay)
         got = self._dtypes.get(key)
         if got is None:
             got = self._dtypes[key] = state_dtypes(
@@ -176,8 +170,7 @@ class CostModel:
     def act_costs(self, lay: Layout) -> tuple:
         """(act_d, act_e, work_d, work_e, logits_bytes, transient) per layer and micro-batch:
         the memory side of `layer_costs`, cached on what activations depend on only."""
-        key = (lay.tp, lay.cp, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
-               lay.selective_modules)
+        key = _KEY_ACTS(lay)
         got = self._acts.get(key)
         if got is None:
             lc = self.layer_costs(lay)
@@ -186,9 +179,7 @@ class CostModel:
         return got
 
     def layer_costs(self, lay: Layout) -> LayerCosts:
-        key = (lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
-               lay.cp_comm_type, lay.tp_comm_overlap, lay.selective_modules, lay.cuda_graphs,
-               lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm)
+        key = _KEY_LAYER(lay)
         got = self._layers.get(key)
         if got is None:
             got = self._layers[key] = self._layer_costs(lay)
@@ -216,8 +207,7 @@ class CostModel:
         """What `_layer_costs` computes that does not depend on ep or the dispatcher: the
         activations, the dense layer's times, TP and CP traffic, the output layer. Cached on
         `layer_costs`' key less those (the search prices every ep and dispatcher of it)."""
-        key = (lay.tp, lay.cp, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
-               lay.cp_comm_type, lay.tp_comm_overlap, lay.selective_modules, lay.cuda_graphs)
+        key = _KEY_LAYER_BASE(lay)
         got = self._layer_bases.get(key)
         if got is None:
             got = self._layer_bases[key] = self._compute_layer_base(lay)
@@ -290,9 +280,7 @@ class CostModel:
         """The MoE layer's times (LayerTimes), which depend on ep and the all-to-all overlap
         but not on the dispatcher: cached on `_layer_base`'s key and those two."""
         overlap = lay.overlap_moe_expert_parallel_comm
-        key = (lay.tp, lay.cp, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
-               lay.cp_comm_type, lay.tp_comm_overlap, lay.selective_modules, lay.cuda_graphs,
-               lay.ep, overlap)
+        key = _KEY_MOE_LAYER(lay)
         got = self._moe_layers.get(key)
         if got is not None:
             return got
@@ -350,8 +338,7 @@ class CostModel:
     def stages(self, lay: Layout) -> list[Stage]:
         """The pipeline ranks as groups of identical ones (first, middle, last; or the groups
         of a custom `pipeline_model_parallel_layout`)."""
-        key = (lay.pp, lay.first_stage_layers, lay.last_stage_layers,
-               lay.pipeline_model_parallel_layout)
+        key = _KEY_STAGES(lay)
         got = self._stages.get(key)
         if got is None:
             got = self._stages[key] = self._stage_list(lay)
@@ -408,9 +395,7 @@ class CostModel:
     def stage_states(self, lay: Layout, zero: int) -> tuple:
         """(transient bytes, [(stage, weights, gradients, optimizer bytes)] per stage group).
         Cached: it does not depend on the micro-batch, vpp, sp or recompute."""
-        key = (lay.tp, lay.pp, lay.first_stage_layers, lay.last_stage_layers, lay.ep, lay.etp,
-               lay.dp, lay.cp, zero, lay.pipeline_model_parallel_layout,
-               lay.grad_reduce_in_fp32, lay.exp_avg_dtype, lay.exp_avg_sq_dtype)
+        key = (_KEY_STATES(lay), zero)
         got = self._states.get(key)
         if got is not None:
             return got
@@ -510,10 +495,7 @@ class CostModel:
         TP/SP gather buffer): the activation side of `_worst_rank`. Cached on every field it
         reads: not ep, ZeRO or the state dtypes, dp only through m."""
         m = self.gbs // (lay.micro_batch_size * lay.dp) or 1
-        key = (lay.tp, lay.cp, lay.etp, lay.sp, lay.micro_batch_size, lay.recompute,
-               lay.selective_modules, lay.recompute_num_layers, lay.cpu_offloading_num_layers,
-               m, lay.pp, lay.vpp, lay.first_stage_layers, lay.last_stage_layers,
-               lay.pipeline_model_parallel_layout)
+        key = (_KEY_ACT_VECTOR(lay), m)
         got = self._act_vectors.get(key)
         if got is None:
             ac = self.act_costs(lay)
@@ -602,8 +584,7 @@ class CostModel:
     def _first_rank_params(self, lay: Layout, first: Stage) -> tuple[float, float, float]:
         """(dense, of which linear, expert) parameters on a first-stage rank (experts already
         / ep*etp)."""
-        key = (lay.tp, lay.pp, lay.first_stage_layers, lay.last_stage_layers, lay.ep, lay.etp,
-               lay.pipeline_model_parallel_layout)
+        key = _KEY_FIRST_PARAMS(lay)
         got = self._first_params.get(key)
         if got is None:
             dense_p, linear_p, expert_p = stage_params(
@@ -718,9 +699,9 @@ class CostModel:
     def _parts(self, lay: Layout) -> tuple[tuple, tuple[float, float]]:
         """(`_pipeline`, `_dp_and_optimizer`) of the layout. The pipeline part does not read
         ZeRO, the state dtypes or the DP overlap settings: it is cached on every other field
-        (`_DP_ONLY`; a field added later is in the key too). The DP and optimizer part reads the layer costs only through the first stage's
+        (its key: the layout table's fields that read "pipeline"). The DP and optimizer part reads the layer costs only through the first stage's
         forward and backward compute windows: it is cached on those and every field but the
-        ones it reads only through them (`_THROUGH_WINDOWS`). The search's ZeRO stages,
+        ones it reads only through them (the fields that read "dp"). The search's ZeRO stages,
         dispatchers and savers of one layout share them."""
         key = _PIPE_FIELDS(lay)
         pipe = self._pipes.get(key)

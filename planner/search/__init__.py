@@ -512,18 +512,27 @@ def _valid_micro_batches(job: Job, base: Layout, vpp: int, space: _Space, cnt: _
     return valid
 
 
+_HEAD = ("tp", "cp", "ep", "dp", "pp", "vpp", "etp", "sp")
+"""The Layout fields a search head tuple holds, in its order."""
+_TAIL = ("first_stage_layers", "last_stage_layers", "cp_comm_type", "overlap_grad_reduce",
+         "overlap_param_gather", "tp_comm_overlap")
+"""The Layout fields a search tail tuple holds, in its order."""
+
+
 def _tail(lay: Layout) -> tuple:
-    return (lay.first_stage_layers, lay.last_stage_layers, lay.cp_comm_type,
-            lay.overlap_grad_reduce, lay.overlap_param_gather, lay.tp_comm_overlap)
+    return tuple(getattr(lay, name) for name in _TAIL)
 
 
 def _build(head: tuple, zero: int, mbs: int, sv: Saver, tail: tuple,
            moe: tuple[str, bool]) -> Layout:
-    """A Layout from the search's pieces (positional: dataclasses.replace costs more than an
-    estimate)."""
+    """A Layout from the search's pieces, by field name (never by position: the layout
+    table's order is free to change)."""
     dt = "bf16" if sv.bf16_states else "fp32"
-    return Layout(*head, zero, mbs, sv.recompute, *tail, sv.modules, sv.num_layers,
-                  sv.offload_layers, not sv.bf16_states, dt, dt, moe[0], moe[1])
+    return Layout(**dict(zip(_HEAD, head)), **dict(zip(_TAIL, tail)), zero=zero,
+                  micro_batch_size=mbs, recompute=sv.recompute, recompute_modules=sv.modules,
+                  recompute_num_layers=sv.num_layers, cpu_offloading_num_layers=sv.offload_layers,
+                  grad_reduce_in_fp32=not sv.bf16_states, exp_avg_dtype=dt, exp_avg_sq_dtype=dt,
+                  moe_token_dispatcher=moe[0], overlap_moe_expert_parallel_comm=moe[1])
 
 
 def _savers_for(space: _Space, pp: int) -> list[Saver]:

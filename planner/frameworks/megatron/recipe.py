@@ -54,11 +54,13 @@ class Recipe:
     training: dict = field(default_factory=dict)
 
     def layout_fields(self) -> dict:
-        return {k: getattr(self, k) for k in (
-            "recompute", "recompute_modules", "recompute_num_layers",
-            "cpu_offloading_num_layers", "grad_reduce_in_fp32", "exp_avg_dtype",
-            "exp_avg_sq_dtype", "moe_token_dispatcher", "overlap_moe_expert_parallel_comm",
-            "cuda_graphs", "pipeline_model_parallel_layout")}
+        """The recipe's values of Layout fields (every field of this class that is a row of
+        the layout table)."""
+        from dataclasses import fields
+
+        from planner.layout import LAYOUT_FIELDS
+        rows = {f.name for f in LAYOUT_FIELDS}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in rows}
 
 
 def _err(rule: str, message: str) -> Violation:

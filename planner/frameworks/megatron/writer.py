@@ -48,6 +48,7 @@ import shlex
 
 from planner.errors import InfeasibleError
 from planner.frameworks.writing import header_lines, nodes_and_devices, pipeline_split, shape_tail_flags
+from planner.fields import framework_names
 from planner.layout import Layout
 from planner.specs import HardwareSpec, ModelSpec
 
@@ -259,21 +260,22 @@ def recipe_flags(layout: Layout) -> list[Flag]:
     return flags
 
 
+FLAG = framework_names(Layout, "megatron")
+"""{layout field: its Megatron-LM flag}, from the layout table (planner/layout.py)."""
+
+
 def parallel_flags(m: ModelSpec, layout: Layout, *, precision: str = "bf16") -> list[Flag]:
     """TP/PP/CP/EP, SP, pipeline split, optimizer sharding, overlap (Megatron-LM spellings)."""
-    flags: list[Flag] = [("--tensor-model-parallel-size", str(layout.tp)),
-                         ("--pipeline-model-parallel-size", str(layout.pp))]
+    flags: list[Flag] = [(FLAG["tp"], str(layout.tp)), (FLAG["pp"], str(layout.pp))]
     if layout.cp > 1:
-        flags += [("--context-parallel-size", str(layout.cp)),
-                  ("--cp-comm-type", layout.cp_comm_type)]
+        flags += [(FLAG["cp"], str(layout.cp)), (FLAG["cp_comm_type"], layout.cp_comm_type)]
     if m.is_moe and (layout.ep > 1 or layout.etp != layout.tp):
-        flags += [("--expert-model-parallel-size", str(layout.ep)),
-                  ("--expert-tensor-parallel-size", str(layout.etp))]
+        flags += [(FLAG["ep"], str(layout.ep)), (FLAG["etp"], str(layout.etp))]
     flags += _pipeline_flags(m, layout)
     if layout.sp and layout.tp > 1:
-        flags.append(("--sequence-parallel", None))
+        flags.append((FLAG["sp"], None))
         if layout.tp_comm_overlap:
-            flags.append(("--tp-comm-overlap", None))
+            flags.append((FLAG["tp_comm_overlap"], None))
     return (flags + _optimizer_flags(layout, precision) + _recompute_flags(layout)
             + recipe_flags(layout))
 
