@@ -1,9 +1,11 @@
 """Rules: small pure checks of a layout for a job, each returning Violations.
 
-Hard rules (errors) are the frameworks' own (../shared/reference/frameworks.md, Megatron-LM
-numbering in the docstrings); guidance from the reference chapters comes as warnings. Rules
-are listed in the seven-step order so the search can prune cheapest-first and count what
-each rule removed. Messages follow Megatron: the values, then the fix.
+Hard rules (errors) are the frameworks' own (docs/reference/framework-rules.md, Megatron-LM
+rules R1-R15 in the docstrings, e.g.
+docs/reference/framework-rules.md#r1-world-size-divisible-by-tp-pp-and-cp); guidance from the
+reference chapters comes as warnings. Rules are listed in the seven-step order so the search
+can prune cheapest-first and count what each rule removed. Messages follow Megatron: the
+values, then the fix.
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ def fits(total_bytes: float, capacity_bytes: float, headroom: float) -> bool:
 # -- step 1: the world and the model's shape -------------------------------------------------
 
 def world_size(c: Context) -> Optional[str]:
-    """Megatron 1: world % (tp*pp*cp) == 0 and dp = world/(tp*pp*cp)."""
+    """Megatron R1 (docs/reference/framework-rules.md#r1-world-size-divisible-by-tp-pp-and-cp):
+    world % (tp*pp*cp) == 0 and dp = world/(tp*pp*cp)."""
     lay = c.layout
     mp = lay.tp * lay.pp * lay.cp
     if c.num_gpus % mp:
@@ -108,7 +111,8 @@ def world_size(c: Context) -> Optional[str]:
 
 
 def heads_divisible_by_tp(c: Context) -> Optional[str]:
-    """Megatron 4: num_attention_heads % tp == 0."""
+    """Megatron R4 (docs/reference/framework-rules.md#r4-heads-divisible-by-tp):
+    num_attention_heads % tp == 0."""
     a, t = c.model.num_attention_heads, c.layout.tp
     if a % t:
         return (f"num_attention_heads ({a}) must be divisible by tp ({t})"
@@ -117,7 +121,8 @@ def heads_divisible_by_tp(c: Context) -> Optional[str]:
 
 
 def kv_heads_vs_tp(c: Context) -> Optional[str]:
-    """Megatron 5: num_query_groups % tp == 0 or tp % num_query_groups == 0."""
+    """Megatron R5 (docs/reference/framework-rules.md#r5-query-groups-and-tp):
+    num_query_groups % tp == 0 or tp % num_query_groups == 0."""
     if c.model.is_mla:
         return None
     g, t = c.model.kv_heads, c.layout.tp
@@ -135,10 +140,12 @@ def precision_supported(c: Context) -> Optional[str]:
 
 
 def layers_divisible(c: Context) -> Optional[str]:
-    """Megatron 10/11: layers split whole over pp (and vpp): L % pp == 0, or the uneven split
-    first + middle*(pp-2) + last == L with whole middle counts; each rank's count % vpp == 0,
-    except when the embedding and the loss are accounted as layers (first = last = middle - 1),
-    where (L + 2) % (pp*vpp) == 0."""
+    """Megatron R10/R11 (docs/reference/framework-rules.md#r10-layers-divisible-by-pp,
+    docs/reference/framework-rules.md#r11-virtual-stages-need-pp-and-micro-batches): layers
+    split whole over pp (and vpp): L % pp == 0, or the uneven split first + middle*(pp-2) +
+    last == L with whole middle counts; each rank's count % vpp == 0, except when the embedding
+    and the loss are accounted as layers (first = last = middle - 1), where
+    (L + 2) % (pp*vpp) == 0."""
     lay, L = c.layout, c.model.num_layers
     if lay.pipeline_model_parallel_layout:
         return None    # pipeline-layout checks the custom split instead
@@ -254,7 +261,8 @@ def pipeline_layout(c: Context) -> Optional[str]:
 
 
 def vpp_needs_pp(c: Context) -> Optional[str]:
-    """Megatron 11: virtual stages need pp > 1."""
+    """Megatron R11: virtual stages need pp > 1
+    (docs/reference/framework-rules.md#r11-virtual-stages-need-pp-and-micro-batches)."""
     if c.layout.vpp > 1 and c.layout.pp == 1:
         return f"vpp ({c.layout.vpp}) needs pp > 1; set vpp 1 or raise pp"
     return None
@@ -263,7 +271,9 @@ def vpp_needs_pp(c: Context) -> Optional[str]:
 # -- step 2-4: batch and sequence -----------------------------------------------------------
 
 def batch_divisible(c: Context) -> Optional[str]:
-    """Megatron 9: global_batch_size % (micro_batch_size*dp) == 0, at least one micro-batch."""
+    """Megatron R9
+    (docs/reference/framework-rules.md#r9-global-batch-divisible-by-micro-batch-times-dp):
+    global_batch_size % (micro_batch_size*dp) == 0, at least one micro-batch."""
     lay, B = c.layout, c.training.global_batch_size
     if lay.world_size != c.num_gpus:
         return None    # world-size reports the layout; dp is not known yet
@@ -282,7 +292,8 @@ def batch_divisible(c: Context) -> Optional[str]:
 
 
 def vpp_needs_microbatches(c: Context) -> Optional[str]:
-    """Megatron 11: the interleaved schedule needs num_microbatches >= pp."""
+    """Megatron R11: the interleaved schedule needs num_microbatches >= pp
+    (docs/reference/framework-rules.md#r11-virtual-stages-need-pp-and-micro-batches)."""
     lay = c.layout
     if not interleave_ok(lay.vpp, lay.pp, c.m):
         return (f"interleaved schedule (vpp {lay.vpp}) needs num_microbatches ({c.m}) >= pp "
@@ -291,7 +302,8 @@ def vpp_needs_microbatches(c: Context) -> Optional[str]:
 
 
 def seq_divisible_by_cp(c: Context) -> Optional[str]:
-    """Megatron 8: cp > 1 => seq_length % (2*cp) == 0 (causal load balancing)."""
+    """Megatron R8 (docs/reference/framework-rules.md#r8-sequence-divisible-by-2cp):
+    cp > 1 => seq_length % (2*cp) == 0 (causal load balancing)."""
     cp, s = c.layout.cp, c.training.seq_length
     if cp > 1 and s % (2 * cp):
         ok = divisors(s // 2) if s % 2 == 0 else [1]   # odd s: no cp > 1 works
@@ -310,8 +322,8 @@ def seq_divisible_by_tp(c: Context) -> Optional[str]:
 
 
 def overlap_flags(c: Context) -> Optional[str]:
-    """Megatron 13: --tp-comm-overlap needs SP; --overlap-param-gather needs the distributed
-    optimizer and --overlap-grad-reduce."""
+    """Megatron R13 (docs/reference/framework-rules.md#r13-overlap-flags): --tp-comm-overlap
+    needs SP; --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce."""
     lay = c.layout
     if lay.tp_comm_overlap and not (lay.sp and lay.tp > 1):
         return "tp_comm_overlap needs sequence_parallel with tp > 1; turn one on or the other off"
@@ -323,7 +335,8 @@ def overlap_flags(c: Context) -> Optional[str]:
 # -- step 5: experts ---------------------------------------------------------------------------
 
 def experts_divisible_by_ep(c: Context) -> Optional[str]:
-    """Megatron 3: ep > 1 => num_experts % ep == 0 (and ep > 1 needs an MoE model)."""
+    """Megatron R3 (docs/reference/framework-rules.md#r3-experts-divisible-by-ep):
+    ep > 1 => num_experts % ep == 0 (and ep > 1 needs an MoE model)."""
     ep, E = c.layout.ep, c.model.num_experts
     if ep > 1 and not E:
         return f"ep ({ep}) > 1 needs an MoE model ({c.model.name} has no experts); set ep 1"
@@ -333,7 +346,8 @@ def experts_divisible_by_ep(c: Context) -> Optional[str]:
 
 
 def expert_grid(c: Context) -> Optional[str]:
-    """Megatron 2: world % (etp*ep*pp) == 0; EP borrows ranks from dp*cp*tp."""
+    """Megatron R2 (docs/reference/framework-rules.md#r2-the-expert-grid):
+    world % (etp*ep*pp) == 0; EP borrows ranks from dp*cp*tp."""
     lay = c.layout
     if lay.ep == 1 and lay.etp == lay.tp:
         return None   # the grid is tp*pp: world-size already checks it
@@ -348,7 +362,8 @@ def expert_grid(c: Context) -> Optional[str]:
 
 
 def moe_needs_sp(c: Context) -> Optional[str]:
-    """Megatron 14: training MoE layers with ep > 1 and tp > 1 needs sequence parallelism."""
+    """Megatron R14 (docs/reference/framework-rules.md#r14-moe-with-tp-needs-sp):
+    training MoE layers with ep > 1 and tp > 1 needs sequence parallelism."""
     lay = c.layout
     if not moe_sp_ok(c.model.is_moe, lay.ep, lay.tp, lay.sp):
         return (f"MoE with ep ({lay.ep}) > 1 and tp ({lay.tp}) > 1 needs sequence_parallel; "
@@ -486,7 +501,8 @@ def memory_near_capacity(c: Context) -> Optional[str]:
 # -- warnings: the reference chapters' guidance ------------------------------------------------
 
 def sp_needs_tp(c: Context) -> Optional[str]:
-    """Megatron 12 (warning): SP with tp = 1 is switched off by Megatron-LM (NeMo 2 rejects it)."""
+    """Megatron R12 (warning; docs/reference/framework-rules.md#r12-sequence-parallelism-with-tp-1):
+    SP with tp = 1 is switched off by Megatron-LM (NeMo 2 rejects it)."""
     if c.layout.sp and c.layout.tp == 1:
         return "sequence_parallel with tp 1 does nothing (Megatron-LM turns it off; NeMo 2 rejects it); set it false"
     return None

@@ -1,9 +1,9 @@
-"""Issue 13's and issue 8's accuracy bars on the published runs, one test per bar.
+"""The step-time and peak-memory accuracy bars on the published runs, one test per bar.
 
-The bars (issue 13, 'Done when'): calibration.yaml within median |error| 5% and max 15%;
-every class of calibration-modern.yaml within median 10% and max 25%. Issue 8: published
-peak memory within 10% for the cases that publish it, and at most 3 of the runs judged over
-capacity (the fits-in-memory rule: more than 10% over). The errors are benchmarks/accuracy.py's
+The step-time bars: calibration.yaml within median |error| 5% and max 15%; every class of
+calibration-modern.yaml within median 10% and max 25%. The memory bar: published peak memory
+within 10% for the cases that publish it, and at most 3 of the runs judged over capacity (the
+fits-in-memory rule: more than 10% over). The errors are benchmarks/accuracy.py's
 (predicted / measured - 1 of the step time; predicted / published - 1 of the peak memory).
 
 A bar the model meets is a plain test. A bar it does not meet is a strict xfail that says why

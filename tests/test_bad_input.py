@@ -136,8 +136,9 @@ def test_bad_input_is_one_error_line_and_exit_2(runner, tmp_path, content, files
 
 
 def test_a_valid_config_exits_0(runner, tmp_path):
-    # frameworks.md: NeMo launcher Llama 3 70B, 128 nodes x 8, TP4 PP4 VP5 CP2 (DP 32), MBS 1,
-    # GBS 2048, seq 8192, SP, distributed optimizer: valid
+    # docs/reference/framework-rules.md#real-configurations: NeMo launcher Llama 3 70B,
+    # 128 nodes x 8, TP4 PP4 VP5 CP2 (DP 32), MBS 1, GBS 2048, seq 8192, SP, distributed
+    # optimizer: valid
     path = _write(tmp_path, "model: llama3-70b\nhardware: h100-sxm\nnum_gpus: 1024\n"
                             "training: {seq_length: 8192, global_batch_size: 2048}\n"
                             "parallel: {tp: 4, pp: 4, vpp: 5, cp: 2, micro_batch_size: 1, "

@@ -132,7 +132,7 @@ def test_validate_json_reports_broken_rules(runner, tmp_path):
 
 
 def test_validate_json_bad_input_prints_the_error_object(runner, tmp_path):
-    # issue 12: with --json every exit prints one JSON object; on 2 it is the error
+    # hostile input: with --json every exit prints one JSON object; on 2 it is the error
     result = runner.invoke(app, ["validate", str(tmp_path / "nope.yaml"), "--json"])
     assert result.exit_code == 2
     error = json.loads(result.stdout)["error"]

@@ -1,7 +1,9 @@
 """Exporters: real flags, the frameworks' own rules read back from the text, goldens, CLI.
 
-Megatron rules are frameworks.md's numbering; the flag list is tests/data/megatron_flags.txt
-(a copy of ../shared/reference/megatron_flags.txt: Megatron-LM's pretrain_gpt.py parser).
+Megatron rules are numbered as in docs/reference/framework-rules.md#megatron-lm (R1-R15); the
+flag list is tests/data/megatron_flags.txt (a copy of
+planner/frameworks/megatron/megatron_flags.txt: Megatron-LM's pretrain_gpt.py parser, built in
+megatron/training/arguments.py; see docs/reference/framework-rules.md#megatron-lm-flags).
 Goldens: regenerate with `python tests/regen_golden.py`.
 """
 
@@ -119,7 +121,8 @@ def _int(flags, name, default=1):
 
 
 def megatron_rule_errors(flags: dict[str, str], world: int, model) -> list[str]:
-    """frameworks.md's Megatron rules, checked on the parsed flags alone."""
+    """The Megatron rules of docs/reference/framework-rules.md#megatron-lm, checked on the
+    parsed flags alone."""
     bad = []
     tp, pp = _int(flags, "--tensor-model-parallel-size"), _int(flags, "--pipeline-model-parallel-size")
     cp = _int(flags, "--context-parallel-size")

@@ -1,7 +1,7 @@
-"""The script exporters (Megatron-LM, Megatron-DeepSpeed) and the production-recipe keys
-(issues 8 and 9): each key in the framework's terms or a refusal naming why, goldens of
-tests/data/recipes/, round trips through the script importers, the RoPE base, DeepSpeed's own
-pipeline split and vpp, and the architecture field for CUDA_DEVICE_MAX_CONNECTIONS.
+"""The script exporters (Megatron-LM, Megatron-DeepSpeed) and the production-recipe keys:
+each key in the framework's terms or a refusal naming why, goldens of tests/data/recipes/,
+round trips through the script importers, the RoPE base, DeepSpeed's own pipeline split and
+vpp, and the architecture field for CUDA_DEVICE_MAX_CONNECTIONS.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def test_recipe_exports_read_back_to_the_same_keys(tmp_path, config, fmt):
     assert not [v.message for v in back.violations if v.severity == "error"]
 
 
-# ------------------------------------------------------------------ the RoPE base (issue 9.10)
+# ------------------------------------------------------------------------------ the RoPE base
 
 @pytest.mark.parametrize("preset,hf", [("llama3-70b", "Meta-Llama-3-70B"),
                                        ("mixtral-8x7b", "Mixtral-8x7B-v0.1"),

@@ -121,7 +121,7 @@ def test_torchtitan_round_trips_every_split_the_search_returns(tmp_path, L, pp, 
                                         for cp in (1, 2)])
 def test_torchtitan_round_trips_zero_with_cp(tmp_path, zero, dp, cp):
     """FSDP runs over dp_shard * cp: with dp 1 and cp 2 the states shard over the CP ranks
-    (issue 12: it used to read back as ZeRO-0); zero 0 with cp > 1 does not exist there."""
+    (a regression: it used to read back as ZeRO-0); zero 0 with cp > 1 does not exist there."""
     data = _config(_model(32), dp=dp, cp=cp, zero=zero)
     if zero == 0 and cp > 1:
         with pytest.raises(InfeasibleError, match="zero_stage 0 with cp 2"):
@@ -225,7 +225,7 @@ def test_torchtitan_names_the_flavor_of_an_inline_shape_and_notes_its_rope_base(
     assert "uses 1e+06 (no TOML knob" in export(*config_from_data(data), "torchtitan")
 
 
-# ------------------------------------------------------------------ NeMo (issue 9.10, 8)
+# ------------------------------- NeMo: the RoPE base and the production recipe settings
 
 @pytest.mark.parametrize("preset,tokenizer", [
     ("llama3-70b", {"library": "huggingface", "type": "meta-llama/Meta-Llama-3-70B"}),
@@ -351,7 +351,7 @@ def test_nemo_refuses_what_nemo1_lacks_with_the_reason(parallel, needle):
     assert needle in err.value.message
 
 
-# ------------------------------------------------ goldens with the recipe settings (issue 8)
+# ------------------------------------------ goldens with the production recipe settings
 
 def _regen():
     import importlib.util

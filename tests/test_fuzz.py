@@ -1,4 +1,4 @@
-"""Fuzzing the command line with generated hostile input (issue 12), with hypothesis.
+"""Fuzzing the command line with generated hostile input, with hypothesis.
 
 Families: planner configs (random and mutated), Megatron-LM scripts, NeMo YAML, DeepSpeed
 ds_configs, torchtitan TOML, Hugging Face config.json (each a real fixture of tests/data

@@ -1,4 +1,4 @@
-"""Hostile and malformed input (issue 12): every example ends within two seconds under a
+"""Hostile and malformed input: every example ends within two seconds under a
 1 GiB memory limit, with the right exit code and one line naming the field, value and limit.
 
 The examples run in one worker process (tests/limited_worker.py) with RLIMIT_AS = 1 GiB,
@@ -184,7 +184,8 @@ CASES = [
      ["moe_intermediate_size = 0"]),
     ("misspelt-model-key", ["plan", "--model", "{d}/misspelt.yaml", "--gpus", "8"], 2,
      ["unknown key 'model.num_layer'; did you mean 'num_layers'?"]),
-    # issue 12's "slow but finishing": now bounded by the rows shown and the suggestions made
+    # inputs that used to be slow but finishing: now bounded by the rows shown and the
+    # suggestions made
     ("20000-unknown-flags", ["validate", "{d}/many-flags.sh"], 1, []),
     # 8B on 8 GPUs with ZeRO 1 (DeepSpeed's BF16 optimizer) is 107% of an H100: within the
     # estimate's 10%, a warning; the 150,000 unknown keys are warnings too
@@ -290,7 +291,7 @@ def test_nothing_fits_json_has_pick_closest_and_suggestions(results):
     assert out["plans"] == []
     assert out["seven_step_pick"]["rank"] is None and out["seven_step_pick"]["reason"]
     assert out["closest"]["shortfall_bytes"] > 0 and out["closest"]["layout"]["tp"] == 8
-    # suggestions are checked against the job (issue 11): more GPUs make it fit, ZeRO-3 alone
+    # suggestions are checked against the job: more GPUs make it fit, ZeRO-3 alone
     # does not, so only the former is offered
     assert out["suggestions"] and any("--gpus" in s for s in out["suggestions"])
     assert not any("ZeRO-3" in s for s in out["suggestions"])

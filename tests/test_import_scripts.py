@@ -1,6 +1,6 @@
-"""Reading launch scripts the way bash and the frameworks do (issues 9, 8 and 12, the script
-side): control flow, the training launch, ds_configs a script writes, arrays, DeepSpeed's own
-rules, --set and --vocab-size, the production-recipe flags, and bounded time and memory.
+"""Reading launch scripts the way bash and the frameworks do (the script side): control flow,
+the training launch, ds_configs a script writes, arrays, DeepSpeed's own rules, --set and
+--vocab-size, the production-recipe flags, and bounded time and memory.
 
 Every fixture is written here for the pattern it tests (none is a copy of a framework file);
 the expected values are derived in the test from the fixture's own numbers.
@@ -57,7 +57,7 @@ def _megatron(tmp_path, body: str, flags: str = "", name: str = "train.sh") -> P
     return _write(tmp_path, name, text)
 
 
-# ------------------------------------------------------------------- issue 9.1: control flow
+# ---------------------------------------------------------------------------- bash control flow
 
 CONDITIONS = [
     # (assignments, condition, branch taken)
@@ -156,7 +156,7 @@ def test_a_decided_error_exit_stops_the_reading(tmp_path):
         load_any(_megatron(tmp_path, body))
 
 
-# ------------------------------------------------------------------- issue 9.2: the launch
+# ---------------------------------- the launcher (torchrun, deepspeed, srun) and the world size
 
 def test_the_training_launch_not_a_data_preparation_step_or_an_echo(tmp_path):
     # BLOOM-style: a preprocess_data.py step with dash-dash options first, `echo $CMD`, then
@@ -211,7 +211,7 @@ def test_flags_in_arrays_across_an_sbatch_here_document(tmp_path):
     assert not [v for v in imported.violations if v.severity == "error"]
 
 
-# ------------------------------------------------------------------- issue 9.3: ds_config
+# ------------------------------------------------------- the ds_config a script names or writes
 
 _DS_FLAGS = ("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers 24 "
              "--hidden-size 2048 --ffn-hidden-size 5504 --num-attention-heads 16 "
@@ -255,7 +255,7 @@ def test_a_ds_config_written_by_a_program_is_named(tmp_path):
         load_any(_write(tmp_path, "run.sh", text), vocab_size=32000)
 
 
-# ------------------------------------------------------------------- issue 9.5: DeepSpeed's rules
+# ----------------- DeepSpeed's rules (docs/reference/framework-rules.md#d1-batch-sizes-agree ...)
 
 def _bloomish(tmp_path, stage: int, layers: int = 70, method: str | None = None) -> Path:
     """70 layers on pp 12 with DeepSpeed's pipeline engine (tied embeddings, as BLOOM)."""
@@ -292,7 +292,7 @@ def test_bf16_with_zero_0_is_deepspeeds_bf16_optimizer_sharded_like_zero_1(tmp_p
     assert "BF16 optimizer" in _rules(imported)["deepspeed-bf16-optimizer"][0]
 
 
-# ------------------------------------------------------------------- issue 9.9: --set, --vocab-size
+# --------------------------------------------------------------------------- --set and --vocab-size
 
 def test_set_supplies_environment_and_positional_values(tmp_path):
     body = 'GPUS=${GPUS_PER_NODE:-8}\nDATA=$1\nTP=${TP:-1}\nEXTRA="--tensor-model-parallel-size $TP"\n'
@@ -335,7 +335,7 @@ def test_cli_set_and_vocab_size(tmp_path):
     assert yaml.exit_code == 2 and "remove --set" in yaml.stderr
 
 
-# ------------------------------------------------------------------- issue 8: the recipe flags
+# ------------------------------------------------------------------ the production recipe flags
 
 RECIPE = [
     # (extra flags, layout fields, training fields)
@@ -451,7 +451,7 @@ def test_cuda_device_max_connections_rule_follows_the_architecture(tmp_path):
     assert "megatron-cuda-device-max-connections" not in _rules(load_any(path, hardware="b200"))
 
 
-# ------------------------------------------------------------------- issue 12: bounded input
+# ----------------------------------------------------------------- bounded input (input limits)
 
 def _run_limited(args: list[str], *, budget: float | None = None, seconds: float = 10):
     """planner in a child process under a 1 GiB address-space limit: (exit code, stderr,

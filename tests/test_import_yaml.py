@@ -57,7 +57,7 @@ def _write(tmp_path: Path, data, name: str = "nemo.yaml") -> Path:
     return path
 
 
-# ----------------------------------------------------------------- keys NeMo reads (issue 9.6)
+# ------------------------------------------------------------------------------ keys NeMo reads
 
 # Keys NeMo 1 reads itself (megatron_gpt_model.py / megatron_base_model.py, nemo_toolkit 2.4.0)
 # or passes to Megatron-Core's TransformerConfig / ModelParallelConfig (megatron-core 0.13.1 and
@@ -119,7 +119,7 @@ def test_the_key_lists_name_their_source_and_hold_the_fields_planner_reads():
     assert {"override_vocab_size", "rotary_base", "fp8_params"} <= key_list("nemo1_model")
 
 
-# ------------------------------------------------------- OmegaConf interpolations (issue 9.7)
+# --------------------------------------------------------------------- OmegaConf interpolations
 
 def test_interpolations_resolve_as_omegaconf_does_with_nemos_resolvers():
     data = {
@@ -208,7 +208,7 @@ def test_interpolation_chains_that_double_are_bounded():
     assert isinstance(text["a60"], Unresolved) and isinstance(number["a60"], Unresolved)
 
 
-# ------------------------------------------------------------------ malformed NeMo (issue 12)
+# --------------------------------------------------------- malformed NeMo files (hostile input)
 
 @pytest.mark.parametrize("text,needle", [
     ("trainer: {devices: 8}\nmodel:\n  1: 2\n  num_layers: 2\n", "the key 1 (int)"),
@@ -226,7 +226,7 @@ def test_malformed_nemo_yaml_is_exit_2_with_one_line(runner, tmp_path, text, nee
     assert "Traceback" not in result.output
 
 
-# ------------------------------------------------- production recipe settings (issue 8, 3-4)
+# ------------------------------------------------------------------- production recipe settings
 
 _LAYOUT_DEFAULTS = dict(recompute_modules=[], recompute_num_layers=None,
                         cpu_offloading_num_layers=0, grad_reduce_in_fp32=True,
@@ -430,7 +430,7 @@ def test_megatron_bridge_checks_its_keys_and_needs_the_world_size(tmp_path):
     assert "bridge-seq-length-mismatch" in _rules(result, "error")
 
 
-# --------------------------------------------------------------- torchtitan (issue 9.8, 8, 12)
+# ---------------------------------------- torchtitan: degrees, recipe settings, malformed files
 
 def _titan(tmp_path: Path, *, model='name = "llama3"\nflavor = "8B"', training="",
            parallelism="", ac='mode = "full"', extra="") -> Path:

@@ -1,10 +1,10 @@
 """`planner validate` on other frameworks' files: Megatron-LM scripts, NeMo YAML, DeepSpeed
 ds_config.json, torchtitan TOML (planner/frameworks/).
 
-The real configurations of ../shared/reference/frameworks.md ("Real configurations worth
-knowing") are written in each framework's own format under tests/data/import/ and must get
-their published verdicts; the rest checks each framework's own rules and severities, the
-shell-variable resolution, and that every problem with a file is one line naming the fix.
+The real configurations of docs/reference/framework-rules.md#real-configurations are written
+in each framework's own format under tests/data/import/ and must get their published verdicts;
+the rest checks each framework's own rules and severities, the shell-variable resolution, and
+that every problem with a file is one line naming the fix.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 # NeMo launcher Llama-3 70B (128 nodes, TP4 PP4 VP5 CP2, DP 32, MBS 1, GBS 2048, seq 8192, SP,
 # distributed optimizer) and Llama-3.1 405B (576 nodes, TP8 PP9 VP7 CP2, DP 32, GBS 2016: 126
 # layers = 9 ranks x 7 chunks x 2 layers) are valid; the NeMo 2 70B recipe defaults (TP4 PP4 VP5
-# CP2) on one node of 8 GPUs are not: 8 % (4*4*2) != 0. frameworks.md, last section.
+# CP2) on one node of 8 GPUs are not: 8 % (4*4*2) != 0.
+# docs/reference/framework-rules.md#real-configurations.
 L70 = dict(tp=4, pp=4, vpp=5, cp=2, dp=32, micro_batch_size=1, sp=True)
 L405 = dict(tp=8, pp=9, vpp=7, cp=2, dp=32, micro_batch_size=1, sp=True)
 L70_1NODE = dict(tp=4, pp=4, vpp=5, cp=2, dp=1, micro_batch_size=1, sp=True)

@@ -1,4 +1,4 @@
-"""The memory model against the published figures (issue "Core"): ZeRO's model states,
+"""The memory model against the published figures: ZeRO's model states,
 Megatron's weight+optimizer formula, Korthikanti's activation ratios and their re-derivation
 for flash attention, GQA and SwiGLU, and the pipeline's in-flight micro-batches."""
 
@@ -44,7 +44,8 @@ def _model_states_cases():
 
 @pytest.mark.parametrize("case", _model_states_cases())
 def test_calibration_model_states(case):
-    # ../shared/reference/calibration.yaml `model_states` (ZeRO Fig. 1 points, as published)
+    # benchmarks/data/calibration.yaml `model_states` (ZeRO Fig. 1 points, as published;
+    # docs/reference/formulas.md#f1a-zero-stages)
     assert "deepspeed" in case["accounting"]
     per_param = sum(state_bytes_per_param(zero=case["zero_stage"], shard=case["dp"],
                                           accounting="deepspeed"))
@@ -52,7 +53,8 @@ def test_calibration_model_states(case):
 
 
 @pytest.mark.parametrize("zero, d, want", [
-    # formulas.md §1 (Megatron distributed-optimizer docs): 18 bytes/param, or 6 + 12/d
+    # docs/reference/formulas.md#f1b-megatron-lm-accounting (Megatron distributed-optimizer
+    # docs): 18 bytes/param, or 6 + 12/d
     (0, 8, (2.0, 4.0, 12.0)),
     (1, 8, (2.0, 4.0, 1.5)),
     (2, 8, (2.0, 0.5, 1.5)),
@@ -199,8 +201,9 @@ def test_sequence_parallel_divides_everything_by_t(key, t, flash):
 
 
 def test_gqa_swiglu_rederivation_llama3_70b():
-    # Re-derived per token (formulas.md §3: "must be re-derived for GQA and SwiGLU"), flash,
-    # 16-bit, Llama-3-70B: h 8192, a 64, g 8, d 128, q 8192, f 28672:
+    # Re-derived per token (docs/reference/formulas.md#f3a-bytes-per-layer: the 34 has to be
+    # worked out again for GQA and SwiGLU), flash, 16-bit, Llama-3-70B: h 8192, a 64, g 8,
+    # d 128, q 8192, f 28672:
     #   norm inputs 2*2h + QKV and fc1 inputs 2*2h         = 8h        =  65,536
     #   Q 2q, K and V 2*2gd                                 = 2*10240   =  20,480
     #   attention output 2q                                 =              16,384
@@ -225,8 +228,9 @@ def test_gqa_swiglu_rederivation_llama3_70b():
 @pytest.mark.parametrize("p, m", [(4, 4), (4, 64), (8, 4), (16, 16), (16, 8), (1, 32)],
                          ids=["p4-m4", "p4-m64", "p8-m4", "p16-m16", "p16-m8", "p1"])
 def test_1f1b_first_stage_holds_min_m_p_micro_batches(p, m):
-    # formulas.md §3: 1F1B's first stage holds min(p, m) micro-batches in flight, each of
-    # L/p layers: about L layers' worth of one micro-batch when m >= p.
+    # docs/reference/formulas.md#f3b-micro-batches-in-flight: 1F1B's first stage holds
+    # min(p, m) micro-batches in flight, each of L/p layers: about L layers' worth of one
+    # micro-batch when m >= p.
     L = 80 if p != 16 else 128
     per_stage = L / p
     assert in_flight_layers(layers=1, p=p, v=1, m=m, rank=0) == min(m, p)

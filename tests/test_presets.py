@@ -163,7 +163,8 @@ HF = [
 def test_hf_import_parameter_count(hf_dir, repo, published, non_embedding, source):
     m = resolve_model(str(hf_dir / repo / "config.json"))
     # the config names the model, not its folder (in the HF cache that is a commit hash):
-    # these copies have no _name_or_path, so their model_type does (issue 9 item 11)
+    # these copies have no _name_or_path, so their model_type does (the model's name comes
+    # from model_type when _name_or_path is missing)
     assert m.name == json.loads((hf_dir / repo / "config.json").read_text())["model_type"]
     assert total_params(m) == pytest.approx(published, rel=TOLERANCE), source
     if non_embedding is not None:

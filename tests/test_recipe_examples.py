@@ -1,4 +1,4 @@
-"""Issue 8's "done when", the config side: NVIDIA's Megatron-LM FP8 example fits on 8 H100 as
+"""Production recipes, the config side: NVIDIA's Megatron-LM FP8 example fits on 8 H100 as
 our YAML and as its launch script, and every published run of the calibration files loads as a
 config through `planner validate`.
 
@@ -58,7 +58,7 @@ def test_the_fp8_example_fits_on_8_h100(runner):
 
 
 def test_the_example_needs_the_scripts_recipe_settings(runner, tmp_path):
-    # the bug of issue 8: the same job with fp32 gradients and bf16 weight copies (the two
+    # the former bug: the same job with fp32 gradients and bf16 weight copies (the two
     # flags ignored) does not fit -- so the example fitting is the settings' doing
     data = yaml.safe_load(EXAMPLE.read_text())
     data["training"]["fp8_param_gather"] = False

@@ -1,6 +1,6 @@
 """The bytes each production-recipe setting changes, counted by hand on models small enough to
-list every tensor (issue 8, "tests derive the byte counts of each setting from first
-principles").
+list every tensor (each setting's byte counts derived from first principles, tensor by
+tensor).
 
 Each test compares two estimates that differ in one setting only and asserts the difference
 that the derivation in its comments gives. The derivations follow Megatron-Core with

@@ -98,7 +98,8 @@ TRIGGERED = [
     pytest.param("world-size", dict(tp=8, pp=3), [
         "num_gpus (64) must be divisible by tp*pp*cp (8*3*1 = 24)", "try pp 1, 2, 4 or 8"],
         id="world-size/pp-3-on-64"),
-    # frameworks.md: NeMo 2's Llama 3 70B recipe (TP4 PP4 VP5 CP2) on one node of 8 GPUs is invalid
+    # docs/reference/framework-rules.md#real-configurations: NeMo 2's Llama 3 70B recipe
+    # (TP4 PP4 VP5 CP2) on one node of 8 GPUs is invalid
     pytest.param("world-size", dict(num_gpus=8, tp=4, pp=4, vpp=5, cp=2), [
         "num_gpus (8) must be divisible by tp*pp*cp (4*4*2 = 32)"], id="world-size/nemo2-70b-on-8"),
     pytest.param("world-size", dict(tp=8, dp=4), [
@@ -337,12 +338,13 @@ def test_check_lists_errors_in_rule_order_then_warnings():
 
 
 @pytest.mark.parametrize("kwargs", [
-    # frameworks.md: NeMo launcher Llama 3 70B, 128 nodes x 8, TP4 PP4 VP5 CP2 (DP 32), MBS 1,
-    # GBS 2048, seq 8192, SP: valid
+    # docs/reference/framework-rules.md#real-configurations: NeMo launcher Llama 3 70B,
+    # 128 nodes x 8, TP4 PP4 VP5 CP2 (DP 32), MBS 1, GBS 2048, seq 8192, SP: valid
     pytest.param(dict(num_gpus=1024, tp=4, pp=4, vpp=5, cp=2, sp=True, global_batch_size=2048),
                  id="nemo-llama3-70b"),
-    # frameworks.md: NeMo launcher Llama 3.1 405B, 576 nodes x 8, TP8 PP9 VP7 CP2 (DP 32), MBS 1,
-    # GBS 2016, seq 8192: valid (126/9 = 14 layers per rank = 2*7)
+    # docs/reference/framework-rules.md#real-configurations: NeMo launcher Llama 3.1 405B,
+    # 576 nodes x 8, TP8 PP9 VP7 CP2 (DP 32), MBS 1, GBS 2016, seq 8192: valid (126/9 = 14
+    # layers per rank = 2*7)
     pytest.param(dict(model="llama3-405b", num_gpus=4608, tp=8, pp=9, vpp=7, cp=2, sp=True,
                       global_batch_size=2016), id="nemo-llama3.1-405b"),
 ])

@@ -1,5 +1,5 @@
 """When nothing fits: the binding constraint is named, and every printed suggestion, applied
-alone to the same `plan` command, makes it exit 0 (issue 11's three jobs and pinned axes)."""
+alone to the same `plan` command, makes it exit 0 (three nothing-fits jobs and pinned axes)."""
 
 from __future__ import annotations
 

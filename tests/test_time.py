@@ -1,10 +1,12 @@
-"""The step-time model (issue "Step-time model"): the published formulas it is built from,
-the physical properties it must keep, the contrasts that must come out as slow as the physics
-says, the throughput definitions, and the accuracy bar on the published runs.
+"""The step-time model: the published formulas it is built from, the physical properties it
+must keep, the contrasts that must come out as slow as the physics says, the throughput
+definitions, and the accuracy bar on the published runs.
 
-Sources: the seed chapter's bubble table (../shared/seeds/000_41d8ef95089481c5.txt, "代入几个数");
-Narayanan et al. 2021 (arXiv:2104.04473) §2.2 for the (interleaved) bubble; formulas.md §4
-(Megatron `num_floating_point_operations`) and §6 (alpha-beta ring collectives).
+Sources: the seed chapter's bubble table ("代入几个数"; the bubble-table row of
+docs/reference-chapters.md, docs/reference/formulas.md#f5-pipeline-bubble); Narayanan et al.
+2021 (arXiv:2104.04473) §2.2 for the (interleaved) bubble;
+docs/reference/formulas.md#f4a-model-flops-per-step (Megatron `num_floating_point_operations`)
+and docs/reference/formulas.md#f6a-alpha-beta-times (alpha-beta ring collectives).
 """
 
 from __future__ import annotations
@@ -66,8 +68,9 @@ def _time(key: str, lay: Layout, *, seq: int | None = None, gbs: int | None = No
     (16, 128, 12, 11.71875),
 ], ids=["p4-m4", "p8-m8", "p8-m32", "p8-m64", "p16-m128"])
 def test_bubble_fraction_matches_the_seed_chapter_table(p, m, percent, exact):
-    # ../shared/seeds/000_41d8ef95089481c5.txt, "代入几个数" table: bubble = (p-1)/m, rounded
-    # to whole percent there; the exact values are (p-1)/m written out.
+    # the seed chapter's "代入几个数" table (the bubble-table row of docs/reference-chapters.md;
+    # docs/reference/formulas.md#f5-pipeline-bubble): bubble = (p-1)/m, rounded to whole
+    # percent there; the exact values are (p-1)/m written out.
     b = bubble_fraction(p, m)
     assert round(100 * b) == percent
     assert 100 * b == pytest.approx(exact, rel=1e-12)
@@ -113,7 +116,8 @@ LINK = Link(bandwidth=100e9, latency=5e-6, crosses_network=False, local_ranks=8,
 @pytest.mark.parametrize("n, factor", [(1, 0.0), (2, 1.0), (4, 1.5), (8, 1.75), (64, 126 / 64)],
                          ids=["n1", "n2", "n4", "n8", "n64"])
 def test_ring_all_reduce_volume(n, factor):
-    # formulas.md §6: each rank sends 2(n-1)/n * S in a ring all-reduce.
+    # docs/reference/formulas.md#f6a-alpha-beta-times: each rank sends 2(n-1)/n * S in a ring
+    # all-reduce.
     assert ring_all_reduce_volume(1e9, n) == pytest.approx(factor * 1e9, rel=1e-12)
 
 
@@ -142,7 +146,8 @@ def test_reduce_scatter_and_all_gather_time(n, S, want):
 
 
 def test_all_to_all_and_p2p_time_inside_a_domain():
-    # formulas.md §6: all-to-all (n-1)/n * S/B + (n-1)*alpha; point-to-point S/B + alpha.
+    # docs/reference/formulas.md#f6a-alpha-beta-times: all-to-all (n-1)/n * S/B + (n-1)*alpha;
+    # point-to-point S/B + alpha.
     assert all_to_all_time(1e9, 8, LINK) == pytest.approx(7 / 8 * 1e9 / 100e9 + 7 * 5e-6, rel=1e-12)
     assert p2p_time(1e9, LINK) == pytest.approx(1e9 / 100e9 + 5e-6, rel=1e-12)
 
@@ -164,8 +169,9 @@ def _h100_link(n: int, stride: int):
     (1, 64, False),   # a group of one never communicates
 ], ids=["tp8", "cp4-stride2", "tp16", "pair-stride8", "n1"])
 def test_group_link_places_the_group_by_rank_order(n, stride, crosses):
-    # formulas.md §6: a group whose n*stride consecutive ranks fit in one NVLink domain runs
-    # on NVLink; otherwise it is limited by the network (each GPU's NIC share).
+    # docs/reference/formulas.md#f6b-which-link-a-group-uses: a group whose n*stride
+    # consecutive ranks fit in one NVLink domain runs on NVLink; otherwise it is limited by the
+    # network (each GPU's NIC share).
     link = _h100_link(n, stride)
     assert link.crosses_network is crosses
     cal = H100.calibration
@@ -186,7 +192,8 @@ def test_group_link_places_the_group_by_rank_order(n, stride, crosses):
 # ------------------------------------------------------------------------------ FLOPs
 
 def test_megatron_flops_llama3_70b():
-    # formulas.md §4 (Megatron num_floating_point_operations), Llama-3-70B: h 8192, L 80,
+    # docs/reference/formulas.md#f4a-model-flops-per-step (Megatron
+    # num_floating_point_operations), Llama-3-70B: h 8192, L 80,
     # a 64, g 8, d 128, q = a*d = 8192, f 28672, SwiGLU (phi = 3), V 128256; B 512, s 8192,
     # T = B*s = 4,194,304 tokens.
     #   MLP          6*h*f*phi*L        = 6*8192*28672*3*80         = 338,228,674,560
@@ -216,8 +223,8 @@ def test_megatron_flops_llama3_70b():
 
 
 def test_hardware_flops_add_one_forward_with_full_recompute():
-    # formulas.md §4: full recompute repeats every layer's forward (1/3 of the layers' fwd+bwd),
-    # not the output layer: H = F + (F - 6hV*T)/3.
+    # docs/reference/formulas.md#f4a-model-flops-per-step (HFU): full recompute repeats every
+    # layer's forward (1/3 of the layers' fwd+bwd), not the output layer: H = F + (F - 6hV*T)/3.
     shape = shape_of(get_preset("llama3-70b"))
     F = model_flops_per_step(shape, seq=8192, global_batch_size=512)
     H = hardware_flops_per_step(shape, seq=8192, global_batch_size=512, recompute="full")
@@ -378,7 +385,8 @@ def test_deep_pipeline_with_few_micro_batches_has_a_larger_bubble():
     ("mixtral-8x7b", dict(tp=2, ep=8, dp=8, pp=2, etp=1), 4096, 256),
 ], ids=["llama3-70b", "mixtral-8x7b"])
 def test_mfu_and_throughput_definitions(key, lay, seq, gbs):
-    # formulas.md §4: MFU = F / (step time * GPUs * peak); tokens/s = B*s / step time.
+    # docs/reference/formulas.md#f4a-model-flops-per-step: MFU = F / (step time * GPUs * peak);
+    # tokens/s = B*s / step time.
     layout = _layout(**lay)
     job = _job(key, layout.world_size, seq=seq, gbs=gbs)
     tm = estimate(job, layout).time

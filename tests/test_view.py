@@ -177,9 +177,9 @@ def _rank_rows(text: str) -> list[str]:
 
 
 def test_validate_show_schedule_draws_the_chapters_example():
-    """Done-when of issue 11: TP8 x PP4 x DP64, 16 micro-batches: 4 rows, the (4-1)/16 = 19%
-    bubble named, and at 200 columns every micro-batch's forward and backward numbered on
-    every rank (each of 1..16 exactly twice per row)."""
+    """The reference chapter's 70B example drawn: TP8 x PP4 x DP64, 16 micro-batches: 4 rows,
+    the (4-1)/16 = 19% bubble named, and at 200 columns every micro-batch's forward and backward
+    numbered on every rank (each of 1..16 exactly twice per row)."""
     r = _run(["validate", EXAMPLE_70B, "--show", "schedule"], 200)
     assert r.exit_code == 0, r.output
     assert "1F1B, 4 stages, 16 micro-batches" in r.stdout

@@ -1,4 +1,5 @@
-"""Collectives on the link each parallel axis really uses (alpha-beta model, formulas.md §6).
+"""Collectives on the link each parallel axis really uses (alpha-beta model,
+docs/reference/formulas.md#f6-collectives).
 
 Ring collectives over n ranks, S bytes, achieved bandwidth B, per-step latency α:
     all-reduce            2(n-1)/n * S/B + 2(n-1)α

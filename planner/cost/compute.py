@@ -1,6 +1,7 @@
 """FLOPs and compute time.
 
-Model FLOPs per step (Megatron `num_floating_point_operations`, formulas.md §4), T = B*s:
+Model FLOPs per step (Megatron `num_floating_point_operations`,
+docs/reference/formulas.md#f4a-model-flops-per-step), T = B*s:
     F = T*[6h(f*φ*L_dense + f_e*k*φ*L_moe + f_s*φ*L_moe) + 6(h(q + 2dg) + qh)*L + 6hV]
       + B*s²*6*q*L                               (causal attention, QKᵀ and ·V)
 with φ = 3 gated else 2 (the code writes 2φ·h·f per token per forward, ×3 for fwd+bwd).

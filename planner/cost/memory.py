@@ -1,6 +1,7 @@
 """Per-GPU memory on the most loaded rank: model states, activations, overheads.
 
-Model states (formulas.md §1). Megatron accounting (default), bytes per parameter:
+Model states (docs/reference/formulas.md#f1-model-states). Megatron accounting (default;
+docs/reference/formulas.md#f1b-megatron-lm-accounting), bytes per parameter:
 bf16/fp8 weights 2, fp32 main grads 4, fp32 master + Adam 12 = 18; with the distributed
 optimizer (zero 1) the 12 shard over d ranks: 6 + 12/d; fp16 keeps fp16 grads beside fp32 main
 grads: 20 -> 4 + 16/d (Megatron distributed-optimizer docs). ZeRO-2 (Megatron FSDP

@@ -1,4 +1,5 @@
-"""Parameter counts per component (Megatron `compute_weight_and_optimizer_memory`, formulas.md §2).
+"""Parameter counts per component (Megatron `compute_weight_and_optimizer_memory`,
+docs/reference/formulas.md#f2-parameter-counts).
 
 Per layer: attention `h*(q + 2*d*g) + q*h` (GQA; = `2h²(1 + g/a)(q/h)` of the reference),
 or the multi-latent (MLA) projections; dense MLP `2*h*f*γ` (γ = 1.5 gated); routed experts

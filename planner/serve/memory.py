@@ -1,8 +1,9 @@
 """Memory of one serving GPU: weights, KV cache, activation workspace, the rest; and how many
 tokens and requests the KV cache holds.
 
-Per GPU of pipeline stage s (L_s layers) of an instance (tp, pp, ep, dp; formulas.md §2 for
-the parameter counts, `planner.cost.shape.ModelShape`):
+Per GPU of pipeline stage s (L_s layers) of an instance (tp, pp, ep, dp;
+docs/reference/formulas.md#f2-parameter-counts for the parameter counts,
+`planner.cost.shape.ModelShape`):
 
 - Weights. The linear layers (attention projections, MLP, shared and routed experts) in the
   serving precision: bf16 2 B/param, fp8 1 B (+ per-tensor or per-channel scales, < 0.1 %),

@@ -1,5 +1,6 @@
-"""The reference chapter's inference-side reasoning ("推理侧的并行", ../shared/seeds/000_*.txt)
-as a trace with numbers, and the deployment it arrives at.
+"""The reference chapter's inference-side reasoning ("推理侧的并行"; the inference rows of
+docs/reference-chapters.md, and docs/serving.md#inference-planner-serve) as a trace with
+numbers, and the deployment it arrives at.
 
 The chapter's rules: TP stays the main axis (it lowers each request's latency and shares the
 weights) and fills the node first; PP is used only when memory forces it, because every stage

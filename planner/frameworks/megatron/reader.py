@@ -11,10 +11,12 @@ the launcher (`torchrun/python -m torch.distributed.run --nproc-per-node --nnode
 GPUS_PER_NODE/NPROC_PER_NODE and NNODES/NUM_NODES (or WORLD_SIZE, or SLURM_NNODES from
 `#SBATCH --nodes`), else from --gpus/--nodes.
 
-Megatron-LM's own checks, with its severities (../shared/reference/frameworks.md, rule numbers
-there, and Megatron's validate_args / TransformerConfig), come back as Violations; rules 1-6
-and 8-11 are left to planner.rules, which the layout goes through (same checks, same severity,
-so they are not reported twice). The production-recipe flags are read by `recipe.py`.
+Megatron-LM's own checks, with its severities (docs/reference/framework-rules.md#megatron-lm,
+rules R1-R15 there, and Megatron's validate_args / TransformerConfig), come back as Violations;
+rules R1-R6 and R8-R11 (docs/reference/framework-rules.md#r1-world-size-divisible-by-tp-pp-and-cp
+... #r11-virtual-stages-need-pp-and-micro-batches) are left to planner.rules, which the layout
+goes through (same checks, same severity, so they are not reported twice). The
+production-recipe flags are read by `recipe.py`.
 """
 
 from __future__ import annotations
@@ -624,7 +626,8 @@ def _norm(flags: Flags, deepspeed: bool) -> str:
 # ------------------------------------------------------------------------------ rules
 
 def _flag_rules(flags: Flags, out: list[Violation]) -> None:
-    """Megatron rules about flags alone (frameworks.md 7, 13, 15 and the recompute checks)."""
+    """Megatron rules about flags alone (docs/reference/framework-rules.md#r7-required-model-flags,
+    #r13-overlap-flags, #r15-exclusive-settings, and the recompute checks)."""
     if flags.has("--bf16") and flags.has("--fp16"):
         out.append(Violation("megatron-precision-exclusive",
                              "--bf16 and --fp16 are exclusive (Megatron asserts it); keep one",
@@ -673,7 +676,8 @@ def _flag_rules(flags: Flags, out: list[Violation]) -> None:
 
 
 def _required_rules(flags: Flags, seq: int | None, out: list[Violation]) -> None:
-    """Megatron 7: the shape flags are required; max_position_embeddings >= seq_length."""
+    """Megatron R7 (docs/reference/framework-rules.md#r7-required-model-flags): the shape flags
+    are required; max_position_embeddings >= seq_length."""
     if not any(flags.has(f) for f in _SHAPE_REQUIRED):
         return                      # the shape comes from --model (e.g. a sourced file)
     for f in _SHAPE_REQUIRED:
@@ -780,7 +784,9 @@ def _split(flags: Flags, num_layers: int, pp: int, vpp: int,
 
 
 def _sp_and_overlap(flags: Flags, tp: int, out: list[Violation]) -> bool:
-    """Megatron 12 (SP off at TP 1, a warning) and 13 (overlap flags, errors); SP as run."""
+    """Megatron R12 (SP off at TP 1, a warning;
+    docs/reference/framework-rules.md#r12-sequence-parallelism-with-tp-1) and R13 (overlap flags,
+    errors; docs/reference/framework-rules.md#r13-overlap-flags); SP as run."""
     sp = flags.has("--sequence-parallel")
     if sp and tp == 1:
         out.append(Violation("megatron-sp-needs-tp",

@@ -4,9 +4,10 @@ Output: a header comment (planner version, job, layout, the estimate when given)
 environment (`export CUDA_DEVICE_MAX_CONNECTIONS=1` where Megatron asserts it), then
 `torchrun ... pretrain_gpt.py \\` and one flag per line with ` \\` continuations.
 
-Every flag is a real `pretrain_gpt.py` flag (../shared/reference/megatron_flags.txt, copied to
-tests/data/ and checked by the tests) and the values satisfy Megatron's rules
-(frameworks.md). Mappings worth knowing:
+Every flag is a real `pretrain_gpt.py` flag (planner/frameworks/megatron/megatron_flags.txt,
+from NVIDIA/Megatron-LM megatron/training/arguments.py, copied to tests/data/ and checked by the
+tests; docs/reference/framework-rules.md#megatron-lm-flags) and the values satisfy Megatron's
+rules (docs/reference/framework-rules.md#megatron-lm). Mappings worth knowing:
 
 - DP has no flag: Megatron derives it as world / (tp*pp*cp).
 - zero 1 = `--use-distributed-optimizer`; zero 2/3 = Megatron-FSDP (`--use-megatron-fsdp

@@ -1,11 +1,11 @@
 """NeMo: a NeMo 1 / NeMo-launcher style YAML, with the NeMo 2 and Megatron-Bridge equivalents.
 
 Output: a header comment (planner version, job, layout, the estimate when given), the YAML
-(`trainer.*` and `model.*` with the names of frameworks.md), then a comment block giving the
-same values as NeMo 2 recipe fields (`recipe.trainer.strategy.*`, `recipe.data.*`,
-`recipe.model.config.*`, `recipe.trainer.plugins`, `recipe.optim.config.*`) and as
-Megatron-Bridge `ConfigContainer` fields (`cfg.model.*`, `cfg.train.*`, `cfg.ddp.*`,
-`cfg.optimizer.*`, `cfg.mixed_precision`).
+(`trainer.*` and `model.*` with the names of docs/reference/framework-rules.md#nemo-keys),
+then a comment block giving the same values as NeMo 2 recipe fields
+(`recipe.trainer.strategy.*`, `recipe.data.*`, `recipe.model.config.*`,
+`recipe.trainer.plugins`, `recipe.optim.config.*`) and as Megatron-Bridge `ConfigContainer`
+fields (`cfg.model.*`, `cfg.train.*`, `cfg.ddp.*`, `cfg.optimizer.*`, `cfg.mixed_precision`).
 
 The YAML holds what the plan decides and reads back with `planner validate` as it is: the full
 model shape, the RoPE base (`rotary_base`), and the tokenizer where the model's vocabulary is
