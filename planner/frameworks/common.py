@@ -25,12 +25,13 @@ from planner.errors import SpecError, Violation, short
 from planner.layout import Layout
 from planner.io import read_text as _read_text
 from planner.presets import PRESETS, resolve_model
+from planner.readers import bash as shell
 from planner.specs import MAX_GPUS, HardwareSpec, ModelSpec, parse_spec
 
 __all__ = ["Imported", "Overrides", "read_text", "resolve_world", "hardware_of", "model_of",
            "inline_model", "vocab_from_tokenizer", "make_job", "unknown_key", "accounted_split",
            "naming", "suggestion_budget", "MAX_SUGGESTIONS", "parse_set", "check_world",
-           "DEFAULT_HARDWARE", "MAX_GPUS"]
+           "DEFAULT_HARDWARE", "MAX_GPUS", "shell_notes", "script_reader"]
 
 DEFAULT_HARDWARE = "h100-sxm"   # as in a planner config that names no hardware
 _SET_NAME = re.compile(r"[A-Za-z_]\w*|[1-9][0-9]*")
@@ -275,3 +276,42 @@ def accounted_split(num_layers: int, *, pp: int, vpp: int, embedding: bool,
         return None, None, None
     per = total // pp
     return (per - 1 if embedding else None), (per - 1 if loss else None), None
+
+
+def shell_notes(script: shell.Script, prefix: str) -> list[Violation]:
+    """What reading a launch script left to say: conditions decided as a plain run would,
+    bash syntax errors read past, and --set values the script never reads (warnings)."""
+    out = []
+    if script.notes:
+        shown = "; ".join(script.notes[:5])
+        more = f"; and {len(script.notes) - 5} more" if len(script.notes) > 5 else ""
+        out.append(Violation(f"{prefix}-undecided-condition",
+                             f"{len(script.notes)} condition(s) depend on what the script does "
+                             "not set, so planner took the branch a plain run takes (no "
+                             "arguments or environment, named files present, commands "
+                             f"succeeding): {shown}{more}; give --set NAME=VALUE to decide "
+                             "them", "warning"))
+    for problem in script.problems[:5]:
+        out.append(Violation(f"{prefix}-shell-syntax", f"{problem}; planner read on past it",
+                             "warning"))
+    for unused in script.unused_env:
+        out.append(Violation(f"{prefix}-set-unused",
+                             f"--set {unused}, so the value has no effect", "warning"))
+    return out
+
+
+_MAX_READ = 4 * 1024 * 1024
+
+
+def script_reader(source: str):
+    """read_file for shell.run: a file the script reads (a ds_config template), beside the
+    script or from the working directory; None if it is not a readable regular file."""
+    def read(name: str) -> str | None:
+        for path in (Path(source).parent / name, Path(name)):
+            try:
+                if path.is_file() and path.stat().st_size <= _MAX_READ:
+                    return path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                return None
+        return None
+    return read

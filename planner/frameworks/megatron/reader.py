@@ -31,7 +31,8 @@ from planner.errors import SpecError, Violation
 from planner.readers import bash as shell
 from planner.frameworks.common import (MAX_GPUS, Imported, Overrides, accounted_split,
                                       hardware_of, inline_model, make_job, resolve_world,
-                                      unknown_key, vocab_from_tokenizer)
+                                      script_reader, shell_notes, unknown_key,
+                                      vocab_from_tokenizer)
 from planner.frameworks.megatron.recipe import not_modelled, read_recipe
 from planner.layout import Layout
 from planner.presets import resolve_model
@@ -99,7 +100,6 @@ _VARS_PER_NODE = ("GPUS_PER_NODE", "NPROC_PER_NODE", "NUM_GPUS_PER_NODE", "GPUS_
 _VARS_NODES = ("NNODES", "NUM_NODES", "N_NODES", "NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
 _PRINTERS = frozenset({"echo", "printf", "print", "cat", "tee", "logger", ":", "log", "info"})
 _TRAINING_ENTRY = re.compile(r"(^|/)(pretrain\w*|\w*train\w*|finetune\w*|sft\w*)\.py$")
-_MAX_READ = 4 * 1024 * 1024
 
 
 def looks_like_megatron(text: str) -> bool:
@@ -295,40 +295,6 @@ def _find(script: shell.Script, source: str) -> Launch:
     return Launch([], args, script, False, 0)
 
 
-def script_reader(source: str):
-    """read_file for shell.run: a file the script reads (a ds_config template), beside the
-    script or from the working directory; None if it is not a readable regular file."""
-    def read(name: str) -> str | None:
-        for path in (Path(source).parent / name, Path(name)):
-            try:
-                if path.is_file() and path.stat().st_size <= _MAX_READ:
-                    return path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                return None
-        return None
-    return read
-
-
-def _shell_notes(script: shell.Script, prefix: str) -> list[Violation]:
-    out = []
-    if script.notes:
-        shown = "; ".join(script.notes[:5])
-        more = f"; and {len(script.notes) - 5} more" if len(script.notes) > 5 else ""
-        out.append(Violation(f"{prefix}-undecided-condition",
-                             f"{len(script.notes)} condition(s) depend on what the script does "
-                             "not set, so planner took the branch a plain run takes (no "
-                             "arguments or environment, named files present, commands "
-                             f"succeeding): {shown}{more}; give --set NAME=VALUE to decide "
-                             "them", "warning"))
-    for problem in script.problems[:5]:
-        out.append(Violation(f"{prefix}-shell-syntax", f"{problem}; planner read on past it",
-                             "warning"))
-    for unused in script.unused_env:
-        out.append(Violation(f"{prefix}-set-unused",
-                             f"--set {unused}, so the value has no effect", "warning"))
-    return out
-
-
 def read_launch(text: str, source: str, *, check: bool = True, prefix: str = "megatron",
                 ov: Overrides | None = None) -> tuple[Launch, Flags, list[Violation]]:
     """The training command of a script or argument file, its flags, and what was odd about
@@ -345,7 +311,7 @@ def read_launch(text: str, source: str, *, check: bool = True, prefix: str = "me
         out.append(Violation(f"{prefix}-sourced-file",
                              f"the script sources {name}; planner does not read it, so variables "
                              "set there count as unset", "warning"))
-    return found, flags, out + _shell_notes(script, prefix)
+    return found, flags, out + shell_notes(script, prefix)
 
 
 def _launcher_value(words: list[str], names: tuple[str, ...]) -> str | None:
