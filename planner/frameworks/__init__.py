@@ -165,6 +165,6 @@ def _planner(p: Path, ov: Overrides) -> Imported:
     data = apply_overrides(data, ov, base=p.parent, source=str(p))
     if "num_gpus" not in data:
         raise SpecError(f"config {short(str(p), 200)} has no num_gpus; add num_gpus: N or give --gpus N "
-                        "or --nodes N")
+                        "or --nodes N", field="num_gpus")
     job, layout = config_from_data(data, base=p.parent, source=str(p))
     return Imported(job, layout, [], "planner", str(p))

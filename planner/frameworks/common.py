@@ -43,7 +43,8 @@ def parse_set(text: str) -> tuple[str, str]:
     if not eq or not _SET_NAME.fullmatch(name):
         shown = text if len(text) <= 60 else text[:57] + "..."
         raise SpecError(f"--set {shown!r}: expected NAME=VALUE with NAME a shell variable or a "
-                        "positional parameter number (e.g. --set NNODES=16 or --set 1=/data)")
+                        "positional parameter number (e.g. --set NNODES=16 or --set 1=/data)",
+                        field="--set", value=shown)
     return name, value
 
 
@@ -124,7 +125,7 @@ def resolve_world(ov: Overrides, *, hardware: HardwareSpec, source: str,
         if ov.gpus is not None and ov.gpus != n:
             raise SpecError(f"--gpus ({ov.gpus}) and --nodes ({ov.nodes}) x "
                             f"{gpus_per_node or hardware.gpus_per_node} GPUs per node ({n}) "
-                            "disagree; give one of them")
+                            "disagree; give one of them", field="--gpus", value=ov.gpus)
         return check_world(n, source=source)
     if ov.gpus is not None:
         return ov.gpus
@@ -133,7 +134,8 @@ def resolve_world(ov: Overrides, *, hardware: HardwareSpec, source: str,
     if gpus_per_node is not None and nodes is not None:
         return check_world(gpus_per_node * nodes, source=source)
     raise SpecError(f"{source}: {missing}; give --gpus N (total GPUs) or --nodes N "
-                    f"(x {gpus_per_node or hardware.gpus_per_node} GPUs per node)")
+                    f"(x {gpus_per_node or hardware.gpus_per_node} GPUs per node)",
+                    field="num_gpus")
 
 
 def apply_overrides(data: dict, ov: Overrides, *, base: Path | None, source: str) -> dict:
@@ -154,7 +156,8 @@ def model_of(ov: Overrides, *, source: str, what: str) -> ModelSpec:
     """The --model the file needs because it has no model shape (`what` says which keys)."""
     if ov.model is None:
         raise SpecError(f"{source}: no model shape ({what}); give --model NAME "
-                        "(a preset such as llama3-70b, a model YAML or a HF config.json)")
+                        "(a preset such as llama3-70b, a model YAML or a HF config.json)",
+                        field="model")
     return resolve_model(ov.model)
 
 

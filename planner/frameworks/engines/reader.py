@@ -71,7 +71,7 @@ def load_serve_yaml(path: Path, data: dict, ov) -> ServeImported:
     from planner.serve.specs import serve_config_from_data
     if "num_gpus" not in data and ov.gpus is None and ov.nodes is None:
         raise SpecError(f"config {str(path)!r} has no num_gpus; add num_gpus: N or give "
-                        "--gpus N or --nodes N")
+                        "--gpus N or --nodes N", field="num_gpus")
     data = apply_overrides(data, ov, base=path.parent, source=str(path))
     job, layout = serve_config_from_data(data, base=path.parent, source=str(path))
     return ServeImported(job, layout, [], "serve", str(path))
