@@ -93,13 +93,17 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
     with read_budget(str(p)), suggestion_budget():
         fmt = detect_format(p)
         if fmt in ("serve", "vllm", "sglang", "trtllm"):
-            if ov.sets or ov.vocab_size is not None:
-                raise SpecError(f"--set and --vocab-size are for training launch scripts; "
-                                f"{short(str(p))} is a {fmt} serving config: remove them")
+            if ov.vocab_size is not None:
+                raise SpecError(f"--vocab-size is for training configs; {short(str(p))} is a "
+                                f"{fmt} serving config: remove it", field="--vocab-size",
+                                value=ov.vocab_size)
+            if ov.sets and fmt == "serve":
+                raise SpecError(f"--set gives a launch script's variables; {short(str(p))} is "
+                                "a serving YAML, which has none: remove --set", field="--set")
             return _serve(p, fmt, ov)
         if ov.sets and not _is_script(p, fmt):
             raise SpecError(f"--set gives a launch script's variables; {short(str(p))} is a "
-                            f"{fmt} config, which has none: remove --set")
+                            f"{fmt} config, which has none: remove --set", field="--set")
         if fmt == "planner":
             return _vocab(_planner(p, ov), ov)
         with naming(str(p)):
@@ -161,6 +165,6 @@ def _planner(p: Path, ov: Overrides) -> Imported:
     data = apply_overrides(data, ov, base=p.parent, source=str(p))
     if "num_gpus" not in data:
         raise SpecError(f"config {short(str(p), 200)} has no num_gpus; add num_gpus: N or give --gpus N "
-                        "or --nodes N")
+                        "or --nodes N", field="num_gpus")
     job, layout = config_from_data(data, base=p.parent, source=str(p))
     return Imported(job, layout, [], "planner", str(p))

@@ -25,12 +25,13 @@ from planner.errors import SpecError, Violation, short
 from planner.layout import Layout
 from planner.io import read_text as _read_text
 from planner.presets import PRESETS, resolve_model
+from planner.readers import bash as shell
 from planner.specs import MAX_GPUS, HardwareSpec, ModelSpec, parse_spec
 
 __all__ = ["Imported", "Overrides", "read_text", "resolve_world", "hardware_of", "model_of",
            "inline_model", "vocab_from_tokenizer", "make_job", "unknown_key", "accounted_split",
            "naming", "suggestion_budget", "MAX_SUGGESTIONS", "parse_set", "check_world",
-           "DEFAULT_HARDWARE", "MAX_GPUS"]
+           "DEFAULT_HARDWARE", "MAX_GPUS", "shell_notes", "script_reader"]
 
 DEFAULT_HARDWARE = "h100-sxm"   # as in a planner config that names no hardware
 _SET_NAME = re.compile(r"[A-Za-z_]\w*|[1-9][0-9]*")
@@ -42,7 +43,8 @@ def parse_set(text: str) -> tuple[str, str]:
     if not eq or not _SET_NAME.fullmatch(name):
         shown = text if len(text) <= 60 else text[:57] + "..."
         raise SpecError(f"--set {shown!r}: expected NAME=VALUE with NAME a shell variable or a "
-                        "positional parameter number (e.g. --set NNODES=16 or --set 1=/data)")
+                        "positional parameter number (e.g. --set NNODES=16 or --set 1=/data)",
+                        field="--set", value=shown)
     return name, value
 
 
@@ -123,7 +125,7 @@ def resolve_world(ov: Overrides, *, hardware: HardwareSpec, source: str,
         if ov.gpus is not None and ov.gpus != n:
             raise SpecError(f"--gpus ({ov.gpus}) and --nodes ({ov.nodes}) x "
                             f"{gpus_per_node or hardware.gpus_per_node} GPUs per node ({n}) "
-                            "disagree; give one of them")
+                            "disagree; give one of them", field="--gpus", value=ov.gpus)
         return check_world(n, source=source)
     if ov.gpus is not None:
         return ov.gpus
@@ -132,7 +134,8 @@ def resolve_world(ov: Overrides, *, hardware: HardwareSpec, source: str,
     if gpus_per_node is not None and nodes is not None:
         return check_world(gpus_per_node * nodes, source=source)
     raise SpecError(f"{source}: {missing}; give --gpus N (total GPUs) or --nodes N "
-                    f"(x {gpus_per_node or hardware.gpus_per_node} GPUs per node)")
+                    f"(x {gpus_per_node or hardware.gpus_per_node} GPUs per node)",
+                    field="num_gpus")
 
 
 def apply_overrides(data: dict, ov: Overrides, *, base: Path | None, source: str) -> dict:
@@ -153,7 +156,8 @@ def model_of(ov: Overrides, *, source: str, what: str) -> ModelSpec:
     """The --model the file needs because it has no model shape (`what` says which keys)."""
     if ov.model is None:
         raise SpecError(f"{source}: no model shape ({what}); give --model NAME "
-                        "(a preset such as llama3-70b, a model YAML or a HF config.json)")
+                        "(a preset such as llama3-70b, a model YAML or a HF config.json)",
+                        field="model")
     return resolve_model(ov.model)
 
 
@@ -275,3 +279,42 @@ def accounted_split(num_layers: int, *, pp: int, vpp: int, embedding: bool,
         return None, None, None
     per = total // pp
     return (per - 1 if embedding else None), (per - 1 if loss else None), None
+
+
+def shell_notes(script: shell.Script, prefix: str) -> list[Violation]:
+    """What reading a launch script left to say: conditions decided as a plain run would,
+    bash syntax errors read past, and --set values the script never reads (warnings)."""
+    out = []
+    if script.notes:
+        shown = "; ".join(script.notes[:5])
+        more = f"; and {len(script.notes) - 5} more" if len(script.notes) > 5 else ""
+        out.append(Violation(f"{prefix}-undecided-condition",
+                             f"{len(script.notes)} condition(s) depend on what the script does "
+                             "not set, so planner took the branch a plain run takes (no "
+                             "arguments or environment, named files present, commands "
+                             f"succeeding): {shown}{more}; give --set NAME=VALUE to decide "
+                             "them", "warning"))
+    for problem in script.problems[:5]:
+        out.append(Violation(f"{prefix}-shell-syntax", f"{problem}; planner read on past it",
+                             "warning"))
+    for unused in script.unused_env:
+        out.append(Violation(f"{prefix}-set-unused",
+                             f"--set {unused}, so the value has no effect", "warning"))
+    return out
+
+
+_MAX_READ = 4 * 1024 * 1024
+
+
+def script_reader(source: str):
+    """read_file for shell.run: a file the script reads (a ds_config template), beside the
+    script or from the working directory; None if it is not a readable regular file."""
+    def read(name: str) -> str | None:
+        for path in (Path(source).parent / name, Path(name)):
+            try:
+                if path.is_file() and path.stat().st_size <= _MAX_READ:
+                    return path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                return None
+        return None
+    return read

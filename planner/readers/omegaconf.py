@@ -72,7 +72,8 @@ class Unresolved:
 
     def fail(self, *_args: Any) -> Any:
         raise SpecError(f"{self.key} = {_short(self.text)!r} cannot be resolved: {self.reason}; "
-                        "write the value there or fix the interpolation")
+                        "write the value there or fix the interpolation",
+                        field=self.key, value=self.text)
 
     def __repr__(self) -> str:
         return repr(_short(self.text))

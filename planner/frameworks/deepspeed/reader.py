@@ -103,12 +103,13 @@ def parse_json(path: str | Path, text: str, *, what: str, trailing: bool = False
         data, end = json.JSONDecoder().raw_decode(text.lstrip())
     except json.JSONDecodeError as exc:
         raise SpecError(f"{what} {str(path)!r} is not valid JSON at line {exc.lineno}, column "
-                        f"{exc.colno}: {exc.msg}; fix the syntax there") from None
+                        f"{exc.colno}: {exc.msg}; fix the syntax there", field=what) from None
     rest = text.lstrip()[end:]
     if trailing:
         return data, rest
     if rest.strip():
-        raise SpecError(f"{what} {str(path)!r} has text after the JSON object; remove it")
+        raise SpecError(f"{what} {str(path)!r} has text after the JSON object; remove it",
+                        field=what)
     return data
 
 
@@ -131,7 +132,8 @@ def _section(data: dict, key: str, source: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise SpecError(f"{source}: {key} must be an object, got {type(value).__name__}; fix it")
+        raise SpecError(f"{source}: {key} must be an object, got {type(value).__name__}; fix it",
+                        field=key)
     return value
 
 
@@ -143,7 +145,8 @@ def _batch(data: dict, dp: int, source: str, out: list[Violation]) -> tuple[int,
     if tbs is None and mbs is None:
         raise SpecError(f"{source}: neither train_batch_size nor train_micro_batch_size_per_gpu "
                         "is a number (DeepSpeed needs one of them); set them (\"auto\" is filled "
-                        "by the Hugging Face Trainer, which planner does not run)")
+                        "by the Hugging Face Trainer, which planner does not run)",
+                        field="train_batch_size")
     if tbs is not None and mbs is not None and gas is None:
         gas = max(1, tbs // (mbs * dp))
     elif tbs is not None and mbs is None:
@@ -323,7 +326,8 @@ def load(path: str | Path, data: Any, ov: Overrides, *, launch: str | None = Non
     (`reading`: that launch, already read by `megatron.read_launch`)."""
     source = str(path)
     if not isinstance(data, dict):
-        raise SpecError(f"{source}: a ds_config must be a JSON object; see DeepSpeed's docs")
+        raise SpecError(f"{source}: a ds_config must be a JSON object; see DeepSpeed's docs",
+                        field="ds_config")
     out: list[Violation] = []
     zero_cfg = _section(data, "zero_optimization", source)
     _check_keys(data, zero_cfg, out)
@@ -388,7 +392,8 @@ def load_script(path: str | Path, text: str, ov: Overrides) -> Imported:
                 if flags.values.get(f)), None)
     if raw is None:
         raise SpecError(f"{source}: a Megatron-DeepSpeed script without --deepspeed_config FILE; "
-                        "add it (planner reads the batch and ZeRO settings from there)")
+                        "add it (planner reads the batch and ZeRO settings from there)",
+                        field="--deepspeed_config")
     written, content = reading[0].script.file(raw)
     if written:
         return load(source, _written(source, raw, content), ov, launch_source=source,
@@ -399,7 +404,8 @@ def load_script(path: str | Path, text: str, ov: Overrides) -> Imported:
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
         raise SpecError(f"{source}: --deepspeed_config {name} not found (looked in "
-                        f"{', '.join(str(c) for c in candidates)}); put the ds_config there")
+                        f"{', '.join(str(c) for c in candidates)}); put the ds_config there",
+                        field="--deepspeed_config", value=name)
     data = parse_json(found, read_text(found, what="ds_config"), what="ds_config")
     return load(found, data, ov, launch_source=source, reading=reading)
 
@@ -410,9 +416,11 @@ def _written(source: str, raw: str, content: str | None) -> Any:
     if content is None:
         raise SpecError(f"{source}: the script writes its ds_config {shown} with a command "
                         "planner does not run; write it with a here-document (cat <<EOT > FILE) "
-                        "or validate the generated ds_config.json with --model and --gpus")
+                        "or validate the generated ds_config.json with --model and --gpus",
+                        field="--deepspeed_config", value=shown)
     names = shell.unresolved_names(content)
     if names:
         raise SpecError(f"{source}: the ds_config the script writes ({shown}) {shell.why(names)};"
-                        " set them in the script or give --set NAME=VALUE")
+                        " set them in the script or give --set NAME=VALUE",
+                        field="--deepspeed_config", value=shown)
     return parse_json(shown, content, what="the ds_config written by the script as")

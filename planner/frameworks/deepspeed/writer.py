@@ -116,7 +116,8 @@ def check_supported(job, layout: Layout) -> None:
     if layout.zero >= 2 and layout.pp > 1:
         raise InfeasibleError(
             f"DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only: zero_stage {layout.zero} "
-            f"with pp {layout.pp}; set zero_stage 1, or pp 1 (exported with --no-pipeline-parallel)")
+            f"with pp {layout.pp}; set zero_stage 1, or pp 1 (exported with --no-pipeline-parallel)",
+                              field="zero_stage", value=layout.zero)
     own = partition_split(m.num_layers, layout.pp)
     problems = [
         (m.is_mla, f"{m.name} uses multi-latent attention, which Megatron-DeepSpeed lacks; "

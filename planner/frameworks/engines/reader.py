@@ -3,6 +3,13 @@ section), or the launch commands of vLLM (`vllm serve`), SGLang
 (`python -m sglang.launch_server`) and TensorRT-LLM (`trtllm-serve`), as planner's exports
 write them or as people do.
 
+The script is read, not run, by the same bash reader as training scripts
+(planner.readers.bash): variables, `${VAR:-default}`, arrays, `\\` continuations, functions,
+loops and here-documents resolve as bash would, `--set NAME=VALUE` gives the environment, and
+a value the script does not set is named where it is needed. Each command that runs the
+engine's server (`echo`/`printf` lines are not launches) is one instance; a TRT-LLM extra
+options file is read from the here-document (or echo/printf) the script writes it with.
+
 A command line says the layout and the engine's knobs but not the request shape: planner's
 exports carry it in a `# planner serve: model=... isl=... osl=...` line; a command without
 one must get it added (one line, named in the error). Comments `# N prefill worker(s) ...`
@@ -15,13 +22,16 @@ what the file says.
 from __future__ import annotations
 
 import json
+import posixpath
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError, Violation
+from planner.frameworks.common import shell_notes
+from planner.io import load_yaml
+from planner.readers import bash as shell
 
 __all__ = ["SERVE_FORMATS", "ServeImported", "looks_like_serve_yaml", "command_engine",
            "load_serve_yaml", "load_serve_command"]
@@ -61,7 +71,7 @@ def load_serve_yaml(path: Path, data: dict, ov) -> ServeImported:
     from planner.serve.specs import serve_config_from_data
     if "num_gpus" not in data and ov.gpus is None and ov.nodes is None:
         raise SpecError(f"config {str(path)!r} has no num_gpus; add num_gpus: N or give "
-                        "--gpus N or --nodes N")
+                        "--gpus N or --nodes N", field="num_gpus")
     data = apply_overrides(data, ov, base=path.parent, source=str(path))
     job, layout = serve_config_from_data(data, base=path.parent, source=str(path))
     return ServeImported(job, layout, [], "serve", str(path))
@@ -120,8 +130,27 @@ _FLAGS = {
         "--server_role": ("role", True),
     },
 }
-_LAUNCH = {"vllm": ("vllm", "serve"), "sglang": ("sglang.launch_server",),
-           "trtllm": ("trtllm-serve",)}
+_LAUNCH = {"vllm": ("vllm serve", "vllm.entrypoints.openai.api_server"),
+           "sglang": ("sglang.launch_server",), "trtllm": ("trtllm-serve",)}
+_PRINTERS = frozenset({"echo", "printf", "print", "cat", "tee", "logger", ":", "log", "info"})
+# values planner does not read (or reads with its own message): unresolved, they do no harm
+_NOT_READ = frozenset({"port", "host", "backend", "model", "max_len", "kv_transfer", "extra",
+                       "dcp"})
+_FIX = "set it in the script or give --set NAME=VALUE"
+
+
+@dataclass
+class _Launch:
+    """One launch command: the role the comments above it give, the values of the flags planner
+    reads (meaning -> value), its positional words, the flags planner does not model, and the
+    words the script leaves unresolved (an unset `$EXTRA_ARGS`)."""
+
+    line: int
+    role: str | None
+    vals: dict[str, Any]
+    positional: list[str]
+    unknown: list[str]
+    unresolved: list[str]
 
 
 def _header(text: str) -> dict:
@@ -136,41 +165,52 @@ def _header(text: str) -> dict:
     return out
 
 
-def _commands(text: str, engine: str) -> list[tuple[str | None, list[str]]]:
-    """(role from the comments above, tokens after the launcher) of each launch command."""
-    joined = re.sub(r"\\\n", " ", text)
-    out, role = [], None
-    for line in joined.splitlines():
-        s = line.strip()
-        mrole = _ROLE.match(s)
-        if mrole:
-            role = mrole.group(1)
+def _launcher_end(words: list[str], engine: str) -> int | None:
+    """Where the server's arguments start, if the words run `engine`'s server."""
+    for i, word in enumerate(words):
+        for launcher in _LAUNCH[engine]:
+            if launcher == "vllm serve":
+                if posixpath.basename(word) == "vllm" and words[i + 1:i + 2] == ["serve"]:
+                    return i + 2
+            elif word.endswith(launcher):
+                return i + 1
+    return None
+
+
+def _commands(script: shell.Script, text: str, engine: str) -> list[tuple[int, str | None,
+                                                                           list[str]]]:
+    """(line, role from the comments above, the words after the launcher) of each launch
+    command the script runs. A command run through `bash -c` or a fed here-document has no
+    line in the file, so no role from comments (its flags may still say one)."""
+    marks = [(k, m.group(1)) for k, line in enumerate(text.splitlines(), 1)
+             if (m := _ROLE.match(line.strip()))]
+    out = []
+    for cmd in script.commands:
+        words = list(cmd.prefix) + list(cmd.words)
+        if not words or posixpath.basename(words[0]) in _PRINTERS:
             continue
-        if not s or s.startswith("#"):
+        end = _launcher_end(words, engine)
+        if end is None:
             continue
-        try:
-            tokens = shlex.split(s.rstrip("&").strip(), comments=True)
-        except ValueError as exc:
-            raise SpecError(f"cannot split the command line {s[:60]!r}: {exc}; check the "
-                            "quotes") from None
-        launcher = _LAUNCH[engine]
-        for i in range(len(tokens)):
-            if tuple(tokens[i:i + len(launcher)]) == launcher or (
-                    engine != "vllm" and tokens[i].endswith(launcher[0])):
-                out.append((role, tokens[i + len(launcher):]))
-                break
+        role = None if cmd.prefix else next((r for k, r in reversed(marks) if k < cmd.line),
+                                             None)
+        out.append((cmd.line, role, words[end:]))
     return out
 
 
-def _parse_flags(tokens: list[str], engine: str, source: str):
+def _parse_flags(line: int, role: str | None, tokens: list[str], engine: str,
+                 source: str) -> _Launch:
     known = _FLAGS[engine]
-    vals: dict[str, Any] = {}
-    positional, unknown = [], []
+    out = _Launch(line, role, {}, [], [], [])
     i = 0
     while i < len(tokens):
         tok = tokens[i]
+        if shell.only_unresolved(tok):
+            out.unresolved.append(shell.display(tok))
+            i += 1
+            continue
         if not tok.startswith("-"):
-            positional.append(tok)
+            out.positional.append(tok)
             i += 1
             continue
         flag, _, inline = tok.partition("=")
@@ -179,16 +219,21 @@ def _parse_flags(tokens: list[str], engine: str, source: str):
             if takes:
                 value = inline if inline else (tokens[i + 1] if i + 1 < len(tokens) else None)
                 if value is None:
-                    raise SpecError(f"{source}: {flag} needs a value")
-                vals[key] = value
+                    raise SpecError(f"{source}: {flag} needs a value", field=flag)
+                names = shell.unresolved_names(value)
+                if names and key not in _NOT_READ:
+                    raise SpecError(f"{source}: {flag} {shell.display(value)} "
+                                    f"{shell.why(names)}; {_FIX}", field=flag,
+                                    value=shell.display(value))
+                out.vals[key] = value
                 i += 1 if inline else 2
             else:
-                vals[key] = True
+                out.vals[key] = True
                 i += 1
             continue
-        unknown.append(flag)
+        out.unknown.append(flag)
         i += 2 if (not inline and i + 1 < len(tokens) and not tokens[i + 1].startswith("-")) else 1
-    return vals, positional, unknown
+    return out
 
 
 def _int(vals: dict, key: str, flag: str, source: str, default: int = 1) -> int:
@@ -198,26 +243,34 @@ def _int(vals: dict, key: str, flag: str, source: str, default: int = 1) -> int:
     try:
         n = int(v)
     except ValueError:
-        raise SpecError(f"{source}: {flag} = {v!r}: must be a whole number") from None
+        raise SpecError(f"{source}: {flag} = {v!r}: must be a whole number", field=flag,
+                        value=v) from None
     if n < 1:
-        raise SpecError(f"{source}: {flag} = {n}: must be at least 1")
+        raise SpecError(f"{source}: {flag} = {n}: must be at least 1", field=flag, value=n)
     return n
 
 
-def _extra_yaml(text: str, name: str) -> dict:
-    """A TRT-LLM extra options file written in the script by a here-document."""
-    import yaml
-    m = re.search(r"cat\s*>\s*" + re.escape(name) + r"\s*<<\s*'?(\w+)'?\n(.*?)\n\1", text, re.S)
-    if not m:
-        return {}
-    try:
-        data = yaml.safe_load(m.group(2))
-    except yaml.YAMLError:
-        return {}
-    return data if isinstance(data, dict) else {}
+def _extra(script: shell.Script, name: str, source: str) -> tuple[dict, str | None]:
+    """A TRT-LLM extra options file the script writes (a here-document, echo or printf), and
+    why planner could not read it (None: read)."""
+    written, body = script.file(name)
+    if body is None:
+        return {}, ("not written in this script (planner reads the file only from what the "
+                    "script writes: a here-document, echo or printf)" if not written else
+                    "written by a command planner does not follow")
+    names = shell.unresolved_names(body)
+    if names:
+        raise SpecError(f"{source}: the extra options file {name} the script writes "
+                        f"{shell.why(names)}; {_FIX}", field="--extra_llm_api_options",
+                        value=name)
+    data = load_yaml(body, what="TRT-LLM extra options file", source=f"{source}: {name}",
+                     lenient=True)
+    if not isinstance(data, dict):
+        return {}, "not a YAML mapping planner can read"
+    return data, None
 
 
-def _instance(engine: str, vals: dict, text: str, model, source: str):
+def _instance(engine: str, vals: dict, script: shell.Script, model, source: str):
     from planner.serve.layout import Instance
     tp = _int(vals, "tp", "tp", source)
     pp = _int(vals, "pp", "pp", source)
@@ -232,10 +285,10 @@ def _instance(engine: str, vals: dict, text: str, model, source: str):
         if adp:
             if tp % dp:
                 raise SpecError(f"{source}: --enable-dp-attention needs --tp ({tp}) divisible "
-                                f"by --dp ({dp})")
+                                f"by --dp ({dp})", field="--enable-dp-attention")
             return Instance(tp=tp // dp, pp=pp, ep=ep, dp=dp, dp_attention=True)
         return Instance(tp=tp, pp=pp, ep=ep, dp=dp, dp_attention=False)
-    extra = _extra_yaml(text, vals.get("extra", "")) if vals.get("extra") else {}
+    extra = _extra(script, vals["extra"], source)[0] if vals.get("extra") else {}
     ep = _int(vals, "ep", "--ep_size", source)
     if "cp" not in vals and extra.get("context_parallel_size") is not None:
         vals = {**vals, "cp": str(extra["context_parallel_size"])}
@@ -245,7 +298,7 @@ def _instance(engine: str, vals: dict, text: str, model, source: str):
     return Instance(tp=tp, pp=pp, ep=ep, dp=1, dp_attention=False, cp=cp)
 
 
-def _serving(engine: str, vals: dict, text: str, head: dict, source: str) -> dict:
+def _serving(engine: str, vals: dict, script: shell.Script, head: dict, source: str) -> dict:
     sv: dict[str, Any] = {}
     quant = str(vals.get("quant", "")).lower()
     if quant in ("fp8", "modelopt_fp8", "fbgemm_fp8", "w8a8_fp8"):
@@ -254,7 +307,8 @@ def _serving(engine: str, vals: dict, text: str, head: dict, source: str) -> dic
         sv["precision"] = "fp4"
     elif "precision" in head:
         sv["precision"] = head["precision"]
-    extra = _extra_yaml(text, vals.get("extra", "")) if engine == "trtllm" and vals.get("extra") else {}
+    extra = _extra(script, vals["extra"], source)[0] if engine == "trtllm" and \
+        vals.get("extra") else {}
     if engine == "trtllm":     # kv_cache_config.dtype auto: the checkpoint's KV quantization
         kv = str((extra.get("kv_cache_config") or {}).get("dtype", "")).lower()
     else:                      # vLLM and SGLang: auto (the default) is the model's dtype
@@ -265,16 +319,18 @@ def _serving(engine: str, vals: dict, text: str, head: dict, source: str) -> dic
         sv["kv_cache_dtype"] = "bf16"
     elif "kv_cache_dtype" in head:
         sv["kv_cache_dtype"] = head["kv_cache_dtype"]
-    for key, name in (("memory_fraction", "memory_fraction"), ("max_batch_size", "max_batch_size"),
-                      ("max_num_tokens", "max_num_tokens")):
+    keys = [("memory_fraction", "memory_fraction"), ("max_batch_size", "max_batch_size"),
+            ("max_num_tokens", "max_num_tokens")]
+    if engine == "sglang":
+        keys.append(("chunk", "max_num_tokens"))
+    for key, name in keys:
         if key in vals:
             try:
                 sv[name] = float(vals[key]) if key == "memory_fraction" else int(vals[key])
             except ValueError:
-                raise SpecError(f"{source}: {key.replace('_', '-')} = {vals[key]!r}: must be a "
-                                "number") from None
-    if engine == "sglang" and "chunk" in vals:
-        sv["max_num_tokens"] = int(vals["chunk"])
+                shown = key.replace('_', '-')
+                raise SpecError(f"{source}: {shown} = {vals[key]!r}: must be a number",
+                                field=shown, value=vals[key]) from None
     spec = _speculative(engine, vals, extra, head, source)
     if spec is not None:
         sv["speculative"] = spec
@@ -287,30 +343,53 @@ def _speculative(engine: str, vals: dict, extra: dict, head: dict, source: str):
         try:
             cfg = json.loads(vals["spec_json"])
         except json.JSONDecodeError:
-            raise SpecError(f"{source}: --speculative-config is not valid JSON") from None
+            raise SpecError(f"{source}: --speculative-config is not valid JSON",
+                            field="--speculative-config", value=vals["spec_json"]) from None
+        if not isinstance(cfg, dict):
+            raise SpecError(f"{source}: --speculative-config is not a JSON object",
+                            field="--speculative-config", value=vals["spec_json"])
         method = "mtp" if "mtp" in str(cfg.get("method", "")) else "draft"
-        k = int(cfg.get("num_speculative_tokens", 1))
+        k = _whole(cfg.get("num_speculative_tokens", 1), "--speculative-config", source)
     elif engine == "sglang" and "spec_alg" in vals:
         method = "mtp" if vals["spec_alg"].upper() in ("NEXTN", "EAGLE") else "draft"
-        k = int(vals.get("spec_k", 1))
+        k = _whole(vals.get("spec_k", 1), "--speculative-num-steps", source)
     elif engine == "trtllm" and extra.get("speculative_config"):
         cfg = extra["speculative_config"]
+        if not isinstance(cfg, dict):
+            raise SpecError(f"{source}: speculative_config in the extra options is not a "
+                            "mapping", field="speculative_config", value=str(cfg))
         method = "mtp" if str(cfg.get("decoding_type", "")).upper() == "MTP" else "draft"
-        k = int(cfg.get("num_nextn_predict_layers", cfg.get("max_draft_len", 1)))
+        k = _whole(cfg.get("num_nextn_predict_layers", cfg.get("max_draft_len", 1)),
+                   "speculative_config", source)
     if method is None:
         return None
     if "acceptance_rate" not in head:
         raise SpecError(f"{source}: the command decodes speculatively but does not say the "
                         "acceptance rate; add 'acceptance_rate=0.7' (your measured rate) to its "
-                        "'# planner serve:' line")
-    out = {"method": method, "num_tokens": k, "acceptance_rate": float(head["acceptance_rate"])}
+                        "'# planner serve:' line", field="acceptance_rate")
+    try:
+        rate = float(head["acceptance_rate"])
+    except ValueError:
+        raise SpecError(f"{source}: the '# planner serve:' line's acceptance_rate = "
+                        f"{head['acceptance_rate']!r}: must be a number", field="acceptance_rate",
+                        value=head["acceptance_rate"]) from None
+    out = {"method": method, "num_tokens": k, "acceptance_rate": rate}
     if method == "draft":
         out["draft_model"] = head.get("draft_model") or vals.get("spec_draft")
     return out
 
 
-def _model(ov, head: dict, parsed, text: str, source: str):
-    """--model, else the '# planner serve:' line's preset, else a known Hugging Face id."""
+def _whole(value, flag: str, source: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise SpecError(f"{source}: {flag}: the number of speculative tokens {value!r} must be "
+                        "a whole number", field=flag, value=str(value)) from None
+
+
+def _model(ov, head: dict, parsed: list[_Launch], script: shell.Script, source: str):
+    """--model, else the '# planner serve:' line's preset, else a known Hugging Face id (on
+    the command line or in $MODEL)."""
     from planner.presets import PRESETS, get_preset, resolve_model
     from planner.frameworks.engines.writer import HF_IDS
     if ov.model is not None:
@@ -321,26 +400,37 @@ def _model(ov, head: dict, parsed, text: str, source: str):
         except SpecError:
             raise SpecError(f"{source}: the '# planner serve:' line names model "
                             f"{head['model']!r}, which is not a preset; give --model NAME (a "
-                            "preset, model YAML or HF config.json)") from None
+                            "preset, model YAML or HF config.json)", field="model",
+                            value=head["model"]) from None
     ids = {v: k for k, v in HF_IDS.items()}
-    named = [p for _, vals, pos, _ in parsed for p in pos + [vals.get("model", "")]]
-    named += re.findall(r"MODEL=\$\{MODEL:-([^}]+)\}", text)
-    hit = next((ids[n.strip('"')] for n in named if n.strip('"') in ids), None)
+    named = [p for launch in parsed for p in launch.positional + [launch.vals.get("model", "")]]
+    named.append(script.var("MODEL") or "")
+    hit = next((ids[n] for n in named if n in ids), None)
     if hit is None:
         raise SpecError(f"{source}: the command does not name a model planner knows; give "
-                        "--model NAME (a preset, model YAML or HF config.json)")
+                        "--model NAME (a preset, model YAML or HF config.json)", field="model")
     return get_preset(next(k for k in PRESETS if get_preset(k).name == hit))
 
 
-def _warnings(engine: str, parsed, text: str) -> list[Violation]:
-    """Flags planner does not model, and TRT-LLM options files it cannot read, by name."""
+def _warnings(engine: str, parsed: list[_Launch], script: shell.Script,
+              source: str) -> list[Violation]:
+    """Flags planner does not model, words the script leaves unresolved, and TRT-LLM options
+    files it cannot read, by name; then what reading the script left to say."""
     out = []
-    unknown = sorted({f for _, _, _, unk in parsed for f in unk})
+    unknown = sorted({f for launch in parsed for f in launch.unknown})
     if unknown:
         out.append(Violation(f"{engine}-flag-not-modelled",
                              f"{', '.join(unknown)}: not modelled by planner (the estimate does "
                              "not reflect them)", "warning"))
-    dcp = sorted({vals["dcp"] for _, vals, _, _ in parsed if vals.get("dcp") not in (None, "1")})
+    unresolved = list(dict.fromkeys(w for launch in parsed for w in launch.unresolved))
+    if unresolved:
+        out.append(Violation(f"{engine}-unresolved-argument",
+                             f"{', '.join(unresolved)} on the command line "
+                             f"{shell.why(unresolved)}: planner read the command without it "
+                             "(the flags it may hold are not modelled); give --set NAME=VALUE",
+                             "warning"))
+    dcp = sorted({shell.display(launch.vals["dcp"]) for launch in parsed
+                  if launch.vals.get("dcp") not in (None, "1")})
     if engine == "vllm" and dcp:
         out.append(Violation(
             "vllm-dcp-not-modelled",
@@ -348,28 +438,33 @@ def _warnings(engine: str, parsed, text: str) -> list[Violation]:
             "KV cache tp duplicates inside the TP group; planner does not model it (the "
             "estimate keeps the duplicated KV cache: fewer requests than vLLM holds)", "warning"))
     if engine == "trtllm":
-        for name in sorted({vals["extra"] for _, vals, _, _ in parsed if vals.get("extra")}):
-            if not re.search(r"cat\s*>\s*" + re.escape(name) + r"\s*<<", text):
+        for name in sorted({launch.vals["extra"] for launch in parsed
+                            if launch.vals.get("extra")}):
+            shown = shell.display(name)
+            why = (f"{shell.why(shell.unresolved_names(name))}, so planner cannot tell which file"
+                   if shell.unresolved_names(name) else _extra(script, name, source)[1])
+            if why is not None:
                 out.append(Violation(
                     "trtllm-extra-options-not-read",
-                    f"--extra_llm_api_options {name}: not written in this script (planner reads "
-                    "the file only from a here-document in it); its settings (attention DP, KV "
+                    f"--extra_llm_api_options {shown}: {why}; its settings (attention DP, KV "
                     "dtype, speculative decoding) are not modelled", "warning"))
-    return out
+    return out + shell_notes(script, engine)
 
 
-def _roles(engine: str, parsed, text: str, model, source: str) -> dict:
+def _roles(engine: str, parsed: list[_Launch], script: shell.Script, model,
+           source: str) -> dict:
     """{role (None, prefill, decode): (instance, how many, the flags)}; one shape per role."""
     roles: dict = {}
-    for role, vals, _, _ in parsed:
-        role = vals.get("role", role)
+    for launch in parsed:
+        role = launch.vals.get("role", launch.role)
         role = {"context": "prefill", "generation": "decode"}.get(str(role).lower(), role)
-        inst = _instance(engine, vals, text, model, source)
+        inst = _instance(engine, launch.vals, script, model, source)
         prev = roles.get(role)
         if prev is not None and prev[0] != inst:
             raise SpecError(f"{source}: the {role or 'aggregated'} instances differ ({prev[0].name} "
-                            f"and {inst.name}); planner validates one shape per kind of worker")
-        roles[role] = (inst, (prev[1] + 1) if prev else 1, vals)
+                            f"and {inst.name}); planner validates one shape per kind of worker",
+                            field="parallel")
+        roles[role] = (inst, (prev[1] + 1) if prev else 1, launch.vals)
     return roles
 
 
@@ -383,42 +478,55 @@ def _parallel(roles: dict, source: str) -> tuple[dict, int]:
         inst, n, _ = roles[None]
         return {**inst.as_dict(), "replicas": n}, inst.gpus * n
     raise SpecError(f"{source}: found {', '.join(str(r) for r in roles)} instances; a "
-                    "disaggregated deployment needs both prefill and decode workers")
+                    "disaggregated deployment needs both prefill and decode workers",
+                    field="parallel")
+
+
+def _whole_header(head: dict, key: str, source: str) -> int:
+    try:
+        return int(head[key])
+    except ValueError:
+        raise SpecError(f"{source}: the '# planner serve:' line's {key} = {head[key]!r}: must "
+                        "be a whole number", field=key, value=head[key]) from None
 
 
 def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
     """A shell script or command file that launches `engine` (module docstring)."""
     from planner.config import resolve_hardware
-    from planner.frameworks.common import DEFAULT_HARDWARE, resolve_world
+    from planner.frameworks.common import DEFAULT_HARDWARE, resolve_world, script_reader
     from planner.serve.specs import serve_config_from_data
 
     source = str(path)
     head = _header(text)
-    cmds = _commands(text, engine)
+    script = shell.run(text, env=ov.env, read_file=script_reader(source))
+    cmds = _commands(script, text, engine)
     if not cmds:
-        raise SpecError(f"{source}: no {engine} launch command found; see README, 'Inference'")
-    parsed = [(role, *_parse_flags(tokens, engine, source)) for role, tokens in cmds]
-    model = _model(ov, head, parsed, text, source)
+        raise SpecError(f"{source}: no {engine} launch command found; see README, 'Inference'",
+                        field="file", value=source)
+    parsed = [_parse_flags(line, role, tokens, engine, source) for line, role, tokens in cmds]
+    model = _model(ov, head, parsed, script, source)
     if "isl" not in head or "osl" not in head:
         raise SpecError(f"{source}: the command lines do not say the request lengths; add a "
                         "line '# planner serve: isl=2048 osl=512' (input and output tokens per "
-                        "request; planner's exports carry one)")
-    roles = _roles(engine, parsed, text, model, source)
+                        "request; planner's exports carry one)",
+                        field="isl" if "isl" not in head else "osl")
+    roles = _roles(engine, parsed, script, model, source)
     knobs = (roles.get("decode") or next(iter(roles.values())))[2]   # the decode side sets TPOT
-    serving = _serving(engine, knobs, text, head, source)
-    serving.update(input_length=int(head["isl"]), output_length=int(head["osl"]), engine=engine)
+    serving = _serving(engine, knobs, script, head, source)
+    serving.update(input_length=_whole_header(head, "isl", source),
+                   output_length=_whole_header(head, "osl", source), engine=engine)
     if head.get("concurrency") is not None:
         c = head["concurrency"]
-        serving["concurrency"] = c if c == "max" else int(c)
+        serving["concurrency"] = c if c == "max" else _whole_header(head, "concurrency", source)
     parallel, shown = _parallel(roles, source)
     hw = resolve_hardware(ov.hardware or head.get("hardware") or DEFAULT_HARDWARE)
     if ov.gpus is not None or ov.nodes is not None:
         num = resolve_world(ov, hardware=hw, source=source)
     else:
-        num = int(head.get("num_gpus", shown))
+        num = _whole_header(head, "num_gpus", source) if "num_gpus" in head else shown
     if "replicas" in parallel and num != shown and num % (shown // parallel["replicas"]) == 0:
         parallel["replicas"] = num // (shown // parallel["replicas"])   # "the same on each node"
     data = {"model": model.model_dump(exclude_none=True), "hardware": hw.model_dump(),
             "num_gpus": num, "serving": serving, "parallel": parallel}
     job, layout = serve_config_from_data(data, source=source)
-    return ServeImported(job, layout, _warnings(engine, parsed, text), engine, source)
+    return ServeImported(job, layout, _warnings(engine, parsed, script, source), engine, source)

@@ -40,7 +40,7 @@ def check_engine(name: str, *, option: str = "--export") -> str:
     key = str(name).lower()
     if key not in ENGINE_FORMATS:
         raise SpecError(f"{option} = {name!r}: not an engine; use one of "
-                        f"{', '.join(ENGINE_FORMATS)}")
+                        f"{', '.join(ENGINE_FORMATS)}", field=option, value=name)
     return key
 
 

@@ -33,7 +33,8 @@ from planner.errors import SpecError, Violation
 from planner.readers import bash as shell
 from planner.frameworks.common import (MAX_GPUS, Imported, Overrides, accounted_split,
                                       hardware_of, inline_model, make_job, resolve_world,
-                                      unknown_key, vocab_from_tokenizer)
+                                      script_reader, shell_notes, unknown_key,
+                                      vocab_from_tokenizer)
 from planner.frameworks.megatron.recipe import not_modelled, read_recipe
 from planner.layout import Layout
 from planner.presets import resolve_model
@@ -101,7 +102,6 @@ _VARS_PER_NODE = ("GPUS_PER_NODE", "NPROC_PER_NODE", "NUM_GPUS_PER_NODE", "GPUS_
 _VARS_NODES = ("NNODES", "NUM_NODES", "N_NODES", "NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
 _PRINTERS = frozenset({"echo", "printf", "print", "cat", "tee", "logger", ":", "log", "info"})
 _TRAINING_ENTRY = re.compile(r"(^|/)(pretrain\w*|\w*train\w*|finetune\w*|sft\w*)\.py$")
-_MAX_READ = 4 * 1024 * 1024
 
 
 def looks_like_megatron(text: str) -> bool:
@@ -136,7 +136,7 @@ class Flags:
         names = shell.unresolved_names(value)
         if names:
             raise SpecError(f"{self.source}: {flag} {_short(shell.display(value))} "
-                            f"{shell.why(names)}; {fix}")
+                            f"{shell.why(names)}; {fix}", field=flag, value=shell.display(value))
         return value
 
     def text(self, flag: str, default: str | None = None, *, fix: str) -> str | None:
@@ -144,7 +144,7 @@ class Flags:
             return default
         vals = self.values[flag]
         if not vals:
-            raise SpecError(f"{self.source}: {flag} needs a value; {fix}")
+            raise SpecError(f"{self.source}: {flag} needs a value; {fix}", field=flag)
         return self._resolved(flag, vals[0], fix)
 
     def items(self, flag: str, *, fix: str = "set it in the script") -> list[str]:
@@ -160,7 +160,8 @@ class Flags:
             return int(value)
         except ValueError:
             raise SpecError(f"{self.source}: {flag} {_short(value)!r} is not an integer "
-                            f"(Megatron's argparse rejects it); {fix}") from None
+                            f"(Megatron's argparse rejects it); {fix}",
+                            field=flag, value=value) from None
 
     def float(self, flag: str, *, fix: str = "set it in the script") -> float | None:
         value = self.text(flag, fix=fix)
@@ -170,13 +171,15 @@ class Flags:
             return float(value)
         except ValueError:
             raise SpecError(f"{self.source}: {flag} {_short(value)!r} is not a number "
-                            f"(Megatron's argparse rejects it); {fix}") from None
+                            f"(Megatron's argparse rejects it); {fix}",
+                            field=flag, value=value) from None
 
     def choice(self, flag: str, choices: tuple[str, ...], default: str | None = None) -> str | None:
         value = self.text(flag, fix="set it in the script")
         if value is not None and value not in choices:
             raise SpecError(f"{self.source}: {flag} {_short(value)!r} is not one of "
-                            f"{', '.join(choices)} (Megatron's argparse rejects it); fix the value")
+                            f"{', '.join(choices)} (Megatron's argparse rejects it); fix the value",
+                            field=flag, value=value)
         return default if value is None else value
 
 
@@ -293,42 +296,9 @@ def _find(script: shell.Script, source: str) -> Launch:
     args = [w for cmd in script.commands if cmd.words[0].startswith("-") for w in cmd.words]
     if not any(a.split("=", 1)[0] in known for a in args):
         raise SpecError(f"{source}: no Megatron-LM command (torchrun ... pretrain_gpt.py --flags) "
-                        "and no Megatron flags found; give a launch script or an argument file")
+                        "and no Megatron flags found; give a launch script or an argument file",
+                        field="file", value=source)
     return Launch([], args, script, False, 0)
-
-
-def script_reader(source: str):
-    """read_file for shell.run: a file the script reads (a ds_config template), beside the
-    script or from the working directory; None if it is not a readable regular file."""
-    def read(name: str) -> str | None:
-        for path in (Path(source).parent / name, Path(name)):
-            try:
-                if path.is_file() and path.stat().st_size <= _MAX_READ:
-                    return path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                return None
-        return None
-    return read
-
-
-def _shell_notes(script: shell.Script, prefix: str) -> list[Violation]:
-    out = []
-    if script.notes:
-        shown = "; ".join(script.notes[:5])
-        more = f"; and {len(script.notes) - 5} more" if len(script.notes) > 5 else ""
-        out.append(Violation(f"{prefix}-undecided-condition",
-                             f"{len(script.notes)} condition(s) depend on what the script does "
-                             "not set, so planner took the branch a plain run takes (no "
-                             "arguments or environment, named files present, commands "
-                             f"succeeding): {shown}{more}; give --set NAME=VALUE to decide "
-                             "them", "warning"))
-    for problem in script.problems[:5]:
-        out.append(Violation(f"{prefix}-shell-syntax", f"{problem}; planner read on past it",
-                             "warning"))
-    for unused in script.unused_env:
-        out.append(Violation(f"{prefix}-set-unused",
-                             f"--set {unused}, so the value has no effect", "warning"))
-    return out
 
 
 def read_launch(text: str, source: str, *, check: bool = True, prefix: str = "megatron",
@@ -347,7 +317,7 @@ def read_launch(text: str, source: str, *, check: bool = True, prefix: str = "me
         out.append(Violation(f"{prefix}-sourced-file",
                              f"the script sources {name}; planner does not read it, so variables "
                              "set there count as unset", "warning"))
-    return found, flags, out + _shell_notes(script, prefix)
+    return found, flags, out + shell_notes(script, prefix)
 
 
 def _launcher_value(words: list[str], names: tuple[str, ...]) -> str | None:
@@ -379,7 +349,8 @@ def world_size(found: Launch, ov: Overrides, hardware, source: str,
             if ov.nodes is not None:      # --nodes replaces the file's count; per node falls
                 return None               # back to the hardware profile
             raise SpecError(f"{source}: the world size needs {label}, which is "
-                            f"{_short(shell.display(value))} and {shell.why(names)}; {fix}")
+                            f"{_short(shell.display(value))} and {shell.why(names)}; {fix}",
+                            field=label, value=shell.display(value))
         if label.startswith("GPUs") and value in ("gpu", "auto"):
             return hardware.gpus_per_node
         if ":" in value and label.startswith("nodes"):      # elastic min:max
@@ -392,10 +363,10 @@ def world_size(found: Launch, ov: Overrides, hardware, source: str,
             n = int(value)
         except ValueError:
             raise SpecError(f"{source}: {label} {_short(value)!r} is not an integer; "
-                            f"{fix}") from None
+                            f"{fix}", field=label, value=value) from None
         if not 1 <= n <= MAX_GPUS:
             raise SpecError(f"{source}: {label} {n:,} must be between 1 and {MAX_GPUS:,} (a "
-                            f"config's num_gpus cap); {fix}")
+                            f"config's num_gpus cap); {fix}", field=label, value=n)
         return n
 
     words = found.launcher
@@ -437,7 +408,8 @@ def _moe_dense_layers(flags: Flags, num_layers: int, out: list[Violation]) -> in
     if _PATTERN_CHARS.search(text):
         raise SpecError(f"{flags.source}: --moe-layer-freq {shown!r} is not a pattern Megatron "
                         "accepts (an integer, or a list expression of digits, [ ] ( ) + * and "
-                        "commas such as ([0]*3+[1]*58)); its argparse rejects it")
+                        "commas such as ([0]*3+[1]*58)); its argparse rejects it",
+                        field="--moe-layer-freq", value=shown)
     if text.strip().isdigit():
         pattern = None
     else:
@@ -447,10 +419,11 @@ def _moe_dense_layers(flags: Flags, num_layers: int, out: list[Violation]) -> in
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             raise SpecError(f"{flags.source}: --moe-layer-freq {shown!r} is not a list "
                             "expression Megatron can evaluate; write it like ([0]*3+[1]*58)"
-                            ) from None
+                            , field="--moe-layer-freq", value=shown) from None
         if length != num_layers:
             raise SpecError(f"{flags.source}: --moe-layer-freq {shown!r} has {_count(length)} "
-                            f"entries; Megatron requires one per layer ({num_layers})")
+                            f"entries; Megatron requires one per layer ({num_layers})",
+                            field="--moe-layer-freq", value=shown)
         pattern = _list_expr(tree)
     if pattern and all(x in (0, 1) for x in pattern):
         dense = len(pattern) - len(pattern[pattern.index(1):]) if 1 in pattern else len(pattern)
@@ -518,11 +491,11 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
     if not present:
         raise SpecError(f"{source}: no model shape (--num-layers, --hidden-size, "
                         "--num-attention-heads); give --model NAME (a preset such as llama3-70b, "
-                        "a model YAML or a HF config.json)")
+                        "a model YAML or a HF config.json)", field="--num-layers")
     for f in _SHAPE_REQUIRED[:3]:
         if not flags.has(f):
             raise SpecError(f"{source}: {f} is missing (Megatron-LM requires it); add it to the "
-                            "script or give --model")
+                            "script or give --model", field=f)
     deepspeed = dialect == "Megatron-DeepSpeed"
     fields = dict(
         num_layers=flags.int("--num-layers", fix=fix),
@@ -572,7 +545,8 @@ def _vocab(flags: Flags, ov: Overrides, source: str, deepspeed: bool = False) ->
                          if flags.has(f)) or "none given"
         raise SpecError(f"{source}: the vocabulary size is unknown (tokenizer: {shown}); give "
                         "--vocab-size V (the model's vocabulary), use --tokenizer-type "
-                        "NullTokenizer --vocab-size V-1 in the script, or give --model")
+                        "NullTokenizer --vocab-size V-1 in the script, or give --model",
+                        field="--vocab-size")
     return vocab
 
 
@@ -619,7 +593,7 @@ def _norm(flags: Flags, deepspeed: bool) -> str:
     value = (flags.text("--normalization", "layernorm", fix="set it in the script") or "").lower()
     if value not in ("layernorm", "rmsnorm"):
         raise SpecError(f"{flags.source}: --normalization {_short(value)!r} is not layernorm or "
-                        "rmsnorm")
+                        "rmsnorm", field="--normalization", value=value)
     return "RMSNorm" if value == "rmsnorm" else "LayerNorm"
 
 
@@ -727,7 +701,7 @@ def _degrees(flags: Flags) -> dict[str, int]:
     for axis, value in deg.items():
         if not 1 <= value <= MAX_GPUS:
             raise SpecError(f"{flags.source}: {names[axis]} {value:,} must be between 1 and "
-                            f"{MAX_GPUS:,}; fix the value")
+                            f"{MAX_GPUS:,}; fix the value", field=names[axis], value=value)
     return deg
 
 
@@ -737,7 +711,8 @@ def _vpp(flags: Flags, num_layers: int, pp: int, out: list[Violation]) -> int:
         v = flags.int("--num-virtual-stages-per-pipeline-rank")
         if not 1 <= v <= 100_000:
             raise SpecError(f"{flags.source}: --num-virtual-stages-per-pipeline-rank {v:,} must "
-                            "be at least 1 (and at most 100,000); fix the value")
+                            "be at least 1 (and at most 100,000); fix the value",
+                            field="--num-virtual-stages-per-pipeline-rank", value=v)
         return v
     per_stage = flags.int("--num-layers-per-virtual-pipeline-stage")
     if per_stage is None:
@@ -816,7 +791,8 @@ def _micro_batch(flags: Flags, out: list[Violation]) -> int:
     mbs = flags.int("--micro-batch-size")
     if not 1 <= mbs <= 100_000_000:
         raise SpecError(f"{flags.source}: --micro-batch-size {mbs:,} must be at least 1 (and "
-                        "at most 100,000,000); fix the value")
+                        "at most 100,000,000); fix the value",
+                        field="--micro-batch-size", value=mbs)
     return mbs
 
 
@@ -845,7 +821,8 @@ def _layout(flags: Flags, model: ModelSpec, num_gpus: int,
     cp_comm = flags.text("--cp-comm-type", "p2p", fix="set it in the script")
     if cp_comm not in ("p2p", "a2a", "allgather", "a2a+p2p"):
         raise SpecError(f"{flags.source}: --cp-comm-type {_short(cp_comm)!r} is not one of p2p, "
-                        "a2a, allgather, a2a+p2p; fix the value")
+                        "a2a, allgather, a2a+p2p; fix the value",
+                        field="--cp-comm-type", value=cp_comm)
     zero = _zero(flags)
     recipe = read_recipe(flags, num_layers=model.num_layers,
                          layers_per_chunk=max(1, model.num_layers // (pp * vpp)), pp=pp,

@@ -56,7 +56,8 @@ def _map(data: dict, key: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise SpecError(f"{key} must be a mapping, got {type(value).__name__}; fix the file")
+        raise SpecError(f"{key} must be a mapping, got {type(value).__name__}; fix the file",
+                        field=key)
     return value
 
 
@@ -88,7 +89,8 @@ def _precision(data: dict, out: list[Violation]) -> tuple[str, Settings]:
     if isinstance(mp, str):
         return mcore.precision_recipe(mp, where="mixed_precision", prefix="bridge", out=out)
     if not isinstance(mp, dict):
-        raise SpecError(f"mixed_precision = {mp!r} must be a recipe name or a mapping")
+        raise SpecError(f"mixed_precision = {mp!r} must be a recipe name or a mapping",
+                        field="mixed_precision", value=mp)
     fp8 = mp.get("fp8") not in (None, False, "", "none")
     if as_bool(mp, "fp16", False, where="mixed_precision"):
         precision = "fp8" if fp8 else "fp16"

@@ -74,7 +74,8 @@ def as_bool(section: dict, key: str, default: bool, *, where: str) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise SpecError(f"{where}.{key} = {value!r} must be true or false; fix the value")
+    raise SpecError(f"{where}.{key} = {value!r} must be true or false; fix the value",
+                    field=f"{where}.{key}", value=value)
 
 
 def as_int(section: dict, key: str, default: int | None, *, where: str, minimum: int = 1,
@@ -88,10 +89,11 @@ def as_int(section: dict, key: str, default: int | None, *, where: str, minimum:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
         hint = " (a number, not a quoted string)" if isinstance(value, str) else ""
-        raise SpecError(f"{where}.{key} = {value!r} must be an integer{hint}; fix the value")
+        raise SpecError(f"{where}.{key} = {value!r} must be an integer{hint}; fix the value",
+                        field=f"{where}.{key}", value=value)
     if not minimum <= value <= maximum:
         raise SpecError(f"{where}.{key} = {value} must be between {minimum} and {maximum}; "
-                        "fix the value")
+                        "fix the value", field=f"{where}.{key}", value=value)
     return value
 
 
@@ -102,7 +104,8 @@ def _text(section: dict, key: str, *, where: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise SpecError(f"{where}.{key} = {value!r} must be a string; fix the value")
+        raise SpecError(f"{where}.{key} = {value!r} must be a string; fix the value",
+                        field=f"{where}.{key}", value=value)
     return value
 
 
@@ -162,7 +165,8 @@ def read_recompute(section: dict, *, names: tuple[str, str, str], where: str, ru
 def _modules(value: Any, *, where: str, rule: str, out: list[Violation]) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
-        raise SpecError(f"{where} = {value!r} must be a list of module names; fix the value")
+        raise SpecError(f"{where} = {value!r} must be a list of module names; fix the value",
+                        field=where, value=value)
     kept = []
     for name in items:
         if name in _MODULES:
@@ -237,7 +241,8 @@ def read_transformer(tc: dict, *, where: str, prefix: str, num_layers: int, pp: 
     if layout is not None:
         if not isinstance(layout, str):
             raise SpecError(f"{where}.pipeline_model_parallel_layout = {layout!r}: planner reads "
-                            "the string form (e.g. 'Et*4|(t*4|)*14tmL'); write it as a string")
+                            "the string form (e.g. 'Et*4|(t*4|)*14tmL'); write it as a string",
+                            field=f"{where}.pipeline_model_parallel_layout", value=layout)
         s.layout["pipeline_model_parallel_layout"] = layout
     mtp = as_int(tc, "mtp_num_layers", None, where=where, minimum=0, maximum=100)
     if mtp is not None:
@@ -297,7 +302,8 @@ def _dispatcher(tc: dict, *, where: str, prefix: str, out: list[Violation]) -> S
         return Settings({"moe_token_dispatcher": _FLEX[backend]})
     if kind not in _DISPATCHERS:
         raise SpecError(f"{where}.moe_token_dispatcher_type = {kind!r} must be allgather, "
-                        "alltoall or flex; fix the value")
+                        "alltoall or flex; fix the value",
+                        field=f"{where}.moe_token_dispatcher_type", value=kind)
     return Settings({"moe_token_dispatcher": _DISPATCHERS[kind]})
 
 
@@ -313,7 +319,8 @@ def cuda_graphs(tc: dict, *, where: str) -> str | None:
     if impl is not None:
         if impl not in ("none", "local", "transformer_engine", "full_iteration"):
             raise SpecError(f"{where}.cuda_graph_impl = {impl!r} must be none, local, "
-                            "transformer_engine or full_iteration; fix the value")
+                            "transformer_engine or full_iteration; fix the value",
+                            field=f"{where}.cuda_graph_impl", value=impl)
         if impl == "none":
             return "none"
         return "full" if impl == "full_iteration" or (impl == "local" and full_scope) \
@@ -404,7 +411,7 @@ def precision_recipe(name: str, *, where: str, prefix: str,
     else:
         names = ", ".join(sorted(RECIPES) + list(_FP16_FP8) + list(_FP4))
         raise SpecError(f"{where} = {name!r} is not a mixed-precision recipe Megatron-Bridge or "
-                        f"NeMo knows; use one of {names}")
+                        f"NeMo knows; use one of {names}", field=where, value=name)
     s = Settings({"grad_reduce_in_fp32": grad32})
     if precision == "fp8":
         s.training.update(fp8_recipe=recipe, fp8_param_gather=gather)
@@ -442,7 +449,8 @@ def sharding_stage(ddp: dict, *, where: str) -> int:
     strategy = _text(ddp, "data_parallel_sharding_strategy", where=where) or "no_shard"
     if strategy not in _SHARDING:
         raise SpecError(f"{where}.data_parallel_sharding_strategy = {strategy!r} must be one of "
-                        f"{', '.join(_SHARDING)}; fix the value")
+                        f"{', '.join(_SHARDING)}; fix the value",
+                        field=f"{where}.data_parallel_sharding_strategy", value=strategy)
     return _SHARDING[strategy]
 
 
@@ -494,7 +502,7 @@ def state_dtype(section: dict, key: str, *, where: str, prefix: str,
                              "(2 bytes, an upper bound)", "warning"))
         return "bf16"
     raise SpecError(f"{where}.{key} = {value!r} must be fp32 or bf16 (torch.float32, "
-                    "torch.bfloat16); fix the value")
+                    "torch.bfloat16); fix the value", field=f"{where}.{key}", value=value)
 
 
 # ---------------------------------------------------------------------------- model shape
@@ -531,7 +539,8 @@ def moe_fields(cfg: dict, *, where: str, num_layers: int, out: list[Violation],
         if isinstance(capacity, bool) or not isinstance(capacity, (int, float)) \
                 or not 0.1 <= capacity <= 100:
             raise SpecError(f"{where}.moe_expert_capacity_factor = {capacity!r} must be a number "
-                            "between 0.1 and 100; fix the value")
+                            "between 0.1 and 100; fix the value",
+                            field=f"{where}.moe_expert_capacity_factor", value=capacity)
         fields["moe_capacity_factor"] = float(capacity)
     return fields
 
@@ -546,16 +555,18 @@ def _dense_layers(freq: Any, *, num_layers: int, where: str, prefix: str,
         return 0
     if isinstance(freq, bool) or not isinstance(freq, (int, list)):
         raise SpecError(f"{where}.moe_layer_freq = {freq!r} must be an integer or a list of 0/1 "
-                        "per layer; write it as a YAML list")
+                        "per layer; write it as a YAML list",
+                        field=f"{where}.moe_layer_freq", value=freq)
     if isinstance(freq, int):
         if not 1 <= freq <= num_layers:
             raise SpecError(f"{where}.moe_layer_freq = {freq} must be between 1 and num_layers "
-                            f"({num_layers}); fix the value")
+                            f"({num_layers}); fix the value",
+                            field=f"{where}.moe_layer_freq", value=freq)
         pattern = [1 if i % freq == 0 else 0 for i in range(num_layers)]
     else:
         if len(freq) != num_layers or any(v not in (0, 1) or isinstance(v, bool) for v in freq):
             raise SpecError(f"{where}.moe_layer_freq must list 0 or 1 for each of the "
-                            f"{num_layers} layers; fix the list")
+                            f"{num_layers} layers; fix the list", field=f"{where}.moe_layer_freq")
         pattern = list(freq)
     dense = pattern.count(0)
     if dense and pattern != [0] * dense + [1] * (num_layers - dense):

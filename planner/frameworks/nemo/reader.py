@@ -186,14 +186,15 @@ def is_nemo2(data: dict) -> bool:
 def check_mapping(data: Any, where: str = "", depth: int = 0) -> None:
     """Every key a string (YAML allows `1:` or `[a]:` keys; NeMo's OmegaConf rejects them)."""
     if depth > 64:
-        raise SpecError(f"{where or 'the file'} nests more than 64 levels; flatten it")
+        raise SpecError(f"{where or 'the file'} nests more than 64 levels; flatten it",
+                        field=where or None)
     items = data.items() if isinstance(data, dict) else \
         enumerate(data) if isinstance(data, list) else ()
     for key, value in items:
         if isinstance(data, dict) and not isinstance(key, str):
             raise SpecError(f"{where or 'the top level'} has the key {key!r} "
                             f"({type(key).__name__}); NeMo's keys are strings: quote it or fix "
-                            "the indentation")
+                            "the indentation", field=where or None)
         check_mapping(value, f"{where}.{key}" if where else str(key), depth + 1)
 
 
@@ -203,7 +204,8 @@ def _map(data: Any, where: str) -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise SpecError(f"{where} must be a mapping, got {type(data).__name__}; fix the file")
+        raise SpecError(f"{where} must be a mapping, got {type(data).__name__}; fix the file",
+                        field=where)
     return data
 
 
@@ -314,7 +316,8 @@ def _vocab(model: dict, source: str) -> int:
     vocab = vocab_from_tokenizer(*names)
     if vocab is None:
         raise SpecError(f"{source}: the vocabulary size is unknown (model.tokenizer type "
-                        f"{tok.get('type')!r}); give --model or model.override_vocab_size")
+                        f"{tok.get('type')!r}); give --model or model.override_vocab_size",
+                        field="model.tokenizer")
     return vocab
 
 
@@ -326,11 +329,12 @@ def _nemo1_model(model: dict, ov: Overrides, source: str, seq: int | None,
     if not all(model.get(k) for k in ("num_layers", "hidden_size", "num_attention_heads")):
         raise SpecError(f"{source}: no model shape (model.num_layers, model.hidden_size, "
                         "model.num_attention_heads); give --model NAME (a preset such as "
-                        "llama3-70b, a model YAML or a HF config.json)")
+                        "llama3-70b, a model YAML or a HF config.json)", field="model.num_layers")
     act = str(model.get("activation", "gelu")).lower()
     if act not in _ACTIVATIONS:
         raise SpecError(f"{source}: model.activation {act!r} is not one planner models; use one "
-                        f"of {', '.join(_ACTIVATIONS)} or give --model")
+                        f"of {', '.join(_ACTIVATIONS)} or give --model",
+                        field="model.activation", value=act)
     num_layers = _int(model, "num_layers", None, where=w)
     fields = dict(
         num_layers=num_layers, hidden_size=_int(model, "hidden_size", None, where=w),
@@ -357,7 +361,8 @@ def _rotary(section: dict, where: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise SpecError(f"{where}.rotary_base = {value!r} must be a positive number; fix it")
+        raise SpecError(f"{where}.rotary_base = {value!r} must be a positive number; fix it",
+                        field=f"{where}.rotary_base", value=value)
     return float(value)
 
 
@@ -392,7 +397,8 @@ def _nemo1_grads_and_moments(model: dict, optim: dict, zero: int,
     if dtype is not None:
         text = str(dtype).lower()
         if text not in ("32", "fp32", "float32", "16", "fp16", "float16", "bf16", "bfloat16"):
-            raise SpecError(f"{key} = {dtype!r} must be fp32, bf16 or fp16; fix the value")
+            raise SpecError(f"{key} = {dtype!r} must be fp32, bf16 or fp16; fix the value",
+                            field=key, value=dtype)
         s.layout["grad_reduce_in_fp32"] = text in ("32", "fp32", "float32")
     if optim.get("name") == "distributed_fused_adam" and optim.get("dtype") is not None:
         dtype = mcore.state_dtype(optim, "dtype", where="model.optim", prefix="nemo", out=out)
@@ -471,10 +477,11 @@ def _nemo1(data: dict, ov: Overrides, source: str) -> Imported:
 def checked(layout: Layout, source: str) -> Layout:
     for name in ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size"):
         if getattr(layout, name) < 1:
-            raise SpecError(f"{source}: {name} = {getattr(layout, name)} must be at least 1")
+            raise SpecError(f"{source}: {name} = {getattr(layout, name)} must be at least 1",
+                            field=name, value=getattr(layout, name))
     if layout.cp_comm_type not in ("p2p", "a2a", "allgather", "a2a+p2p"):
         raise SpecError(f"{source}: cp_comm_type {layout.cp_comm_type!r} must be one of p2p, a2a, "
-                        "allgather, a2a+p2p")
+                        "allgather, a2a+p2p", field="cp_comm_type", value=layout.cp_comm_type)
     return layout
 
 
@@ -495,12 +502,12 @@ def mcore_model(config: dict, ov: Overrides, source: str, seq: int | None, *, pr
     if not all(config.get(k) for k in ("num_layers", "hidden_size", "num_attention_heads")):
         raise SpecError(f"{source}: no model shape ({where} num_layers/hidden_size/"
                         "num_attention_heads, or a preset config class such as Llama3Config70B); "
-                        "give --model")
+                        "give --model", field="model")
     vocab = _int(config, "vocab_size", None, where=where) or (
         get_preset(preset).vocab_size if preset else None)
     if not vocab:
         raise SpecError(f"{source}: the vocabulary size is unknown (no {where}.vocab_size); "
-                        "give --model")
+                        "give --model", field=f"{where}.vocab_size")
     gated = as_bool(config, "gated_linear_unit", False, where=where)
     num_layers = _int(config, "num_layers", None, where=where)
     fields = dict(
@@ -569,7 +576,8 @@ def _nemo2_zero(strategy: dict, ddp: dict, optim_cfg: dict) -> tuple[int, Settin
         zero = mcore.sharding_stage(ddp, where="trainer.strategy.ddp")
     elif fsdp not in (None, False):
         raise SpecError(f"trainer.strategy.fsdp = {fsdp!r}: planner reads 'megatron' "
-                        "(Megatron-FSDP); NeMo 2.4 has no other FSDP for MegatronStrategy")
+                        "(Megatron-FSDP); NeMo 2.4 has no other FSDP for MegatronStrategy",
+                        field="trainer.strategy.fsdp", value=fsdp)
     if zero in (None, 0) and use_dist:
         zero = 1
     return zero or 0, s

@@ -113,7 +113,7 @@ def parse_toml(path: str | Path, text: str) -> dict:
         return load_toml(text)
     except TOMLDecodeError as exc:
         raise SpecError(f"torchtitan config {str(path)!r} is not valid TOML: {exc}; fix the "
-                        "syntax there") from None
+                        "syntax there", field="config") from None
 
 
 def _int(section: dict, key: str, default: int, *, where: str, minimum: int = 1,
@@ -121,7 +121,7 @@ def _int(section: dict, key: str, default: int, *, where: str, minimum: int = 1,
     value = section.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise SpecError(f"[{where}] {key} = {_short(value)} must be an integer >= {minimum}; "
-                        "fix it")
+                        "fix it", field=f"{where}.{key}", value=value)
     if value > maximum:
         raise SpecError(f"[{where}] {key} = {_short(value)} is larger than planner takes "
                         f"({maximum:,}; limit: GPUs, as for num_gpus); fix it",
@@ -137,7 +137,8 @@ def _short(value) -> str:
 def _section(data: dict, name: str) -> dict:
     value = data.get(name, {})
     if not isinstance(value, dict):
-        raise SpecError(f"[{name}] must be a table, got {type(value).__name__}; fix the file")
+        raise SpecError(f"[{name}] must be a table, got {type(value).__name__}; fix the file",
+                        field=name)
     return value
 
 
@@ -294,7 +295,8 @@ def _zero(par: dict, shard: int, replicate: int, cp: int, pp: int, out: list[Vio
     policy = str(par.get("fsdp_reshard_after_forward", "default"))
     if policy not in ("default", "always", "never"):
         raise SpecError(f"[parallelism] fsdp_reshard_after_forward = {policy!r} must be default, "
-                        "always or never")
+                        "always or never",
+                        field="parallelism.fsdp_reshard_after_forward", value=policy)
     if replicate > 1:
         out.append(Violation("torchtitan-hsdp",
                              f"HSDP (replicate {replicate} x shard {shard}): planner shards the "
@@ -319,7 +321,7 @@ def _recompute(data: dict, rank_layers: list[int], vpp: int,
     mode = str(ac.get("mode", "selective"))
     if mode not in ("none", "selective", "full", "memory_budget"):
         raise SpecError(f"[activation_checkpoint] mode = {_short(mode)} must be none, selective, "
-                        "full or memory_budget")
+                        "full or memory_budget", field="activation_checkpoint.mode", value=mode)
     if mode == "memory_budget":
         out.append(Violation("torchtitan-not-modelled",
                              "[activation_checkpoint] mode memory_budget: the compiler chooses "
@@ -332,7 +334,8 @@ def _recompute(data: dict, rank_layers: list[int], vpp: int,
         return {"recompute": "selective", "recompute_modules": ("torchtitan_op",)}
     if not option.isdigit() or len(option) > 6:
         raise SpecError(f"[activation_checkpoint] selective_ac_option = {_short(option)} must be "
-                        "'op' or a layer interval such as '2' (torchtitan raises)")
+                        "'op' or a layer interval such as '2' (torchtitan raises)",
+                        field="activation_checkpoint.selective_ac_option", value=option)
     k = int(option)
     if k <= 1 or not rank_layers:
         return {"recompute": "full"}
@@ -373,7 +376,8 @@ def _fp8(data: dict, shard: int, cp: int, out: list[Violation]) -> tuple[str, di
             fields["fp8_recipe"] = "blockwise"
         else:
             raise SpecError(f"float8 recipe_name = {_short(recipe)} must be tensorwise, rowwise "
-                            "or rowwise_with_gw_hp (torchtitan's choices)")
+                            "or rowwise_with_gw_hp (torchtitan's choices)",
+                            field="float8.recipe_name", value=recipe)
         if gather:
             out.append(Violation("torchtitan-fp8", "enable_fsdp_float8_all_gather with a "
                                                    "recipe_name: torchtitan asserts they are not "
@@ -448,7 +452,8 @@ def _moe(par: dict, model: ModelSpec, pp: int, ep: int, out: list[Violation]) ->
     backend = str(par.get("expert_parallel_comm_backend", "standard"))
     if backend not in ("standard", "deepep"):
         raise SpecError(f"[parallelism] expert_parallel_comm_backend = {_short(backend)} must be "
-                        "standard or deepep")
+                        "standard or deepep",
+                        field="parallelism.expert_parallel_comm_backend", value=backend)
     fields = {"moe_token_dispatcher": "deepep" if backend == "deepep" else "alltoall"}
     schedule = str(par.get("pipeline_parallel_schedule", "1F1B")).lower()
     if schedule == "dualpipev" and pp > 1 and ep > 1 \
