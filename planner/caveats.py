@@ -8,13 +8,31 @@ report shows it beside the numbers (table, JSON `caveats`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from planner.layout import Layout
+    from planner.specs import HardwareSpec, ModelSpec, TrainingSpec
+
 __all__ = ["case_classes", "caveats", "LONG_CONTEXT_TOKENS"]
 
 LONG_CONTEXT_TOKENS = 32768
 """Sequences from this length on are the long-context class (calibration-modern.yaml)."""
 
 
-def case_classes(job, layout) -> list[str]:
+class _Job(Protocol):
+    """What caveats read of a job (planner.config.Job; config sits above caveats in the
+    import layers, as it does above cost: planner.cost.JobLike is the same shape)."""
+
+    @property
+    def model(self) -> ModelSpec: ...
+    @property
+    def hardware(self) -> HardwareSpec: ...
+    @property
+    def training(self) -> TrainingSpec: ...
+
+
+def case_classes(job: _Job, layout: Layout | None) -> list[str]:
     """The calibration classes a job and layout belong to (a run can be in several):
     moe (routed experts), fsdp (ZeRO-3), long-context (>= 32k tokens), and dense-fp8 or
     dense-bf16 for the rest by precision."""
@@ -30,7 +48,7 @@ def case_classes(job, layout) -> list[str]:
     return out
 
 
-def caveats(job, layout) -> list[str]:
+def caveats(job: _Job, layout: Layout | None) -> list[str]:
     """One sentence per way this estimate leaves calibrated ground (empty: on it)."""
     hw = job.hardware
     fitted = set(hw.calibration.fitted_on)

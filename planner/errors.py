@@ -56,7 +56,7 @@ class PlannerError(Exception):
     def has_value(self) -> bool:
         return self.value is not _UNSET
 
-    def prefixed(self, prefix: str, suffix: str = "") -> "PlannerError":
+    def prefixed(self, prefix: str, suffix: str = "") -> PlannerError:
         """The same error (field, value) with `prefix: ` in front of the message (a file
         name, say) and `suffix` after it."""
         kw = {"field": self.field}
@@ -105,7 +105,7 @@ class Violation:
     message: str
     severity: Severity = "error"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, str]:
         return {"rule": self.rule, "message": self.message}
 
 
@@ -163,7 +163,8 @@ def _short(value: Any, limit: int, depth: int) -> str:
     if isinstance(value, (list, tuple, set, frozenset, dict)):
         if depth >= 3:
             return "[...]" if not isinstance(value, dict) else "{...}"
-        opening, closing = {dict: "{}", tuple: "()"}.get(type(value), "[]")
+        brackets = {dict: "{}", tuple: "()"}.get(type(value), "[]")
+        opening, closing = brackets[0], brackets[1]
         items = value.items() if isinstance(value, dict) else value
         parts, used = [], 2
         for i, item in enumerate(items):

@@ -16,9 +16,11 @@ import signal
 import stat
 import sys
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import yaml
 
@@ -28,6 +30,11 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    _Loader: TypeAlias = yaml.SafeLoader | yaml.CSafeLoader   # libyaml's when it is built
 
 __all__ = ["ref_path", "read_text", "read_yaml", "load_yaml", "load_json", "load_toml",
            "TOMLDecodeError", "tomllib", "check_text", "check_tree", "read_budget", "safe_exists",
@@ -192,7 +199,7 @@ def read_text(path: str | Path, *, what: str = "file",
 
 
 _NESTING = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[\]{}]')
-_LONG_NUMBER = re.compile(r"\d(?:_?\d){%d,}|0[xXoObB][0-9a-fA-F_]{%d,}" % (MAX_DIGITS, MAX_DIGITS))
+_LONG_NUMBER = re.compile(rf"\d(?:_?\d){{{MAX_DIGITS},}}|0[xXoObB][0-9a-fA-F_]{{{MAX_DIGITS},}}")
 
 
 def check_text(text: str, *, what: str, source: str) -> None:
@@ -263,8 +270,22 @@ def load_json(text: str, *, what: str, source: str) -> Any:
     return data
 
 
-def _yaml_loader():
-    return getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+class _Mark(Protocol):
+    """A YAML event's position (yaml.error.Mark, or libyaml's yaml._yaml.Mark)."""
+
+    @property
+    def line(self) -> int: ...
+
+
+def _line(mark: _Mark | None) -> int:
+    """The 1-based line of a parser event (the parsers put a mark on every event)."""
+    assert mark is not None
+    return mark.line + 1
+
+
+def _yaml_loader() -> type[_Loader]:
+    loader: type[_Loader] = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+    return loader
 
 
 def _scan_yaml(text: str, *, what: str, source: str) -> None:
@@ -272,12 +293,12 @@ def _scan_yaml(text: str, *, what: str, source: str) -> None:
     beyond MAX_DEPTH (libyaml's composer recurses in C), more than MAX_NODES values counting
     alias expansions, an alias that contains itself, integers beyond MAX_DIGITS digits."""
     loader = _yaml_loader()(text)
-    sizes: dict[str, tuple[int, int]] = {}     # anchor -> (values, height) once closed
+    sizes: dict[str | None, tuple[int, int]] = {}   # anchor -> (values, height) once closed
     open_anchors: set[str] = set()
-    stack: list[list] = []                     # open collections: [values, height, anchor]
+    stack: list[list[Any]] = []                # open collections: [values, height, anchor]
     expanded = 0
 
-    def add(values: int, height: int, mark) -> None:
+    def add(values: int, height: int, mark: _Mark | None) -> None:
         nonlocal expanded
         expanded += values
         if expanded > MAX_NODES:
@@ -296,7 +317,7 @@ def _scan_yaml(text: str, *, what: str, source: str) -> None:
             if isinstance(ev, yaml.ScalarEvent):
                 if len(ev.value) > MAX_DIGITS and _is_int(loader, ev):
                     raise SpecError(f"{what} {source} has an integer of {len(ev.value):,} "
-                                    f"characters at line {ev.start_mark.line + 1}; planner reads "
+                                    f"characters at line {_line(ev.start_mark)}; planner reads "
                                     f"numbers of at most {MAX_DIGITS:,} digits (limit: number "
                                     "size); fix the value", field=what)
                 add(1, 1, ev.start_mark)
@@ -304,7 +325,7 @@ def _scan_yaml(text: str, *, what: str, source: str) -> None:
                     sizes[ev.anchor] = (1, 1)
             elif isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
                 if len(stack) + 1 > MAX_DEPTH:
-                    raise _too_deep(what, source, ev.start_mark.line + 1)
+                    raise _too_deep(what, source, _line(ev.start_mark))
                 stack.append([1, 1, ev.anchor])
                 if ev.anchor:
                     open_anchors.add(ev.anchor)
@@ -317,7 +338,7 @@ def _scan_yaml(text: str, *, what: str, source: str) -> None:
             elif isinstance(ev, yaml.AliasEvent):
                 if ev.anchor in open_anchors:
                     raise SpecError(f"{what} {source} has an alias *{short(ev.anchor, 40)} inside "
-                                    f"its own anchor at line {ev.start_mark.line + 1} (a value "
+                                    f"its own anchor at line {_line(ev.start_mark)} (a value "
                                     "that contains itself); remove the alias", field=what)
                 values, height = sizes.get(ev.anchor, (1, 1))   # undefined: the composer says so
                 add(values, height, ev.start_mark)
@@ -325,9 +346,10 @@ def _scan_yaml(text: str, *, what: str, source: str) -> None:
         loader.dispose()
 
 
-def _is_int(loader, ev) -> bool:
-    tag = ev.tag if ev.tag not in (None, "!") else loader.resolve(yaml.ScalarNode, ev.value,
-                                                                  ev.implicit)
+def _is_int(loader: _Loader, ev: yaml.ScalarEvent) -> bool:
+    # types-PyYAML leaves Resolver.resolve unannotated
+    tag = ev.tag if ev.tag not in (None, "!") else loader.resolve(  # type: ignore[no-untyped-call]
+        yaml.ScalarNode, ev.value, ev.implicit)
     return tag == "tag:yaml.org,2002:int"
 
 
@@ -364,7 +386,7 @@ def read_yaml(path: str | Path, *, what: str = "file") -> Any:
 
 
 @contextmanager
-def read_budget(source: str, *, seconds: float | None = None):
+def read_budget(source: str, *, seconds: float | None = None) -> Iterator[None]:
     """Stop reading `source` with a one-line SpecError once it has taken `seconds`
     (READ_BUDGET_S): a parser that loops or grows must not hang the command. Uses a
     wall-clock timer signal, so only in the main thread of a POSIX process (elsewhere a
@@ -376,7 +398,7 @@ def read_budget(source: str, *, seconds: float | None = None):
         yield
         return
 
-    def expired(signum, frame):
+    def expired(signum: int, frame: FrameType | None) -> NoReturn:
         raise SpecError(f"reading {short(source, 120)} took more than {seconds:g} s; planner "
                         f"gives one file at most {seconds:g} s (limit: reading time); simplify "
                         "the file", field="file", value=source)

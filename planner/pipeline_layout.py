@@ -28,9 +28,10 @@ _SINGLE = re.compile(r"([EtmL|])\*(\d+)")
 _VALID = set("EtmL|")
 
 
-def _expand(pattern: re.Pattern, text: str) -> str:
-    def one(match: re.Match) -> str:
-        body, count = match.group(1), int(match.group(2))
+def _expand(pattern: re.Pattern[str], text: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        body: str = match.group(1)
+        count = int(match.group(2))
         if len(body) * count > MAX_LAYOUT_CHARS:
             raise ValueError(f"'{match.group(0)[:40]}' expands beyond {MAX_LAYOUT_CHARS} "
                              "characters")

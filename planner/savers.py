@@ -19,7 +19,12 @@ some recompute to fit, along shorter chains (none -> the cheap modules; none -> 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from planner.specs import ModelSpec
 
 __all__ = ["Saver", "savers", "chains", "BASE_KEYS"]
 
@@ -52,7 +57,7 @@ class Saver:
         return base + ("*" if self.bf16_states else "")
 
 
-def _chain(model, bf16: bool) -> list[Saver]:
+def _chain(model: ModelSpec, bf16: bool) -> list[Saver]:
     sfx = "+bf16" if bf16 else ""
     cheap = ["core_attn", "layernorm"]
     if model.is_moe:
@@ -78,7 +83,7 @@ def _chain(model, bf16: bool) -> list[Saver]:
     return out
 
 
-def savers(model, fix: dict) -> list[Saver]:
+def savers(model: ModelSpec, fix: Mapping[str, Any]) -> list[Saver]:
     """Every option the search tries for this model, fp32 states first; `--fix recompute=X`
     keeps the plain setting X only (with fp32 states)."""
     if "recompute" in fix:
@@ -97,7 +102,7 @@ def chains(options: list[Saver]) -> list[list[Saver]]:
         if o.bf16_states and o.key == "none+bf16":
             prev = None          # the bf16 chains start afresh (tried only where fp32 needs more)
         nexts.setdefault(prev, []).append(o)
-    out = []
+    out: list[list[Saver]] = []
 
     def walk(path: list[Saver]) -> None:
         more = [o for o in nexts.get(path[-1].key, []) if not (o.bf16_states ^ path[-1].bf16_states)]

@@ -5,34 +5,50 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from planner.cost.memory import MemoryBreakdown
 from planner.cost.shape import ModelShape, model_shape
+from planner.cost.step import StepTime
 
 if TYPE_CHECKING:
     from planner.cost.model import CostModel
+    from planner.layout import Layout
+    from planner.specs import HardwareSpec, ModelSpec, TrainingSpec
 
 __all__ = ["Estimate", "estimate", "shape_of", "time_of", "cost_model"]
+
+
+class JobLike(Protocol):
+    """What the cost model reads of a job: planner.config.Job names it, but config sits above
+    cost in the import layers (.importlinter), so cost states the shape it needs."""
+
+    @property
+    def model(self) -> ModelSpec: ...
+    @property
+    def hardware(self) -> HardwareSpec: ...
+    @property
+    def training(self) -> TrainingSpec: ...
 
 
 @dataclass(frozen=True)
 class Estimate:
     memory: MemoryBreakdown
-    time: object = None          # a StepTime (cost/step.py)
+    time: StepTime | None = None
 
 
 @lru_cache(maxsize=32)
-def shape_of(model) -> ModelShape:
+def shape_of(model: ModelSpec) -> ModelShape:
     return model_shape(model)
 
 
-def cost_model(job) -> "CostModel":
+def cost_model(job: JobLike) -> CostModel:
     from planner.cost.model import CostModel
     return CostModel(job, shape_of(job.model))
 
 
-def time_of(job, layout, *, tokens: float | None = None, model=None):
+def time_of(job: JobLike, layout: Layout, *, tokens: float | None = None,
+            model: CostModel | None = None) -> StepTime:
     from dataclasses import replace
 
     st = (model or cost_model(job)).time(layout)
@@ -45,7 +61,8 @@ def time_of(job, layout, *, tokens: float | None = None, model=None):
     return st
 
 
-def estimate(job, layout, *, tokens: float | None = None, model=None) -> Estimate:
+def estimate(job: JobLike, layout: Layout, *, tokens: float | None = None,
+             model: CostModel | None = None) -> Estimate:
     """Memory of the most loaded rank and the step time of `layout` for `job`."""
     cm = model or cost_model(job)
     return Estimate(memory=cm.memory(layout), time=time_of(job, layout, tokens=tokens, model=cm))

@@ -25,6 +25,7 @@ CUDA-graph pools, optimizer CPU offload, checkpoint/IO buffers.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from planner.cost.shape import ModelShape
@@ -54,7 +55,7 @@ class MemoryBreakdown:
     def fraction(self) -> float:
         return self.total / self.capacity
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, int | str]:
         return {
             "weights_bytes": round(self.weights), "gradients_bytes": round(self.gradients),
             "optimizer_bytes": round(self.optimizer), "activations_bytes": round(self.activations),
@@ -244,7 +245,7 @@ def op_sac_matmuls(shape: ModelShape) -> list[tuple[int, int, bool, bool]]:
     return [(i, o, n % 2 == 0, col) for n, (i, o, col) in enumerate(mms)]
 
 
-def op_sac_on(shape: ModelShape, modules, *, moe: bool) -> bool:
+def op_sac_on(shape: ModelShape, modules: Collection[str], *, moe: bool) -> bool:
     """torchtitan's op SAC is modelled on this layer: `torchtitan_op` among the recompute
     modules and a dense GQA/MHA layer (MoE and MLA layers count as core_attn)."""
     return "torchtitan_op" in modules and not (moe or shape.mla)

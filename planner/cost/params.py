@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from planner.specs import ModelSpec
 
 __all__ = ["LayerParams", "layer_params", "embedding_params", "total_params",
-           "active_params", "padded_vocab"]
+           "active_params", "padded_vocab", "mla_dims"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,17 +39,32 @@ def padded_vocab(vocab_size: int, tp: int) -> int:
     return -(-vocab_size // mult) * mult
 
 
+def mla_dims(m: ModelSpec) -> tuple[int, int, int]:
+    """(kv_lora_rank, qk_head_dim, v_head_dim) of a multi-latent (MLA) model: ModelSpec's
+    validator requires qk_head_dim and v_head_dim once kv_lora_rank is set."""
+    kv_rank, qk_head, v_head = m.kv_lora_rank, m.qk_head_dim, m.v_head_dim
+    assert kv_rank is not None and qk_head is not None and v_head is not None, m.name
+    return kv_rank, qk_head, v_head
+
+
+def _num_experts(m: ModelSpec) -> int:
+    """Routed experts of an MoE model (the callers check m.is_moe first)."""
+    assert m.num_experts is not None, m.name
+    return m.num_experts
+
+
 def _attention(m: ModelSpec) -> int:
     h, a, g = m.hidden_size, m.num_attention_heads, m.kv_heads
     if m.is_mla:
-        qk = m.qk_head_dim + (m.qk_pos_emb_head_dim if m.qk_pos_emb_head_dim is not None else 64)
-        rope = qk - m.qk_head_dim
+        kv_rank, qk_head, v_head = mla_dims(m)
+        qk = qk_head + (m.qk_pos_emb_head_dim if m.qk_pos_emb_head_dim is not None else 64)
+        rope = qk - qk_head
         if m.q_lora_rank:
             q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * qk
         else:
             q = h * a * qk
-        kv = h * (m.kv_lora_rank + rope) + m.kv_lora_rank + m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim)
-        return q + kv + a * m.v_head_dim * h
+        kv = h * (kv_rank + rope) + kv_rank + kv_rank * a * (qk_head + v_head)
+        return q + kv + a * v_head * h
     d = m.head_dim
     q = a * d
     params = h * (q + 2 * d * g) + q * h
@@ -76,9 +91,10 @@ def layer_params(m: ModelSpec, *, moe: bool) -> LayerParams:
     attn = _attention(m)
     if not moe:
         return LayerParams(attn, _mlp(m, m.ffn), 0, _norms(m))
-    experts = m.num_experts * _mlp(m, m.expert_ffn)
+    E = _num_experts(m)
+    experts = E * _mlp(m, m.expert_ffn)
     shared = m.num_shared_experts * _mlp(m, m.expert_ffn) if m.num_shared_experts else 0
-    return LayerParams(attn, shared, experts, _norms(m) + m.hidden_size * m.num_experts)
+    return LayerParams(attn, shared, experts, _norms(m) + m.hidden_size * E)
 
 
 def embedding_params(m: ModelSpec, *, vocab: int | None = None) -> tuple[int, int]:
@@ -106,5 +122,6 @@ def active_params(m: ModelSpec) -> int:
     if not m.is_moe:
         return total_params(m)
     lp = layer_params(m, moe=True)
-    inactive = lp.experts * (m.num_experts - m.moe_top_k) // m.num_experts
+    E = _num_experts(m)
+    inactive = lp.experts * (E - m.moe_top_k) // E
     return total_params(m) - inactive * m.num_moe_layers

@@ -15,7 +15,7 @@ fill/drain part by v: T = (m - 1/v) * t_max + sum_i t_i / v ... written below as
 
 from __future__ import annotations
 
-from planner.layout import bubble_fraction   # defined with the layout: the rules need it too
+from planner.layout import bubble_fraction  # defined with the layout: the rules need it too
 
 __all__ = ["bubble_fraction", "pipeline_time"]
 

@@ -24,7 +24,12 @@ step and cached, or kept in FP8 with fp8_param_gather).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from planner.cost.shape import ModelShape
+
+if TYPE_CHECKING:
+    from planner.specs import HardwareSpec
 
 __all__ = ["RECIPE_GEMM_FACTOR", "QUANTIZE_BYTES", "linear_peak", "quantized_elements"]
 
@@ -33,7 +38,7 @@ QUANTIZE_BYTES = {"delayed": 3.0, "tensorwise": 5.0, "mxfp8": 2.0 + 2.0 * (1 + 1
                   "blockwise": 5.0}
 
 
-def linear_peak(hw, recipe: str | None) -> float:
+def linear_peak(hw: HardwareSpec, recipe: str | None) -> float:
     """FLOP/s a large linear-layer GEMM reaches before its size factor: the BF16 (FP16) peak
     x matmul_efficiency, or the FP8 peak x fp8_matmul_efficiency x the recipe's factor."""
     cal = hw.calibration

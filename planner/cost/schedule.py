@@ -70,7 +70,7 @@ class Schedule:
 def _chunk_sequence(m: int, group_size: int, v: int, *, backward: bool) -> list[tuple[int, int]]:
     """(micro-batch, chunk) in the order a rank runs them: groups of `group_size`
     micro-batches, each group through chunk 0..v-1 (forward) or v-1..0 (backward)."""
-    out = []
+    out: list[tuple[int, int]] = []
     for g in range(0, m, group_size):
         group = range(g, min(g + group_size, m))
         chunks = range(v - 1, -1, -1) if backward else range(v)
@@ -108,7 +108,8 @@ def rank_order(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
     return order
 
 
-def _dependency(kind: str, mb: int, chunk: int, rank: int, p: int, v: int):
+def _dependency(kind: str, mb: int, chunk: int, rank: int, p: int,
+                v: int) -> tuple[str, int, int, int] | None:
     """The block whose end this block waits for, as (kind, mb, chunk, rank), or None."""
     if kind == "F":
         if rank > 0:
@@ -133,7 +134,7 @@ def build_schedule(*, forward: list[float], backward: list[float], m: int, v: in
         v = 1            # no pipeline: virtual stages change nothing (Megatron needs pp > 1)
     rec = recompute or [0.0] * p
     orders = [rank_order(p, m, v, r) for r in range(p)]
-    done: dict[tuple, float] = {}
+    done: dict[tuple[str, int, int, int], float] = {}
     free = [0.0] * p
     pos = [0] * p
     blocks: list[Block] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.cost.params import embedding_params, layer_params
+from planner.cost.params import embedding_params, layer_params, mla_dims
 from planner.specs import ModelSpec
 
 __all__ = ["ModelShape", "model_shape"]
@@ -65,14 +65,15 @@ def model_shape(m: ModelSpec) -> ModelShape:
     emb, out = embedding_params(m, vocab=0)
     h, a, g = m.hidden_size, m.num_attention_heads, m.kv_heads
     if m.is_mla:
-        qk = m.qk_head_dim + (m.qk_pos_emb_head_dim if m.qk_pos_emb_head_dim is not None else 64)
-        d, q = m.v_head_dim, a * qk
+        kv_rank, qk_head, v_head = mla_dims(m)
+        qk = qk_head + (m.qk_pos_emb_head_dim if m.qk_pos_emb_head_dim is not None else 64)
+        d, q = v_head, a * qk
         attn_params_nobias = dense.attention
         # stored: latents (q_lora, kv_lora + rope), q, k (a*qk each), v (a*v)
-        act_latent = 2 * ((m.q_lora_rank or 0) + m.kv_lora_rank + qk - m.qk_head_dim)
+        act_latent = 2 * ((m.q_lora_rank or 0) + kv_rank + qk - qk_head)
         act_qkv = 2 * (2 * a * qk + a * d)
         up = (m.q_lora_rank * a * qk if m.q_lora_rank else 0) \
-            + m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim)
+            + kv_rank * a * (qk_head + v_head)
         core_q = a * (qk + d) / 2   # QK^T uses qk dims, PV uses v dims
     else:
         d = m.head_dim

@@ -17,9 +17,10 @@ micro-batch; ZeRO-3 also all-gathers the parameters in every forward and backwar
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from planner.cost.comm import all_gather_time, all_reduce_time, reduce_scatter_time
+from planner.cost.comm import Link, all_gather_time, all_reduce_time, reduce_scatter_time
 
 __all__ = ["StepTime", "dp_exposed", "dp_buckets", "OPTIMIZER_BYTES_PER_PARAM"]
 
@@ -47,7 +48,7 @@ class StepTime:
     hfu: float
     model_flops: float
     num_gpus: int
-    train: dict | None = field(default=None)
+    train: dict[str, float] | None = field(default=None)
 
     @property
     def exposed_comm_s(self) -> float:
@@ -63,7 +64,7 @@ class StepTime:
                 ("CP communication (exposed)", self.cp_comm_s),
                 ("optimizer step", self.optimizer_s)]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, float]:
         return {
             "step_time_s": self.step_time_s, "compute_s": self.compute_s,
             "bubble_s": self.bubble_s, "bubble_fraction": self.bubble_fraction,
@@ -73,7 +74,7 @@ class StepTime:
             "exposed_comm_s": self.exposed_comm_s,
         }
 
-    def throughput_dict(self) -> dict:
+    def throughput_dict(self) -> dict[str, float]:
         return {"tokens_per_s": self.tokens_per_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
                 "model_tflops_per_gpu": self.model_tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu}
 
@@ -84,15 +85,16 @@ def dp_buckets(params: float, n: int) -> int:
     return max(1, -(-int(params) // int(max(40e6, 1e6 * n))))
 
 
-def _bucketed(time_fn, size: float, n: int, link, buckets: int) -> float:
+def _bucketed(time_fn: Callable[[float, int, Link], float], size: float, n: int, link: Link,
+              buckets: int) -> float:
     """A collective of `size` bytes sent as `buckets` calls: the bandwidth term once, the
     ring latency (n-1)*alpha once per call."""
     return time_fn(size / buckets, n, link) * buckets
 
 
-def dp_exposed(*, zero: int, m: int, dense_params: float, expert_params: float, dp_link,
-               dp_size: int, edp_link, edp_size: int, grad_bytes: float, window_fwd: float,
-               window_bwd: float, hide: float, overlap_grad_reduce: bool = True,
+def dp_exposed(*, zero: int, m: int, dense_params: float, expert_params: float,
+               dp_link: Link, dp_size: int, edp_link: Link, edp_size: int, grad_bytes: float,
+               window_fwd: float, window_bwd: float, hide: float, overlap_grad_reduce: bool = True,
                overlap_param_gather: bool = True, param_bytes: float = 2.0,
                units: int = 1) -> float:
     """Seconds of data-parallel traffic not hidden behind compute, per step.
