@@ -1,4 +1,4 @@
-"""Run planner commands in one process under a memory limit, measuring the CPU of each (tests/test_hostile.py).
+"""Run planner commands in one process under a memory limit, measuring each (test_hostile.py).
 
 Usage: python tests/limited_worker.py LIMIT_BYTES < cases.json > results.json, where cases is
 [{"id": ..., "argv": [...]}]. Each case runs `planner.cli.main(argv)` with stdout and stderr
