@@ -1,8 +1,12 @@
-"""Run planner commands in one process under a memory limit, timing each (tests/test_hostile.py).
+"""Run planner commands in one process under a memory limit, measuring each (test_hostile.py).
 
 Usage: python tests/limited_worker.py LIMIT_BYTES < cases.json > results.json, where cases is
 [{"id": ..., "argv": [...]}]. Each case runs `planner.cli.main(argv)` with stdout and stderr
-captured; the result per id is {"code", "stdout", "stderr", "seconds"}. The address-space
+captured; the result per id is {"code", "stdout", "stderr", "cpu_seconds", "seconds"}:
+cpu_seconds is the CPU time (user + system) the case used in this process and in the children
+it waited for (the search's forked child), which machine load barely changes and which
+tests/test_hostile.py bounds; seconds is the wall-clock time, for information only (it grows
+with load, so no test asserts it). The address-space
 limit (RLIMIT_AS) holds for the whole run, so a case that needs more memory fails with a
 MemoryError inside planner (which the CLI reports as exit 3).
 """
@@ -16,6 +20,8 @@ import resource
 import sys
 import time
 
+from work_budget import cpu_seconds   # tests/ is this script's folder, so it is on sys.path
+
 
 def main() -> None:
     limit = int(sys.argv[1])
@@ -26,7 +32,7 @@ def main() -> None:
     results = {}
     for case in cases:
         out, err = io.StringIO(), io.StringIO()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 cli(case["argv"])
@@ -37,6 +43,7 @@ def main() -> None:
                 code = f"raised {exc.__class__.__name__}: {str(exc)[:200]}"
         results[case["id"]] = {"code": code, "stdout": out.getvalue()[:200_000],
                                "stderr": err.getvalue()[:20_000],
+                               "cpu_seconds": cpu_seconds() - c0,
                                "seconds": time.perf_counter() - t0}
     json.dump(results, sys.__stdout__)
 

@@ -1,5 +1,5 @@
 """NeMo YAML and torchtitan TOML exports: what they write for the production recipe settings,
-what they refuse and why, and that every export reads back (planner/importers) to the same
+what they refuse and why, and that every export reads back (planner/frameworks/) to the same
 layout and verdict, over every uneven split, vpp and ZeRO/cp combination the search returns.
 """
 

@@ -1,4 +1,4 @@
-"""Export, then import: `planner.export` writes a framework's file, `planner.importers` reads
+"""Export, then import: `planner.frameworks.export` writes a framework's file, `planner.frameworks` reads
 it back, and the layout and the verdict are the ones we started from.
 
 For every example config (examples/*.yaml) and a few layouts that exercise what the examples

@@ -4,11 +4,11 @@ alone to the same `plan` command, makes it exit 0 (three nothing-fits jobs and p
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 from planner.cli import app
+from work_budget import cpu_budget
 
 CASES = [
     # Llama 3 70B on one node: 70.6B params x 18 B = 1.27 TB of model states cannot fit in
@@ -82,7 +82,10 @@ def test_suggestions_for_100_gpus_name_the_batch_and_the_gpu_counts(runner):
 
 
 def test_nothing_fits_stays_fast(runner):
-    """Bounded re-runs (search.MAX_RERUNS): a nothing-fits plan stays within a few seconds."""
-    t0 = time.perf_counter()
-    runner.invoke(app, ["plan", "--model", "70b", "--gpus", "100"])
-    assert time.perf_counter() - t0 < 5.0
+    """Bounded re-runs (search.MAX_RERUNS): a nothing-fits plan stays within a few CPU
+    seconds (0.5-0.6 idle, with its suggestions' searches; CPU, not wall-clock, so load does
+    not fail it: tests/work_budget.py). Re-running the search per candidate without the bound
+    would cost far more."""
+    with cpu_budget(5.0, "plan --model 70b --gpus 100 (nothing fits)"):
+        result = runner.invoke(app, ["plan", "--model", "70b", "--gpus", "100"])
+    assert result.exit_code == 1, result.output
