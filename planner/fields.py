@@ -111,23 +111,24 @@ def row(default: Any, doc: str, *, reads: frozenset[str] | set[str] = ALL_PARTS,
     return dataclasses.field(default_factory=default, compare=compare, metadata=meta)
 
 
-def info(f: dataclasses.Field) -> FieldInfo:
+def info(f: dataclasses.Field[Any]) -> FieldInfo:
     """The row of a Layout field."""
-    return f.metadata["planner"]
+    row_info: FieldInfo = f.metadata["planner"]
+    return row_info
 
 
-def layout_fields(cls: type) -> tuple[dataclasses.Field, ...]:
+def layout_fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
     """The rows of the table (the Layout class), in order."""
     return tuple(f for f in dataclasses.fields(cls) if "planner" in f.metadata)
 
 
-def config_name(f: dataclasses.Field) -> str:
+def config_name(f: dataclasses.Field[Any]) -> str:
     """The field's key in a config and in the JSON."""
     name = info(f).config
     return f.name if name is None else name
 
 
-def layout_key(cls: type, part: str) -> Callable[[Any], tuple]:
+def layout_key(cls: type, part: str) -> Callable[[Any], tuple[Any, ...]]:
     """The cache key of a cost part: a function giving the tuple of every compared field
     whose row says the part reads it."""
     if part not in PARTS:

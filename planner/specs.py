@@ -486,7 +486,7 @@ def field_help(cls: type[BaseModel]) -> dict[str, str]:
         return described
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     out: dict[str, str] = {}
-    body = tree.body[0].body
+    body = tree.body[0].body  # type: ignore[attr-defined]  # the class statement
     for stmt, nxt in zip(body, body[1:]):
         if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
                 and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
@@ -501,7 +501,7 @@ def _divisor_list(n: int) -> str:
     return ", ".join(map(str, ds[:-1])) + f" or {ds[-1]}" if len(ds) > 1 else str(ds[0])
 
 
-def parse_spec(cls: type[_Spec], data: Any, *, where: str = ""):
+def parse_spec(cls: type[_Spec], data: Any, *, where: str = "") -> Any:
     """Build a spec from plain data; a ValidationError becomes one SpecError line."""
     if not isinstance(data, dict):
         label = where or cls.__name__
@@ -517,7 +517,7 @@ def _short(value: Any) -> str:
     return short(value)
 
 
-def _model_at(cls: type[BaseModel], loc: tuple) -> type[BaseModel]:
+def _model_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel]:
     """The (nested) spec class that `loc` points into."""
     model: Any = cls
     for part in loc[:-1]:
@@ -527,7 +527,7 @@ def _model_at(cls: type[BaseModel], loc: tuple) -> type[BaseModel]:
             model = ann
         else:
             break
-    return model
+    return model  # type: ignore[no-any-return]
 
 
 def spec_error(exc: ValidationError, cls: type[BaseModel], *, where: str = "") -> SpecError:

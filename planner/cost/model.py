@@ -13,16 +13,16 @@ the step is pipeline_time(stages) + exposed DP + the optimizer update.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
-from planner.cost.comm import (all_reduce_time, all_to_all_time, cp_ring_time, exposed_time,
+from planner.cost.comm import (Link, all_reduce_time, all_to_all_time, cp_ring_time, exposed_time,
                                group_link, p2p_time)
-from planner.cost.compute import (gemm_efficiency, hardware_flops_per_step, layer_times,
+from planner.cost.compute import (LayerTimes, gemm_efficiency, hardware_flops_per_step, layer_times,
                                   logits_time, model_flops_per_step)
 from planner.cost.launch import host_mode, host_parts
 from planner.cost.moe import dispatch_seconds, expert_tokens, exposed_dispatch
 from planner.cost.precision import QUANTIZE_BYTES, linear_peak, quantized_elements
-from planner.cost.memory import (MemoryBreakdown, in_flight_layers, loss_bytes, op_sac_on,
+from planner.cost.memory import (MemoryBreakdown, StateDtypes, in_flight_layers, loss_bytes, op_sac_on,
                                  layer_activation_bytes, routed_activation_bytes, stage_params,
                                  state_bytes, state_dtypes)
 from planner.cost.params import padded_vocab
@@ -78,9 +78,9 @@ class _LayerBase(NamedTuple):
     work_d: float
     work_e: float
     full: bool
-    mods: tuple
-    kw: dict               # layer_times' keywords shared by the dense and the MoE layer
-    d: object              # the dense layer's LayerTimes
+    mods: tuple[str, ...]
+    kw: dict[str, Any]     # layer_times' keywords shared by the dense and the MoE layer
+    d: LayerTimes          # the dense layer's LayerTimes
     local: float           # tokens a rank routes
     tp_s: float
     tp_e: float
@@ -96,7 +96,7 @@ class Stage(NamedTuple):
 
     name: str
     rank: int
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count; a field here
     layers: float
     moe_layers: float
     embedding: bool
@@ -107,7 +107,7 @@ class Stage(NamedTuple):
 class CostModel:
     """Memory and time of layouts for one job (model, hardware, training)."""
 
-    def __init__(self, job, shape: ModelShape | None = None):
+    def __init__(self, job: Any, shape: ModelShape | None = None):
         self.job = job
         self.shape = shape or model_shape(job.model)
         hw, tr = job.hardware, job.training
@@ -130,32 +130,32 @@ class CostModel:
             nvlink_bw=hw.nvlink_bandwidth_gb_per_s * 1e9 * self.cal.nvlink_efficiency,
             network_bw=hw.network_bandwidth_gb_per_s * 1e9 * self.cal.network_efficiency,
             nvlink_lat=hw.nvlink_latency_us * 1e-6, network_lat=hw.network_latency_us * 1e-6)
-        self._layers: dict = {}
-        self._links: dict = {}
-        self._states: dict = {}
-        self._stages: dict = {}
-        self._first_params: dict = {}
-        self._hardware_flops: dict = {}
-        self._dtypes: dict = {}
-        self._acts: dict = {}
-        self._act_vectors: dict = {}
-        self._layer_bases: dict = {}
-        self._moe_layers: dict = {}
-        self._pipes: dict = {}
-        self._dp_opt: dict = {}
+        self._layers: dict[Any, Any] = {}
+        self._links: dict[Any, Any] = {}
+        self._states: dict[Any, Any] = {}
+        self._stages: dict[Any, Any] = {}
+        self._first_params: dict[Any, Any] = {}
+        self._hardware_flops: dict[Any, Any] = {}
+        self._dtypes: dict[Any, Any] = {}
+        self._acts: dict[Any, Any] = {}
+        self._act_vectors: dict[Any, Any] = {}
+        self._layer_bases: dict[Any, Any] = {}
+        self._moe_layers: dict[Any, Any] = {}
+        self._pipes: dict[Any, Any] = {}
+        self._dp_opt: dict[Any, Any] = {}
         s = self.shape
         self.model_flops = model_flops_per_step(s, seq=self.seq, global_batch_size=self.gbs)
         self.L_dense = s.L_dense if s.E else s.L
 
     # ------------------------------------------------------------------ cached pieces
-    def link(self, n: int, stride: int):
+    def link(self, n: int, stride: int) -> Link:
         key = (n, stride)
         got = self._links.get(key)
         if got is None:
             got = self._links[key] = group_link(n=n, stride=stride, **self.link_kw)
         return got
 
-    def dtypes(self, lay: Layout):
+    def dtypes(self, lay: Layout) -> StateDtypes:
         """Bytes per parameter of the model states under this layout's recipe settings."""
         key = _KEY_DTYPES(lay)
         got = self._dtypes.get(key)
@@ -167,7 +167,7 @@ class CostModel:
                 architecture=self.hw.architecture)
         return got
 
-    def act_costs(self, lay: Layout) -> tuple:
+    def act_costs(self, lay: Layout) -> tuple[Any, ...]:
         """(act_d, act_e, work_d, work_e, logits_bytes, transient) per layer and micro-batch:
         the memory side of `layer_costs`, cached on what activations depend on only."""
         key = _KEY_ACTS(lay)
@@ -276,14 +276,14 @@ class CostModel:
         return _LayerBase(tokens, act_d, act_e, work_d, work_e, full, mods, kw, d, local, tp_s,
                           tp_e, cp_s, logits, logits_bytes, transient)
 
-    def _moe_layer(self, lay: Layout, b: "_LayerBase"):
+    def _moe_layer(self, lay: Layout, b: "_LayerBase") -> LayerTimes:
         """The MoE layer's times (LayerTimes), which depend on ep and the all-to-all overlap
         but not on the dispatcher: cached on `_layer_base`'s key and those two."""
         overlap = lay.overlap_moe_expert_parallel_comm
         key = _KEY_MOE_LAYER(lay)
         got = self._moe_layers.get(key)
         if got is not None:
-            return got
+            return cast(LayerTimes, got)
         s, cal = self.shape, self.cal
         tokens, t = b.tokens, lay.tp
         rates = self._rates(lay, tokens)
@@ -369,7 +369,7 @@ class CostModel:
     def _custom_stages(self, lay: Layout) -> list[Stage]:
         """Per rank from the layout string; consecutive identical ranks grouped (the lowest
         rank of a group holds the most micro-batches in flight, so it stands for them)."""
-        stages = parse_layout(lay.pipeline_model_parallel_layout)
+        stages = parse_layout(lay.pipeline_model_parallel_layout or "")
         p = lay.pp
         # global index of each stage's first decoder layer (stages are in layer order)
         starts, n = [], 0
@@ -392,13 +392,13 @@ class CostModel:
             prev = (sig,)
         return out
 
-    def stage_states(self, lay: Layout, zero: int) -> tuple:
+    def stage_states(self, lay: Layout, zero: int) -> tuple[Any, ...]:
         """(transient bytes, [(stage, weights, gradients, optimizer bytes)] per stage group).
         Cached: it does not depend on the micro-batch, vpp, sp or recompute."""
         key = (_KEY_STATES(lay), zero)
         got = self._states.get(key)
         if got is not None:
-            return got
+            return cast(tuple[Any, ...], got)
         s = self.shape
         vocab = padded_vocab(s.V, lay.tp)
         dt = self.dtypes(lay)
@@ -430,7 +430,7 @@ class CostModel:
 
     def memory_total(self, lay: Layout) -> float:
         """`memory(lay).total` without building the breakdown (the search's hot path)."""
-        return self._worst_rank(lay, lay.zero)[0]
+        return cast(float, self._worst_rank(lay, lay.zero)[0])
 
     def _recompute_share(self, lay: Layout, layers: float) -> float:
         """Fraction of a stage's layers that recompute in full: 1 for recompute full (or
@@ -443,7 +443,7 @@ class CostModel:
         chunk = layers / lay.vpp
         return min(1.0, n / chunk) if chunk else 1.0
 
-    def _stage_activations(self, lay: Layout, ac: tuple, st: Stage, m: int,
+    def _stage_activations(self, lay: Layout, ac: tuple[Any, ...], st: Stage, m: int,
                            rank: int | None = None) -> float:
         """Activation bytes a rank of this stage group holds at its peak (`ac`: act_costs);
         the group's lowest rank (which holds the most micro-batches in flight) unless
@@ -472,7 +472,7 @@ class CostModel:
             acts += max(work_e if moe else work_d, logits)
         else:
             acts += logits
-        return acts
+        return cast(float, acts)
 
     def memory_by_rank(self, lay: Layout) -> list[MemoryBreakdown]:
         """Every pipeline rank's memory, rank 0 first (the pictures' memory bars): the same
@@ -503,12 +503,12 @@ class CostModel:
                 tuple(self._stage_activations(lay, ac, st, m) for st in self.stages(lay)), ac[5])
         return got
 
-    def worst_total(self, states: tuple, acts: tuple) -> float:
+    def worst_total(self, states: tuple[Any, ...], acts: tuple[Any, ...]) -> float:
         """The most loaded rank's total bytes from `stage_states` and `act_vector` (what
         `memory_total` returns; the search's hot path calls it with both looked up once)."""
         return self._worst(states, acts)[1]
 
-    def _worst(self, states: tuple, acts: tuple) -> tuple[int, float]:
+    def _worst(self, states: tuple[Any, ...], acts: tuple[Any, ...]) -> tuple[int, float]:
         """(index of the most loaded stage group, its total bytes): the first of the
         largest."""
         gather, stages = states
@@ -522,7 +522,7 @@ class CostModel:
                 best, best_total = i, total
         return best, best_total
 
-    def _worst_rank(self, lay: Layout, zero: int) -> tuple:
+    def _worst_rank(self, lay: Layout, zero: int) -> tuple[Any, ...]:
         states, acts = self.stage_states(lay, zero), self.act_vector(lay)
         i, total = self._worst(states, acts)
         st, w, g, o = states[1][i]
@@ -538,7 +538,7 @@ class CostModel:
                    <= (b[1] + b[2] + b[3]) * (1.0 + self.frag) + g2 for a, b in zip(st3, st2))
 
     # ------------------------------------------------------------------ time
-    def _stage_parts(self, lay: Layout, lc: LayerCosts, st: Stage) -> tuple:
+    def _stage_parts(self, lay: Layout, lc: LayerCosts, st: Stage) -> tuple[Any, ...]:
         """(compute, TP, EP, CP exposed) seconds per micro-batch on a rank of this group."""
         s = self.shape
         mtp_moe = st.mtp if s.E else 0
@@ -607,7 +607,7 @@ class CostModel:
         fwd = st.layers * (moe * lc.fwd_e + (1 - moe) * lc.fwd_d)
         bwd = st.layers * (moe * lc.bwd_e + (1 - moe) * lc.bwd_d)
         hide = self.cal.overlap_efficiency
-        return max(0.0, copy - hide * fwd) + max(0.0, copy - hide * bwd)
+        return cast(float, max(0.0, copy - hide * fwd) + max(0.0, copy - hide * bwd))
 
     def _pp_seconds(self, lay: Layout, lc: LayerCosts) -> float:
         """Exposed point-to-point seconds per micro-batch on a stage (activations in,
@@ -647,7 +647,7 @@ class CostModel:
         return (dl * lc.fwd_d + el * lc.fwd_e, dl * lc.bwd_d + el * lc.bwd_e,
                 r * (dl * lc.rec_d + el * lc.rec_e))
 
-    def _pipeline(self, lay: Layout) -> tuple:
+    def _pipeline(self, lay: Layout) -> tuple[Any, ...]:
         """(m, pipeline seconds, the slowest rank's total and its (compute, TP, EP, CP)
         parts, PP seconds, the first stage, its forward and backward compute windows)."""
         lc = self.layer_costs(lay)
@@ -696,7 +696,7 @@ class CostModel:
             + self.cal.step_overhead_ms * 1e-3
         return dp_s, opt_s
 
-    def _parts(self, lay: Layout) -> tuple[tuple, tuple[float, float]]:
+    def _parts(self, lay: Layout) -> tuple[tuple[Any, ...], tuple[float, float]]:
         """(`_pipeline`, `_dp_and_optimizer`) of the layout. The pipeline part does not read
         ZeRO, the state dtypes or the DP overlap settings: it is cached on every other field
         (its key: the layout table's fields that read "pipeline"). The DP and optimizer part reads the layer costs only through the first stage's
@@ -719,13 +719,13 @@ class CostModel:
         pipe = self._pipes.get(key)
         if pipe is None:
             pipe = self._pipes[key] = self._pipeline(lay)
-        return pipe[1]
+        return cast(float, pipe[1])
 
     def step_seconds(self, lay: Layout) -> float:
         """`time(lay).step_time_s`, without the rest of the breakdown (the search compares
         the dispatchers and ranks contenders by it)."""
         pipe, (dp_s, opt_s) = self._parts(lay)
-        return pipe[1] + dp_s + opt_s
+        return cast(float, pipe[1] + dp_s + opt_s)
 
     def time(self, lay: Layout) -> StepTime:
         s = self.shape
