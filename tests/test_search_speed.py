@@ -10,8 +10,10 @@ import pytest
 from planner.config import Job, default_training, resolve_hardware
 from planner.cost import cost_model
 from planner.presets import get_preset
-from planner.search import (SearchOptions, _by_bound, _collect, _Counter, _Group, _groups,
-                            _Space, _tp_cp_pairs, search)
+from planner.search import SearchOptions, search
+from planner.search.rank import _by_bound
+from planner.search.space import _Space
+from planner.search.walk import _collect, _Counter, _Group, _groups, _tp_cp_pairs
 
 
 def _job(model: str, gpus: int, hardware: str = "h100-sxm") -> Job:
