@@ -12,7 +12,7 @@ from planner.cost import cost_model
 from planner.presets import get_preset
 from planner.search import SearchOptions, search
 from planner.search.rank import _by_bound
-from planner.search.space import _Space
+from planner.search.space import _build, _head, _Space, _tail
 from planner.search.walk import _collect, _Counter, _Group, _groups, _tp_cp_pairs
 
 
@@ -29,9 +29,7 @@ def _leaves(job: Job, space: _Space, n: int, seed: int = 0):
     for _ in range(n):
         base, vpps, sps = rng.choice(bases)
         sp = rng.choice(sps)
-        head = (base.tp, base.cp, base.ep, base.dp, base.pp, rng.choice(vpps), base.etp, sp)
-        tail = (base.first_stage_layers, base.last_stage_layers, base.cp_comm_type,
-                base.overlap_grad_reduce, base.overlap_param_gather, sp and base.tp > 1)
+        head, tail = _head(base, rng.choice(vpps), sp), _tail(base, sp and base.tp > 1)
         yield head, tail, rng.choice(space.zero), rng.choice(space.mbs), rng.choice(space.rec)
 
 
@@ -45,6 +43,28 @@ def test_group_memory_totals_are_the_cost_models(model, gpus):
         lay = group.layout(zero, mbs, sv)
         assert group.total(zero, mbs, sv) == fresh.memory_total(lay)
         assert fresh.memory_total(lay) == pytest.approx(fresh.memory(lay).total, rel=1e-12)
+
+
+@pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("llama3-70b", 128)])
+def test_built_leaves_are_the_base_with_each_piece_in_its_field(model, gpus):
+    # _build names every field it sets; the rest keep Layout's defaults, as on the base
+    job = _job(model, gpus)
+    space = _Space(job, SearchOptions())
+    bases = list(_groups(job, space, _Counter()))
+    rng = random.Random(4)
+    for _ in range(200):
+        base, vpps, sps = rng.choice(bases)
+        vpp, sp, zero = rng.choice(vpps), rng.choice(sps), rng.choice(space.zero)
+        mbs, sv, (d, o) = rng.choice(space.mbs), rng.choice(space.rec), rng.choice(space.variants)
+        dt = "bf16" if sv.bf16_states else "fp32"
+        built = _build(_head(base, vpp, sp), zero, mbs, sv, _tail(base, sp and base.tp > 1),
+                       (d, o))
+        assert built == base.with_(
+            vpp=vpp, sp=sp, tp_comm_overlap=sp and base.tp > 1, zero=zero, micro_batch_size=mbs,
+            recompute=sv.recompute, recompute_modules=sv.modules,
+            recompute_num_layers=sv.num_layers, cpu_offloading_num_layers=sv.offload_layers,
+            grad_reduce_in_fp32=not sv.bf16_states, exp_avg_dtype=dt, exp_avg_sq_dtype=dt,
+            moe_token_dispatcher=d, overlap_moe_expert_parallel_comm=o)
 
 
 @pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("qwen3-235b-a22b", 128)])

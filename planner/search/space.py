@@ -4,8 +4,9 @@ divisors, cp powers of two, pp divisors, ep and etp, vpp, sp, micro-batch, ZeRO,
 and the MoE dispatcher variants), with what the walk reads of them precomputed once (the
 (saver, ZeRO) pairs per pipeline kind, `_Pairs`).
 
-Also how one point of the space becomes a `Layout` (`_build`, from a head, a tail and the
-leaf's ZeRO, micro-batch, saver and dispatcher variant).
+Also how one point of the space becomes a `Layout`: `_build`, by keyword, from its head
+(`_Head`: the degrees), its tail (`_Tail`: what its base layout decides besides) and the
+leaf's ZeRO, micro-batch, saver and dispatcher variant.
 """
 
 from __future__ import annotations
@@ -227,28 +228,71 @@ def _zero_order(zeros: list[int]) -> list[int]:
     return sorted(zeros, key=lambda z: (z == 3, {2: 0, 0: 1, 1: 2}.get(z, 3)))
 
 
-def _tail(lay: Layout) -> tuple:
-    return (lay.first_stage_layers, lay.last_stage_layers, lay.cp_comm_type,
-            lay.overlap_grad_reduce, lay.overlap_param_gather, lay.tp_comm_overlap)
+class _Head(NamedTuple):
+    """The degrees of a leaf (each the Layout field of its name): with `_Tail`, what the
+    leaves of one (base, vpp, sp) share (a tuple: a cache key, cheap to pickle)."""
+
+    tp: int
+    cp: int
+    ep: int
+    dp: int
+    pp: int
+    vpp: int
+    etp: int
+    sp: bool
 
 
-def _build(head: tuple, zero: int, mbs: int, sv: Saver, tail: tuple,
+class _Tail(NamedTuple):
+    """The rest of a leaf its base layout decides (each the Layout field of its name)."""
+
+    first_stage_layers: int | None
+    last_stage_layers: int | None
+    cp_comm_type: str
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    tp_comm_overlap: bool
+
+
+def _head(lay: Layout, vpp: int, sp: bool) -> _Head:
+    """The head of `lay` at this vpp and sp."""
+    return _Head(tp=lay.tp, cp=lay.cp, ep=lay.ep, dp=lay.dp, pp=lay.pp, vpp=vpp, etp=lay.etp,
+                 sp=sp)
+
+
+def _tail(lay: Layout, tp_comm_overlap: bool) -> _Tail:
+    """The tail of `lay` with this TP-overlap setting."""
+    return _Tail(first_stage_layers=lay.first_stage_layers,
+                 last_stage_layers=lay.last_stage_layers, cp_comm_type=lay.cp_comm_type,
+                 overlap_grad_reduce=lay.overlap_grad_reduce,
+                 overlap_param_gather=lay.overlap_param_gather, tp_comm_overlap=tp_comm_overlap)
+
+
+def _build(head: _Head, zero: int, mbs: int, sv: Saver, tail: _Tail,
            moe: tuple[str, bool]) -> Layout:
-    """A Layout from the search's pieces (positional: dataclasses.replace costs more than an
-    estimate)."""
+    """A Layout from the search's pieces, every field by name (dataclasses.replace costs
+    more than an estimate; a field Layout gains keeps its default here)."""
     dt = "bf16" if sv.bf16_states else "fp32"
-    return Layout(*head, zero, mbs, sv.recompute, *tail, sv.modules, sv.num_layers,
-                  sv.offload_layers, not sv.bf16_states, dt, dt, moe[0], moe[1])
+    return Layout(tp=head.tp, cp=head.cp, ep=head.ep, dp=head.dp, pp=head.pp, vpp=head.vpp,
+                  etp=head.etp, sp=head.sp, zero=zero, micro_batch_size=mbs,
+                  recompute=sv.recompute, first_stage_layers=tail.first_stage_layers,
+                  last_stage_layers=tail.last_stage_layers, cp_comm_type=tail.cp_comm_type,
+                  overlap_grad_reduce=tail.overlap_grad_reduce,
+                  overlap_param_gather=tail.overlap_param_gather,
+                  tp_comm_overlap=tail.tp_comm_overlap, recompute_modules=sv.modules,
+                  recompute_num_layers=sv.num_layers,
+                  cpu_offloading_num_layers=sv.offload_layers,
+                  grad_reduce_in_fp32=not sv.bf16_states, exp_avg_dtype=dt, exp_avg_sq_dtype=dt,
+                  moe_token_dispatcher=moe[0], overlap_moe_expert_parallel_comm=moe[1])
 
 
 def _savers_for(space: _Space, pp: int) -> list[Saver]:
     return [sv for sv in space.rec if not (sv.offload_layers and pp > 1)]
 
 
-def _variants_for(space: _Space, head: tuple, sv: Saver) -> list[tuple[str, bool]]:
+def _variants_for(space: _Space, head: _Head, sv: Saver) -> list[tuple[str, bool]]:
     """The dispatcher variants that apply: only with ep > 1; the all-to-all overlap not with
     full recompute (Megatron rejects it)."""
-    if head[2] <= 1:
+    if head.ep <= 1:
         return space.variants[:1]
     return [v for v in space.variants if not (v[1] and sv.recompute == "full")] \
         or space.variants[:1]

@@ -20,8 +20,8 @@ from planner.rules import (Context, batch_ok, expert_grid, experts_divisible_by_
                            heads_divisible_by_tp, interleave_ok, kv_heads_vs_tp, moe_sp_ok,
                            seq_divisible_by_cp, seq_tp_ok, split_options)
 from planner.savers import Saver
-from planner.search.space import (SearchOptions, _build, _Pair, _Pairs, _savers_for, _Space,
-                                  _tail, _variants_for)
+from planner.search.space import (SearchOptions, _build, _Head, _head, _Pair, _Pairs,
+                                  _savers_for, _Space, _Tail, _tail, _variants_for)
 
 class _Counter:
     """What the search counted: the space, what each rule pruned, what was estimated."""
@@ -122,12 +122,11 @@ def _subtree(job: Job, base: Layout, vpps: list[int], sps: list[bool], space: _S
         zs = [z for z in space.zero if z >= 2] or [max(space.zero)]
         least = [sv for sv in space.rec if sv.bf16_states] or space.rec
         rs = [sv for sv in least if sv.recompute != "none" or sv.offload_layers] or least
-        tail = _tail(low)
+        head, tail = _head(low, low.vpp, low.sp), _tail(low, low.tp_comm_overlap)
         for zero in zs:
             for sv in rs:
                 if sv.offload_layers and base.pp > 1:
                     continue
-                head = (low.tp, low.cp, low.ep, low.dp, low.pp, low.vpp, low.etp, low.sp)
                 probe = _build(head, zero, low.micro_batch_size, sv, tail, space.variants[0])
                 total = cm.memory_total(probe)
                 cnt.evaluated += 1
@@ -160,10 +159,8 @@ def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: 
             all_fitting: bool = False, ceiling: list | None = None) -> list[int]:
     """Micro-batch x ZeRO x recompute of one base layout; returns, per (saver, ZeRO) pair
     (`_Pairs`), the largest micro-batch that fits (0: none)."""
-    b = base   # positional construction: dataclasses.replace costs more than the estimate
-    head = (b.tp, b.cp, b.ep, b.dp, b.pp, vpp, b.etp, sp)
-    tail = (b.first_stage_layers, b.last_stage_layers, b.cp_comm_type, b.overlap_grad_reduce,
-            b.overlap_param_gather, sp and b.tp > 1)
+    b = base   # the leaves as (head, tail): dataclasses.replace costs more than the estimate
+    head, tail = _head(b, vpp, sp), _tail(b, sp and b.tp > 1)
     pairs = space.pairs[b.pp > 1]
     if b.pp > 1 and any(sv.offload_layers for sv in space.rec):
         # Megatron offloads activations only without pipeline parallelism
@@ -196,14 +193,15 @@ class _Group:
 
     __slots__ = ("head", "tail", "cm", "moe", "act_class", "states", "acts", "by_dtype")
 
-    def __init__(self, head: tuple, tail: tuple, space: _Space, cm):
+    def __init__(self, head: _Head, tail: _Tail, space: _Space, cm):
         self.head, self.tail, self.cm = head, tail, cm
         self.moe = space.variants[0]
         self.act_class = space.act_class
         self.states: dict = {}
         self.by_dtype: dict = {}
-        tp, cp, _, dp, pp, vpp, etp, sp = head
-        self.acts = space.act_tables.setdefault((tp, cp, dp, pp, vpp, etp, sp, tail), {})
+        h = head
+        self.acts = space.act_tables.setdefault(
+            (h.tp, h.cp, h.dp, h.pp, h.vpp, h.etp, h.sp, tail), {})
 
     def layout(self, zero: int, mbs: int, sv: Saver) -> Layout:
         return _build(self.head, zero, mbs, sv, self.tail, self.moe)
@@ -349,7 +347,7 @@ def _contenders(group: _Group, valid: list[int], prefix: list, pairs: _Pairs, sp
     that get timed."""
     bounds: dict[tuple[int, str], float] = {}
     head, tail, cm = group.head, group.tail, group.cm
-    pp, vpp, dp = head[4], head[5], head[3]
+    pp, vpp, dp = head.pp, head.vpp, head.dp
     none = space.by_key.get("none")
 
     def bound(mbs: int, sv: Saver) -> float:
@@ -381,7 +379,7 @@ def _contenders(group: _Group, valid: list[int], prefix: list, pairs: _Pairs, sp
                             break
 
 
-def _least_bound_sum(head: tuple, mbs: int, sv: Saver, tail: tuple, space: _Space,
+def _least_bound_sum(head: _Head, mbs: int, sv: Saver, tail: _Tail, space: _Space,
                      cm) -> float:
     """The least `bound_sum` over the dispatcher variants: with `scale_bound` (increasing in
     it) the least `time_lower_bound` of the candidate, the same for every ZeRO stage and dp.
@@ -389,8 +387,8 @@ def _least_bound_sum(head: tuple, mbs: int, sv: Saver, tail: tuple, space: _Spac
     (the head without dp, and without vpp unless block recompute; the tail; micro-batch;
     the saver's recompute settings, not its state dtypes or offload); the variants tried
     depend only on ep and the recompute."""
-    tp, cp, ep, _, pp, vpp, etp, sp = head
-    key = (tp, cp, ep, pp, vpp if sv.num_layers else 1, etp, sp, tail, mbs,
+    h = head
+    key = (h.tp, h.cp, h.ep, h.pp, h.vpp if sv.num_layers else 1, h.etp, h.sp, tail, mbs,
            space.time_class[sv.key])
     got = space.bound_sums.get(key)
     if got is None:
