@@ -3,6 +3,7 @@ plain composition gives, bit for bit."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -116,6 +117,36 @@ def test_two_processes_give_exactly_the_one_process_result_for_moe(model, gpus, 
         (single.searched, single.feasible, single.evaluated, single.timed, single.pruned)
     assert [(p.layout, p.memory, p.time) for p in split.plans] == \
         [(p.layout, p.memory, p.time) for p in single.plans]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or (os.cpu_count() or 1) < 2,
+                    reason="one process: nothing crosses")
+def test_the_child_process_results_arrive_unpickled(monkeypatch):
+    # the parent redoes what a failed child left undone, so the results above would hold
+    # even if what the child sends back (counters, heads and tails, savers, layouts) no
+    # longer pickled: check that it exits cleanly and its pairs arrive
+    import pickle
+
+    from planner.search import pool
+    monkeypatch.delenv("PLANNER_SERIAL", raising=False)
+    seen = []
+    waitpid, loads = os.waitpid, pickle.loads
+
+    def waited(pid, options):
+        got = waitpid(pid, options)
+        seen.append(("status", got[1]))
+        return got
+
+    def loaded(data):
+        out = loads(data)
+        seen.append(("pairs", len(out)))
+        return out
+
+    monkeypatch.setattr(pool.os, "waitpid", waited)
+    monkeypatch.setattr(pool.pickle, "loads", loaded)
+    search(_job("deepseek-v3", 512))
+    assert len(seen) == 2 and seen[0] == ("status", 0)
+    assert seen[1][0] == "pairs" and seen[1][1] > 0
 
 
 @pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("qwen3-235b-a22b", 128),
