@@ -77,7 +77,9 @@ def main(argv=None) -> int:
         if model == "70b":
             kept = (job, r)
     # raw rate: full estimates (memory + time) of distinct layouts, fresh cost model
-    from planner.search import _Space, SearchOptions, _groups, _Counter
+    from planner.search import SearchOptions
+    from planner.search.space import _Space
+    from planner.search.walk import _Counter, _groups
     job, _ = kept
     cm = cost_model(job)
     layouts = []

@@ -3,6 +3,7 @@ plain composition gives, bit for bit."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -10,8 +11,10 @@ import pytest
 from planner.config import Job, default_training, resolve_hardware
 from planner.cost import cost_model
 from planner.presets import get_preset
-from planner.search import (SearchOptions, _by_bound, _collect, _Counter, _Group, _groups,
-                            _Space, _tp_cp_pairs, search)
+from planner.search import SearchOptions, search
+from planner.search.rank import _by_bound
+from planner.search.space import _build, _head, _Space, _tail
+from planner.search.walk import _collect, _Counter, _Group, _groups, _tp_cp_pairs
 
 
 def _job(model: str, gpus: int, hardware: str = "h100-sxm") -> Job:
@@ -27,9 +30,7 @@ def _leaves(job: Job, space: _Space, n: int, seed: int = 0):
     for _ in range(n):
         base, vpps, sps = rng.choice(bases)
         sp = rng.choice(sps)
-        head = (base.tp, base.cp, base.ep, base.dp, base.pp, rng.choice(vpps), base.etp, sp)
-        tail = (base.first_stage_layers, base.last_stage_layers, base.cp_comm_type,
-                base.overlap_grad_reduce, base.overlap_param_gather, sp and base.tp > 1)
+        head, tail = _head(base, rng.choice(vpps), sp), _tail(base, sp and base.tp > 1)
         yield head, tail, rng.choice(space.zero), rng.choice(space.mbs), rng.choice(space.rec)
 
 
@@ -43,6 +44,28 @@ def test_group_memory_totals_are_the_cost_models(model, gpus):
         lay = group.layout(zero, mbs, sv)
         assert group.total(zero, mbs, sv) == fresh.memory_total(lay)
         assert fresh.memory_total(lay) == pytest.approx(fresh.memory(lay).total, rel=1e-12)
+
+
+@pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("llama3-70b", 128)])
+def test_built_leaves_are_the_base_with_each_piece_in_its_field(model, gpus):
+    # _build names every field it sets; the rest keep Layout's defaults, as on the base
+    job = _job(model, gpus)
+    space = _Space(job, SearchOptions())
+    bases = list(_groups(job, space, _Counter()))
+    rng = random.Random(4)
+    for _ in range(200):
+        base, vpps, sps = rng.choice(bases)
+        vpp, sp, zero = rng.choice(vpps), rng.choice(sps), rng.choice(space.zero)
+        mbs, sv, (d, o) = rng.choice(space.mbs), rng.choice(space.rec), rng.choice(space.variants)
+        dt = "bf16" if sv.bf16_states else "fp32"
+        built = _build(_head(base, vpp, sp), zero, mbs, sv, _tail(base, sp and base.tp > 1),
+                       (d, o))
+        assert built == base.with_(
+            vpp=vpp, sp=sp, tp_comm_overlap=sp and base.tp > 1, zero=zero, micro_batch_size=mbs,
+            recompute=sv.recompute, recompute_modules=sv.modules,
+            recompute_num_layers=sv.num_layers, cpu_offloading_num_layers=sv.offload_layers,
+            grad_reduce_in_fp32=not sv.bf16_states, exp_avg_dtype=dt, exp_avg_sq_dtype=dt,
+            moe_token_dispatcher=d, overlap_moe_expert_parallel_comm=o)
 
 
 @pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("qwen3-235b-a22b", 128)])
@@ -94,6 +117,36 @@ def test_two_processes_give_exactly_the_one_process_result_for_moe(model, gpus, 
         (single.searched, single.feasible, single.evaluated, single.timed, single.pruned)
     assert [(p.layout, p.memory, p.time) for p in split.plans] == \
         [(p.layout, p.memory, p.time) for p in single.plans]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or (os.cpu_count() or 1) < 2,
+                    reason="one process: nothing crosses")
+def test_the_child_process_results_arrive_unpickled(monkeypatch):
+    # the parent redoes what a failed child left undone, so the results above would hold
+    # even if what the child sends back (counters, heads and tails, savers, layouts) no
+    # longer pickled: check that it exits cleanly and its pairs arrive
+    import pickle
+
+    from planner.search import pool
+    monkeypatch.delenv("PLANNER_SERIAL", raising=False)
+    seen = []
+    waitpid, loads = os.waitpid, pickle.loads
+
+    def waited(pid, options):
+        got = waitpid(pid, options)
+        seen.append(("status", got[1]))
+        return got
+
+    def loaded(data):
+        out = loads(data)
+        seen.append(("pairs", len(out)))
+        return out
+
+    monkeypatch.setattr(pool.os, "waitpid", waited)
+    monkeypatch.setattr(pool.pickle, "loads", loaded)
+    search(_job("deepseek-v3", 512))
+    assert len(seen) == 2 and seen[0] == ("status", 0)
+    assert seen[1][0] == "pairs" and seen[1][1] > 0
 
 
 @pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("qwen3-235b-a22b", 128),
