@@ -12,24 +12,32 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Callable, Optional
-
-import typer
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 from planner.errors import InternalError, PlannerError, SpecError, clip, short
-from planner.specs import MAX_GPUS
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Plan and check how to split a large model across a GPU cluster.")
+if TYPE_CHECKING:
+    import typer
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (see README).")]
-HeadroomOpt = Annotated[float, typer.Option("--headroom", help="Fraction of GPU memory kept free.")]
-TokensOpt = Annotated[Optional[str], typer.Option("--tokens", help="Training tokens (e.g. 15T) for time-to-train.")]
-HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help="Hardware profile name or YAML path (default h100-sxm).")]
-GpusOpt = Annotated[Optional[int], typer.Option("--gpus", help="Total GPUs.")]
-NodesOpt = Annotated[Optional[int], typer.Option("--nodes", help="Nodes (x the profile's GPUs per node), instead of --gpus.")]
-ShowOpt = Annotated[Optional[str], typer.Option("--show", help="Draw pictures in the terminal: schedule, memory, time, grid (plan: also scatter), comma-separated, or all.")]
-HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Also write a self-contained HTML report (pictures and numbers) to this file.")]
+# The typer app is built on first use (`app`, `main`), not at import: typer and the building
+# cost ~50 ms of CPU that `planner --version` does not need, and each command imports only
+# what it uses. The commands' annotations are strings (`from __future__ import annotations`)
+# that typer evaluates in this module's namespace when it builds the app: `_build_app` puts
+# `typer` and the option aliases below there first.
+
+
+def _option_aliases(typer) -> dict[str, Any]:
+    """The options several commands share (their annotations name them)."""
+    return dict(
+        JsonOpt=Annotated[bool, typer.Option("--json", help="Print one JSON object (see README).")],
+        HeadroomOpt=Annotated[float, typer.Option("--headroom", help="Fraction of GPU memory kept free.")],
+        TokensOpt=Annotated[Optional[str], typer.Option("--tokens", help="Training tokens (e.g. 15T) for time-to-train.")],
+        HardwareOpt=Annotated[Optional[str], typer.Option("--hardware", help="Hardware profile name or YAML path (default h100-sxm).")],
+        GpusOpt=Annotated[Optional[int], typer.Option("--gpus", help="Total GPUs.")],
+        NodesOpt=Annotated[Optional[int], typer.Option("--nodes", help="Nodes (x the profile's GPUs per node), instead of --gpus.")],
+        ShowOpt=Annotated[Optional[str], typer.Option("--show", help="Draw pictures in the terminal: schedule, memory, time, grid (plan: also scatter), comma-separated, or all.")],
+        HtmlOpt=Annotated[Optional[Path], typer.Option("--html", help="Also write a self-contained HTML report (pictures and numbers) to this file.")],
+    )
 
 
 PIPE_WIDTH = 132
@@ -67,6 +75,8 @@ def _run(fn: Callable[[], int], *, json_mode: bool = False) -> None:
     Output that cannot be written ends quietly: a closed pipe (`| head`) with 141, as a
     process that SIGPIPE ends; a full disk with one line and 2.
     """
+    import typer
+
     try:
         code = fn()
         sys.stdout.flush()
@@ -205,6 +215,7 @@ def _write_html(path: Path, text: str) -> None:
 
 def _world(gpus: Optional[int], nodes: Optional[int], hardware) -> Optional[int]:
     """--gpus, or --nodes x gpus_per_node; both given must agree; capped like num_gpus."""
+    from planner.specs import MAX_GPUS
     _count("--gpus", gpus, MAX_GPUS)
     _count("--nodes", nodes, MAX_GPUS // hardware.gpus_per_node)
     if nodes is None:
@@ -246,12 +257,13 @@ def _export_best(job, result, fmt):
 
 def _version(value: bool) -> None:
     if value:
+        import typer
+
         from planner import __version__
         print(f"planner {__version__}")
         raise typer.Exit(0)
 
 
-@app.callback()
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
@@ -259,7 +271,6 @@ def _root(
     """Plan and check how to split a large model across a GPU cluster."""
 
 
-@app.command()
 def plan(
     model: Annotated[str, typer.Option("--model", help="Preset, alias, model YAML, HF config.json or a folder with one.")],
     gpus: GpusOpt = None,
@@ -352,7 +363,6 @@ def plan(
     _run(body, json_mode=json_out)
 
 
-@app.command()
 def validate(
     config: Annotated[Path, typer.Argument(help="Config: planner YAML (see examples/), Megatron-LM "
                                                 "script or argument file, NeMo YAML, DeepSpeed "
@@ -474,7 +484,6 @@ def _layout_pictures(result, wanted: list[str], headroom: float) -> dict:
     return layout_pictures(result.job, result.layout, show=wanted, headroom=headroom)
 
 
-@app.command()
 def compare(
     configs: Annotated[list[Path], typer.Argument(help="Two or more configs, in any format validate reads.")],
     json_out: JsonOpt = False,
@@ -555,7 +564,6 @@ def _positive(flag: str, value, *, whole: bool = True):
     return value
 
 
-@app.command()
 def serve(
     model: Annotated[str, typer.Option("--model", help="Preset, alias, model YAML or HF config.json.")],
     gpus: GpusOpt = None,
@@ -648,7 +656,6 @@ def serve(
     _run(body, json_mode=json_out)
 
 
-@app.command()
 def models(json_out: JsonOpt = False) -> None:
     """List the preset models with their parameter counts."""
 
@@ -676,7 +683,6 @@ def models(json_out: JsonOpt = False) -> None:
     _run(body, json_mode=json_out)
 
 
-@app.command()
 def hardware(json_out: JsonOpt = False) -> None:
     """List the hardware profiles."""
 
@@ -694,7 +700,6 @@ def hardware(json_out: JsonOpt = False) -> None:
     _run(body, json_mode=json_out)
 
 
-@app.command("export")
 def export_cmd(
     config: Annotated[Path, typer.Argument(help="Config YAML (see examples/).")],
     fmt: Annotated[str, typer.Option("--format", "-f",
@@ -739,11 +744,43 @@ def export_cmd(
     _run(body)
 
 
+_COMMANDS = (("plan", plan), ("validate", validate), ("compare", compare), ("serve", serve),
+             ("models", models), ("hardware", hardware), ("export", export_cmd))
+"""The commands, in the order --help lists them."""
+
+
+def _build_app() -> typer.Typer:
+    import typer
+
+    globals().update(typer=typer, **_option_aliases(typer))
+    app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                      help="Plan and check how to split a large model across a GPU cluster.")
+    app.callback()(_root)
+    for name, fn in _COMMANDS:
+        app.command(name)(fn)
+    return app
+
+
+def _app() -> typer.Typer:
+    app = globals().get("app")
+    if app is None:
+        app = globals()["app"] = _build_app()
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    """`app`, the typer app (built on first use, then an ordinary module attribute)."""
+    if name == "app":
+        return _app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: typer's own usage errors (unknown option, missing or malformed value) also
     become one `error:` line and exit 2, like every other bad input (with `--json`, the error
     object on stdout too); output that cannot be written ends as `_run` says.
 
+    `planner --version` alone answers without building the app (it prints the same).
     As the process's entry (no `argv`), the objects left are frozen on the way out: the
     interpreter's final garbage collection then skips them (~35 ms of traversing what the
     imports built, for memory the OS takes back anyway)."""
@@ -758,16 +795,23 @@ def _main(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     json_mode = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
     try:
-        code = app(args=argv, standalone_mode=False)
+        if args == ["--version"]:   # the app's answer, without importing typer
+            from planner import __version__
+            print(f"planner {__version__}")
+            code = 0
+        else:
+            code = _app()(args=argv, standalone_mode=False)
         sys.stdout.flush()
-    except typer.Abort:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
     except OSError as exc:
         if exc.errno not in _OUTPUT_ERRNOS:
             sys.exit(_internal(exc, json_mode))
         sys.exit(_output_failed(exc))
     except Exception as exc:   # typer's (vendored click's) usage errors
+        import typer   # loaded: only the app raises these
+
+        if isinstance(exc, typer.Abort):
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
         if not hasattr(exc, "format_message") or not hasattr(exc, "exit_code"):
             sys.exit(_internal(exc, json_mode))
         ctx = getattr(exc, "ctx", None)
