@@ -23,7 +23,9 @@ _PUBLIC = {
 }
 """Public name -> the module that defines it."""
 
-__all__ = [*_PUBLIC, "__version__"]
+__all__ = ["Job", "load_config", "Estimate", "estimate", "PlannerError", "SpecError",
+           "InfeasibleError", "Violation", "Layout", "get_preset", "resolve_model",
+           "ValidationResult", "validate", "__version__"]   # _PUBLIC and the version
 
 
 def __getattr__(name: str) -> Any:

@@ -16,8 +16,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 from planner.errors import InternalError, PlannerError, SpecError, clip, short
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # the aliases' types; `_option_aliases` adds typer's metadata at run time
     import typer
+
+    JsonOpt = bool
+    HeadroomOpt = float
+    TokensOpt = HardwareOpt = ShowOpt = Optional[str]
+    GpusOpt = NodesOpt = Optional[int]
+    HtmlOpt = Optional[Path]
 
 # The typer app is built on first use (`app`, `main`), not at import: typer and the building
 # cost ~50 ms of CPU that `planner --version` does not need, and each command imports only
