@@ -299,7 +299,6 @@ def plan(
     """Search every layout and rank the ones that fit, with the seven-step reasoning."""
 
     def body() -> int:
-        from planner.views import report
         from planner.config import Job, default_training
         from planner.presets import resolve_model
         from planner.search import SearchOptions, parse_fix, search
@@ -342,12 +341,14 @@ def plan(
         result = search(job, opts)
         text, refused = _export_best(job, result, fmt)
         if json_out:
-            out = report.plan_json(result)
+            from planner.views.shapes import plan_json
+            out = plan_json(result)
             if fmt is not None:
                 out["export"] = ({"format": fmt, "text": text} if refused is None else
                                  {"format": fmt, "refused": refused.message})
             print(json.dumps(out, indent=2))
         else:
+            from planner.views import report
             console = _console()
             console.print(report.plan_view(result))
             if wanted:
@@ -391,7 +392,6 @@ def validate(
         from planner.frameworks import load_any
         from planner.frameworks.common import parse_set
         from planner.validate import validate as run_validate
-        from planner.views import report
 
         wanted = _show(show, allowed=("schedule", "memory", "time", "grid"), json_out=json_out)
         sets = tuple(parse_set(s) for s in set_values or ())
@@ -415,10 +415,12 @@ def validate(
                               tokens=_tokens(tokens), extra=imported.violations)
         source = f"{imported.format}: {config}"
         if json_out:
-            out = report.validation_json(result)
+            from planner.views.shapes import validation_json
+            out = validation_json(result)
             out["format"] = imported.format
             print(json.dumps(out, indent=2))
         else:
+            from planner.views import report
             console = _console()
             console.print(report.validation_view(result, source=source))
             if wanted and result.estimate is None:
@@ -499,8 +501,8 @@ def compare(
     """Show two or more configs side by side: layout, memory, time, throughput; what differs."""
 
     def body() -> int:
-        from planner.views import report
         from planner.frameworks import load_any
+        from planner.views import shapes
         from planner.validate import validate as run_validate
 
         if len(configs) < 2:
@@ -515,12 +517,13 @@ def compare(
             formats.append(imported.format)
         names = _short_names(configs)
         if json_out:
-            print(json.dumps(report.compare_json(results, names, formats), indent=2))
+            print(json.dumps(shapes.compare_json(results, names, formats), indent=2))
         else:
+            from planner.views import report
             _console().print(report.compare_view(results, names))
         if html is not None:
             from planner.views.html import compare_html
-            _write_html(html, compare_html(report.compare_rows(results), names))
+            _write_html(html, compare_html(shapes.compare_rows(results), names))
         return 0 if all(r.valid for r in results) else 1
 
     _run(body)
@@ -548,16 +551,17 @@ def _serve_console():
 
 def _validate_serve(imported, config: Path, json_out: bool) -> int:
     """`validate` of a serving deployment (a serving YAML or an engine's launch command)."""
-    from planner.views import serve_report
     from planner.serve.validate import caveats, validate as serve_validate
 
     result = serve_validate(imported.job, imported.layout, extra=imported.violations)
     notes = caveats(imported.job, imported.layout)
     if json_out:
-        out = serve_report.validation_json(result, caveats=notes)
+        from planner.views.serve_shapes import validation_json
+        out = validation_json(result, caveats=notes)
         out["format"] = imported.format
         print(json.dumps(out, indent=2))
     else:
+        from planner.views import serve_report
         _serve_console().print(serve_report.validation_view(
             result, source=f"{imported.format}: {config}", caveats=notes))
     return 0 if result.valid else 1
@@ -592,7 +596,6 @@ def serve(
 
     def body() -> int:
         from planner.presets import resolve_model
-        from planner.views import serve_report
         from planner.serve.search import ServeOptions, search
         from planner.serve.specs import ENGINES, ServeJob, ServingSpec
         from planner.specs import parse_spec
@@ -631,7 +634,8 @@ def serve(
             best = result.plans[0]
             text = serve_export(job, best.layout, fmt, estimate=best.estimate)
         if json_out:
-            out = serve_report.plan_json(result)
+            from planner.views.serve_shapes import plan_json
+            out = plan_json(result)
             out["chosen_by_planner"] = chosen
             if text is not None:
                 out["export"] = {"format": fmt, "text": text}
@@ -641,6 +645,7 @@ def serve(
                 print(f"precision {prec} (chosen by planner: {hw.name} "
                       f"{'has' if prec == 'fp8' else 'has no'} FP8 tensor cores; --precision "
                       "to pin)")
+            from planner.views import serve_report
             _serve_console().print(serve_report.plan_view(result))
             if text is not None:
                 print(text, end="")
@@ -666,7 +671,6 @@ def models(json_out: JsonOpt = False) -> None:
     """List the preset models with their parameter counts."""
 
     def body() -> int:
-        from planner.views import report
         from planner.cost.params import active_params, total_params
         from planner.presets import ALIASES, PRESETS, PUBLISHED_PARAMS, get_preset
 
@@ -683,6 +687,7 @@ def models(json_out: JsonOpt = False) -> None:
         if json_out:
             print(json.dumps({"models": rows}, indent=2))
         else:
+            from planner.views import report
             _console().print(report.models_view(rows))
         return 0
 
@@ -693,13 +698,13 @@ def hardware(json_out: JsonOpt = False) -> None:
     """List the hardware profiles."""
 
     def body() -> int:
-        from planner.views import report
         from planner.config import profile_names, resolve_hardware
 
         rows = [resolve_hardware(n).model_dump() for n in profile_names()]
         if json_out:
             print(json.dumps({"hardware": rows}, indent=2))
         else:
+            from planner.views import report
             _console().print(report.hardware_view(rows))
         return 0
 
