@@ -46,30 +46,10 @@ def _option_aliases(typer) -> dict[str, Any]:
     )
 
 
-PIPE_WIDTH = 132
-"""Width of output that goes to a pipe or file when COLUMNS does not say (rich would take 80)."""
-
-
-def _console(stderr: bool = False):
-    """Rich console at the terminal's width; COLUMNS, when set, wins (also when piped, so
-    `COLUMNS=80 planner plan ... | less` lays out for 80 columns); a pipe without COLUMNS
-    gets PIPE_WIDTH. A closed pipe raises BrokenPipeError for `_run` (rich's own handling
-    would exit 1)."""
-    import os
-
-    from rich.console import Console
-
-    class _Console(Console):
-        def on_broken_pipe(self) -> None:
-            self.quiet = True
-            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
-
-    columns = os.environ.get("COLUMNS", "")
-    width = int(columns) if columns.isdigit() and int(columns) > 0 else None
-    console = _Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
-    if width is None and not console.is_terminal:
-        console = _Console(stderr=stderr, highlight=False, soft_wrap=False, width=PIPE_WIDTH)
-    return console
+def _console(*, serve: bool = False):
+    """A console by the one policy (planner.views.console); `serve` for the serving views."""
+    from planner.views.console import SERVE_PIPE_WIDTH, make_console
+    return make_console(pipe_width=SERVE_PIPE_WIDTH) if serve else make_console()
 
 
 def _run(fn: Callable[[], int], *, json_mode: bool = False) -> None:
@@ -535,20 +515,6 @@ def _short_names(paths: list[Path]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(p) for p in paths]
 
 
-def _serve_console():
-    """The console of the serving views: COLUMNS when set (they are laid out for 80), else
-    the terminal's width, else 100."""
-    import os
-    from rich.console import Console
-    console = Console(highlight=False, soft_wrap=False)
-    cols = os.environ.get("COLUMNS", "")
-    if cols.isdigit() and int(cols) > 0:
-        return Console(highlight=False, soft_wrap=False, width=int(cols))
-    if not console.is_terminal:
-        return Console(highlight=False, soft_wrap=False, width=100)
-    return console
-
-
 def _validate_serve(imported, config: Path, json_out: bool) -> int:
     """`validate` of a serving deployment (a serving YAML or an engine's launch command)."""
     from planner.serve.validate import caveats, validate as serve_validate
@@ -562,7 +528,7 @@ def _validate_serve(imported, config: Path, json_out: bool) -> int:
         print(json.dumps(out, indent=2))
     else:
         from planner.views import serve_report
-        _serve_console().print(serve_report.validation_view(
+        _console(serve=True).print(serve_report.validation_view(
             result, source=f"{imported.format}: {config}", caveats=notes))
     return 0 if result.valid else 1
 
@@ -646,7 +612,7 @@ def serve(
                       f"{'has' if prec == 'fp8' else 'has no'} FP8 tensor cores; --precision "
                       "to pin)")
             from planner.views import serve_report
-            _serve_console().print(serve_report.plan_view(result))
+            _console(serve=True).print(serve_report.plan_view(result))
             if text is not None:
                 print(text, end="")
         if not result.plans:

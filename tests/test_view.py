@@ -161,7 +161,8 @@ import sys                                                               # noqa:
 
 from typer.testing import CliRunner                                      # noqa: E402
 
-from planner.cli import PIPE_WIDTH, app                                  # noqa: E402
+from planner.cli import app                                             # noqa: E402
+from planner.views.console import PIPE_WIDTH                            # noqa: E402
 
 ROOT = EXAMPLES.parent
 EXAMPLE_70B = str(EXAMPLES / "llama3-70b-2048xh100.yaml")
