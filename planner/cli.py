@@ -162,6 +162,34 @@ def _tokens(value: Optional[str]) -> Optional[float]:
     return n
 
 
+SORT_KEYS = ("time", "memory", "mfu")
+TRAIN_PRECISIONS = ("bf16", "fp16", "fp8")
+SERVE_PRECISIONS = ("bf16", "fp8", "fp4")
+KV_CACHE_DTYPES = ("bf16", "fp8")
+
+
+# The choices and ranges of options are checked here, not by typer (Literal / min= / max=):
+# typer's messages (`Invalid value for '--top': Input should be greater than or equal to 1`)
+# name neither the value given nor a fix, so the --json error object would lose its `value`;
+# and a half-open range ([0, 1) for --headroom) or a bound that depends on another option
+# (--nodes on the profile's GPUs per node) it cannot say at all.
+
+def _choice(flag: str, value: Optional[str], choices: tuple[str, ...]) -> None:
+    if value is not None and value not in choices:
+        raise SpecError(f"{flag} = {short(value)}: must be {_or(choices)}", field=flag,
+                        value=value)
+
+
+def _or(words: tuple[str, ...]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def _positive(flag: str, value, *, whole: bool = True) -> None:
+    if value is not None and (value <= 0 or (whole and int(value) != value)):
+        kind = "a positive whole number" if whole else "a positive number"
+        raise SpecError(f"{flag} = {short(value)}: must be {kind}", field=flag, value=value)
+
+
 def _count(flag: str, value: Optional[int], most: int) -> None:
     if value is not None and not 1 <= value <= most:
         raise SpecError(f"{flag} = {short(value)}: must be a whole number from 1 to {most:,} "
@@ -288,16 +316,10 @@ def plan(
             raise SpecError(f"--top = {short(top)}: must be from 1 to {MAX_TOP:,}",
                             field="--top", value=top)
         for flag, value in (("--seq-length", seq_length), ("--global-batch-size", global_batch_size)):
-            if value is not None and value < 1:
-                raise SpecError(f"{flag} = {value}: must be a positive whole number")
-        if sort_by not in ("time", "memory", "mfu"):
-            raise SpecError(f"--sort-by = {short(sort_by)}: must be time, memory or mfu",
-                            field="--sort-by", value=sort_by)
-        if precision not in ("bf16", "fp16", "fp8"):
-            raise SpecError(f"--precision = {short(precision)}: must be bf16, fp16 or fp8",
-                            field="--precision", value=precision)
-        if max_tp is not None and max_tp < 1:
-            raise SpecError(f"--max-tp = {max_tp}: must be a positive whole number")
+            _positive(flag, value)
+        _choice("--sort-by", sort_by, SORT_KEYS)
+        _choice("--precision", precision, TRAIN_PRECISIONS)
+        _positive("--max-tp", max_tp)
         fmt = None
         if export_format is not None:
             from planner.frameworks.export import check_format
@@ -533,11 +555,6 @@ def _validate_serve(imported, config: Path, json_out: bool) -> int:
     return 0 if result.valid else 1
 
 
-def _positive(flag: str, value, *, whole: bool = True):
-    if value is not None and (value <= 0 or (whole and int(value) != value)):
-        kind = "a positive whole number" if whole else "a positive number"
-        raise SpecError(f"{flag} = {value}: must be {kind}")
-    return value
 
 
 def serve(
@@ -571,12 +588,9 @@ def serve(
             _positive(flag, value)
         for flag, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
             _positive(flag, value, whole=False)
-        if precision is not None and precision not in ("bf16", "fp8", "fp4"):
-            raise SpecError(f"--precision = {precision!r}: must be bf16, fp8 or fp4")
-        if kv_cache_dtype is not None and kv_cache_dtype not in ("bf16", "fp8"):
-            raise SpecError(f"--kv-cache-dtype = {kv_cache_dtype!r}: must be bf16 or fp8")
-        if engine not in ENGINES:
-            raise SpecError(f"--engine = {engine!r}: must be {', '.join(ENGINES)}")
+        _choice("--precision", precision, SERVE_PRECISIONS)
+        _choice("--kv-cache-dtype", kv_cache_dtype, KV_CACHE_DTYPES)
+        _choice("--engine", engine, ENGINES)
         fmt = None
         if export_format is not None:
             from planner.frameworks.engines.writer import check_engine
