@@ -6,7 +6,9 @@ reference workload timed in the same run, so the figures compare across machines
 Each command runs as a fresh `python -m planner` of this checkout (PYTHONPATH set to it,
 whatever `planner` is installed) `--repeat` times, interleaved with the reference
 `python -c "sum(i*i for i in range(3_000_000))"` (so a change of load hits both alike); the
-CPU time of each child comes from resource.getrusage(RUSAGE_CHILDREN). It prints the median
+CPU time of each child comes from resource.getrusage(RUSAGE_CHILDREN), which counts the
+search's forked worker too (PLANNER_SERIAL unset: two processes on two or more cores). It
+prints the median
 CPU seconds of each and the ratio of the medians, and the targets:
 
     planner --version                               <= 0.3 x the reference
