@@ -8,8 +8,7 @@ whatever `planner` is installed) `--repeat` times, interleaved with the referenc
 `python -c "sum(i*i for i in range(3_000_000))"` (so a change of load hits both alike); the
 CPU time of each child comes from resource.getrusage(RUSAGE_CHILDREN), which counts the
 search's forked worker too (PLANNER_SERIAL unset: two processes on two or more cores). It
-prints the median
-CPU seconds of each and the ratio of the medians, and the targets:
+prints the median CPU seconds of each and the ratio of the medians, and the targets:
 
     planner --version                               <= 0.3 x the reference
     planner plan --model 70b --gpus 2048 --json     <= 1.0 x the reference
