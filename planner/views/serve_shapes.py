@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+
 def job_json(job) -> dict[str, Any]:
     from planner.cost.params import total_params
     sv = job.serving

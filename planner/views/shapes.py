@@ -11,6 +11,7 @@ from typing import Any
 
 from planner.units import GiB
 
+
 def estimate_json(est, layout, global_batch_size: int) -> dict[str, Any]:
     """layout / memory / time / throughput keys of the contract (time keys when computed)."""
     out: dict[str, Any] = {"layout": layout.as_dict(global_batch_size)}
