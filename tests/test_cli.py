@@ -214,7 +214,8 @@ def test_version_imports_nothing_heavy():
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "planner", "--version"],
                           capture_output=True, text=True, timeout=60, cwd=PACKAGE.parent,
                           env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
-    assert proc.returncode == 0 and proc.stdout == "planner 0.1.0\n", proc.stderr[-2000:]
+    from planner import __version__
+    assert proc.returncode == 0 and proc.stdout == f"planner {__version__}\n", proc.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
                 if line.startswith("import time:") and "|" in line}
     assert "planner" in imported
