@@ -12,50 +12,44 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Callable, Optional
-
-import typer
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 from planner.errors import InternalError, PlannerError, SpecError, clip, short
-from planner.specs import MAX_GPUS
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Plan and check how to split a large model across a GPU cluster.")
+if TYPE_CHECKING:   # the aliases' types; `_option_aliases` adds typer's metadata at run time
+    import typer
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (see README).")]
-HeadroomOpt = Annotated[float, typer.Option("--headroom", help="Fraction of GPU memory kept free.")]
-TokensOpt = Annotated[Optional[str], typer.Option("--tokens", help="Training tokens (e.g. 15T) for time-to-train.")]
-HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help="Hardware profile name or YAML path (default h100-sxm).")]
-GpusOpt = Annotated[Optional[int], typer.Option("--gpus", help="Total GPUs.")]
-NodesOpt = Annotated[Optional[int], typer.Option("--nodes", help="Nodes (x the profile's GPUs per node), instead of --gpus.")]
-ShowOpt = Annotated[Optional[str], typer.Option("--show", help="Draw pictures in the terminal: schedule, memory, time, grid (plan: also scatter), comma-separated, or all.")]
-HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Also write a self-contained HTML report (pictures and numbers) to this file.")]
+    JsonOpt = bool
+    HeadroomOpt = float
+    TokensOpt = HardwareOpt = ShowOpt = Optional[str]
+    GpusOpt = NodesOpt = Optional[int]
+    HtmlOpt = Optional[Path]
 
-
-PIPE_WIDTH = 132
-"""Width of output that goes to a pipe or file when COLUMNS does not say (rich would take 80)."""
+# The typer app is built on first use (`app`, `main`), not at import: typer and the building
+# cost ~50 ms of CPU that `planner --version` does not need, and each command imports only
+# what it uses. The commands' annotations are strings (`from __future__ import annotations`)
+# that typer evaluates in this module's namespace when it builds the app: `_build_app` puts
+# `typer` and the option aliases below there first.
 
 
-def _console(stderr: bool = False):
-    """Rich console at the terminal's width; COLUMNS, when set, wins (also when piped, so
-    `COLUMNS=80 planner plan ... | less` lays out for 80 columns); a pipe without COLUMNS
-    gets PIPE_WIDTH. A closed pipe raises BrokenPipeError for `_run` (rich's own handling
-    would exit 1)."""
-    import os
+def _option_aliases(typer) -> dict[str, Any]:
+    """The options several commands share (their annotations name them)."""
+    return dict(
+        JsonOpt=Annotated[bool, typer.Option("--json", help="Print one JSON object (see README).")],
+        HeadroomOpt=Annotated[float, typer.Option("--headroom", help="Fraction of GPU memory kept free.")],
+        TokensOpt=Annotated[Optional[str], typer.Option("--tokens", help="Training tokens (e.g. 15T) for time-to-train.")],
+        HardwareOpt=Annotated[Optional[str], typer.Option("--hardware", help="Hardware profile name or YAML path (default h100-sxm).")],
+        GpusOpt=Annotated[Optional[int], typer.Option("--gpus", help="Total GPUs.")],
+        NodesOpt=Annotated[Optional[int], typer.Option("--nodes", help="Nodes (x the profile's GPUs per node), instead of --gpus.")],
+        ShowOpt=Annotated[Optional[str], typer.Option("--show", help="Draw pictures in the terminal: schedule, memory, time, grid (plan: also scatter), comma-separated, or all.")],
+        HtmlOpt=Annotated[Optional[Path], typer.Option("--html", help="Also write a self-contained HTML report (pictures and numbers) to this file.")],
+    )
 
-    from rich.console import Console
 
-    class _Console(Console):
-        def on_broken_pipe(self) -> None:
-            self.quiet = True
-            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
-
-    columns = os.environ.get("COLUMNS", "")
-    width = int(columns) if columns.isdigit() and int(columns) > 0 else None
-    console = _Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
-    if width is None and not console.is_terminal:
-        console = _Console(stderr=stderr, highlight=False, soft_wrap=False, width=PIPE_WIDTH)
-    return console
+def _console(*, serve: bool = False):
+    """A console by the one policy (planner.views.console); `serve` for the serving views."""
+    from planner.views.console import SERVE_PIPE_WIDTH, make_console
+    return make_console(pipe_width=SERVE_PIPE_WIDTH) if serve else make_console()
 
 
 def _run(fn: Callable[[], int], *, json_mode: bool = False) -> None:
@@ -67,6 +61,8 @@ def _run(fn: Callable[[], int], *, json_mode: bool = False) -> None:
     Output that cannot be written ends quietly: a closed pipe (`| head`) with 141, as a
     process that SIGPIPE ends; a full disk with one line and 2.
     """
+    import typer
+
     try:
         code = fn()
         sys.stdout.flush()
@@ -166,6 +162,34 @@ def _tokens(value: Optional[str]) -> Optional[float]:
     return n
 
 
+SORT_KEYS = ("time", "memory", "mfu")
+TRAIN_PRECISIONS = ("bf16", "fp16", "fp8")
+SERVE_PRECISIONS = ("bf16", "fp8", "fp4")
+KV_CACHE_DTYPES = ("bf16", "fp8")
+
+
+# The choices and ranges of options are checked here, not by typer (Literal / min= / max=):
+# typer's messages (`Invalid value for '--top': Input should be greater than or equal to 1`)
+# name neither the value given nor a fix, so the --json error object would lose its `value`;
+# and a half-open range ([0, 1) for --headroom) or a bound that depends on another option
+# (--nodes on the profile's GPUs per node) it cannot say at all.
+
+def _choice(flag: str, value: Optional[str], choices: tuple[str, ...]) -> None:
+    if value is not None and value not in choices:
+        raise SpecError(f"{flag} = {short(value)}: must be {_or(choices)}", field=flag,
+                        value=value)
+
+
+def _or(words: tuple[str, ...]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def _positive(flag: str, value, *, whole: bool = True) -> None:
+    if value is not None and (value <= 0 or (whole and int(value) != value)):
+        kind = "a positive whole number" if whole else "a positive number"
+        raise SpecError(f"{flag} = {short(value)}: must be {kind}", field=flag, value=value)
+
+
 def _count(flag: str, value: Optional[int], most: int) -> None:
     if value is not None and not 1 <= value <= most:
         raise SpecError(f"{flag} = {short(value)}: must be a whole number from 1 to {most:,} "
@@ -205,6 +229,7 @@ def _write_html(path: Path, text: str) -> None:
 
 def _world(gpus: Optional[int], nodes: Optional[int], hardware) -> Optional[int]:
     """--gpus, or --nodes x gpus_per_node; both given must agree; capped like num_gpus."""
+    from planner.specs import MAX_GPUS
     _count("--gpus", gpus, MAX_GPUS)
     _count("--nodes", nodes, MAX_GPUS // hardware.gpus_per_node)
     if nodes is None:
@@ -246,12 +271,13 @@ def _export_best(job, result, fmt):
 
 def _version(value: bool) -> None:
     if value:
+        import typer
+
         from planner import __version__
         print(f"planner {__version__}")
         raise typer.Exit(0)
 
 
-@app.callback()
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
@@ -259,7 +285,6 @@ def _root(
     """Plan and check how to split a large model across a GPU cluster."""
 
 
-@app.command()
 def plan(
     model: Annotated[str, typer.Option("--model", help="Preset, alias, model YAML, HF config.json or a folder with one.")],
     gpus: GpusOpt = None,
@@ -282,7 +307,6 @@ def plan(
     """Search every layout and rank the ones that fit, with the seven-step reasoning."""
 
     def body() -> int:
-        from planner.views import report
         from planner.config import Job, default_training
         from planner.presets import resolve_model
         from planner.search import SearchOptions, parse_fix, search
@@ -292,16 +316,10 @@ def plan(
             raise SpecError(f"--top = {short(top)}: must be from 1 to {MAX_TOP:,}",
                             field="--top", value=top)
         for flag, value in (("--seq-length", seq_length), ("--global-batch-size", global_batch_size)):
-            if value is not None and value < 1:
-                raise SpecError(f"{flag} = {value}: must be a positive whole number")
-        if sort_by not in ("time", "memory", "mfu"):
-            raise SpecError(f"--sort-by = {short(sort_by)}: must be time, memory or mfu",
-                            field="--sort-by", value=sort_by)
-        if precision not in ("bf16", "fp16", "fp8"):
-            raise SpecError(f"--precision = {short(precision)}: must be bf16, fp16 or fp8",
-                            field="--precision", value=precision)
-        if max_tp is not None and max_tp < 1:
-            raise SpecError(f"--max-tp = {max_tp}: must be a positive whole number")
+            _positive(flag, value)
+        _choice("--sort-by", sort_by, SORT_KEYS)
+        _choice("--precision", precision, TRAIN_PRECISIONS)
+        _positive("--max-tp", max_tp)
         fmt = None
         if export_format is not None:
             from planner.frameworks.export import check_format
@@ -325,12 +343,14 @@ def plan(
         result = search(job, opts)
         text, refused = _export_best(job, result, fmt)
         if json_out:
-            out = report.plan_json(result)
+            from planner.views.shapes import plan_json
+            out = plan_json(result)
             if fmt is not None:
                 out["export"] = ({"format": fmt, "text": text} if refused is None else
                                  {"format": fmt, "refused": refused.message})
             print(json.dumps(out, indent=2))
         else:
+            from planner.views import report
             console = _console()
             console.print(report.plan_view(result))
             if wanted:
@@ -352,7 +372,6 @@ def plan(
     _run(body, json_mode=json_out)
 
 
-@app.command()
 def validate(
     config: Annotated[Path, typer.Argument(help="Config: planner YAML (see examples/), Megatron-LM "
                                                 "script or argument file, NeMo YAML, DeepSpeed "
@@ -375,7 +394,6 @@ def validate(
         from planner.frameworks import load_any
         from planner.frameworks.common import parse_set
         from planner.validate import validate as run_validate
-        from planner.views import report
 
         wanted = _show(show, allowed=("schedule", "memory", "time", "grid"), json_out=json_out)
         sets = tuple(parse_set(s) for s in set_values or ())
@@ -399,10 +417,12 @@ def validate(
                               tokens=_tokens(tokens), extra=imported.violations)
         source = f"{imported.format}: {config}"
         if json_out:
-            out = report.validation_json(result)
+            from planner.views.shapes import validation_json
+            out = validation_json(result)
             out["format"] = imported.format
             print(json.dumps(out, indent=2))
         else:
+            from planner.views import report
             console = _console()
             console.print(report.validation_view(result, source=source))
             if wanted and result.estimate is None:
@@ -474,7 +494,6 @@ def _layout_pictures(result, wanted: list[str], headroom: float) -> dict:
     return layout_pictures(result.job, result.layout, show=wanted, headroom=headroom)
 
 
-@app.command()
 def compare(
     configs: Annotated[list[Path], typer.Argument(help="Two or more configs, in any format validate reads.")],
     json_out: JsonOpt = False,
@@ -484,8 +503,8 @@ def compare(
     """Show two or more configs side by side: layout, memory, time, throughput; what differs."""
 
     def body() -> int:
-        from planner.views import report
         from planner.frameworks import load_any
+        from planner.views import shapes
         from planner.validate import validate as run_validate
 
         if len(configs) < 2:
@@ -500,12 +519,13 @@ def compare(
             formats.append(imported.format)
         names = _short_names(configs)
         if json_out:
-            print(json.dumps(report.compare_json(results, names, formats), indent=2))
+            print(json.dumps(shapes.compare_json(results, names, formats), indent=2))
         else:
+            from planner.views import report
             _console().print(report.compare_view(results, names))
         if html is not None:
             from planner.views.html import compare_html
-            _write_html(html, compare_html(report.compare_rows(results), names))
+            _write_html(html, compare_html(shapes.compare_rows(results), names))
         return 0 if all(r.valid for r in results) else 1
 
     _run(body)
@@ -517,45 +537,26 @@ def _short_names(paths: list[Path]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(p) for p in paths]
 
 
-def _serve_console():
-    """The console of the serving views: COLUMNS when set (they are laid out for 80), else
-    the terminal's width, else 100."""
-    import os
-    from rich.console import Console
-    console = Console(highlight=False, soft_wrap=False)
-    cols = os.environ.get("COLUMNS", "")
-    if cols.isdigit() and int(cols) > 0:
-        return Console(highlight=False, soft_wrap=False, width=int(cols))
-    if not console.is_terminal:
-        return Console(highlight=False, soft_wrap=False, width=100)
-    return console
-
-
 def _validate_serve(imported, config: Path, json_out: bool) -> int:
     """`validate` of a serving deployment (a serving YAML or an engine's launch command)."""
-    from planner.views import serve_report
     from planner.serve.validate import caveats, validate as serve_validate
 
     result = serve_validate(imported.job, imported.layout, extra=imported.violations)
     notes = caveats(imported.job, imported.layout)
     if json_out:
-        out = serve_report.validation_json(result, caveats=notes)
+        from planner.views.serve_shapes import validation_json
+        out = validation_json(result, caveats=notes)
         out["format"] = imported.format
         print(json.dumps(out, indent=2))
     else:
-        _serve_console().print(serve_report.validation_view(
+        from planner.views import serve_report
+        _console(serve=True).print(serve_report.validation_view(
             result, source=f"{imported.format}: {config}", caveats=notes))
     return 0 if result.valid else 1
 
 
-def _positive(flag: str, value, *, whole: bool = True):
-    if value is not None and (value <= 0 or (whole and int(value) != value)):
-        kind = "a positive whole number" if whole else "a positive number"
-        raise SpecError(f"{flag} = {value}: must be {kind}")
-    return value
 
 
-@app.command()
 def serve(
     model: Annotated[str, typer.Option("--model", help="Preset, alias, model YAML or HF config.json.")],
     gpus: GpusOpt = None,
@@ -578,7 +579,6 @@ def serve(
 
     def body() -> int:
         from planner.presets import resolve_model
-        from planner.views import serve_report
         from planner.serve.search import ServeOptions, search
         from planner.serve.specs import ENGINES, ServeJob, ServingSpec
         from planner.specs import parse_spec
@@ -588,12 +588,9 @@ def serve(
             _positive(flag, value)
         for flag, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
             _positive(flag, value, whole=False)
-        if precision is not None and precision not in ("bf16", "fp8", "fp4"):
-            raise SpecError(f"--precision = {precision!r}: must be bf16, fp8 or fp4")
-        if kv_cache_dtype is not None and kv_cache_dtype not in ("bf16", "fp8"):
-            raise SpecError(f"--kv-cache-dtype = {kv_cache_dtype!r}: must be bf16 or fp8")
-        if engine not in ENGINES:
-            raise SpecError(f"--engine = {engine!r}: must be {', '.join(ENGINES)}")
+        _choice("--precision", precision, SERVE_PRECISIONS)
+        _choice("--kv-cache-dtype", kv_cache_dtype, KV_CACHE_DTYPES)
+        _choice("--engine", engine, ENGINES)
         fmt = None
         if export_format is not None:
             from planner.frameworks.engines.writer import check_engine
@@ -617,7 +614,8 @@ def serve(
             best = result.plans[0]
             text = serve_export(job, best.layout, fmt, estimate=best.estimate)
         if json_out:
-            out = serve_report.plan_json(result)
+            from planner.views.serve_shapes import plan_json
+            out = plan_json(result)
             out["chosen_by_planner"] = chosen
             if text is not None:
                 out["export"] = {"format": fmt, "text": text}
@@ -627,7 +625,8 @@ def serve(
                 print(f"precision {prec} (chosen by planner: {hw.name} "
                       f"{'has' if prec == 'fp8' else 'has no'} FP8 tensor cores; --precision "
                       "to pin)")
-            _serve_console().print(serve_report.plan_view(result))
+            from planner.views import serve_report
+            _console(serve=True).print(serve_report.plan_view(result))
             if text is not None:
                 print(text, end="")
         if not result.plans:
@@ -648,12 +647,10 @@ def serve(
     _run(body, json_mode=json_out)
 
 
-@app.command()
 def models(json_out: JsonOpt = False) -> None:
     """List the preset models with their parameter counts."""
 
     def body() -> int:
-        from planner.views import report
         from planner.cost.params import active_params, total_params
         from planner.presets import ALIASES, PRESETS, PUBLISHED_PARAMS, get_preset
 
@@ -670,31 +667,30 @@ def models(json_out: JsonOpt = False) -> None:
         if json_out:
             print(json.dumps({"models": rows}, indent=2))
         else:
+            from planner.views import report
             _console().print(report.models_view(rows))
         return 0
 
     _run(body, json_mode=json_out)
 
 
-@app.command()
 def hardware(json_out: JsonOpt = False) -> None:
     """List the hardware profiles."""
 
     def body() -> int:
-        from planner.views import report
         from planner.config import profile_names, resolve_hardware
 
         rows = [resolve_hardware(n).model_dump() for n in profile_names()]
         if json_out:
             print(json.dumps({"hardware": rows}, indent=2))
         else:
+            from planner.views import report
             _console().print(report.hardware_view(rows))
         return 0
 
     _run(body, json_mode=json_out)
 
 
-@app.command("export")
 def export_cmd(
     config: Annotated[Path, typer.Argument(help="Config YAML (see examples/).")],
     fmt: Annotated[str, typer.Option("--format", "-f",
@@ -739,11 +735,43 @@ def export_cmd(
     _run(body)
 
 
+_COMMANDS = (("plan", plan), ("validate", validate), ("compare", compare), ("serve", serve),
+             ("models", models), ("hardware", hardware), ("export", export_cmd))
+"""The commands, in the order --help lists them."""
+
+
+def _build_app() -> typer.Typer:
+    import typer
+
+    globals().update(typer=typer, **_option_aliases(typer))
+    app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                      help="Plan and check how to split a large model across a GPU cluster.")
+    app.callback()(_root)
+    for name, fn in _COMMANDS:
+        app.command(name)(fn)
+    return app
+
+
+def _app() -> typer.Typer:
+    app = globals().get("app")
+    if app is None:
+        app = globals()["app"] = _build_app()
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    """`app`, the typer app (built on first use, then an ordinary module attribute)."""
+    if name == "app":
+        return _app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: typer's own usage errors (unknown option, missing or malformed value) also
     become one `error:` line and exit 2, like every other bad input (with `--json`, the error
     object on stdout too); output that cannot be written ends as `_run` says.
 
+    `planner --version` alone answers without building the app (it prints the same).
     As the process's entry (no `argv`), the objects left are frozen on the way out: the
     interpreter's final garbage collection then skips them (~35 ms of traversing what the
     imports built, for memory the OS takes back anyway)."""
@@ -758,16 +786,23 @@ def _main(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     json_mode = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
     try:
-        code = app(args=argv, standalone_mode=False)
+        if args == ["--version"]:   # the app's answer, without importing typer
+            from planner import __version__
+            print(f"planner {__version__}")
+            code = 0
+        else:
+            code = _app()(args=argv, standalone_mode=False)
         sys.stdout.flush()
-    except typer.Abort:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
     except OSError as exc:
         if exc.errno not in _OUTPUT_ERRNOS:
             sys.exit(_internal(exc, json_mode))
         sys.exit(_output_failed(exc))
     except Exception as exc:   # typer's (vendored click's) usage errors
+        import typer   # loaded: only the app raises these
+
+        if isinstance(exc, typer.Abort):
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
         if not hasattr(exc, "format_message") or not hasattr(exc, "exit_code"):
             sys.exit(_internal(exc, json_mode))
         ctx = getattr(exc, "ctx", None)

@@ -26,10 +26,9 @@ import yaml
 
 from planner.errors import SpecError, clip, short
 
-if sys.version_info >= (3, 11):
+if TYPE_CHECKING:   # at run time: module __getattr__ below
     import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+    from tomllib import TOMLDecodeError
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -41,13 +40,27 @@ __all__ = ["ref_path", "read_text", "read_yaml", "load_yaml", "load_json", "load
            "safe_is_file", "safe_is_dir", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES",
            "MAX_DIGITS", "MAX_NAME_CHARS", "MAX_PATH_CHARS", "READ_BUDGET_S"]
 
-TOMLDecodeError = tomllib.TOMLDecodeError
-"""The TOML parser's syntax error."""
+def _tomllib():
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    return tomllib
+
+
+def __getattr__(name: str) -> Any:
+    """`tomllib` (the parser module) and `TOMLDecodeError` (its syntax error), imported on
+    first use: only the TOML readers need them."""
+    if name == "tomllib":
+        return _tomllib()
+    if name == "TOMLDecodeError":
+        return _tomllib().TOMLDecodeError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_toml(text: str) -> dict[str, Any]:
     """TOML text as data (`tomllib.loads`; raises TOMLDecodeError on a syntax error)."""
-    return tomllib.loads(text)
+    return _tomllib().loads(text)
 
 
 MAX_FILE_BYTES = 2 * 2**20

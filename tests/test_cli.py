@@ -1,6 +1,6 @@
 """The CLI through typer's CliRunner: listings, the `validate --json` contract, `python -m`,
-and the import direction (only cli.py imports typer; only the report modules and cli.py import
-rich)."""
+and the import direction (only cli.py imports typer; only the views import rich), and what
+each command imports at start-up."""
 
 from __future__ import annotations
 
@@ -174,10 +174,82 @@ def test_only_cli_imports_typer():
     assert _importers_of("typer") == {"planner/cli.py"}
 
 
-def test_only_report_and_cli_import_rich():
+def test_only_the_views_import_rich():
+    # the rich views, and the one console policy (cli.py makes its consoles there)
     importers = _importers_of("rich")
     assert "planner/views/report.py" in importers
-    assert importers <= {"planner/cli.py", "planner/views/report.py", "planner/views/serve_report.py"}
+    assert importers <= {"planner/views/console.py", "planner/views/report.py",
+                         "planner/views/serve_report.py"}
+
+
+# ---------------------------------------------------------------------------------- start-up
+# Each command imports only what it uses (benchmarks/startup_speed.py times them; no timing
+# here). Fresh interpreters, since this one has imported everything already.
+
+HEAVY = ("typer", "pydantic", "rich", "yaml", "planner.cli", "planner.specs", "planner.config",
+         "planner.cost", "planner.search", "planner.views")
+
+
+def _modules_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running `code` (its own output dropped)."""
+    probe = ("import contextlib, io, json, os, sys\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    try:\n" + "".join(f"        {line}\n" for line in code.splitlines()) +
+             "    except SystemExit:\n        pass\n"
+             "os.write(1, json.dumps(sorted(sys.modules)).encode())\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, cwd=PACKAGE.parent,
+                          env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return set(json.loads(proc.stdout))
+
+
+def _heavy(modules: set[str]) -> set[str]:
+    return {m for m in modules if m in HEAVY or m.startswith(tuple(h + "." for h in HEAVY))}
+
+
+def test_version_imports_nothing_heavy():
+    # python -m planner --version: answered by planner/__main__.py; -X importtime lists every
+    # module the process imported
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "planner", "--version"],
+                          capture_output=True, text=True, timeout=60, cwd=PACKAGE.parent,
+                          env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    from planner import __version__
+    assert proc.returncode == 0 and proc.stdout == f"planner {__version__}\n", proc.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line}
+    assert "planner" in imported
+    assert _heavy(imported) == set()
+    # planner.cli's main (the old script entry, and callers of main) answers without typer
+    assert _heavy(_modules_after("from planner.cli import main\nmain(['--version'])")) == \
+        {"planner.cli"}
+
+
+def test_import_planner_is_lazy():
+    assert _heavy(_modules_after("import planner")) == set()
+    code = ("import planner\nassert planner.Layout.__module__ == 'planner.layout'\n"
+            "import planner.validate\nassert callable(planner.validate)\n"
+            "assert planner.validate is planner.validate.__globals__['validate']")
+    assert "planner.layout" in _modules_after(code)
+
+
+def test_public_names_resolve():
+    import planner
+    assert set(planner.__all__) == set(planner._PUBLIC) | {"__version__"}
+    for name in planner._PUBLIC:
+        assert getattr(planner, name).__name__ == name
+    assert not isinstance(planner.validate, type(planner))   # the function, not the module
+    with pytest.raises(AttributeError):
+        planner.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("args", [["models", "--json"], ["hardware", "--json"],
+                                  ["plan", "--model", "llama2-7b", "--gpus", "8", "--json"]])
+def test_json_commands_do_not_import_the_terminal_views(args):
+    modules = _modules_after(f"from planner.cli import main\nmain({args!r})")
+    assert "typer" in modules and "planner.cli" in modules
+    assert not {m for m in modules if m == "rich" or m.startswith("rich.")}
+    assert "planner.views.report" not in modules and "planner.views.serve_report" not in modules
 
 
 def test_validate_chooses_the_knobs_a_config_leaves_out(runner, tmp_path):

@@ -161,7 +161,8 @@ import sys                                                               # noqa:
 
 from typer.testing import CliRunner                                      # noqa: E402
 
-from planner.cli import PIPE_WIDTH, app                                  # noqa: E402
+from planner.cli import app                                             # noqa: E402
+from planner.views.console import PIPE_WIDTH, SERVE_PIPE_WIDTH, make_console  # noqa: E402
 
 ROOT = EXAMPLES.parent
 EXAMPLE_70B = str(EXAMPLES / "llama3-70b-2048xh100.yaml")
@@ -327,6 +328,24 @@ def test_columns_honoured_when_piped(env, limit):
     widths = [len(line.rstrip()) for line in proc.stdout.splitlines()]
     assert max(widths) <= limit
     assert max(widths) > limit - 30     # it used the width it was given
+
+
+@pytest.mark.parametrize("env,serve,width", [({"COLUMNS": "80"}, False, 80),
+                                              ({"COLUMNS": "80"}, True, 80),
+                                              ({}, False, PIPE_WIDTH),
+                                              ({}, True, SERVE_PIPE_WIDTH)],
+                         ids=["COLUMNS", "COLUMNS-serve", "pipe", "pipe-serve"])
+def test_the_console_policy(monkeypatch, env, serve, width):
+    # planner/views/console.py makes every console: its width, and strings printed as written
+    # (no markup, emoji codes or highlighting); the test's stdout is not a terminal
+    monkeypatch.delenv("COLUMNS", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    console = make_console(pipe_width=SERVE_PIPE_WIDTH) if serve else make_console()
+    assert console.width == width
+    with console.capture() as capture:
+        console.print("Llama [v2] [bold]x[/bold] :smile: 0x1f 3.5", style="dim")
+    assert capture.get() == "Llama [v2] [bold]x[/bold] :smile: 0x1f 3.5\n"
 
 
 @pytest.mark.parametrize("width", [80, 120, 200])

@@ -1,5 +1,6 @@
-"""Rich renderables and JSON shaping of `planner serve` and of `planner validate SERVE.yaml`.
-Never prints. The JSON shapes are the stable interface documented in README ("Inference")."""
+"""Rich renderables of `planner serve` and of `planner validate SERVE.yaml`, and (re-exported
+from planner.views.serve_shapes, which does not import rich) their JSON shapes. Never prints.
+The JSON shapes are the stable interface documented in README ("Inference")."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.units import GiB
+from planner.views.serve_shapes import (candidate_json, estimate_json, job_json,  # noqa: F401
+                                        plan_json, validation_json)
 
 __all__ = ["validation_json", "validation_view", "plan_json", "plan_view", "job_json",
            "candidate_json"]
@@ -18,78 +21,6 @@ __all__ = ["validation_json", "validation_view", "plan_json", "plan_view", "job_
 
 def _ms(s: float) -> str:
     return f"{s * 1e3:,.0f}" if s >= 0.1 else f"{s * 1e3:.1f}"
-
-
-# --------------------------------------------------------------------------------- JSON
-
-def job_json(job) -> dict[str, Any]:
-    from planner.cost.params import total_params
-    sv = job.serving
-    out = {"model": job.model.name, "parameters": total_params(job.model),
-           "hardware": job.hardware.name, "num_gpus": job.num_gpus,
-           "precision": sv.precision, "kv_cache_dtype": sv.kv_dtype,
-           "input_length": sv.input_length, "output_length": sv.output_length,
-           "concurrency": sv.concurrency, "engine": sv.engine, "batching": sv.batching}
-    if sv.speculative is not None:
-        out["speculative"] = sv.speculative.model_dump(exclude_none=True)
-    return out
-
-
-def estimate_json(est) -> dict[str, Any]:
-    out = {"memory": est.memory.as_dict(), "latency": est.latency_dict(),
-           "throughput": est.throughput_dict(), "concurrency": est.concurrency,
-           "decode_step": est.decode_step.as_dict(), "prefill_s": est.prefill_s}
-    if est.prefill_memory is not None:
-        out["prefill_memory"] = est.prefill_memory.as_dict()
-        out["kv_transfer_s"] = est.kv_transfer_s
-        out["bottleneck"] = est.bottleneck
-    return out
-
-
-def validation_json(result, *, caveats: list[str] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "valid": result.valid,
-        "errors": [v.as_dict() for v in result.errors],
-        "warnings": [v.as_dict() for v in result.warnings],
-        "layout": result.layout.as_dict(),
-    }
-    if result.estimate is not None:
-        out.update(estimate_json(result.estimate))
-    out["job"] = job_json(result.job)
-    out["caveats"] = list(caveats or [])
-    return out
-
-
-def candidate_json(c) -> dict[str, Any]:
-    d = {"rank": c.rank, "meets_slo": c.meets, "layout": c.layout.as_dict(),
-         "name": c.layout.name, "warnings": [v.as_dict() for v in c.warnings]}
-    d.update(estimate_json(c.estimate))
-    return d
-
-
-def plan_json(result) -> dict[str, Any]:
-    """{"plans", "pareto", "steps", ...} (README, 'Inference: JSON')."""
-    o = result.options
-    out: dict[str, Any] = {
-        "plans": [candidate_json(p) for p in result.plans],
-        "pareto": [{"name": p.layout.name, "layout": p.layout.as_dict(),
-                    "concurrency": p.estimate.concurrency, "meets_slo": p.meets,
-                    "latency": p.estimate.latency_dict(),
-                    "throughput": p.estimate.throughput_dict()} for p in result.pareto],
-        "steps": result.steps,
-        "slo": {"ttft_s": o.ttft_s, "tpot_s": o.tpot_s},
-        "searched": result.searched, "shapes": result.shapes, "fitting": result.fitting,
-        "meeting": result.meeting, "pruned": result.pruned, "elapsed_s": result.elapsed_s,
-        "job": job_json(result.job), "caveats": list(result.caveats),
-    }
-    if result.pick is not None:
-        pick = candidate_json(result.pick)
-        pick["rank"] = result.pick_rank
-        pick["note"] = result.pick_note
-        out["procedure_pick"] = pick
-    if result.closest is not None:
-        out["closest"] = candidate_json(result.closest)
-    return out
 
 
 # ------------------------------------------------------------------------------ rich views
