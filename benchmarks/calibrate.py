@@ -28,9 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.accuracy import default_paths, evaluate, load_cases  # noqa: E402
-from planner.config import profile_dir, resolve_hardware as load_hardware  # noqa: E402
-from planner.specs import Calibration  # noqa: E402
+from benchmarks.accuracy import default_paths, evaluate, load_cases
+from planner.config import profile_dir
+from planner.config import resolve_hardware as load_hardware
+from planner.specs import Calibration
 
 BOUNDS = {   # physically plausible ranges (README, 'Calibration')
     "matmul_efficiency": (0.55, 0.9),       # large bf16 GEMMs reach 60-85% of the dense peak

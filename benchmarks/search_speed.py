@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     job, _ = kept
     cm = cost_model(job)
     layouts = []
-    for base, vpps, sps in _groups(job, _Space(job, SearchOptions()), _Counter()):
+    for base, vpps, _sps in _groups(job, _Space(job, SearchOptions()), _Counter()):
         for vpp in vpps:
             for mbs in (1, 2):
                 for zero in (1, 2):

@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.serve_accuracy import evaluate, load_cases, summary  # noqa: E402
-from planner.config import resolve_hardware  # noqa: E402
-from planner.specs import ServingCalibration  # noqa: E402
+from benchmarks.serve_accuracy import evaluate, load_cases, summary
+from planner.config import resolve_hardware
+from planner.specs import ServingCalibration
 
 BOUNDS = {   # physically plausible ranges (README, 'Inference: calibration')
     "hbm_efficiency": (0.55, 0.92),        # streaming reads reach 60-90 % of the HBM peak
@@ -110,7 +110,7 @@ def write_block(name: str, block: str) -> None:
     from planner.config import profile_dir
     path = profile_dir() / f"{name}.yaml"
     lines = path.read_text().splitlines(keepends=True)
-    start = next((i for i, l in enumerate(lines) if l.startswith("serving_calibration:")), None)
+    start = next((i for i, line in enumerate(lines) if line.startswith("serving_calibration:")), None)
     if start is not None:
         end = start + 1
         while end < len(lines) and lines[end].startswith("  "):

@@ -8,28 +8,16 @@ report shows it beside the numbers (table, JSON `caveats`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from planner.layout import Layout
-    from planner.specs import HardwareSpec, ModelSpec, TrainingSpec
+    from planner.specs import JobLike as _Job  # what caveats read of a job
 
 __all__ = ["case_classes", "caveats", "LONG_CONTEXT_TOKENS"]
 
 LONG_CONTEXT_TOKENS = 32768
 """Sequences from this length on are the long-context class (calibration-modern.yaml)."""
-
-
-class _Job(Protocol):
-    """What caveats read of a job (planner.config.Job; config sits above caveats in the
-    import layers, as it does above cost: planner.cost.JobLike is the same shape)."""
-
-    @property
-    def model(self) -> ModelSpec: ...
-    @property
-    def hardware(self) -> HardwareSpec: ...
-    @property
-    def training(self) -> TrainingSpec: ...
 
 
 def case_classes(job: _Job, layout: Layout | None) -> list[str]:

@@ -11,8 +11,9 @@ import gc
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 from planner.errors import InternalError, PlannerError, SpecError, clip, short
 
@@ -37,12 +38,12 @@ def _option_aliases(typer) -> dict[str, Any]:
     return dict(
         JsonOpt=Annotated[bool, typer.Option("--json", help="Print one JSON object (see README).")],
         HeadroomOpt=Annotated[float, typer.Option("--headroom", help="Fraction of GPU memory kept free.")],
-        TokensOpt=Annotated[Optional[str], typer.Option("--tokens", help="Training tokens (e.g. 15T) for time-to-train.")],
-        HardwareOpt=Annotated[Optional[str], typer.Option("--hardware", help="Hardware profile name or YAML path (default h100-sxm).")],
-        GpusOpt=Annotated[Optional[int], typer.Option("--gpus", help="Total GPUs.")],
-        NodesOpt=Annotated[Optional[int], typer.Option("--nodes", help="Nodes (x the profile's GPUs per node), instead of --gpus.")],
-        ShowOpt=Annotated[Optional[str], typer.Option("--show", help="Draw pictures in the terminal: schedule, memory, time, grid (plan: also scatter), comma-separated, or all.")],
-        HtmlOpt=Annotated[Optional[Path], typer.Option("--html", help="Also write a self-contained HTML report (pictures and numbers) to this file.")],
+        TokensOpt=Annotated[str | None, typer.Option("--tokens", help="Training tokens (e.g. 15T) for time-to-train.")],
+        HardwareOpt=Annotated[str | None, typer.Option("--hardware", help="Hardware profile name or YAML path (default h100-sxm).")],
+        GpusOpt=Annotated[int | None, typer.Option("--gpus", help="Total GPUs.")],
+        NodesOpt=Annotated[int | None, typer.Option("--nodes", help="Nodes (x the profile's GPUs per node), instead of --gpus.")],
+        ShowOpt=Annotated[str | None, typer.Option("--show", help="Draw pictures in the terminal: schedule, memory, time, grid (plan: also scatter), comma-separated, or all.")],
+        HtmlOpt=Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML report (pictures and numbers) to this file.")],
     )
 
 
@@ -68,26 +69,26 @@ def _run(fn: Callable[[], int], *, json_mode: bool = False) -> None:
         sys.stdout.flush()
     except PlannerError as exc:
         _fail(exc, json_mode)
-        raise typer.Exit(exc.exit_code)
+        raise typer.Exit(exc.exit_code) from None
     except typer.Exit:
         raise
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     except OSError as exc:
         if exc.errno not in _OUTPUT_ERRNOS:
-            raise typer.Exit(_internal(exc, json_mode))
-        raise typer.Exit(_output_failed(exc))
+            raise typer.Exit(_internal(exc, json_mode)) from None
+        raise typer.Exit(_output_failed(exc)) from None
     except RecursionError:   # the reading limits stop deep input first; this is the backstop
         _fail(SpecError("the input nests too deeply to read (RecursionError); flatten it"),
               json_mode)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     except MemoryError:      # likewise: input that grows (a script's A=$A$A) past memory
         _fail(SpecError("reading the input ran out of memory (MemoryError); a value grows "
                         "without bound: simplify the input"), json_mode)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     except Exception as exc:  # a bug: one line, never a traceback
-        raise typer.Exit(_internal(exc, json_mode))
+        raise typer.Exit(_internal(exc, json_mode)) from None
     raise typer.Exit(code)
 
 
@@ -147,7 +148,7 @@ MIN_PLAIN_TOKENS = 1e6
 """A --tokens count without a unit below this is almost surely a missing unit (15 for 15T)."""
 
 
-def _tokens(value: Optional[str]) -> Optional[float]:
+def _tokens(value: str | None) -> float | None:
     if value is None:
         return None
     from planner.units import parse_count
@@ -174,7 +175,7 @@ KV_CACHE_DTYPES = ("bf16", "fp8")
 # and a half-open range ([0, 1) for --headroom) or a bound that depends on another option
 # (--nodes on the profile's GPUs per node) it cannot say at all.
 
-def _choice(flag: str, value: Optional[str], choices: tuple[str, ...]) -> None:
+def _choice(flag: str, value: str | None, choices: tuple[str, ...]) -> None:
     if value is not None and value not in choices:
         raise SpecError(f"{flag} = {short(value)}: must be {_or(choices)}", field=flag,
                         value=value)
@@ -190,13 +191,13 @@ def _positive(flag: str, value, *, whole: bool = True) -> None:
         raise SpecError(f"{flag} = {short(value)}: must be {kind}", field=flag, value=value)
 
 
-def _count(flag: str, value: Optional[int], most: int) -> None:
+def _count(flag: str, value: int | None, most: int) -> None:
     if value is not None and not 1 <= value <= most:
         raise SpecError(f"{flag} = {short(value)}: must be a whole number from 1 to {most:,} "
                         "(limit: GPUs, as for num_gpus)", field=flag, value=value)
 
 
-def _show(value: Optional[str], *, allowed: tuple[str, ...], json_out: bool) -> list[str]:
+def _show(value: str | None, *, allowed: tuple[str, ...], json_out: bool) -> list[str]:
     """--show a,b,c -> the pictures in that order; 'all' for every one allowed."""
     if value is None:
         return []
@@ -227,7 +228,7 @@ def _write_html(path: Path, text: str) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
-def _world(gpus: Optional[int], nodes: Optional[int], hardware) -> Optional[int]:
+def _world(gpus: int | None, nodes: int | None, hardware) -> int | None:
     """--gpus, or --nodes x gpus_per_node; both given must agree; capped like num_gpus."""
     from planner.specs import MAX_GPUS
     _count("--gpus", gpus, MAX_GPUS)
@@ -241,7 +242,7 @@ def _world(gpus: Optional[int], nodes: Optional[int], hardware) -> Optional[int]
     return n
 
 
-def _cluster(hardware: Optional[str], gpus: Optional[int], nodes: Optional[int]):
+def _cluster(hardware: str | None, gpus: int | None, nodes: int | None):
     """(the hardware profile, the GPU count) of a search command (plan, serve): the profile
     named or h100-sxm, and --gpus or --nodes, one of which is required."""
     from planner.config import resolve_hardware
@@ -290,16 +291,16 @@ def plan(
     gpus: GpusOpt = None,
     nodes: NodesOpt = None,
     hardware: HardwareOpt = None,
-    seq_length: Annotated[Optional[int], typer.Option("--seq-length", help="Tokens per sequence (default: the model's).")] = None,
-    global_batch_size: Annotated[Optional[int], typer.Option("--global-batch-size", help="Sequences per step (default: ~4M tokens).")] = None,
+    seq_length: Annotated[int | None, typer.Option("--seq-length", help="Tokens per sequence (default: the model's).")] = None,
+    global_batch_size: Annotated[int | None, typer.Option("--global-batch-size", help="Sequences per step (default: ~4M tokens).")] = None,
     precision: Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8.")] = "bf16",
     top: Annotated[int, typer.Option("--top", help="How many layouts to list.")] = 10,
     sort_by: Annotated[str, typer.Option("--sort-by", help="time | memory | mfu.")] = "time",
-    fix: Annotated[Optional[str], typer.Option("--fix", help="Pin axes, e.g. tp=8,pp=4,recompute=full.")] = None,
-    max_tp: Annotated[Optional[int], typer.Option("--max-tp", help="Largest TP degree tried (default: the NVLink domain).")] = None,
+    fix: Annotated[str | None, typer.Option("--fix", help="Pin axes, e.g. tp=8,pp=4,recompute=full.")] = None,
+    max_tp: Annotated[int | None, typer.Option("--max-tp", help="Largest TP degree tried (default: the NVLink domain).")] = None,
     headroom: HeadroomOpt = 0.05,
     tokens: TokensOpt = None,
-    export_format: Annotated[Optional[str], typer.Option("--export", help="Also print the top plan as megatron|deepspeed|torchtitan|nemo.")] = None,
+    export_format: Annotated[str | None, typer.Option("--export", help="Also print the top plan as megatron|deepspeed|torchtitan|nemo.")] = None,
     json_out: JsonOpt = False,
     show: ShowOpt = None,
     html: HtmlOpt = None,
@@ -376,7 +377,7 @@ def validate(
     config: Annotated[Path, typer.Argument(help="Config: planner YAML (see examples/), Megatron-LM "
                                                 "script or argument file, NeMo YAML, DeepSpeed "
                                                 "ds_config.json or torchtitan TOML.")],
-    model: Annotated[Optional[str], typer.Option("--model", help="Preset, alias, model YAML, HF config.json or a folder with one; replaces the file's model (needed when it has none).")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Preset, alias, model YAML, HF config.json or a folder with one; replaces the file's model (needed when it has none).")] = None,
     hardware: HardwareOpt = None,
     gpus: GpusOpt = None,
     nodes: NodesOpt = None,
@@ -385,8 +386,8 @@ def validate(
     tokens: TokensOpt = None,
     show: ShowOpt = None,
     html: HtmlOpt = None,
-    set_values: Annotated[Optional[list[str]], typer.Option("--set", help="NAME=VALUE: a value a launch script takes from the environment, or from $1, $2 ... (NAME 1, 2 ...); repeatable.")] = None,
-    vocab_size: Annotated[Optional[int], typer.Option("--vocab-size", help="The model's vocabulary size, where the file's tokenizer is unknown (replaces the one it implies).")] = None,
+    set_values: Annotated[list[str] | None, typer.Option("--set", help="NAME=VALUE: a value a launch script takes from the environment, or from $1, $2 ... (NAME 1, 2 ...); repeatable.")] = None,
+    vocab_size: Annotated[int | None, typer.Option("--vocab-size", help="The model's vocabulary size, where the file's tokenizer is unknown (replaces the one it implies).")] = None,
 ) -> None:
     """Check a config rule by rule (ours and its framework's) and estimate its memory."""
 
@@ -504,8 +505,8 @@ def compare(
 
     def body() -> int:
         from planner.frameworks import load_any
-        from planner.views import shapes
         from planner.validate import validate as run_validate
+        from planner.views import shapes
 
         if len(configs) < 2:
             raise SpecError(f"compare needs two or more configs, got {len(configs)}; "
@@ -539,7 +540,8 @@ def _short_names(paths: list[Path]) -> list[str]:
 
 def _validate_serve(imported, config: Path, json_out: bool) -> int:
     """`validate` of a serving deployment (a serving YAML or an engine's launch command)."""
-    from planner.serve.validate import caveats, validate as serve_validate
+    from planner.serve.validate import caveats
+    from planner.serve.validate import validate as serve_validate
 
     result = serve_validate(imported.job, imported.layout, extra=imported.violations)
     notes = caveats(imported.job, imported.layout)
@@ -564,15 +566,15 @@ def serve(
     hardware: HardwareOpt = None,
     isl: Annotated[int, typer.Option("--isl", help="Prompt tokens per request.")] = 2048,
     osl: Annotated[int, typer.Option("--osl", help="Generated tokens per request.")] = 512,
-    ttft_ms: Annotated[Optional[float], typer.Option("--ttft-ms", help="SLO: time to first token, ms.")] = None,
-    tpot_ms: Annotated[Optional[float], typer.Option("--tpot-ms", help="SLO: time per output token, ms.")] = None,
-    precision: Annotated[Optional[str], typer.Option("--precision", help="bf16 | fp8 | fp4 (default fp8 where the GPU has FP8).")] = None,
-    kv_cache_dtype: Annotated[Optional[str], typer.Option("--kv-cache-dtype", help="bf16 | fp8 (default fp8 with fp8/fp4 weights).")] = None,
+    ttft_ms: Annotated[float | None, typer.Option("--ttft-ms", help="SLO: time to first token, ms.")] = None,
+    tpot_ms: Annotated[float | None, typer.Option("--tpot-ms", help="SLO: time per output token, ms.")] = None,
+    precision: Annotated[str | None, typer.Option("--precision", help="bf16 | fp8 | fp4 (default fp8 where the GPU has FP8).")] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option("--kv-cache-dtype", help="bf16 | fp8 (default fp8 with fp8/fp4 weights).")] = None,
     engine: Annotated[str, typer.Option("--engine", help="vllm | sglang | trtllm.")] = "vllm",
     top: Annotated[int, typer.Option("--top", help="How many deployments to list.")] = 10,
-    max_tp: Annotated[Optional[int], typer.Option("--max-tp", help="Largest TP degree tried (default: the NVLink domain).")] = None,
+    max_tp: Annotated[int | None, typer.Option("--max-tp", help="Largest TP degree tried (default: the NVLink domain).")] = None,
     no_disagg: Annotated[bool, typer.Option("--no-disagg", help="Leave prefill/decode disaggregation out of the search.")] = False,
-    export_format: Annotated[Optional[str], typer.Option("--export", help="Also print the top deployment's launch commands: vllm | sglang | trtllm.")] = None,
+    export_format: Annotated[str | None, typer.Option("--export", help="Also print the top deployment's launch commands: vllm | sglang | trtllm.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Plan an inference deployment: parallelism, replicas, P/D split, within the SLOs."""
@@ -695,7 +697,7 @@ def export_cmd(
     config: Annotated[Path, typer.Argument(help="Config YAML (see examples/).")],
     fmt: Annotated[str, typer.Option("--format", "-f",
                                      help="megatron | deepspeed | torchtitan | nemo.")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o",
+    output: Annotated[Path | None, typer.Option("--output", "-o",
                                                    help="Write to this file instead of stdout.")] = None,
 ) -> None:
     """Write a config's layout as a framework's launch flags or config file."""
@@ -703,12 +705,9 @@ def export_cmd(
     def body() -> int:
         from planner.config import load_config
         from planner.cost import estimate
-        from planner.frameworks.export import check_exportable, check_format, export
+        from planner.frameworks.export import check_exportable, check_format, export, prepare
         from planner.rules import Context, fits_in_memory
-
         from planner.tune import fill_auto
-
-        from planner.frameworks.export import prepare
 
         name = check_format(fmt)
         job, layout = load_config(config)
@@ -798,7 +797,7 @@ def _main(argv: list[str] | None) -> None:
             sys.exit(_internal(exc, json_mode))
         sys.exit(_output_failed(exc))
     except Exception as exc:   # typer's (vendored click's) usage errors
-        import typer   # loaded: only the app raises these
+        import typer  # loaded: only the app raises these
 
         if isinstance(exc, typer.Abort):
             print("interrupted", file=sys.stderr)

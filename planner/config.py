@@ -12,10 +12,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from planner.errors import SpecError, short
+from planner.io import MAX_NAME_CHARS, read_yaml, ref_path, safe_is_file
 from planner.layout import Layout, layout_from_spec
 from planner.presets import resolve_model
 from planner.specs import ConfigSpec, HardwareSpec, ModelSpec, TrainingSpec, parse_spec
-from planner.io import MAX_NAME_CHARS, read_yaml, ref_path, safe_is_file
 
 __all__ = ["Job", "load_config", "config_from_data", "resolve_hardware", "profile_dir",
            "profile_names", "default_training"]

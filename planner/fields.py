@@ -20,9 +20,10 @@ live here so that both the specs and the layout can use them.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 __all__ = ["Recompute", "RecomputeModule", "Dispatcher", "CudaGraphs", "StateDtype",
            "CpCommType", "PARTS", "ALL_PARTS", "FieldInfo", "row", "info", "layout_fields",

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import yaml
@@ -27,8 +27,12 @@ import yaml
 from planner.errors import SpecError, clip, short
 
 if TYPE_CHECKING:   # at run time: module __getattr__ below
-    import tomllib
-    from tomllib import TOMLDecodeError
+    if sys.version_info >= (3, 11):
+        import tomllib
+        from tomllib import TOMLDecodeError
+    else:
+        import tomli as tomllib
+        from tomli import TOMLDecodeError
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -40,7 +44,8 @@ __all__ = ["ref_path", "read_text", "read_yaml", "load_yaml", "load_json", "load
            "safe_is_file", "safe_is_dir", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES",
            "MAX_DIGITS", "MAX_NAME_CHARS", "MAX_PATH_CHARS", "READ_BUDGET_S"]
 
-def _tomllib():
+def _tomllib() -> ModuleType:
+    """The TOML parser: the standard library's, or its backport on Python 3.10."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10
@@ -60,7 +65,8 @@ def __getattr__(name: str) -> Any:
 
 def load_toml(text: str) -> dict[str, Any]:
     """TOML text as data (`tomllib.loads`; raises TOMLDecodeError on a syntax error)."""
-    return _tomllib().loads(text)
+    data: dict[str, Any] = _tomllib().loads(text)
+    return data
 
 
 MAX_FILE_BYTES = 2 * 2**20

@@ -11,9 +11,21 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from planner.fields import (MAX_BATCH, MAX_DIM, CpCommType, CudaGraphs, Dispatcher, Recompute,
-                            RecomputeModule, StateDtype, config_name, info, layout_fields,
-                            layout_key, row)
+from planner.fields import (
+    MAX_BATCH,
+    MAX_DIM,
+    CpCommType,
+    CudaGraphs,
+    Dispatcher,
+    Recompute,
+    RecomputeModule,
+    StateDtype,
+    config_name,
+    info,
+    layout_fields,
+    layout_key,
+    row,
+)
 
 __all__ = ["Layout", "layout_from_spec", "stage_layer_counts", "AUTO_FIELDS", "bubble_fraction",
            "LAYOUT_FIELDS", "layout_key_for"]
@@ -85,13 +97,13 @@ class Layout:
                                  "full (every layer).", reads=_ACTS, spec_type=Recompute,
                          megatron="--recompute-granularity", nemo="recompute_granularity",
                          torchtitan="activation_checkpoint.mode")
-    first_stage_layers: Optional[int] = row(
+    first_stage_layers: int | None = row(
         None, "Layers on the first pipeline rank (`--decoder-first-pipeline-num-layers`).",
         reads=_SPLIT, bounds=dict(ge=0, le=10_000),
         megatron="--decoder-first-pipeline-num-layers",
         nemo="num_layers_in_first_pipeline_stage",
         torchtitan="parallelism.pipeline_parallel_first_stage_less_layers")
-    last_stage_layers: Optional[int] = row(
+    last_stage_layers: int | None = row(
         None, "Layers on the last pipeline rank (`--decoder-last-pipeline-num-layers`).",
         reads=_SPLIT, bounds=dict(ge=0, le=10_000),
         megatron="--decoder-last-pipeline-num-layers", nemo="num_layers_in_last_pipeline_stage",
@@ -120,7 +132,7 @@ class Layout:
         reads=_ACTS, spec_type=Optional[tuple[RecomputeModule, ...]], spec_default=None,
         json_from="selective_modules", megatron="--recompute-modules", nemo="recompute_modules",
         torchtitan="activation_checkpoint.selective_ac_option")
-    recompute_num_layers: Optional[int] = row(
+    recompute_num_layers: int | None = row(
         None, "With recompute full: the layers of each virtual stage that recompute (Megatron "
               "`--recompute-method block --recompute-num-layers N`); the others keep their "
               "activations. Default: every layer (`--recompute-method uniform "
@@ -163,7 +175,7 @@ class Layout:
                 "transformer_engine`) | full (the whole iteration, `--cuda-graph-impl local "
                 "--cuda-graph-scope full_iteration`).", reads=_LAYER, spec_type=CudaGraphs,
         megatron="--cuda-graph-impl", nemo="cuda_graph_impl")
-    pipeline_model_parallel_layout: Optional[str] = row(
+    pipeline_model_parallel_layout: str | None = row(
         None, "Megatron's pipeline layout string (`--pipeline-model-parallel-layout`, e.g. "
               "`Et*4|(t*4|)*14tmL`: E embedding, t decoder layer, m MTP layer, L loss, | a "
               "virtual-stage boundary, *n and parentheses repeat); replaces "
@@ -213,7 +225,7 @@ class Layout:
             parts.append(f"vpp{self.vpp}")
         return "-".join(parts)
 
-    def with_(self, **changes) -> "Layout":
+    def with_(self, **changes) -> Layout:
         return replace(self, **changes)
 
     def as_dict(self, global_batch_size: int | None = None) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError, clip, short
-from planner.specs import ModelSpec, parse_spec
 from planner.io import load_json, read_text, read_yaml, ref_path, safe_is_dir, safe_is_file
+from planner.specs import ModelSpec, parse_spec
 
 __all__ = ["PRESETS", "ALIASES", "PUBLISHED_PARAMS", "get_preset", "resolve_model",
            "model_from_hf_config"]

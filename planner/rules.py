@@ -10,8 +10,8 @@ values, then the fix.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
 
 from planner.errors import Violation
 from planner.layout import Layout, bubble_fraction, stage_layer_counts
@@ -51,7 +51,7 @@ class Context:
         return self.layout.num_microbatches(self.training.global_batch_size)
 
 
-Rule = Callable[[Context], Optional[str]]
+Rule = Callable[[Context], str | None]
 
 
 def _try(values: Iterable[int], name: str) -> str:
@@ -91,7 +91,7 @@ def fits(total_bytes: float, capacity_bytes: float, headroom: float) -> bool:
 
 # -- step 1: the world and the model's shape -------------------------------------------------
 
-def world_size(c: Context) -> Optional[str]:
+def world_size(c: Context) -> str | None:
     """Megatron R1 (docs/reference/framework-rules.md#r1-world-size-divisible-by-tp-pp-and-cp):
     world % (tp*pp*cp) == 0 and dp = world/(tp*pp*cp)."""
     lay = c.layout
@@ -110,7 +110,7 @@ def world_size(c: Context) -> Optional[str]:
     return None
 
 
-def heads_divisible_by_tp(c: Context) -> Optional[str]:
+def heads_divisible_by_tp(c: Context) -> str | None:
     """Megatron R4 (docs/reference/framework-rules.md#r4-heads-divisible-by-tp):
     num_attention_heads % tp == 0."""
     a, t = c.model.num_attention_heads, c.layout.tp
@@ -120,7 +120,7 @@ def heads_divisible_by_tp(c: Context) -> Optional[str]:
     return None
 
 
-def kv_heads_vs_tp(c: Context) -> Optional[str]:
+def kv_heads_vs_tp(c: Context) -> str | None:
     """Megatron R5 (docs/reference/framework-rules.md#r5-query-groups-and-tp):
     num_query_groups % tp == 0 or tp % num_query_groups == 0."""
     if c.model.is_mla:
@@ -132,14 +132,14 @@ def kv_heads_vs_tp(c: Context) -> Optional[str]:
     return None
 
 
-def precision_supported(c: Context) -> Optional[str]:
+def precision_supported(c: Context) -> str | None:
     if c.training.precision == "fp8" and c.hardware.peak_tflops.fp8 is None:
         return (f"precision fp8 needs FP8 tensor cores, which {c.hardware.name} lacks; "
                 "use precision bf16")
     return None
 
 
-def layers_divisible(c: Context) -> Optional[str]:
+def layers_divisible(c: Context) -> str | None:
     """Megatron R10/R11 (docs/reference/framework-rules.md#r10-layers-divisible-by-pp,
     docs/reference/framework-rules.md#r11-virtual-stages-need-pp-and-micro-batches): layers
     split whole over pp (and vpp): L % pp == 0, or the uneven split first + middle*(pp-2) +
@@ -233,7 +233,7 @@ def _uneven_hint(L: int, p: int) -> str:
     return f"first_stage_layers {base + extra - extra // 2}, last_stage_layers {base + extra // 2}"
 
 
-def pipeline_layout(c: Context) -> Optional[str]:
+def pipeline_layout(c: Context) -> str | None:
     """Megatron's --pipeline-model-parallel-layout checks (pipeline_layout.py), and that it
     replaces first/last_stage_layers (Megatron rejects both together) and fixes vpp."""
     lay = c.layout
@@ -260,7 +260,7 @@ def pipeline_layout(c: Context) -> Optional[str]:
     return None
 
 
-def vpp_needs_pp(c: Context) -> Optional[str]:
+def vpp_needs_pp(c: Context) -> str | None:
     """Megatron R11: virtual stages need pp > 1
     (docs/reference/framework-rules.md#r11-virtual-stages-need-pp-and-micro-batches)."""
     if c.layout.vpp > 1 and c.layout.pp == 1:
@@ -270,7 +270,7 @@ def vpp_needs_pp(c: Context) -> Optional[str]:
 
 # -- step 2-4: batch and sequence -----------------------------------------------------------
 
-def batch_divisible(c: Context) -> Optional[str]:
+def batch_divisible(c: Context) -> str | None:
     """Megatron R9
     (docs/reference/framework-rules.md#r9-global-batch-divisible-by-micro-batch-times-dp):
     global_batch_size % (micro_batch_size*dp) == 0, at least one micro-batch."""
@@ -291,7 +291,7 @@ def batch_divisible(c: Context) -> Optional[str]:
     return None
 
 
-def vpp_needs_microbatches(c: Context) -> Optional[str]:
+def vpp_needs_microbatches(c: Context) -> str | None:
     """Megatron R11: the interleaved schedule needs num_microbatches >= pp
     (docs/reference/framework-rules.md#r11-virtual-stages-need-pp-and-micro-batches)."""
     lay = c.layout
@@ -301,7 +301,7 @@ def vpp_needs_microbatches(c: Context) -> Optional[str]:
     return None
 
 
-def seq_divisible_by_cp(c: Context) -> Optional[str]:
+def seq_divisible_by_cp(c: Context) -> str | None:
     """Megatron R8 (docs/reference/framework-rules.md#r8-sequence-divisible-by-2cp):
     cp > 1 => seq_length % (2*cp) == 0 (causal load balancing)."""
     cp, s = c.layout.cp, c.training.seq_length
@@ -312,7 +312,7 @@ def seq_divisible_by_cp(c: Context) -> Optional[str]:
     return None
 
 
-def seq_divisible_by_tp(c: Context) -> Optional[str]:
+def seq_divisible_by_tp(c: Context) -> str | None:
     """With sequence parallelism each TP rank takes seq/(cp*tp) tokens: (seq/cp) % tp == 0."""
     lay, s = c.layout, c.training.seq_length
     if not seq_tp_ok(s, lay.cp, lay.tp, lay.sp):
@@ -321,7 +321,7 @@ def seq_divisible_by_tp(c: Context) -> Optional[str]:
     return None
 
 
-def overlap_flags(c: Context) -> Optional[str]:
+def overlap_flags(c: Context) -> str | None:
     """Megatron R13 (docs/reference/framework-rules.md#r13-overlap-flags): --tp-comm-overlap
     needs SP; --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce."""
     lay = c.layout
@@ -334,7 +334,7 @@ def overlap_flags(c: Context) -> Optional[str]:
 
 # -- step 5: experts ---------------------------------------------------------------------------
 
-def experts_divisible_by_ep(c: Context) -> Optional[str]:
+def experts_divisible_by_ep(c: Context) -> str | None:
     """Megatron R3 (docs/reference/framework-rules.md#r3-experts-divisible-by-ep):
     ep > 1 => num_experts % ep == 0 (and ep > 1 needs an MoE model)."""
     ep, E = c.layout.ep, c.model.num_experts
@@ -345,7 +345,7 @@ def experts_divisible_by_ep(c: Context) -> Optional[str]:
     return None
 
 
-def expert_grid(c: Context) -> Optional[str]:
+def expert_grid(c: Context) -> str | None:
     """Megatron R2 (docs/reference/framework-rules.md#r2-the-expert-grid):
     world % (etp*ep*pp) == 0; EP borrows ranks from dp*cp*tp."""
     lay = c.layout
@@ -361,7 +361,7 @@ def expert_grid(c: Context) -> Optional[str]:
     return None
 
 
-def moe_needs_sp(c: Context) -> Optional[str]:
+def moe_needs_sp(c: Context) -> str | None:
     """Megatron R14 (docs/reference/framework-rules.md#r14-moe-with-tp-needs-sp):
     training MoE layers with ep > 1 and tp > 1 needs sequence parallelism."""
     lay = c.layout
@@ -373,7 +373,7 @@ def moe_needs_sp(c: Context) -> Optional[str]:
 
 # -- recipe settings -------------------------------------------------------------------------------
 
-def fp8_settings(c: Context) -> Optional[str]:
+def fp8_settings(c: Context) -> str | None:
     """Megatron: fp8_param must be used together with fp8 mode; MXFP8 (and FP4) need
     Blackwell tensor cores."""
     tr, hw = c.training, c.hardware
@@ -391,7 +391,7 @@ def fp8_settings(c: Context) -> Optional[str]:
     return None
 
 
-def loss_settings(c: Context) -> Optional[str]:
+def loss_settings(c: Context) -> str | None:
     """Megatron-LM's vocab-parallel cross-entropy always keeps the logits split over TP;
     only a PyTorch loss (torchtitan's) can gather them (`disable_loss_parallel`)."""
     tr = c.training
@@ -402,7 +402,7 @@ def loss_settings(c: Context) -> Optional[str]:
     return None
 
 
-def recompute_settings(c: Context) -> Optional[str]:
+def recompute_settings(c: Context) -> str | None:
     """Megatron TransformerConfig: recompute_modules only with selective granularity,
     recompute_num_layers only with full; mla_up_proj needs multi-latent attention."""
     lay, m = c.layout, c.model
@@ -423,7 +423,7 @@ def recompute_settings(c: Context) -> Optional[str]:
     return None
 
 
-def cpu_offloading(c: Context) -> Optional[str]:
+def cpu_offloading(c: Context) -> str | None:
     """Megatron TransformerConfig: 0 <= cpu_offloading_num_layers < num_layers, no pipeline
     parallelism, no activation recompute, no CUDA graphs with CPU offloading."""
     lay, n = c.layout, c.layout.cpu_offloading_num_layers
@@ -441,7 +441,7 @@ def cpu_offloading(c: Context) -> Optional[str]:
     return None
 
 
-def moe_comm_overlap(c: Context) -> Optional[str]:
+def moe_comm_overlap(c: Context) -> str | None:
     """Megatron: overlap_moe_expert_parallel_comm needs ep > 1, the alltoall or flex
     (deepep / hybridep) dispatcher, no full recompute, no `moe` recompute module and at
     most one MTP layer."""
@@ -467,7 +467,7 @@ _MEMORY_FIX = ("raise tp or pp, use recompute full (or more recompute modules), 
                "zero_stage, bf16 gradients and moments, or a smaller micro_batch_size")
 
 
-def fits_in_memory(c: Context) -> Optional[str]:
+def fits_in_memory(c: Context) -> str | None:
     """The most loaded rank's estimate does not exceed the GPU's memory by more than the
     model's uncertainty (MEMORY_MARGIN)."""
     mem = c.memory
@@ -482,7 +482,7 @@ def fits_in_memory(c: Context) -> Optional[str]:
     return None
 
 
-def memory_near_capacity(c: Context) -> Optional[str]:
+def memory_near_capacity(c: Context) -> str | None:
     """Inside the headroom (or over capacity by less than the model's uncertainty): it may
     fit or not; say how near."""
     mem = c.memory
@@ -500,7 +500,7 @@ def memory_near_capacity(c: Context) -> Optional[str]:
 
 # -- warnings: the reference chapters' guidance ------------------------------------------------
 
-def sp_needs_tp(c: Context) -> Optional[str]:
+def sp_needs_tp(c: Context) -> str | None:
     """Megatron R12 (warning; docs/reference/framework-rules.md#r12-sequence-parallelism-with-tp-1):
     SP with tp = 1 is switched off by Megatron-LM (NeMo 2 rejects it)."""
     if c.layout.sp and c.layout.tp == 1:
@@ -508,7 +508,7 @@ def sp_needs_tp(c: Context) -> Optional[str]:
     return None
 
 
-def tp_crosses_node(c: Context) -> Optional[str]:
+def tp_crosses_node(c: Context) -> str | None:
     hw, t = c.hardware, c.layout.tp
     if t > hw.nvlink_domain_size:
         return (f"tp ({t}) spans more than one NVLink domain ({hw.nvlink_domain_size} GPUs on "
@@ -522,7 +522,7 @@ def tp_crosses_node(c: Context) -> Optional[str]:
     return None
 
 
-def tp_above_8(c: Context) -> Optional[str]:
+def tp_above_8(c: Context) -> str | None:
     t = c.layout.tp
     if t > 8 and t <= c.hardware.nvlink_domain_size:
         return (f"tp ({t}) > 8: GEMMs get thin and communication dominates; memory savings "
@@ -530,7 +530,7 @@ def tp_above_8(c: Context) -> Optional[str]:
     return None
 
 
-def microbatches_4p(c: Context) -> Optional[str]:
+def microbatches_4p(c: Context) -> str | None:
     p, m = c.layout.pp, c.m
     if p > 1 and 0 < m < 4 * p:     # m = 0: batch-divisible reports the batch itself
         return (f"num_microbatches ({m}) < 4*pp ({4 * p}): pipeline bubble "
@@ -539,7 +539,7 @@ def microbatches_4p(c: Context) -> Optional[str]:
     return None
 
 
-def bubble_above_20(c: Context) -> Optional[str]:
+def bubble_above_20(c: Context) -> str | None:
     lay = c.layout
     bub = bubble_fraction(lay.pp, c.m, lay.vpp)
     if bub > 0.20 and c.m > 0:
@@ -548,7 +548,7 @@ def bubble_above_20(c: Context) -> Optional[str]:
     return None
 
 
-def zero3_with_tp_pp(c: Context) -> Optional[str]:
+def zero3_with_tp_pp(c: Context) -> str | None:
     lay = c.layout
     if lay.zero == 3 and (lay.tp > 1 or lay.pp > 1):
         return (f"zero_stage 3 with tp {lay.tp} / pp {lay.pp}: parameter all-gathers on top of "
@@ -556,7 +556,7 @@ def zero3_with_tp_pp(c: Context) -> Optional[str]:
     return None
 
 
-def ep_crosses_node(c: Context) -> Optional[str]:
+def ep_crosses_node(c: Context) -> str | None:
     lay, hw = c.layout, c.hardware
     span = lay.etp * lay.ep
     if lay.ep > 1 and span > hw.nvlink_domain_size:
@@ -566,7 +566,7 @@ def ep_crosses_node(c: Context) -> Optional[str]:
     return None
 
 
-def cp_short_sequence(c: Context) -> Optional[str]:
+def cp_short_sequence(c: Context) -> str | None:
     cp, s = c.layout.cp, c.training.seq_length
     if cp > 1 and s // cp < 4096:
         return (f"cp ({cp}) on a {s}-token sequence leaves {s // cp} tokens per rank: the K/V "
@@ -575,7 +575,7 @@ def cp_short_sequence(c: Context) -> Optional[str]:
     return None
 
 
-def batch_beyond_usual(c: Context) -> Optional[str]:
+def batch_beyond_usual(c: Context) -> str | None:
     lay, tr = c.layout, c.training
     tokens = tr.global_batch_size * tr.seq_length
     floor = lay.dp * lay.micro_batch_size * tr.seq_length

@@ -14,8 +14,15 @@ from __future__ import annotations
 from planner.cost.params import total_params
 from planner.cost.pipeline import bubble_fraction
 from planner.layout import Layout
-from planner.rules import (Context, check, fits, heads_divisible_by_tp, kv_heads_vs_tp,
-                           split_options, vpp_options)
+from planner.rules import (
+    Context,
+    check,
+    fits,
+    heads_divisible_by_tp,
+    kv_heads_vs_tp,
+    split_options,
+    vpp_options,
+)
 from planner.units import GiB, divisors
 
 __all__ = ["seven_steps", "pick_note"]

@@ -9,22 +9,51 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import TYPE_CHECKING, Any, Literal, Optional, Union, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
-                      field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from planner.errors import SpecError, short
-from planner.fields import (MAX_BATCH, MAX_DIM, CudaGraphs, Dispatcher, Recompute,  # noqa: F401
-                            RecomputeModule, StateDtype)
-from planner.io import (MAX_DEPTH, MAX_DIGITS, MAX_FILE_BYTES, MAX_NAME_CHARS,  # noqa: F401
-                        MAX_NODES, READ_BUDGET_S, check_text, check_tree, load_json,
-                        load_yaml, read_budget, read_text, read_yaml, ref_path, safe_exists,
-                        safe_is_dir, safe_is_file)
+from planner.fields import (
+    MAX_BATCH,
+    MAX_DIM,
+    CudaGraphs,
+    Dispatcher,
+    Recompute,
+    RecomputeModule,
+    StateDtype,
+)
+from planner.io import (
+    MAX_DEPTH,
+    MAX_DIGITS,
+    MAX_FILE_BYTES,
+    MAX_NAME_CHARS,
+    MAX_NODES,
+    READ_BUDGET_S,
+    check_text,
+    check_tree,
+    load_json,
+    load_yaml,
+    read_budget,
+    read_text,
+    read_yaml,
+    ref_path,
+    safe_exists,
+    safe_is_dir,
+    safe_is_file,
+)
 
 __all__ = [
     "ModelSpec", "HardwareSpec", "PeakTflops", "Calibration", "TrainingSpec", "ParallelSpec",
-    "ConfigSpec", "field_help", "ref_path", "read_text", "read_yaml", "load_yaml", "load_json",
+    "ConfigSpec", "JobLike", "field_help", "ref_path", "read_text", "read_yaml", "load_yaml", "load_json",
     "check_text", "check_tree", "read_budget", "safe_exists", "safe_is_file", "safe_is_dir", "parse_spec",
     "spec_error", "Precision", "Recompute", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES",
     "MAX_DIGITS", "MAX_NAME_CHARS", "READ_BUDGET_S", "MAX_GPUS",
@@ -70,13 +99,13 @@ class ModelSpec(_Spec):
     """Transformer layers (Megatron `--num-layers`)."""
     hidden_size: int = Field(ge=1, le=1_000_000)
     """Model width h (`--hidden-size`)."""
-    ffn_hidden_size: Optional[int] = Field(default=None, ge=1, le=_MAX_DIM)
+    ffn_hidden_size: int | None = Field(default=None, ge=1, le=_MAX_DIM)
     """MLP width f (`--ffn-hidden-size`); default 4h, or int(8h/3/64)*64 for swiglu (Megatron's default)."""
     num_attention_heads: int = Field(ge=1, le=100_000)
     """Query heads a (`--num-attention-heads`)."""
-    num_kv_heads: Optional[int] = Field(default=None, ge=1, le=100_000)
+    num_kv_heads: int | None = Field(default=None, ge=1, le=100_000)
     """Key/value heads g (`--num-query-groups`); default = num_attention_heads (MHA)."""
-    kv_channels: Optional[int] = Field(default=None, ge=1, le=100_000)
+    kv_channels: int | None = Field(default=None, ge=1, le=100_000)
     """Head dim d (`--kv-channels`); default hidden_size / num_attention_heads."""
     vocab_size: int = Field(ge=1, le=_MAX_DIM)
     """Vocabulary size before Megatron's padding to a multiple of 128*tp."""
@@ -84,22 +113,22 @@ class ModelSpec(_Spec):
     """MLP activation; swiglu is a gated 3-matrix MLP (Megatron default: gelu)."""
     tied_embeddings: bool = False
     """Input embedding and output layer share one matrix."""
-    normalization: Optional[Literal["RMSNorm", "LayerNorm"]] = None
+    normalization: Literal["RMSNorm", "LayerNorm"] | None = None
     """Default RMSNorm for swiglu models, LayerNorm (with bias) otherwise."""
-    add_bias_linear: Optional[bool] = None
+    add_bias_linear: bool | None = None
     """Biases in the linear layers; default false for swiglu models, true otherwise (GPT)."""
-    position_embedding_type: Optional[Literal["rope", "learned_absolute", "none"]] = None
+    position_embedding_type: Literal["rope", "learned_absolute", "none"] | None = None
     """Default rope for swiglu models, learned_absolute (GPT) otherwise."""
-    seq_length: Optional[int] = Field(default=None, ge=1, le=100_000_000)
+    seq_length: int | None = Field(default=None, ge=1, le=100_000_000)
     """Training sequence length the model was trained at (the default for `plan`)."""
-    rotary_base: Optional[float] = Field(default=None, gt=0, le=1e12)
+    rotary_base: float | None = Field(default=None, gt=0, le=1e12)
     """RoPE base theta (Megatron `--rotary-base`, HF `rope_theta`): 500000 for Llama 3, 1e6
     for Qwen and Mixtral; unset = the framework's default (10000)."""
-    num_experts: Optional[int] = Field(default=None, ge=1, le=100_000)
+    num_experts: int | None = Field(default=None, ge=1, le=100_000)
     """Routed experts per MoE layer (`--num-experts`); unset for a dense model."""
     moe_top_k: int = Field(default=2, ge=1, le=1_000)
     """Experts each token is routed to (`--moe-router-topk`)."""
-    moe_ffn_hidden_size: Optional[int] = Field(default=None, ge=1, le=_MAX_DIM)
+    moe_ffn_hidden_size: int | None = Field(default=None, ge=1, le=_MAX_DIM)
     """Routed expert MLP width (`--moe-ffn-hidden-size`); default ffn_hidden_size."""
     num_shared_experts: int = Field(default=0, ge=0, le=1_000)
     """Shared experts, each moe_ffn_hidden_size wide (`--moe-shared-expert-intermediate-size` = n*f_e)."""
@@ -107,15 +136,15 @@ class ModelSpec(_Spec):
     """Leading dense layers before the MoE layers (DeepSeek's first_k_dense_replace)."""
     moe_capacity_factor: float = Field(default=1.0, ge=0.1, le=100.0)
     """Tokens an expert rank holds relative to perfect balance (memory and all-to-all load)."""
-    q_lora_rank: Optional[int] = Field(default=None, ge=1, le=_MAX_DIM)
+    q_lora_rank: int | None = Field(default=None, ge=1, le=_MAX_DIM)
     """MLA query low-rank size (`--q-lora-rank`); unset = full-rank queries."""
-    kv_lora_rank: Optional[int] = Field(default=None, ge=1, le=_MAX_DIM)
+    kv_lora_rank: int | None = Field(default=None, ge=1, le=_MAX_DIM)
     """MLA key/value low-rank size (`--kv-lora-rank`); set = multi-latent attention."""
-    qk_head_dim: Optional[int] = Field(default=None, ge=1, le=100_000)
+    qk_head_dim: int | None = Field(default=None, ge=1, le=100_000)
     """MLA non-rotary query/key head dim (`--qk-head-dim`)."""
-    qk_pos_emb_head_dim: Optional[int] = Field(default=None, ge=0, le=100_000)
+    qk_pos_emb_head_dim: int | None = Field(default=None, ge=0, le=100_000)
     """MLA rotary query/key head dim (`--qk-pos-emb-head-dim`)."""
-    v_head_dim: Optional[int] = Field(default=None, ge=1, le=100_000)
+    v_head_dim: int | None = Field(default=None, ge=1, le=100_000)
     """MLA value head dim (`--v-head-dim`)."""
     mtp_num_layers: int = Field(default=0, ge=0, le=100)
     """Multi-token-prediction layers after the last layer (DeepSeek-V3: 1; Megatron
@@ -123,7 +152,7 @@ class ModelSpec(_Spec):
     with its own activations and FLOPs, on the last pipeline stage."""
 
     @model_validator(mode="after")
-    def _shape(self) -> "ModelSpec":
+    def _shape(self) -> ModelSpec:
         a, g = self.num_attention_heads, self.kv_heads
         if a % g:
             raise ValueError(
@@ -207,9 +236,9 @@ class PeakTflops(_Spec):
 
     bf16: float = Field(gt=0, le=1e6)
     fp16: float = Field(gt=0, le=1e6)
-    fp8: Optional[float] = Field(default=None, gt=0, le=1e6)
+    fp8: float | None = Field(default=None, gt=0, le=1e6)
     """Unset where the GPU has no FP8 tensor cores."""
-    fp4: Optional[float] = Field(default=None, gt=0, le=1e6)
+    fp4: float | None = Field(default=None, gt=0, le=1e6)
     """Dense FP4 (NVFP4 / MXFP4) peak; unset where the GPU has no FP4 tensor cores (before
     Blackwell)."""
 
@@ -308,7 +337,7 @@ class HardwareSpec(_Spec):
     """Dense peak TFLOP/s per precision."""
     hbm_bandwidth_gb_per_s: float = Field(gt=0, le=1e6)
     """HBM bandwidth per GPU, GB/s."""
-    architecture: Optional[Architecture] = None
+    architecture: Architecture | None = None
     """GPU generation: ampere | hopper | blackwell | cdna3 (MXFP8 and FP4 need blackwell;
     Megatron's CUDA_DEVICE_MAX_CONNECTIONS rule is for GPUs before it); unset = unknown."""
     gpus_per_node: int = Field(ge=1, le=100_000)
@@ -344,7 +373,7 @@ class HardwareSpec(_Spec):
     """Fitted parameters of the serving (inference) time model."""
 
     @model_validator(mode="after")
-    def _domain(self) -> "HardwareSpec":
+    def _domain(self) -> HardwareSpec:
         if self.nvlink_domain_size < self.gpus_per_node:
             raise ValueError(
                 f"nvlink_domain_size ({self.nvlink_domain_size}) must be >= gpus_per_node "
@@ -373,7 +402,7 @@ class TrainingSpec(_Spec):
     """Fused attention that never stores the s x s scores (default on every modern stack)."""
     accounting: Literal["megatron", "deepspeed"] = "megatron"
     """Model-state bytes: megatron (fp32 main grads, 18 B/param) or deepspeed (16 B/param)."""
-    fp8_recipe: Optional[Fp8Recipe] = None
+    fp8_recipe: Fp8Recipe | None = None
     """FP8 scaling recipe (Megatron `--fp8-recipe`): delayed (amax history), tensorwise
     (current per-tensor scaling), mxfp8 (1x32 block scales; Blackwell only) or blockwise
     (1x128 / 128x128 blocks); needs precision fp8; default delayed (Megatron's)."""
@@ -389,7 +418,7 @@ class TrainingSpec(_Spec):
     unless `disable_loss_parallel`); false gathers the whole vocabulary on every TP rank."""
 
     @property
-    def recipe(self) -> Optional[str]:
+    def recipe(self) -> str | None:
         """The FP8 recipe in effect: fp8_recipe, else delayed for precision fp8, else None."""
         if self.precision != "fp8":
             return None
@@ -399,9 +428,9 @@ class TrainingSpec(_Spec):
 class TrainingInput(_Spec):
     """`training:` in a config: like TrainingSpec, with seq_length defaulting to the model's."""
 
-    seq_length: Optional[int] = Field(default=None, ge=1, le=100_000_000)
+    seq_length: int | None = Field(default=None, ge=1, le=100_000_000)
     """Tokens per sequence; default the model's training length."""
-    global_batch_size: Optional[int] = Field(default=None, ge=1, le=MAX_BATCH)
+    global_batch_size: int | None = Field(default=None, ge=1, le=MAX_BATCH)
     """Sequences per optimizer step; default about 4M tokens."""
     precision: Precision = "bf16"
     """bf16 | fp16 | fp8."""
@@ -409,7 +438,7 @@ class TrainingInput(_Spec):
     """Fused attention that never stores the s x s scores."""
     accounting: Literal["megatron", "deepspeed"] = "megatron"
     """Model-state accounting: megatron or deepspeed."""
-    fp8_recipe: Optional[Fp8Recipe] = None
+    fp8_recipe: Fp8Recipe | None = None
     """FP8 scaling recipe (Megatron `--fp8-recipe`): delayed (amax history), tensorwise
     (current per-tensor scaling), mxfp8 (1x32 block scales; Blackwell only) or blockwise
     (1x128 / 128x128 blocks); needs precision fp8; default delayed (Megatron's)."""
@@ -461,9 +490,9 @@ else:
 class ConfigSpec(_Spec):
     """A whole config file for `validate` and `export`."""
 
-    model: Union[str, dict[str, Any]]
+    model: str | dict[str, Any]
     """Preset name or alias, path to a model YAML or HF config.json, or an inline mapping."""
-    hardware: Union[str, dict[str, Any]] = "h100-sxm"
+    hardware: str | dict[str, Any] = "h100-sxm"
     """Profile name, path to a profile YAML, or an inline mapping."""
     num_gpus: int = Field(ge=1, le=_MAX_DIM)
     """Total GPUs (the world size)."""
@@ -565,3 +594,16 @@ def spec_error(exc: ValidationError, cls: type[BaseModel], *, where: str = "") -
         msg = "must be a mapping of keys to values"
     return SpecError(f"{field} = {_short(value)}: {msg.lower()}; fix this value",
                      field=field, value=value)
+
+
+class JobLike(Protocol):
+    """What the cost model and the caveats read of a job: planner.config.Job is one, but
+    config sits above them in the import layers (.importlinter), so the shape lives here."""
+
+    @property
+    def model(self) -> ModelSpec: ...
+    @property
+    def hardware(self) -> HardwareSpec: ...
+    @property
+    def training(self) -> TrainingSpec: ...
+

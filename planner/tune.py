@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from planner.cost import cost_model
 from planner.layout import Layout
-from planner.rules import DEFAULT_HEADROOM, Context, RULES, fits, vpp_options
+from planner.rules import DEFAULT_HEADROOM, RULES, Context, fits, vpp_options
 
 __all__ = ["fill_auto", "MAX_MICRO_BATCH", "MAX_VPP"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ from benchmarks.accuracy import evaluate, load_cases, memory_check  # noqa: E402
 DATA = ROOT / "benchmarks" / "data"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _rows(name: str) -> tuple:
     return tuple(evaluate(load_cases(DATA / name)))
 

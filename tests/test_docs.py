@@ -7,7 +7,6 @@ import importlib.util
 import re
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
@@ -65,7 +64,7 @@ def test_relative_links_resolve():
     for page in PAGES:
         if not page.exists():
             continue
-        for n, line in enumerate(_prose(page.read_text(encoding="utf-8")), 1):
+        for _n, line in enumerate(_prose(page.read_text(encoding="utf-8")), 1):
             for target in LINK.findall(line):
                 if re.match(r"^[a-z][a-z0-9+.-]*:", target):      # http:, https:, mailto:
                     continue

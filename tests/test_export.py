@@ -14,7 +14,6 @@ import json
 import shlex
 import shutil
 import subprocess
-from planner.io import tomllib
 from pathlib import Path
 
 import pytest
@@ -26,8 +25,9 @@ from planner.cli import app
 from planner.config import config_from_data, load_config
 from planner.cost import estimate
 from planner.errors import InfeasibleError, SpecError
-from planner.frameworks.export import FORMATS, export
 from planner.frameworks.deepspeed.writer import SEPARATOR, split_output
+from planner.frameworks.export import FORMATS, export
+from planner.io import tomllib
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 from planner.cli import app
 from planner.config import config_from_data, load_config
 from planner.errors import InfeasibleError
-from planner.frameworks.export import export, prepare
-from planner.frameworks.deepspeed.writer import partition_split, split_output, stage_layers
 from planner.frameworks import load_any
+from planner.frameworks.deepspeed.writer import partition_split, split_output, stage_layers
+from planner.frameworks.export import export, prepare
 
 HERE = Path(__file__).resolve().parent
 FLAGS = {line.strip() for line in (HERE / "data" / "megatron_flags.txt").read_text().splitlines()

@@ -5,7 +5,6 @@ layout and verdict, over every uneven split, vpp and ZeRO/cp combination the sea
 
 from __future__ import annotations
 
-from planner.io import tomllib
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,9 @@ import yaml
 
 from planner.config import config_from_data
 from planner.errors import InfeasibleError
-from planner.frameworks.export import export
 from planner.frameworks import load_any
+from planner.frameworks.export import export
+from planner.io import tomllib
 from planner.rules import split_options, vpp_options
 from planner.validate import validate
 

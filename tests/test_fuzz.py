@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from work_budget import cpu_seconds
 
 from planner.cli import main
-from work_budget import cpu_seconds
 
 TESTS = Path(__file__).resolve().parent
 DATA = TESTS / "data" / "import"

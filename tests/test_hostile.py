@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from work_budget import HANG_GUARD_S
 
 from planner.io import MAX_DEPTH, MAX_FILE_BYTES
-from work_budget import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "limited_worker.py"

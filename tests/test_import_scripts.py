@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from work_budget import HANG_GUARD_S
 
 from planner.cli import app
 from planner.errors import SpecError
 from planner.frameworks import load_any
 from planner.readers import bash as shell
 from planner.validate import validate
-from work_budget import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parent.parent
 

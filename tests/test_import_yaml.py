@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from work_budget import cpu_budget
 
 from planner.cli import app
 from planner.errors import SpecError
 from planner.frameworks import load_any
-from planner.readers.omegaconf import Unresolved, resolve
 from planner.frameworks.nemo.mcore import key_list
+from planner.readers.omegaconf import Unresolved, resolve
 from planner.validate import validate
-from work_budget import cpu_budget
 
 
 def _run(path, **opts):

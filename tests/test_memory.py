@@ -11,9 +11,13 @@ import yaml
 
 from planner.config import Job, default_training, resolve_hardware
 from planner.cost import shape_of
-from planner.cost.memory import (in_flight_layers, korthikanti_layer_bytes,
-                                 layer_activation_bytes, megatron_weight_optimizer_bytes,
-                                 state_bytes_per_param)
+from planner.cost.memory import (
+    in_flight_layers,
+    korthikanti_layer_bytes,
+    layer_activation_bytes,
+    megatron_weight_optimizer_bytes,
+    state_bytes_per_param,
+)
 from planner.cost.model import CostModel
 from planner.cost.params import padded_vocab
 from planner.layout import Layout

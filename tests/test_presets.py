@@ -13,7 +13,14 @@ import pytest
 
 from planner.cost.params import active_params, total_params
 from planner.errors import SpecError
-from planner.presets import ALIASES, PRESETS, PUBLISHED_PARAMS, get_preset, model_from_hf_config, resolve_model
+from planner.presets import (
+    ALIASES,
+    PRESETS,
+    PUBLISHED_PARAMS,
+    get_preset,
+    model_from_hf_config,
+    resolve_model,
+)
 
 TOLERANCE = 0.01  # 1%: published totals are rounded to 3 significant digits at best
 

@@ -25,8 +25,8 @@ import pytest
 
 from planner.config import config_from_data, load_config
 from planner.errors import InfeasibleError
-from planner.frameworks.export import FORMATS, export
 from planner.frameworks import load_any
+from planner.frameworks.export import FORMATS, export
 from planner.validate import validate
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))

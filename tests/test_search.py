@@ -15,8 +15,16 @@ from planner.config import Job, default_training, resolve_hardware
 from planner.cost.model import CostModel
 from planner.layout import Layout, stage_layer_counts
 from planner.presets import get_preset
-from planner.rules import (DEFAULT_HEADROOM, RULES, Context, check, fits, layers_divisible,
-                           split_options, vpp_needs_pp)
+from planner.rules import (
+    DEFAULT_HEADROOM,
+    RULES,
+    Context,
+    check,
+    fits,
+    layers_divisible,
+    split_options,
+    vpp_needs_pp,
+)
 from planner.savers import chains, savers
 from planner.search import RECOMPUTE, SearchOptions, parse_fix, search
 from planner.specs import ModelSpec
@@ -141,7 +149,7 @@ def _least_recompute(job, feasible, opts):
         base = lay.with_(**_saver_fields(savers(job.model, {})[0]))
         fit.setdefault(base, {})[sv.key] = (lay, mem)
     out = []
-    for base, got in fit.items():
+    for got in fit.values():
         roomy = "none" in got
         picked = set()
         for chain in chains(savers(job.model, dict(opts.fix))):
@@ -193,7 +201,7 @@ PLAN_JOBS = [
 ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _top10(key: str, N: int, seq: int | None, gbs: int | None):
     """One search per job for the tests below (the determinism test runs its own second)."""
     job = _job(key, N, seq=seq, gbs=gbs)

@@ -16,13 +16,17 @@ from planner.cli import app
 from planner.config import resolve_hardware
 from planner.cost.comm import p2p_time
 from planner.cost.shape import model_shape
+from planner.frameworks.engines.writer import export
 from planner.presets import get_preset
 from planner.serve.engines import engine_settings, kv_budget
 from planner.serve.estimate import estimate
-from planner.frameworks.engines.writer import export
 from planner.serve.layout import Instance, ServeLayout
-from planner.serve.memory import (bytes_per_param, instance_memory, kv_bytes_per_token_layer,
-                                  kv_bytes_per_token_model)
+from planner.serve.memory import (
+    bytes_per_param,
+    instance_memory,
+    kv_bytes_per_token_layer,
+    kv_bytes_per_token_model,
+)
 from planner.serve.search import ServeOptions, pareto_front, search
 from planner.serve.specs import ServeJob, ServingSpec
 from planner.serve.time import ServeCost, accepted_tokens
@@ -111,10 +115,10 @@ def test_the_engines_size_the_kv_cache_differently():
     for engine in ("vllm", "sglang", "trtllm"):
         job = job_of(engine=engine, memory_fraction=0.9)
         st = engine_settings(job, inst)
-        W, A, O, M = 30e9, 2e9, 3e9, 80e9
-        kv = kv_budget(st, capacity=M, weights=W, activations=A, other=O)
-        expected = {"vllm": 0.9 * M - W - A - O, "sglang": 0.9 * M - W,
-                    "trtllm": 0.9 * (M - W - A - O)}[engine]
+        W, A, Ot, M = 30e9, 2e9, 3e9, 80e9
+        kv = kv_budget(st, capacity=M, weights=W, activations=A, other=Ot)
+        expected = {"vllm": 0.9 * M - W - A - Ot, "sglang": 0.9 * M - W,
+                    "trtllm": 0.9 * (M - W - A - Ot)}[engine]
         assert kv == pytest.approx(expected)
     # SGLang's default fraction: (M - reserved) / M, reserved 9.5 + tp*pp/2 GiB under 90 GiB
     st = engine_settings(job_of(engine="sglang"), inst)
@@ -260,7 +264,7 @@ def test_moe_search_places_experts_and_attention_dp():
 
 def _engine_flags(name: str) -> set[str]:
     lines = (FLAGS / name).read_text().splitlines()
-    return {l.strip() for l in lines if l.strip() and not l.startswith("#")}
+    return {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
 
 
 ENGINE_LISTS = {"vllm": "vllm-0.11.txt", "sglang": "sglang-0.5.8.txt",
@@ -555,8 +559,13 @@ def test_disaggregated_search_matches_a_brute_force_oracle(slo):
     # The search pairs only the fronts of the prefill and decode sides and the worker counts
     # next to the pools' balance; the oracle estimates every prefill shape x decode shape x
     # P x D that uses all 8 GPUs at the same concurrencies, with no pruning.
-    from planner.serve.search import (_decode_concurrencies, _disaggregated_points, _Shape,
-                                      concurrencies, instance_shapes)
+    from planner.serve.search import (
+        _decode_concurrencies,
+        _disaggregated_points,
+        _Shape,
+        concurrencies,
+        instance_shapes,
+    )
     job = job_of()
     opts = ServeOptions(**slo)
 

@@ -14,9 +14,9 @@ from planner.cli import app
 from planner.config import resolve_hardware
 from planner.cost.comm import all_reduce_time
 from planner.errors import InfeasibleError
+from planner.frameworks.engines.writer import export
 from planner.presets import get_preset
 from planner.serve.estimate import estimate
-from planner.frameworks.engines.writer import export
 from planner.serve.layout import Instance, ServeLayout
 from planner.serve.memory import activation_bytes, instance_memory, kv_bytes_per_token_layer
 from planner.serve.search import search
@@ -220,7 +220,7 @@ def test_an_estimate_with_cp_carries_the_uncalibrated_caveat(runner, tmp_path):
 
 def _engine_flags(name: str) -> set[str]:
     lines = (FLAGS / name).read_text().splitlines()
-    return {l.strip() for l in lines if l.strip() and not l.startswith("#")}
+    return {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
 
 
 def test_trtllm_export_of_cp_uses_its_flag_and_reads_back(runner, tmp_path):

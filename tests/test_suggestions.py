@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from work_budget import cpu_budget
 
 from planner.cli import app
-from work_budget import cpu_budget
 
 CASES = [
     # Llama 3 70B on one node: 70.6B params x 18 B = 1.27 TB of model states cannot fit in

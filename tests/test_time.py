@@ -19,9 +19,16 @@ import pytest
 
 from planner.config import Job, default_training, resolve_hardware
 from planner.cost import estimate, shape_of
-from planner.cost.comm import (Link, all_gather_time, all_reduce_time, all_to_all_time,
-                               group_link, p2p_time, reduce_scatter_time,
-                               ring_all_reduce_volume)
+from planner.cost.comm import (
+    Link,
+    all_gather_time,
+    all_reduce_time,
+    all_to_all_time,
+    group_link,
+    p2p_time,
+    reduce_scatter_time,
+    ring_all_reduce_volume,
+)
 from planner.cost.compute import hardware_flops_per_step, model_flops_per_step
 from planner.cost.params import padded_vocab
 from planner.cost.pipeline import bubble_fraction, pipeline_time

@@ -8,7 +8,6 @@ import pytest
 from planner.cost.pipeline import bubble_fraction, pipeline_time
 from planner.cost.schedule import build_schedule, rank_order
 
-
 # ------------------------------------------------------------------------- the schedule
 
 @pytest.mark.parametrize("p,m,v", [
@@ -89,8 +88,8 @@ def test_interleaved_order_groups_p_micro_batches_per_chunk():
 
 # ------------------------------------------------------------- per-rank cost model views
 
-from planner.config import load_config                                   # noqa: E402
-from planner.cost import cost_model                                      # noqa: E402
+from planner.config import load_config  # noqa: E402
+from planner.cost import cost_model  # noqa: E402
 
 EXAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "examples"
 
@@ -152,16 +151,16 @@ def test_stage_times_add_up_to_the_step(example, changes):
 
 # ------------------------------------------------------------------- terminal and widths
 
-import functools                                                         # noqa: E402
-import json                                                              # noqa: E402
-import os                                                                # noqa: E402
-import re                                                                # noqa: E402
-import subprocess                                                        # noqa: E402
-import sys                                                               # noqa: E402
+import functools  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 
-from typer.testing import CliRunner                                      # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
 
-from planner.cli import app                                             # noqa: E402
+from planner.cli import app  # noqa: E402
 from planner.views.console import PIPE_WIDTH, SERVE_PIPE_WIDTH, make_console  # noqa: E402
 
 ROOT = EXAMPLES.parent
@@ -232,12 +231,12 @@ def test_plan_table_degrees_readable_at_width(args, width):
             assert got[key] == lay[key], (width, key, got, lay)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _searched(args: tuple):
-    from planner.views import report
     from planner.config import Job, default_training, resolve_hardware
     from planner.presets import resolve_model
     from planner.search import search
+    from planner.views import report
     kw = dict(zip(args[::2], args[1::2]))
     m = resolve_model(kw["--model"])
     job = Job(model=m, hardware=resolve_hardware(kw.get("--hardware", "h100-sxm")),

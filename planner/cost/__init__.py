@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from planner.cost.memory import MemoryBreakdown
 from planner.cost.shape import ModelShape, model_shape
@@ -14,21 +14,9 @@ from planner.cost.step import StepTime
 if TYPE_CHECKING:
     from planner.cost.model import CostModel
     from planner.layout import Layout
-    from planner.specs import HardwareSpec, ModelSpec, TrainingSpec
+    from planner.specs import JobLike, ModelSpec
 
 __all__ = ["Estimate", "estimate", "shape_of", "time_of", "cost_model"]
-
-
-class JobLike(Protocol):
-    """What the cost model reads of a job: planner.config.Job names it, but config sits above
-    cost in the import layers (.importlinter), so cost states the shape it needs."""
-
-    @property
-    def model(self) -> ModelSpec: ...
-    @property
-    def hardware(self) -> HardwareSpec: ...
-    @property
-    def training(self) -> TrainingSpec: ...
 
 
 @dataclass(frozen=True)

@@ -15,18 +15,40 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
-from planner.cost.comm import (Link, all_reduce_time, all_to_all_time, cp_ring_time, exposed_time,
-                               group_link, p2p_time)
-from planner.cost.compute import (LayerTimes, gemm_efficiency, hardware_flops_per_step, layer_times,
-                                  logits_time, model_flops_per_step)
+from planner.cost.comm import (
+    Link,
+    all_reduce_time,
+    all_to_all_time,
+    cp_ring_time,
+    exposed_time,
+    group_link,
+    p2p_time,
+)
+from planner.cost.compute import (
+    LayerTimes,
+    gemm_efficiency,
+    hardware_flops_per_step,
+    layer_times,
+    logits_time,
+    model_flops_per_step,
+)
 from planner.cost.launch import host_mode, host_parts
+from planner.cost.memory import (
+    MemoryBreakdown,
+    StateDtypes,
+    in_flight_layers,
+    layer_activation_bytes,
+    loss_bytes,
+    op_sac_on,
+    routed_activation_bytes,
+    stage_params,
+    state_bytes,
+    state_dtypes,
+)
 from planner.cost.moe import dispatch_seconds, expert_tokens, exposed_dispatch
-from planner.cost.precision import QUANTIZE_BYTES, linear_peak, quantized_elements
-from planner.cost.memory import (MemoryBreakdown, StateDtypes, in_flight_layers, loss_bytes, op_sac_on,
-                                 layer_activation_bytes, routed_activation_bytes, stage_params,
-                                 state_bytes, state_dtypes)
 from planner.cost.params import padded_vocab
 from planner.cost.pipeline import bubble_fraction, pipeline_time
+from planner.cost.precision import QUANTIZE_BYTES, linear_peak, quantized_elements
 from planner.cost.shape import ModelShape, model_shape
 from planner.cost.step import OPTIMIZER_BYTES_PER_PARAM, StepTime, dp_exposed
 from planner.fields import PARTS
@@ -203,7 +225,7 @@ class CostModel:
                           d.recompute, e.fwd, e.bwd, e.recompute, b.tp_s, b.tp_e, ep_s, b.cp_s,
                           b.logits, b.logits_bytes, b.transient)
 
-    def _layer_base(self, lay: Layout) -> "_LayerBase":
+    def _layer_base(self, lay: Layout) -> _LayerBase:
         """What `_layer_costs` computes that does not depend on ep or the dispatcher: the
         activations, the dense layer's times, TP and CP traffic, the output layer. Cached on
         `layer_costs`' key less those (the search prices every ep and dispatcher of it)."""
@@ -213,7 +235,7 @@ class CostModel:
             got = self._layer_bases[key] = self._compute_layer_base(lay)
         return got
 
-    def _compute_layer_base(self, lay: Layout) -> "_LayerBase":
+    def _compute_layer_base(self, lay: Layout) -> _LayerBase:
         s, cal = self.shape, self.cal
         t, cp = lay.tp, lay.cp
         tokens = self.seq * lay.micro_batch_size / cp
@@ -276,7 +298,7 @@ class CostModel:
         return _LayerBase(tokens, act_d, act_e, work_d, work_e, full, mods, kw, d, local, tp_s,
                           tp_e, cp_s, logits, logits_bytes, transient)
 
-    def _moe_layer(self, lay: Layout, b: "_LayerBase") -> LayerTimes:
+    def _moe_layer(self, lay: Layout, b: _LayerBase) -> LayerTimes:
         """The MoE layer's times (LayerTimes), which depend on ep and the all-to-all overlap
         but not on the dispatcher: cached on `_layer_base`'s key and those two."""
         overlap = lay.overlap_moe_expert_parallel_comm

@@ -18,12 +18,18 @@ from pathlib import Path
 
 from planner.config import config_from_data, load_config
 from planner.errors import SpecError, short
+from planner.frameworks.common import (
+    Imported,
+    Overrides,
+    apply_overrides,
+    naming,
+    read_text,
+    suggestion_budget,
+)
 from planner.frameworks.deepspeed import reader as deepspeed
 from planner.frameworks.megatron import reader as megatron
 from planner.frameworks.nemo import reader as nemo
 from planner.frameworks.torchtitan import reader as torchtitan
-from planner.frameworks.common import (Imported, Overrides, apply_overrides, naming,
-                                      read_text, suggestion_budget)
 from planner.io import check_tree, load_yaml, read_budget, read_yaml
 
 __all__ = ["Imported", "Overrides", "FORMATS", "detect_format", "load_any"]

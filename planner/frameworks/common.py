@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from planner.config import Job, default_training, resolve_hardware
 from planner.errors import SpecError, Violation, short
-from planner.layout import Layout
 from planner.io import read_text as _read_text
+from planner.layout import Layout
 from planner.presets import PRESETS, resolve_model
 from planner.readers import bash as shell
 from planner.specs import MAX_GPUS, HardwareSpec, ModelSpec, parse_spec

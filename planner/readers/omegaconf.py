@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from planner.errors import SpecError
 
@@ -96,7 +97,7 @@ def _numbers(name: str, *args: Any) -> None:
 
 
 def _arith(name: str, fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
-    def run(ctx: "_Resolver", *args: Any) -> Any:
+    def run(ctx: _Resolver, *args: Any) -> Any:
         if len(args) != 2:
             raise _Fail(f"{name} takes 2 arguments, got {len(args)}")
         _numbers(name, *args)
@@ -107,18 +108,18 @@ def _arith(name: str, fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
     return run
 
 
-def _gpu_name(ctx: "_Resolver", *args: Any) -> Any:
+def _gpu_name(ctx: _Resolver, *args: Any) -> Any:
     return {"ampere": "a100", "hopper": "h100"}.get(ctx.architecture or "")
 
 
-def _env(ctx: "_Resolver", *args: Any) -> Any:
+def _env(ctx: _Resolver, *args: Any) -> Any:
     if len(args) >= 2:
         return args[1]
     raise _Fail(f"oc.env:{args[0] if args else ''} reads an environment variable, which planner "
                 "does not read (give it a default: ${oc.env:NAME,default})")
 
 
-def _select(ctx: "_Resolver", *args: Any) -> Any:
+def _select(ctx: _Resolver, *args: Any) -> Any:
     if not args or not isinstance(args[0], str):
         raise _Fail("oc.select needs a key")
     try:
@@ -129,7 +130,7 @@ def _select(ctx: "_Resolver", *args: Any) -> Any:
         raise
 
 
-def _decode(ctx: "_Resolver", *args: Any) -> Any:
+def _decode(ctx: _Resolver, *args: Any) -> Any:
     if len(args) != 1:
         raise _Fail("oc.decode takes 1 argument")
     return _primitive(str(args[0]).strip()) if isinstance(args[0], str) else args[0]

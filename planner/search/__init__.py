@@ -36,16 +36,16 @@ from planner.cost import cost_model
 from planner.search.pool import _collect_all, _collector_paused
 from planner.search.rank import _rank, _seven_step_pick, _with_train
 from planner.search.result import Plan, SearchResult
-from planner.search.space import FIXABLE, SearchOptions, _Space, parse_fix
-from planner.search.suggest import _suggestions
+
 # the other public names of the search, where they were before it was split
-from planner.search.space import RECOMPUTE, ZERO  # noqa: F401
-from planner.search.suggest import MAX_RERUNS, SUGGEST_BUDGET_S, Suggestion  # noqa: F401
+from planner.search.space import FIXABLE, RECOMPUTE, ZERO, SearchOptions, _Space, parse_fix  # noqa: F401
+from planner.search.suggest import MAX_RERUNS, SUGGEST_BUDGET_S, Suggestion, _suggestions  # noqa: F401
 
 __all__ = ["SearchOptions", "Plan", "SearchResult", "search", "FIXABLE", "parse_fix"]
 
 
-def search(job: Job, opts: SearchOptions = SearchOptions(), *, suggest: bool = True) -> SearchResult:
+def search(job: Job, opts: SearchOptions = SearchOptions(),  # noqa: B008 (frozen: never mutated)
+           *, suggest: bool = True) -> SearchResult:
     """Every layout of `job`, pruned by the rules, estimated, ranked. When nothing fits and
     `suggest`, the changes that make something fit (each checked by searching again)."""
     t0 = _time.perf_counter()

@@ -19,6 +19,7 @@ from planner.search.rank import _by_bound
 from planner.search.space import SearchOptions, _Space
 from planner.search.walk import _collect, _Counter, _tp_cp_pairs
 
+
 @contextmanager
 def _collector_paused():
     """The cyclic garbage collector off during a search: the walk allocates millions of

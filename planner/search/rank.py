@@ -15,6 +15,7 @@ from planner.search.space import RECOMPUTE, SearchOptions, _Space, _variants_for
 from planner.search.walk import _layout
 from planner.seven_steps import pick_note, seven_steps
 
+
 def _fastest(cand: tuple, space: _Space, cm,
              kth: float = float("inf")) -> tuple[Layout | None, float]:
     """The candidate at its fastest dispatcher variant (the first of them on a tie), and its

@@ -41,7 +41,7 @@ class SearchResult:
     pick_note: str = ""
     closest: tuple[Layout, MemoryBreakdown] | None = None
     suggestions: list[str] = field(default_factory=list)   # the lines printed (binding first)
-    suggested: list["Suggestion"] = field(default_factory=list)  # each checked to fit
+    suggested: list[Suggestion] = field(default_factory=list)  # each checked to fit
     binding: str = ""                          # what stops every layout (nothing fits)
     elapsed_s: float = 0.0
     headroom: float = DEFAULT_HEADROOM

@@ -11,8 +11,9 @@ leaf's ZeRO, micro-batch, saver and dispatcher variant.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, NamedTuple
+from typing import NamedTuple
 
 from planner.config import Job
 from planner.errors import SpecError, short
@@ -193,7 +194,7 @@ class _Pairs:
     order `_fitting_prefixes` resolves them (savers in order, each over `zero_order`), and
     the chains `_contenders` walks, by pair index."""
 
-    def __init__(self, space: "_Space", before: dict, multi_stage: bool):
+    def __init__(self, space: _Space, before: dict, multi_stage: bool):
         options = [sv for sv in space.rec if not (sv.offload_layers and multi_stage)]
         self.options, self.zeros = options, space.zero_order
         self.none = space.by_key.get("none")

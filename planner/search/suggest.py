@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import time as _time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from planner.config import Job
 from planner.rules import batch_ok, split_options
@@ -68,7 +68,7 @@ class _Tries:
         self.left -= 1
         from dataclasses import replace
 
-        from planner.search import search   # the package's (a test may stand in for it)
+        from planner.search import search  # the package's (a test may stand in for it)
         opts = replace(self.opts, top=1, tokens=None,
                        fix=self.opts.fix if fix is None else fix,
                        max_tp=self.opts.max_tp if max_tp is None else max_tp)

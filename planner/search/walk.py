@@ -16,12 +16,35 @@ import bisect
 
 from planner.config import Job
 from planner.layout import Layout
-from planner.rules import (Context, batch_ok, expert_grid, experts_divisible_by_ep, fits,
-                           heads_divisible_by_tp, interleave_ok, kv_heads_vs_tp, moe_sp_ok,
-                           seq_divisible_by_cp, seq_tp_ok, split_options)
+from planner.rules import (
+    Context,
+    batch_ok,
+    expert_grid,
+    experts_divisible_by_ep,
+    fits,
+    heads_divisible_by_tp,
+    interleave_ok,
+    kv_heads_vs_tp,
+    moe_sp_ok,
+    seq_divisible_by_cp,
+    seq_tp_ok,
+    split_options,
+)
 from planner.savers import Saver
-from planner.search.space import (SearchOptions, _build, _Head, _head, _Pair, _Pairs,
-                                  _savers_for, _Space, _Tail, _tail, _variants_for)
+from planner.search.space import (
+    SearchOptions,
+    _build,
+    _Head,
+    _head,
+    _Pair,
+    _Pairs,
+    _savers_for,
+    _Space,
+    _Tail,
+    _tail,
+    _variants_for,
+)
+
 
 class _Counter:
     """What the search counted: the space, what each rule pruned, what was estimated."""

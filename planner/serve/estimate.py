@@ -5,7 +5,6 @@ add up (the formulas are in time.py's docstring)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from planner.serve.memory import ServeMemory, instance_memory
 from planner.serve.time import ServeCost, StepParts, accepted_tokens, kv_transfer_time
@@ -25,7 +24,7 @@ class ServeEstimate:
     decode_step: StepParts = field(default_factory=StepParts)
     prefill_s: float = 0.0           # one request's prefill (TTFT without the queue)
     kv_transfer_s: float = 0.0       # disaggregated: per request
-    prefill_memory: Optional[ServeMemory] = None
+    prefill_memory: ServeMemory | None = None
     bottleneck: str = ""             # disaggregated: prefill | decode
     layout: object = None            # the layout estimated
 
@@ -89,7 +88,7 @@ def _draft_cost(cost: ServeCost, job, seqs: float, ctx: float, k: int) -> StepPa
     return layer_part.scaled(k * max(1, job.model.mtp_num_layers))
 
 
-def estimate(job, layout, *, concurrency: Optional[int] = None) -> ServeEstimate:
+def estimate(job, layout, *, concurrency: int | None = None) -> ServeEstimate:
     """Memory, TTFT / TPOT / end-to-end latency and tokens/s of `layout` for `job`;
     `concurrency` overrides the config's (per decode instance)."""
     if layout.disaggregated:
@@ -104,7 +103,7 @@ def estimate(job, layout, *, concurrency: Optional[int] = None) -> ServeEstimate
                       conc=_clamp(job, mem, concurrency))
 
 
-def _clamp(job, mem: ServeMemory, concurrency: Optional[int]) -> int:
+def _clamp(job, mem: ServeMemory, concurrency: int | None) -> int:
     conc = concurrency if concurrency is not None else requested_concurrency(job, mem)
     return max(1, min(conc, max(1, mem.max_concurrency)))
 
@@ -157,7 +156,7 @@ def decode_pool(job, dcost: ServeCost, conc: int) -> tuple[StepParts, float]:
 
 def disaggregated(job, layout, *, pmem: ServeMemory, dmem: ServeMemory, dcost: ServeCost,
                   prefill: tuple[float, float], conc: int,
-                  decode: Optional[tuple[StepParts, float]] = None) -> ServeEstimate:
+                  decode: tuple[StepParts, float] | None = None) -> ServeEstimate:
     """Prefill workers hand each request's KV cache to decode workers; the deployment runs at
     the rate of the slower pool. A prefill worker at load u (the share of its capacity in use)
     takes between one prompt alone (u -> 0) and a full chunk of prompts (u = 1): TTFT =

@@ -12,7 +12,6 @@ dataclasses: the search builds thousands.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 __all__ = ["Instance", "ServeLayout", "layout_from_spec"]
 
@@ -63,10 +62,10 @@ class ServeLayout:
     """Aggregated: `instance` x `replicas`. Disaggregated: `prefill` x `prefill_workers` and
     `decode` x `decode_workers` (instance None)."""
 
-    instance: Optional[Instance] = None
+    instance: Instance | None = None
     replicas: int = 1
-    prefill: Optional[Instance] = None
-    decode: Optional[Instance] = None
+    prefill: Instance | None = None
+    decode: Instance | None = None
     prefill_workers: int = 0
     decode_workers: int = 0
 

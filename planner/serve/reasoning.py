@@ -137,6 +137,7 @@ def _cp_for_long_prompts(job, agg, pick):
 def _cp_not_run(job, pick) -> str:
     """Why no cp > 1 layout was searched for a long prompt, with what cp 2 would give."""
     from dataclasses import replace
+
     from planner.serve.estimate import estimate
     from planner.serve.layout import ServeLayout
     from planner.serve.rules import instance_errors

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
 from planner.caveats import LONG_CONTEXT_TOKENS
 from planner.errors import Violation
-from planner.serve.estimate import (ServeEstimate, aggregated, decode_pool, disaggregated,
-                                    prefill_pool)
+from planner.serve.estimate import (
+    ServeEstimate,
+    aggregated,
+    decode_pool,
+    disaggregated,
+    prefill_pool,
+)
 from planner.serve.layout import Instance, ServeLayout
 from planner.serve.memory import ServeMemory, instance_memory
 from planner.serve.rules import check, instance_errors, job_errors
@@ -35,9 +39,9 @@ __all__ = ["ServeOptions", "Candidate", "ServeSearchResult", "search", "instance
 @dataclass(frozen=True)
 class ServeOptions:
     top: int = 10
-    ttft_s: Optional[float] = None     # SLO: time to first token
-    tpot_s: Optional[float] = None     # SLO: time per output token
-    max_tp: Optional[int] = None       # default: the NVLink domain
+    ttft_s: float | None = None     # SLO: time to first token
+    tpot_s: float | None = None     # SLO: time per output token
+    max_tp: int | None = None       # default: the NVLink domain
     disaggregated: bool = True         # also search prefill/decode disaggregation
 
 
@@ -70,15 +74,15 @@ class ServeSearchResult:
     fitting: int                        # shapes whose KV cache holds one request
     meeting: int                        # points meeting the SLOs
     elapsed_s: float = 0.0
-    pick: Optional[Candidate] = None    # the chapter's procedure's pick
-    pick_rank: Optional[int] = None
+    pick: Candidate | None = None    # the chapter's procedure's pick
+    pick_rank: int | None = None
     pick_note: str = ""
-    closest: Optional[Candidate] = None
+    closest: Candidate | None = None
     pruned: dict = field(default_factory=dict)
     caveats: list = field(default_factory=list)
 
     @property
-    def best(self) -> Optional[Candidate]:
+    def best(self) -> Candidate | None:
         return self.plans[0] if self.plans else None
 
 
@@ -207,8 +211,9 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
         if N % sh.inst.gpus:
             continue
         layout = ServeLayout(instance=sh.inst, replicas=N // sh.inst.gpus)
-        points += _sweep(sh.concs, opts, lambda c: aggregated(job, layout, mem=sh.mem,
-                                                               cost=sh.cost, conc=c), layout)
+        # the lambda runs inside _sweep, in this iteration (B023 does not apply)
+        points += _sweep(sh.concs, opts, lambda c: aggregated(job, layout, mem=sh.mem,  # noqa: B023
+                                                               cost=sh.cost, conc=c), layout)  # noqa: B023
     if opts.disaggregated and job.serving.batching == "continuous":
         points += _disaggregated_points(job, shapes, opts)
     meeting = [p for p in points if p.meets]

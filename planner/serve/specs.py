@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from planner.errors import SpecError
-from planner.specs import HardwareSpec, ModelSpec, _Spec, parse_spec
 from planner.io import read_yaml
+from planner.specs import HardwareSpec, ModelSpec, _Spec, parse_spec
 
 __all__ = ["Engine", "ServePrecision", "KvCacheDtype", "SpeculativeSpec", "ServingSpec",
            "WorkerSpec", "ServeParallelSpec", "ServeConfigSpec", "ServeJob", "ENGINES",
@@ -44,11 +44,11 @@ class SpeculativeSpec(_Spec):
     acceptance_rate: float = Field(gt=0, lt=1)
     """Probability that each drafted token is accepted (measure it on your traffic: it
     depends on the data); expected tokens per step = (1 - a^(k+1)) / (1 - a)."""
-    draft_model: Optional[Union[str, dict[str, Any]]] = None
+    draft_model: str | dict[str, Any] | None = None
     """The draft model for method draft: preset, model YAML / HF config.json, or a mapping."""
 
     @model_validator(mode="after")
-    def _draft(self) -> "SpeculativeSpec":
+    def _draft(self) -> SpeculativeSpec:
         if self.method == "draft" and self.draft_model is None:
             raise ValueError("method draft needs draft_model (a preset such as llama3-8b, or a "
                              "model file)")
@@ -63,13 +63,13 @@ class ServingSpec(_Spec):
 
     precision: ServePrecision = "bf16"
     """bf16 | fp8 | fp4 (NVFP4/MXFP4, Blackwell only): the weights and the GEMMs."""
-    kv_cache_dtype: Optional[KvCacheDtype] = None
+    kv_cache_dtype: KvCacheDtype | None = None
     """bf16 | fp8; default: bf16, fp8 when precision is fp8 or fp4."""
     input_length: int = Field(ge=1, le=_MAX)
     """Prompt tokens per request (ISL)."""
     output_length: int = Field(ge=1, le=_MAX)
     """Generated tokens per request (OSL)."""
-    concurrency: Union[int, Literal["max"]] = "max"
+    concurrency: int | Literal["max"] = "max"
     """Requests in flight per engine instance, or "max": as many as the KV cache holds."""
     engine: Engine = "vllm"
     """vllm | sglang | trtllm: memory-fraction semantics, defaults, launch flags."""
@@ -77,18 +77,18 @@ class ServingSpec(_Spec):
     """continuous: requests join and leave every step (what servers do; the default);
     static: one batch of `concurrency` requests, prefilled together then decoded to the end
     (vLLM benchmark_latency, TRT-LLM static batching)."""
-    memory_fraction: Optional[float] = Field(default=None, gt=0, le=1)
+    memory_fraction: float | None = Field(default=None, gt=0, le=1)
     """The engine's memory knob: vLLM --gpu-memory-utilization and SGLang
     --mem-fraction-static (of all GPU memory), TRT-LLM --free_gpu_memory_fraction (of the
     memory left after weights and activations); default: the engine's."""
-    max_batch_size: Optional[int] = Field(default=None, ge=1, le=_MAX)
+    max_batch_size: int | None = Field(default=None, ge=1, le=_MAX)
     """Most requests an engine instance runs at once (vLLM --max-num-seqs, SGLang
     --max-running-requests, TRT-LLM --max_batch_size); default: the engine's."""
-    max_num_tokens: Optional[int] = Field(default=None, ge=1, le=_MAX)
+    max_num_tokens: int | None = Field(default=None, ge=1, le=_MAX)
     """Most tokens one engine step processes, the prefill chunk (vLLM
     --max-num-batched-tokens, SGLang --chunked-prefill-size, TRT-LLM --max_num_tokens);
     default: the engine's."""
-    speculative: Optional[SpeculativeSpec] = None
+    speculative: SpeculativeSpec | None = None
     """Speculative decoding (MTP or a draft model) with an acceptance rate; default none."""
 
     @field_validator("concurrency", mode="before")
@@ -156,13 +156,13 @@ class ServeParallelSpec(_Spec):
     cp tp groups holding the same weights; for long prompts (TRT-LLM --cp_size)."""
     replicas: int = Field(default=1, ge=1, le=_MAX)
     """Independent instances behind a load balancer."""
-    prefill: Optional[WorkerSpec] = None
+    prefill: WorkerSpec | None = None
     """Disaggregated serving: the prefill workers (with decode:, instead of the keys above)."""
-    decode: Optional[WorkerSpec] = None
+    decode: WorkerSpec | None = None
     """Disaggregated serving: the decode workers (with prefill:)."""
 
     @model_validator(mode="after")
-    def _shape(self) -> "ServeParallelSpec":
+    def _shape(self) -> ServeParallelSpec:
         if (self.prefill is None) != (self.decode is None):
             given = "prefill" if self.prefill is not None else "decode"
             missing = "decode" if given == "prefill" else "prefill"
@@ -180,9 +180,9 @@ class ServeParallelSpec(_Spec):
 class ServeConfigSpec(_Spec):
     """A whole serving config file (top level)."""
 
-    model: Union[str, dict[str, Any]]
+    model: str | dict[str, Any]
     """Preset name or alias, path to a model YAML or HF config.json, or an inline mapping."""
-    hardware: Union[str, dict[str, Any]] = "h100-sxm"
+    hardware: str | dict[str, Any] = "h100-sxm"
     """Profile name, path to a profile YAML, or an inline mapping."""
     num_gpus: int = Field(ge=1, le=_MAX)
     """All GPUs of the deployment."""
@@ -201,7 +201,7 @@ class ServeJob:
     hardware: HardwareSpec
     num_gpus: int
     serving: ServingSpec
-    draft: Optional[ModelSpec] = None
+    draft: ModelSpec | None = None
 
 
 def serve_config_from_data(data: Any, *, base: Path | None = None, source: str = "config"):

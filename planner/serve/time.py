@@ -66,8 +66,14 @@ import math
 from dataclasses import dataclass
 
 from planner.cost import shape_of
-from planner.cost.comm import (all_reduce_time, all_to_all_time, cp_ring_time, exposed_time,
-                               group_link, p2p_time)
+from planner.cost.comm import (
+    all_reduce_time,
+    all_to_all_time,
+    cp_ring_time,
+    exposed_time,
+    group_link,
+    p2p_time,
+)
 from planner.serve.engines import engine_settings
 from planner.serve.memory import bytes_per_param, kv_bytes_per_token_layer, stage_layers
 
@@ -94,10 +100,10 @@ class StepParts:
         return (self.weights_s + self.compute_s + self.attention_s + self.tp_comm_s
                 + self.ep_comm_s + self.pp_comm_s + self.overhead_s + self.cp_comm_s)
 
-    def scaled(self, k: float) -> "StepParts":
+    def scaled(self, k: float) -> StepParts:
         return StepParts(*(getattr(self, f) * k for f in self.__slots__))
 
-    def plus(self, o: "StepParts") -> "StepParts":
+    def plus(self, o: StepParts) -> StepParts:
         return StepParts(*(getattr(self, f) + getattr(o, f) for f in self.__slots__))
 
     def as_dict(self) -> dict:

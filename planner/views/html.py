@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from html import escape
 
-from planner.views import pictures as pics
 from planner.units import GiB
+from planner.views import pictures as pics
 
 __all__ = ["validation_html", "plan_html", "compare_html", "svg_schedule", "svg_memory",
            "svg_waterfall", "svg_grid", "svg_scatter"]

@@ -15,9 +15,15 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.units import GiB, fmt_count
-from planner.views.shapes import (_caveats, compare_json, compare_rows, estimate_json, job_json,
-                                  plan_json, validation_json)
-
+from planner.views.shapes import (
+    _caveats,
+    compare_json,
+    compare_rows,
+    estimate_json,
+    job_json,
+    plan_json,
+    validation_json,
+)
 
 MAX_RULE_ROWS = 50
 """Rows per severity in validate's rule table (a file of 20,000 unknown flags is a wall of
@@ -196,7 +202,8 @@ def hardware_view(rows: list[dict]) -> Group:
     h100-sxm must stay apart): headers wrap, each column at least as wide as its values."""
     from rich import box
 
-    peak = lambda r, p: f"{r['peak_tflops'][p]:.0f}" if r["peak_tflops"].get(p) else "-"
+    def peak(r, p):
+        return f"{r['peak_tflops'][p]:.0f}" if r["peak_tflops"].get(p) else "-"
     cells = [[r["name"], f"{r['memory_gib']:.1f}", peak(r, "bf16"), peak(r, "fp8"), peak(r, "fp4"),
               f"{r['hbm_bandwidth_gb_per_s']:.0f}", str(r["gpus_per_node"]),
               str(r["nvlink_domain_size"]), f"{r['nvlink_bandwidth_gb_per_s']:.0f}",
@@ -536,7 +543,7 @@ def waterfall_view(pic) -> Group:
         value_w = 14
         inner = max(10, width - label_w - value_w)
         lines = []
-        for i, (kind, label, start, sec) in enumerate(pic.steps):
+        for i, (_kind, label, _start, sec) in enumerate(pic.steps):
             share = sec / pic.total if pic.total else 0.0
             lines.append(Text(label.ljust(label_w)) + _cells_text(waterfall_cells(pic, i, inner))
                          + Text(f" {sec:6.3f} s {share:3.0%}"))
@@ -629,7 +636,7 @@ def compare_view(results: list, names: list[str]) -> Group:
     t.add_column("", no_wrap=True)
     for n in names:
         t.add_column(n, justify="right", overflow="fold")
-    for key, label, vals, differs in compare_rows(results):
+    for _key, label, vals, differs in compare_rows(results):
         style = "bold yellow" if differs else ""
         t.add_row(Text(("* " if differs else "  ") + label, style=style),
                   *[Text(v, style=style) for v in vals])

@@ -12,8 +12,13 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.units import GiB
-from planner.views.serve_shapes import (candidate_json, estimate_json, job_json,  # noqa: F401
-                                        plan_json, validation_json)
+from planner.views.serve_shapes import (  # noqa: F401
+    candidate_json,
+    estimate_json,
+    job_json,
+    plan_json,
+    validation_json,
+)
 
 __all__ = ["validation_json", "validation_view", "plan_json", "plan_view", "job_json",
            "candidate_json"]

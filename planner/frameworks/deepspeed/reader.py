@@ -37,13 +37,21 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError, Violation, clip
+from planner.frameworks.common import (
+    Imported,
+    Overrides,
+    hardware_of,
+    make_job,
+    model_of,
+    read_text,
+    resolve_world,
+    unknown_key,
+)
 from planner.frameworks.deepspeed.writer import partition_split
 from planner.frameworks.megatron import reader as megatron
-from planner.readers import bash as shell
-from planner.frameworks.common import (Imported, Overrides, hardware_of, make_job, model_of,
-                                      read_text, resolve_world, unknown_key)
 from planner.frameworks.megatron.recipe import read_recompute
 from planner.layout import Layout
+from planner.readers import bash as shell
 from planner.specs import MAX_BATCH
 
 __all__ = ["load", "load_text", "load_script", "parse_json", "looks_like_deepspeed",

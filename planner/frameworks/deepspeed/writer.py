@@ -49,9 +49,16 @@ import json
 from dataclasses import dataclass
 
 from planner.errors import InfeasibleError
+from planner.frameworks.megatron.writer import (
+    Flag,
+    continued,
+    flag_lines,
+    launcher_lines,
+    pre_blackwell,
+    precision_flags,
+    whole,
+)
 from planner.frameworks.writing import header_lines, nodes_and_devices, shape_tail_flags
-from planner.frameworks.megatron.writer import (Flag, continued, flag_lines, launcher_lines,
-                                     pre_blackwell, precision_flags, whole)
 from planner.layout import Layout
 from planner.specs import ModelSpec
 

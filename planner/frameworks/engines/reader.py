@@ -54,7 +54,7 @@ def looks_like_serve_yaml(data) -> bool:
 
 def command_engine(text: str) -> str | None:
     """vllm | sglang | trtllm when the text launches that engine's server."""
-    body = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("#"))
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     if re.search(r"(^|[\s/])vllm\s+serve\b|vllm\.entrypoints\.openai\.api_server", body, re.M):
         return "vllm"
     if re.search(r"sglang\.launch_server", body):
@@ -390,8 +390,8 @@ def _whole(value, flag: str, source: str) -> int:
 def _model(ov, head: dict, parsed: list[_Launch], script: shell.Script, source: str):
     """--model, else the '# planner serve:' line's preset, else a known Hugging Face id (on
     the command line or in $MODEL)."""
-    from planner.presets import PRESETS, get_preset, resolve_model
     from planner.frameworks.engines.writer import HF_IDS
+    from planner.presets import PRESETS, get_preset, resolve_model
     if ov.model is not None:
         return resolve_model(ov.model)
     if head.get("model"):

@@ -279,6 +279,7 @@ def _launch(name: str, job, inst, role, c: int, devices: str, port: int, extra) 
 def export(job, layout, engine: str, *, estimate=None) -> str:
     """The launch commands of `layout` for `engine` (module docstring)."""
     from dataclasses import replace
+
     from planner.serve.rules import instance_errors, job_errors
     name = check_engine(engine)
     job = replace(job, serving=job.serving.model_copy(update={"engine": name}))

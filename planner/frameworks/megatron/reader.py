@@ -30,14 +30,24 @@ from importlib import resources
 from pathlib import Path
 
 from planner.errors import SpecError, Violation
-from planner.readers import bash as shell
-from planner.frameworks.common import (MAX_GPUS, Imported, Overrides, accounted_split,
-                                      hardware_of, inline_model, make_job, resolve_world,
-                                      script_reader, shell_notes, unknown_key,
-                                      vocab_from_tokenizer)
+from planner.frameworks.common import (
+    MAX_GPUS,
+    Imported,
+    Overrides,
+    accounted_split,
+    hardware_of,
+    inline_model,
+    make_job,
+    resolve_world,
+    script_reader,
+    shell_notes,
+    unknown_key,
+    vocab_from_tokenizer,
+)
 from planner.frameworks.megatron.recipe import not_modelled, read_recipe
 from planner.layout import Layout
 from planner.presets import resolve_model
+from planner.readers import bash as shell
 from planner.specs import ModelSpec
 
 __all__ = ["load", "megatron_flags", "looks_like_megatron", "Flags", "Launch", "read_launch",

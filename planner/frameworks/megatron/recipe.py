@@ -23,8 +23,9 @@ model does not apply: a warning each, so nothing is dropped silently.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, get_args
+from typing import get_args
 
 from planner.errors import Violation
 from planner.readers import bash as shell

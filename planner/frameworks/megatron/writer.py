@@ -48,8 +48,13 @@ from __future__ import annotations
 import shlex
 
 from planner.errors import InfeasibleError
-from planner.frameworks.writing import header_lines, nodes_and_devices, pipeline_split, shape_tail_flags
 from planner.fields import framework_names
+from planner.frameworks.writing import (
+    header_lines,
+    nodes_and_devices,
+    pipeline_split,
+    shape_tail_flags,
+)
 from planner.layout import Layout
 from planner.specs import HardwareSpec, ModelSpec
 

@@ -22,12 +22,18 @@ from __future__ import annotations
 from typing import Any
 
 from planner.errors import SpecError, Violation
+from planner.frameworks.common import (
+    Imported,
+    Overrides,
+    hardware_of,
+    make_job,
+    resolve_world,
+    unknown_key,
+)
 from planner.frameworks.nemo import mcore
-from planner.frameworks.common import Imported, Overrides, hardware_of, make_job, resolve_world, \
-    unknown_key
-from planner.readers.omegaconf import Unresolved
 from planner.frameworks.nemo.mcore import Settings, as_bool, as_int
 from planner.layout import Layout
+from planner.readers.omegaconf import Unresolved
 
 __all__ = ["looks_like_bridge", "load"]
 

@@ -117,7 +117,7 @@ class Settings:
     training: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
 
-    def update(self, other: "Settings") -> "Settings":
+    def update(self, other: Settings) -> Settings:
         self.layout.update(other.layout)
         self.training.update(other.training)
         self.model.update(other.model)

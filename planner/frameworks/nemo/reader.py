@@ -36,14 +36,22 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError, Violation
+from planner.frameworks.common import (
+    Imported,
+    Overrides,
+    accounted_split,
+    hardware_of,
+    inline_model,
+    make_job,
+    resolve_world,
+    unknown_key,
+    vocab_from_tokenizer,
+)
 from planner.frameworks.nemo import mcore
-from planner.frameworks.common import (Imported, Overrides, accounted_split, hardware_of,
-                                      inline_model, make_job, resolve_world, unknown_key,
-                                      vocab_from_tokenizer)
-from planner.readers.omegaconf import Unresolved, resolve
 from planner.frameworks.nemo.mcore import Settings, as_bool
 from planner.layout import Layout
 from planner.presets import get_preset, resolve_model
+from planner.readers.omegaconf import Unresolved, resolve
 from planner.specs import ModelSpec
 
 __all__ = ["load", "looks_like_nemo", "is_nemo2", "prepare", "check_mapping"]

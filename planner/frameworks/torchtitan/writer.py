@@ -56,9 +56,9 @@ import json
 import math
 
 from planner.errors import InfeasibleError
+from planner.frameworks.torchtitan.flavors import Flavor, find_flavor
 from planner.frameworks.writing import header_lines, pipeline_split
 from planner.layout import Layout
-from planner.frameworks.torchtitan.flavors import Flavor, find_flavor
 
 __all__ = ["render", "sections", "check_supported", "SCHEMA", "layer_interval"]
 

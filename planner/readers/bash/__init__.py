@@ -39,7 +39,7 @@ the limit error). The limits below live here and are read from here when checked
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 __all__ = ["Command", "Script", "run", "unresolved", "unresolved_names", "only_unresolved",
            "display", "why", "MAX_VALUE", "MAX_ITEMS", "MAX_PRODUCED", "MAX_DEPTH",
@@ -59,7 +59,7 @@ BUDGET_S = 5.0
 """Wall-clock seconds for reading one script."""
 
 # the stages read the limits above from this package when they check them
-from planner.readers.bash.common import (
+from planner.readers.bash.common import (  # noqa: E402 (after the knobs they read)
     _limit,
     display,
     only_unresolved,
@@ -67,11 +67,11 @@ from planner.readers.bash.common import (
     unresolved_names,
     why,
 )
-from planner.readers.bash.interp import Command, Script, _Exit, _Return, _Shell
+from planner.readers.bash.interp import Command, Script, _Exit, _Return, _Shell  # noqa: E402
 
 
 def run(text: str, *, env: dict[str, str] | None = None,
-        read_file: Callable[[str], Optional[str]] | None = None,
+        read_file: Callable[[str], str | None] | None = None,
         budget_s: float | None = None) -> Script:
     """Read a script: follow its control flow, apply its assignments, expand every other
     command. `env` is the environment and positional parameters ("1", "2", ...) the run would

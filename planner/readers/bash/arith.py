@@ -5,7 +5,7 @@ value comes out unresolved)."""
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from planner.readers.bash.common import _limit
 
@@ -25,7 +25,7 @@ class _ArithError(Exception):
 class _Arith64:
     """Bash arithmetic on 64-bit integers: a value outside them is a limit error, not a wrap."""
 
-    def __init__(self, text: str, lookup: Callable[[str], Optional[str]], line: int,
+    def __init__(self, text: str, lookup: Callable[[str], str | None], line: int,
                  depth: int = 0):
         self.toks = []
         pos = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from planner.readers.bash.common import _MARK_RE, _is_unset_marker, _path_key, display
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from planner.readers.bash.interp import _Shell
 
 
-def _plain_value(text: str) -> tuple[Optional[str], list[str]]:
+def _plain_value(text: str) -> tuple[str | None, list[str]]:
     """A test operand for the plain run: unset variables are empty (a guess, named); None
     when it depends on something planner does not run."""
     guess, unknown = [], False
@@ -55,7 +55,7 @@ class _TestEval:
     def more(self) -> bool:
         return self.k < len(self.a)
 
-    def tok(self, k: int = 0) -> Optional[str]:
+    def tok(self, k: int = 0) -> str | None:
         j = self.k + k
         return self.a[j] if j < len(self.a) else None
 
@@ -81,7 +81,7 @@ class _TestEval:
             return not self.not_()
         return self.primary()
 
-    def value(self, text: str) -> Optional[str]:
+    def value(self, text: str) -> str | None:
         value, guess = _plain_value(text)
         self.guess += guess
         return value

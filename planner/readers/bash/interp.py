@@ -11,7 +11,6 @@ import posixpath
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Union
 
 # the limits are read from the package (planner.readers.bash.MAX_DEPTH ...) when they
 # are checked, so setting one there holds for every stage
@@ -77,9 +76,9 @@ class Script:
     the undecided conditions and branches taken (`notes`), and `--set` values it never read."""
 
     commands: list[Command]
-    variables: dict[str, Union[str, list[str]]]
+    variables: dict[str, str | list[str]]
     sourced: list[str] = field(default_factory=list)
-    files: dict[str, Optional[str]] = field(default_factory=dict)
+    files: dict[str, str | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     unused_env: list[str] = field(default_factory=list)
@@ -90,7 +89,7 @@ class Script:
             return value[0] if value else ""
         return value
 
-    def file(self, name: str) -> tuple[bool, Optional[str]]:
+    def file(self, name: str) -> tuple[bool, str | None]:
         """(the script writes it, its text if planner could follow how)."""
         key = _path_key(name)
         return (key in self.files, self.files.get(key))
@@ -123,10 +122,10 @@ class _Return(Exception):
 
 class _Shell:
     def __init__(self, env: dict[str, str], read_file, budget_s: float) -> None:
-        self.vars: dict[str, Union[str, list[str]]] = {}
+        self.vars: dict[str, str | list[str]] = {}
         self.positional: list[str] = []
         self.funcs: dict[str, object] = {}
-        self.files: dict[str, Optional[str]] = {}
+        self.files: dict[str, str | None] = {}
         self.commands: list[Command] = []
         self.sourced: list[str] = []
         self.notes: list[str] = []
@@ -174,7 +173,7 @@ class _Shell:
         if name in self.env_names and name not in self.env_overwritten:
             self.env_read.add(name)
 
-    def set_var(self, name: str, value: Union[str, list[str]]) -> None:
+    def set_var(self, name: str, value: str | list[str]) -> None:
         if isinstance(value, list):
             if len(value) > knobs.MAX_ITEMS:
                 raise _limit(f"array {name} grows past {knobs.MAX_ITEMS:,} elements", self.line)
@@ -201,7 +200,7 @@ class _Shell:
         return self.vars.get(name)
 
     # values ------------------------------------------------------------------------------
-    def _value(self, v: _Var) -> Union[str, list[str]]:
+    def _value(self, v: _Var) -> str | list[str]:
         """A variable reference's value: a string, or a list for a quoted [@]."""
         if v.op == "unsupported":
             return unresolved(v.raw)
@@ -236,7 +235,7 @@ class _Shell:
         if unresolved_names(expr):
             return unresolved(unresolved_names(expr)[0])
 
-        def lookup(name: str) -> Optional[str]:
+        def lookup(name: str) -> str | None:
             value = self.get(name)
             value = value[0] if isinstance(value, list) and value else value
             return None if value is None else (value or "0")
@@ -415,7 +414,7 @@ class _Shell:
         return st
 
     def run_pipe(self, pipe: _Pipe, depth: int) -> _St:
-        data: Optional[str] = None
+        data: str | None = None
         st = _OK
         for k, cmd in enumerate(pipe.cmds):
             st, data = self.run_cmd(cmd, depth, stdin=data if k else None,
@@ -424,8 +423,8 @@ class _Shell:
             st = _St(0 if st.code else 1, st.guess)
         return st
 
-    def run_cmd(self, node, depth: int, stdin: Optional[str] = None,
-                piped: bool = False) -> tuple[_St, Optional[str]]:
+    def run_cmd(self, node, depth: int, stdin: str | None = None,
+                piped: bool = False) -> tuple[_St, str | None]:
         self.tick()
         if isinstance(node, _Simple):
             return self.run_simple(node, depth, stdin, piped)
@@ -517,8 +516,8 @@ class _Shell:
         return _OK
 
     # simple commands ---------------------------------------------------------------------
-    def run_simple(self, node: _Simple, depth: int, stdin: Optional[str],
-                   piped: bool) -> tuple[_St, Optional[str]]:
+    def run_simple(self, node: _Simple, depth: int, stdin: str | None,
+                   piped: bool) -> tuple[_St, str | None]:
         self.line = node.line
         words = list(node.words)
         execs = False
@@ -558,7 +557,7 @@ class _Shell:
         self.write(node.redirs, out)
         return _OK, out
 
-    def stdin(self, redirs: list[_Redir], stdin: Optional[str]) -> Optional[str]:
+    def stdin(self, redirs: list[_Redir], stdin: str | None) -> str | None:
         for red in redirs:
             if red.body is not None:
                 stdin = self.join(red.body)
@@ -576,7 +575,7 @@ class _Shell:
                     out.append((path, red.op.endswith(">>")))
         return out
 
-    def write(self, redirs: list[_Redir], out: Optional[str]) -> None:
+    def write(self, redirs: list[_Redir], out: str | None) -> None:
         for path, append in self.stdout_target(redirs):
             key = _path_key(path)
             if append and key in self.files:
@@ -585,7 +584,7 @@ class _Shell:
             else:
                 self.files[key] = out
 
-    def read(self, path: str) -> Optional[str]:
+    def read(self, path: str) -> str | None:
         key = _path_key(path)
         if key in self.files:
             return self.files[key]
@@ -594,7 +593,7 @@ class _Shell:
         return self.read_file(path)
 
     def builtin(self, fields: list[str], node: _Simple, depth: int,
-                stdin: Optional[str]) -> tuple[Optional[_St], Optional[str]]:
+                stdin: str | None) -> tuple[_St | None, str | None]:
         """The commands planner follows; (None, None) for one it only records."""
         head = fields[0]
         if head in ("[", "test"):
@@ -649,7 +648,7 @@ class _Shell:
         self.commands.append(Command(node.line, tuple(fields), self.prefix))
         return None, None
 
-    def nested(self, fields: list[str], stdin: Optional[str]):
+    def nested(self, fields: list[str], stdin: str | None):
         """(script text, the words that run it) for `... bash -c TEXT` or `bash <<EOF`."""
         for j, w in enumerate(fields):
             name = posixpath.basename(w)

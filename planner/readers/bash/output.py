@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from planner.readers.bash.common import _path_key
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from planner.readers.bash.interp import _Shell
 
 
-def _stdout(fields: list[str], stdin: Optional[str], sh: _Shell) -> Optional[str]:
+def _stdout(fields: list[str], stdin: str | None, sh: _Shell) -> str | None:
     """What a command prints, for the ones that write config files: cat, echo, printf, sed,
     envsubst, tee; None for anything else (not run)."""
     head, args = posixpath.basename(fields[0]), fields[1:]
@@ -58,7 +58,7 @@ def _stdout(fields: list[str], stdin: Optional[str], sh: _Shell) -> Optional[str
     return None
 
 
-def _sed(args: list[str], stdin: Optional[str], sh: _Shell) -> Optional[str]:
+def _sed(args: list[str], stdin: str | None, sh: _Shell) -> str | None:
     """`sed [-i] [-E] -e 's/a/b/g' ... [FILE]`: the s commands a template fill-in uses."""
     exprs, files, in_place, ere = [], [], False, False
     k = 0
