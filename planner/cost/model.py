@@ -588,7 +588,7 @@ class CostModel:
         """Σ_i t_i of `time_lower_bound`: one micro-batch's compute and TP/EP/CP time summed
         over the pipeline ranks. It does not read dp or ZeRO (nor vpp without block
         recompute). Not cached here: the search keeps the least over the dispatchers on a
-        key of its own (search._least_bound_sum)."""
+        key of its own (planner.search.walk._least_bound_sum)."""
         lc = self.layer_costs(lay)
         total = 0.0
         for st in self.stages(lay):
