@@ -5,7 +5,7 @@ Goldens live in tests/golden/, one file per (example config, format) that the fo
 express: `<config>.<format>.<ext>`. They are written without an estimate (the time model is
 still being calibrated) and with the planner version replaced by `<version>`, so neither a
 model change nor a release moves them; only a change to what an exporter writes does.
-tests/test_export.py compares against these files with the same `golden_text`.
+tests/test_frameworks_writers.py compares against these files with the same `golden_text`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ RECIPE_DIRS = (ROOT / "tests" / "data" / "recipes",   # the script exporters' re
 EXTENSIONS = {"megatron": "sh", "deepspeed": "txt", "torchtitan": "toml", "nemo": "yaml"}
 
 # (example config, formats it is exported to); a format missing here refuses that config
-# (tests/test_export.py checks the refusals).
+# (tests/test_frameworks_writers.py checks the refusals).
 CASES = [
     ("llama3-70b-2048xh100", ("megatron", "deepspeed", "torchtitan", "nemo")),
     ("mixtral-8x7b-64xh100", ("megatron", "deepspeed", "torchtitan", "nemo")),
@@ -30,7 +30,7 @@ CASES = [
 ]
 
 # Configs under tests/data/recipes/ with the production-recipe keys, exported by the
-# script exporters (tests/test_export_scripts.py checks them and their refusals).
+# script exporters (tests/test_frameworks_megatron_deepspeed_writers.py checks them and their refusals).
 SCRIPT_RECIPE_CASES = [
     ("recipe-llama3-8b-fp8-8xh100", ("megatron",)),
     ("recipe-mixtral-8x7b-64xh100", ("megatron",)),
@@ -40,7 +40,7 @@ SCRIPT_RECIPE_CASES = [
 
 
 # (tests/data/export config, formats): the recipe settings in each framework's terms
-# (tests/test_export_yaml.py checks them and their round trips)
+# (tests/test_frameworks_torchtitan_nemo_writers.py checks them and their round trips)
 YAML_RECIPE_CASES = [
     ("llama3-8b-fp8-8xh100", ("nemo",)),
     ("llama3-70b-fp8-recompute-256xh100", ("nemo", "torchtitan")),

@@ -8,7 +8,7 @@ grads: 20 -> 4 + 16/d (Megatron distributed-optimizer docs). ZeRO-2 (Megatron FS
 `optim_grads`) shards the grads too, ZeRO-3 (`optim_grads_params`) the weights as well.
 DeepSpeed accounting (ZeRO paper Fig. 1): 2 + 2 + 12, sharded per stage; ZeRO-3 adds
 DeepSpeed's own `4 * largest layer` for the gathered layer. Dense states shard over
-d = dp*cp (what Megatron's code does: its formula says dp, see `tests/test_memory.py`);
+d = dp*cp (what Megatron's code does: its formula says dp, see `tests/test_cost_memory.py`);
 expert states over EDP = world/(etp*ep*pp); expert weights over ep*etp.
 
 Activations (Korthikanti et al. 2022 Table 2, re-derived in `layer_activation_bytes`).

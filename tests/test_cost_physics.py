@@ -233,7 +233,7 @@ def test_ep64_inside_an_nvl72_rack_dispatches_faster_than_across_h100_nodes():
 
 @pytest.mark.parametrize("dispatcher", ["alltoall", "hybridep", "allgather"])
 def test_ep64_inside_a_larger_nvlink_domain_only_changes_the_ep_time(dispatcher):
-    # The same H100 profile with a 64-GPU NVLink domain (as test_time.py does for TP 16): only
+    # The same H100 profile with a 64-GPU NVLink domain (as test_cost_time.py does for TP 16): only
     # the EP group's link changes, so compute is identical and the dispatch gets faster.
     job, lay = _qwen3_30b("h100-sxm", 64, ep=64, moe_token_dispatcher=dispatcher)
     wide = replace(job, hardware=job.hardware.model_copy(update={"nvlink_domain_size": 64}))
