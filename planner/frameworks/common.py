@@ -61,7 +61,9 @@ def check_world(n: int, *, source: str, what: str = "world size") -> int:
 @dataclass(frozen=True)
 class Overrides:
     """`validate`'s --model/--hardware/--gpus/--nodes/--set/--vocab-size (None/() = not
-    given). `sets` are (NAME, VALUE) pairs in the order given."""
+    given). `sets` are (NAME, VALUE) pairs in the order given. `workload`: a serving launch
+    command's --isl/--osl/--concurrency ((flag, value) pairs given; the command line does not
+    say them)."""
 
     model: str | None = None
     hardware: str | None = None
@@ -69,6 +71,7 @@ class Overrides:
     nodes: int | None = None
     sets: tuple[tuple[str, str], ...] = ()
     vocab_size: int | None = None
+    workload: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for name, value, what in (("--gpus", self.gpus, "GPUs, as for num_gpus"),

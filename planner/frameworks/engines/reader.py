@@ -30,7 +30,7 @@ from typing import Any
 
 from planner.errors import SpecError, Violation
 from planner.frameworks.common import shell_notes
-from planner.io import load_yaml
+from planner.io import load_yaml, read_text, safe_is_file
 from planner.readers import bash as shell
 
 __all__ = ["SERVE_FORMATS", "ServeImported", "looks_like_serve_yaml", "command_engine",
@@ -73,6 +73,20 @@ def load_serve_yaml(path: Path, data: dict, ov) -> ServeImported:
         raise SpecError(f"config {str(path)!r} has no num_gpus; add num_gpus: N or give "
                         "--gpus N or --nodes N", field="num_gpus")
     data = apply_overrides(data, ov, base=path.parent, source=str(path))
+    if ov.workload and isinstance(data.get("serving"), dict):   # --isl/--osl/... replace
+        names = {"--isl": "input_length", "--osl": "output_length",
+                 "--concurrency": "concurrency"}
+        serving = dict(data["serving"])
+        for flag, value in ov.workload:
+            if flag == "--acceptance-rate":
+                if not isinstance(serving.get("speculative"), dict):
+                    raise SpecError(f"{path}: --acceptance-rate is for speculative decoding; "
+                                    "the config has no serving.speculative: remove it",
+                                    field=flag, value=value)
+                serving["speculative"] = {**serving["speculative"], "acceptance_rate": value}
+            else:
+                serving[names[flag]] = value
+        data = {**data, "serving": serving}
     job, layout = serve_config_from_data(data, base=path.parent, source=str(path))
     return ServeImported(job, layout, [], "serve", str(path))
 
@@ -198,6 +212,65 @@ def _commands(script: shell.Script, text: str, engine: str) -> list[tuple[int, s
     return out
 
 
+def _vllm_config(tokens: list[str], script: shell.Script, source: str,
+                 notes: list[Violation]) -> list[str]:
+    """vLLM's `--config FILE.yaml`: the file's keys as flags, before the command line's (which
+    override them, as vLLM's parser does). The file is the one the script writes, else the
+    one beside the script (read through planner.io); one it cannot read is a warning."""
+    out, cli, i = [], [], 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok == "--config" or tok.startswith("--config="):
+            name = tok.partition("=")[2] if "=" in tok else (
+                tokens[i + 1] if i + 1 < len(tokens) else None)
+            i += 1 if "=" in tok else 2
+            if name is None:
+                raise SpecError(f"{source}: --config needs a value (a YAML file of flags)",
+                                field="--config")
+            out += _config_tokens(name, script, source, notes)
+            continue
+        cli.append(tok)
+        i += 1
+    return out + cli
+
+
+def _config_tokens(name: str, script: shell.Script, source: str,
+                   notes: list[Violation]) -> list[str]:
+    shown = shell.display(name)
+    written, body = script.file(name)
+    if body is None and not written and not shell.unresolved_names(name):
+        path = Path(name) if Path(name).is_absolute() else Path(source).parent / name
+        if safe_is_file(path):
+            body = read_text(path, what="vLLM --config file")
+    if body is None:
+        notes.append(Violation("vllm-config-not-read",
+                               f"--config {shown}: not beside the script nor written by it; "
+                               "its flags are not modelled (put the file beside the script)",
+                               "warning"))
+        return []
+    data = load_yaml(body, what="vLLM --config file", source=f"{source}: {shown}")
+    if data is None:
+        return []
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: --config {shown} is not a YAML mapping of flags to values "
+                        "(tensor-parallel-size: 8, ...); fix the file", field="--config",
+                        value=shown)
+    out = []
+    for key, value in data.items():
+        flag = "--" + str(key).lstrip("-")
+        if value is True:
+            out.append(flag)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, list):
+            out += [flag, *(str(v) for v in value)]
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
 def _parse_flags(line: int, role: str | None, tokens: list[str], engine: str,
                  source: str) -> _Launch:
     known = _FLAGS[engine]
@@ -214,6 +287,8 @@ def _parse_flags(line: int, role: str | None, tokens: list[str], engine: str,
             i += 1
             continue
         flag, _, inline = tok.partition("=")
+        if engine == "vllm" and flag.startswith("--"):
+            flag = "--" + flag[2:].replace("_", "-")   # vLLM's parser: _ and - are one flag
         if flag in known:
             key, takes = known[flag]
             if takes:
@@ -298,7 +373,8 @@ def _instance(engine: str, vals: dict, script: shell.Script, model, source: str)
     return Instance(tp=tp, pp=pp, ep=ep, dp=1, dp_attention=False, cp=cp)
 
 
-def _serving(engine: str, vals: dict, script: shell.Script, head: dict, source: str) -> dict:
+def _serving(engine: str, vals: dict, script: shell.Script, head: dict, work: dict,
+             source: str) -> dict:
     sv: dict[str, Any] = {}
     quant = str(vals.get("quant", "")).lower()
     if quant in ("fp8", "modelopt_fp8", "fbgemm_fp8", "w8a8_fp8"):
@@ -331,13 +407,13 @@ def _serving(engine: str, vals: dict, script: shell.Script, head: dict, source: 
                 shown = key.replace('_', '-')
                 raise SpecError(f"{source}: {shown} = {vals[key]!r}: must be a number",
                                 field=shown, value=vals[key]) from None
-    spec = _speculative(engine, vals, extra, head, source)
+    spec = _speculative(engine, vals, extra, head, work, source)
     if spec is not None:
         sv["speculative"] = spec
     return sv
 
 
-def _speculative(engine: str, vals: dict, extra: dict, head: dict, source: str):
+def _speculative(engine: str, vals: dict, extra: dict, head: dict, work: dict, source: str):
     method = k = None
     if engine == "vllm" and "spec_json" in vals:
         try:
@@ -363,17 +439,12 @@ def _speculative(engine: str, vals: dict, extra: dict, head: dict, source: str):
                    "speculative_config", source)
     if method is None:
         return None
-    if "acceptance_rate" not in head:
+    if "acceptance_rate" not in work:
         raise SpecError(f"{source}: the command decodes speculatively but does not say the "
-                        "acceptance rate; add 'acceptance_rate=0.7' (your measured rate) to its "
-                        "'# planner serve:' line", field="acceptance_rate")
-    try:
-        rate = float(head["acceptance_rate"])
-    except ValueError:
-        raise SpecError(f"{source}: the '# planner serve:' line's acceptance_rate = "
-                        f"{head['acceptance_rate']!r}: must be a number", field="acceptance_rate",
-                        value=head["acceptance_rate"]) from None
-    out = {"method": method, "num_tokens": k, "acceptance_rate": rate}
+                        "acceptance rate; give --acceptance-rate 0.7 (your measured rate) or add "
+                        "'acceptance_rate=0.7' to its '# planner serve:' line",
+                        field="acceptance_rate")
+    out = {"method": method, "num_tokens": k, "acceptance_rate": work["acceptance_rate"]}
     if method == "draft":
         out["draft_model"] = head.get("draft_model") or vals.get("spec_draft")
     return out
@@ -490,6 +561,45 @@ def _whole_header(head: dict, key: str, source: str) -> int:
                         "be a whole number", field=key, value=head[key]) from None
 
 
+_WORKLOAD = (("isl", "--isl"), ("osl", "--osl"), ("concurrency", "--concurrency"),
+             ("acceptance_rate", "--acceptance-rate"))
+
+
+def _workload(head: dict, ov, source: str) -> dict:
+    """isl, osl and (when given) concurrency and acceptance_rate: validate's options, else the
+    '# planner serve:' line; a command with neither names the options to give."""
+    given = dict(ov.workload)
+    out: dict[str, Any] = {}
+    for key, flag in _WORKLOAD:
+        if flag in given:
+            value, where, field_ = given[flag], flag, flag
+        elif key in head:
+            value, where, field_ = head[key], f"the '# planner serve:' line's {key}", key
+        else:
+            continue
+        if key == "concurrency" and value == "max":
+            out[key] = value
+            continue
+        want = {"concurrency": 'a whole number of requests or "max"',
+                "acceptance_rate": "a number between 0 and 1"}.get(key, "a whole number")
+        try:
+            n = float(value) if key == "acceptance_rate" else int(value)
+        except ValueError:
+            n = None
+        if n is None or (key == "acceptance_rate" and not 0 < n < 1) or \
+                (key != "acceptance_rate" and n < 1):
+            raise SpecError(f"{source}: {where} = {value!r}: must be {want}", field=field_,
+                            value=value)
+        out[key] = n
+    missing = [flag for key, flag in _WORKLOAD[:2] if key not in out]
+    if missing:
+        raise SpecError(f"{source}: the command lines do not say the request lengths; give "
+                        f"{' and '.join(f + ' N' for f in missing)} (input and output tokens per "
+                        "request), or add a line '# planner serve: isl=2048 osl=512'",
+                        field=missing[0])
+    return out
+
+
 def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
     """A shell script or command file that launches `engine` (module docstring)."""
     from planner.config import resolve_hardware
@@ -503,21 +613,19 @@ def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
     if not cmds:
         raise SpecError(f"{source}: no {engine} launch command found; see README, 'Inference'",
                         field="file", value=source)
+    notes: list[Violation] = []
+    if engine == "vllm":
+        cmds = [(line, role, _vllm_config(tokens, script, source, notes))
+                for line, role, tokens in cmds]
     parsed = [_parse_flags(line, role, tokens, engine, source) for line, role, tokens in cmds]
     model = _model(ov, head, parsed, script, source)
-    if "isl" not in head or "osl" not in head:
-        raise SpecError(f"{source}: the command lines do not say the request lengths; add a "
-                        "line '# planner serve: isl=2048 osl=512' (input and output tokens per "
-                        "request; planner's exports carry one)",
-                        field="isl" if "isl" not in head else "osl")
+    work = _workload(head, ov, source)
     roles = _roles(engine, parsed, script, model, source)
     knobs = (roles.get("decode") or next(iter(roles.values())))[2]   # the decode side sets TPOT
-    serving = _serving(engine, knobs, script, head, source)
-    serving.update(input_length=_whole_header(head, "isl", source),
-                   output_length=_whole_header(head, "osl", source), engine=engine)
-    if head.get("concurrency") is not None:
-        c = head["concurrency"]
-        serving["concurrency"] = c if c == "max" else _whole_header(head, "concurrency", source)
+    serving = _serving(engine, knobs, script, head, work, source)
+    serving.update(input_length=work["isl"], output_length=work["osl"], engine=engine)
+    if "concurrency" in work:
+        serving["concurrency"] = work["concurrency"]
     parallel, shown = _parallel(roles, source)
     hw = resolve_hardware(ov.hardware or head.get("hardware") or DEFAULT_HARDWARE)
     if ov.gpus is not None or ov.nodes is not None:
@@ -529,4 +637,5 @@ def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
     data = {"model": model.model_dump(exclude_none=True), "hardware": hw.model_dump(),
             "num_gpus": num, "serving": serving, "parallel": parallel}
     job, layout = serve_config_from_data(data, source=source)
-    return ServeImported(job, layout, _warnings(engine, parsed, script, source), engine, source)
+    warnings = notes + _warnings(engine, parsed, script, source)
+    return ServeImported(job, layout, warnings, engine, source)
