@@ -552,7 +552,7 @@ def _validate_serve(imported, config: Path, json_out: bool) -> int:
     from planner.serve.validate import validate as serve_validate
 
     result = serve_validate(imported.job, imported.layout, extra=imported.violations)
-    notes = caveats(imported.job, imported.layout)
+    notes = list(getattr(imported, "notes", [])) + caveats(imported.job, imported.layout)
     if json_out:
         from planner.views.serve_shapes import validation_json
         out = validation_json(result, caveats=notes)

@@ -46,6 +46,7 @@ class ServeImported:
     violations: list[Violation] = field(default_factory=list)
     format: str = "serve"
     source: str = ""
+    notes: list[str] = field(default_factory=list)   # where values came from (the verdict's)
 
 
 def looks_like_serve_yaml(data) -> bool:
@@ -151,6 +152,17 @@ _PRINTERS = frozenset({"echo", "printf", "print", "cat", "tee", "logger", ":", "
 _NOT_READ = frozenset({"port", "host", "backend", "model", "max_len", "kv_transfer", "extra",
                        "dcp"})
 _FIX = "set it in the script or give --set NAME=VALUE"
+# flags that change neither memory nor time (names, logging, trust, the tokenizer's source):
+# read past without a warning
+_NO_EFFECT = {
+    "vllm": frozenset({"--trust-remote-code", "--served-model-name", "--disable-log-requests",
+                       "--disable-log-stats", "--api-key", "--uvicorn-log-level", "--revision",
+                       "--tokenizer", "--download-dir", "--seed"}),
+    "sglang": frozenset({"--trust-remote-code", "--served-model-name", "--log-level",
+                         "--api-key", "--revision", "--tokenizer-path", "--random-seed",
+                         "--log-requests"}),
+    "trtllm": frozenset({"--trust_remote_code", "--log_level", "--tokenizer"}),
+}
 
 
 @dataclass
@@ -306,7 +318,8 @@ def _parse_flags(line: int, role: str | None, tokens: list[str], engine: str,
                 out.vals[key] = True
                 i += 1
             continue
-        out.unknown.append(flag)
+        if flag not in _NO_EFFECT[engine]:
+            out.unknown.append(flag)
         i += 2 if (not inline and i + 1 < len(tokens) and not tokens[i + 1].startswith("-")) else 1
     return out
 
@@ -374,15 +387,24 @@ def _instance(engine: str, vals: dict, script: shell.Script, model, source: str)
 
 
 def _serving(engine: str, vals: dict, script: shell.Script, head: dict, work: dict,
-             source: str) -> dict:
+             checkpoint, notes: list[str], source: str) -> dict:
+    """The `serving:` mapping of the decode side's flags; `notes` gets where the precision
+    came from when the checkpoint (not a flag) says it."""
     sv: dict[str, Any] = {}
     quant = str(vals.get("quant", "")).lower()
-    if quant in ("fp8", "modelopt_fp8", "fbgemm_fp8", "w8a8_fp8"):
+    if quant in ("fp8", "modelopt", "modelopt_fp8", "fbgemm_fp8", "w8a8_fp8"):
         sv["precision"] = "fp8"
     elif quant in ("modelopt_fp4", "nvfp4", "mxfp4", "petit_nvfp4"):
         sv["precision"] = "fp4"
     elif "precision" in head:
         sv["precision"] = head["precision"]
+    elif checkpoint is not None and checkpoint.precision is not None:
+        sv["precision"] = checkpoint.precision
+        notes.append(f"weights {checkpoint.precision}: read from {checkpoint.where}")
+    if "precision" in sv and quant and checkpoint is not None and checkpoint.precision \
+            and checkpoint.precision != sv["precision"]:
+        notes.append(f"weights {sv['precision']}: the command's quantization flag ({quant}) wins "
+                     f"over the checkpoint's {checkpoint.precision} ({checkpoint.where})")
     extra = _extra(script, vals["extra"], source)[0] if engine == "trtllm" and \
         vals.get("extra") else {}
     if engine == "trtllm":     # kv_cache_config.dtype auto: the checkpoint's KV quantization
@@ -459,28 +481,44 @@ def _whole(value, flag: str, source: str) -> int:
 
 
 def _model(ov, head: dict, parsed: list[_Launch], script: shell.Script, source: str):
-    """--model, else the '# planner serve:' line's preset, else a known Hugging Face id (on
-    the command line or in $MODEL)."""
+    """(model, checkpoint): --model, else the '# planner serve:' line's preset, else a
+    Hugging Face id planner knows (on the command line or in $MODEL); the checkpoint
+    (engines/checkpoint.py) says the precision its weights ship in, when the id or the
+    config.json says one."""
+    from planner.frameworks.engines import checkpoint as ckpt
     from planner.frameworks.engines.writer import HF_IDS
     from planner.presets import PRESETS, get_preset, resolve_model
+    named = [p for launch in parsed for p in launch.positional + [launch.vals.get("model", "")]]
+    named.append(script.var("MODEL") or "")
+    named = [n for n in named if isinstance(n, str) and n and not shell.unresolved_names(n)]
+    by_id = next((c for n in named if (c := ckpt.from_id(n)) is not None), None)
     if ov.model is not None:
-        return resolve_model(ov.model)
+        model = resolve_model(ov.model)
+        found = ckpt.config_beside(ov.model, None)
+        if found is not None:
+            cfg, quant, where = found
+            return model, ckpt.from_config(cfg, where, quant) or by_id
+        return model, by_id
     if head.get("model"):
         try:
-            return resolve_model(head["model"])
+            return resolve_model(head["model"]), by_id
         except SpecError:
             raise SpecError(f"{source}: the '# planner serve:' line names model "
                             f"{head['model']!r}, which is not a preset; give --model NAME (a "
                             "preset, model YAML or HF config.json)", field="model",
                             value=head["model"]) from None
     ids = {v: k for k, v in HF_IDS.items()}
-    named = [p for launch in parsed for p in launch.positional + [launch.vals.get("model", "")]]
-    named.append(script.var("MODEL") or "")
     hit = next((ids[n] for n in named if n in ids), None)
-    if hit is None:
+    if hit is not None:
+        model = get_preset(next(k for k in PRESETS if get_preset(k).name == hit))
+    elif by_id is not None and by_id.preset is not None:
+        model = get_preset(by_id.preset)
+    else:
         raise SpecError(f"{source}: the command does not name a model planner knows; give "
                         "--model NAME (a preset, model YAML or HF config.json)", field="model")
-    return get_preset(next(k for k in PRESETS if get_preset(k).name == hit))
+    if by_id is not None and by_id.model_update:
+        model = model.model_copy(update=dict(by_id.model_update))
+    return model, by_id
 
 
 def _warnings(engine: str, parsed: list[_Launch], script: shell.Script,
@@ -618,11 +656,23 @@ def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
         cmds = [(line, role, _vllm_config(tokens, script, source, notes))
                 for line, role, tokens in cmds]
     parsed = [_parse_flags(line, role, tokens, engine, source) for line, role, tokens in cmds]
-    model = _model(ov, head, parsed, script, source)
+    model, checkpoint = _model(ov, head, parsed, script, source)
     work = _workload(head, ov, source)
     roles = _roles(engine, parsed, script, model, source)
     knobs = (roles.get("decode") or next(iter(roles.values())))[2]   # the decode side sets TPOT
-    serving = _serving(engine, knobs, script, head, work, source)
+    said: list[str] = []
+    if checkpoint is not None and checkpoint.model_update and ov.model is None \
+            and not head.get("model"):
+        said.append(f"{model.name} as its published checkpoint: " + ", ".join(
+            f"{k} {v}" for k, v in checkpoint.model_update) + " (its config.json's "
+            "num_nextn_predict_layers)")
+    serving = _serving(engine, knobs, script, head, work, checkpoint, said, source)
+    if checkpoint is not None and checkpoint.unknown is not None and "precision" not in serving:
+        notes.append(Violation(f"{engine}-checkpoint-quantization-not-modelled",
+                               f"the checkpoint's {checkpoint.unknown}: not modelled (planner "
+                               "reads fp8 and fp4 checkpoints); the estimate takes bf16 weights; "
+                               "give --quantization on the command line if it is one of those",
+                               "warning"))
     serving.update(input_length=work["isl"], output_length=work["osl"], engine=engine)
     if "concurrency" in work:
         serving["concurrency"] = work["concurrency"]
@@ -638,4 +688,4 @@ def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
             "num_gpus": num, "serving": serving, "parallel": parallel}
     job, layout = serve_config_from_data(data, source=source)
     warnings = notes + _warnings(engine, parsed, script, source)
-    return ServeImported(job, layout, warnings, engine, source)
+    return ServeImported(job, layout, warnings, engine, source, said)
