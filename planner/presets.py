@@ -230,6 +230,10 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
                     qk_pos_emb_head_dim=need("qk_rope_head_dim", minimum=0),
                     v_head_dim=need("v_head_dim"))
         spec.pop("num_kv_heads")
+        # DeepSeek-V3 config.json: num_nextn_predict_layers 1, the MTP module (report §2.2)
+        mtp = need("num_nextn_predict_layers", minimum=0, required=False)
+        if mtp:
+            spec["mtp_num_layers"] = mtp
     theta = hf.positive("rope_theta")
     if theta is not None:
         spec["rotary_base"] = theta

@@ -44,6 +44,7 @@ class Checkpoint:
     precision: str | None = None
     where: str = ""
     unknown: str | None = None
+    model_id: str = ""
 
 
 _QUANT_SUFFIX = re.compile(r"[-_](?P<q>fp8(?:[-_]dynamic|[-_]block)?|nvfp4|mxfp4|fp4)$", re.I)
@@ -74,9 +75,9 @@ def from_id(model_id: str) -> Checkpoint | None:
         if rx.fullmatch(name):
             if precision is None and native is not None and org in ("deepseek-ai", ""):
                 precision, where = native, f"the checkpoint id {model_id} ({_DEEPSEEK})"
-            return Checkpoint(preset, update, precision, where or "")
+            return Checkpoint(preset, update, precision, where or "", model_id=model_id)
     if precision is not None:
-        return Checkpoint(None, (), precision, where or "")
+        return Checkpoint(None, (), precision, where or "", model_id=model_id)
     return None
 
 

@@ -521,6 +521,11 @@ def _model(ov, head: dict, parsed: list[_Launch], script: shell.Script, source: 
     return model, by_id
 
 
+def _hf_ids() -> frozenset[str]:
+    from planner.frameworks.engines.writer import HF_IDS
+    return frozenset(HF_IDS.values())
+
+
 def _warnings(engine: str, parsed: list[_Launch], script: shell.Script,
               source: str) -> list[Violation]:
     """Flags planner does not model, words the script leaves unresolved, and TRT-LLM options
@@ -661,8 +666,12 @@ def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
     roles = _roles(engine, parsed, script, model, source)
     knobs = (roles.get("decode") or next(iter(roles.values())))[2]   # the decode side sets TPOT
     said: list[str] = []
-    if checkpoint is not None and checkpoint.model_update and ov.model is None \
-            and not head.get("model"):
+    from_id = checkpoint is not None and checkpoint.preset is not None and ov.model is None \
+        and not head.get("model")
+    if from_id and checkpoint.model_id not in _hf_ids():
+        said.append(f"{checkpoint.model_id}: read as the {checkpoint.preset} preset (the same "
+                    "architecture)")
+    if from_id and checkpoint.model_update:
         said.append(f"{model.name} as its published checkpoint: " + ", ".join(
             f"{k} {v}" for k, v in checkpoint.model_update) + " (its config.json's "
             "num_nextn_predict_layers)")
