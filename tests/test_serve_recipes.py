@@ -315,3 +315,40 @@ def test_a_published_recipe_validates(runner, name, hardware, extra, layout, pre
     if spec is not None:
         got = out["job"].get("speculative") or {}
         assert (got.get("method"), got.get("num_tokens")) == spec
+
+
+# ------------------------------------------------- training exports carry their hardware
+
+@pytest.mark.parametrize("fmt, ext", [("megatron", ".sh"), ("nemo", ".yaml"),
+                                      ("deepspeed", ".json"), ("torchtitan", ".toml")])
+def test_a_training_export_reads_back_the_hardware_it_was_planned_for(tmp_path, fmt, ext):
+    from planner.config import config_from_data
+    from planner.frameworks import load_any
+    from planner.frameworks.export import export
+    job, layout = config_from_data(dict(
+        model="llama3-8b", hardware="b200", num_gpus=16,
+        training=dict(seq_length=4096, global_batch_size=64),
+        parallel=dict(tp=2, micro_batch_size=1)))
+    text = export(job, layout, fmt)
+    assert "planner: hardware=b200 num_gpus=16" in text
+    path = tmp_path / f"plan{ext}"
+    path.write_text(text)
+    model = "llama3-8b" if fmt in ("nemo", "deepspeed") else None
+    back = load_any(path, model=model)
+    assert (back.job.hardware.name, back.job.num_gpus) == ("b200", 16)
+    # an explicit --hardware still wins
+    assert load_any(path, model=model, hardware="h100-sxm").job.hardware.name == "h100-sxm"
+
+
+def test_a_header_naming_an_unknown_profile_says_to_give_hardware(tmp_path):
+    from planner.errors import SpecError
+    from planner.frameworks import load_any
+    path = tmp_path / "train.sh"
+    path.write_text("# planner: hardware=my-gpu num_gpus=8\n"
+                    "torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
+                    "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+                    "--seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 "
+                    "--global-batch-size 32\n")
+    with pytest.raises(SpecError) as exc:
+        load_any(path, model="llama3-8b")
+    assert exc.value.field == "--hardware" and "'my-gpu'" in exc.value.message

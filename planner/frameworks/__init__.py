@@ -27,6 +27,7 @@ from planner.frameworks.common import (
     suggestion_budget,
 )
 from planner.frameworks.deepspeed import reader as deepspeed
+from planner.frameworks.writing import planned_for
 from planner.frameworks.megatron import reader as megatron
 from planner.frameworks.nemo import reader as nemo
 from planner.frameworks.torchtitan import reader as torchtitan
@@ -119,6 +120,9 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
         if fmt == "planner":
             return _vocab(_planner(p, ov), ov)
         with naming(str(p)):
+            planned = planned_for(read_text(p, what=f"{fmt} config"))
+            if planned is not None:
+                ov = replace(ov, planned=planned)
             return _vocab(_framework(p, fmt, ov), ov)
 
 
