@@ -27,10 +27,10 @@ from planner.frameworks.common import (
     suggestion_budget,
 )
 from planner.frameworks.deepspeed import reader as deepspeed
-from planner.frameworks.writing import planned_for
 from planner.frameworks.megatron import reader as megatron
 from planner.frameworks.nemo import reader as nemo
 from planner.frameworks.torchtitan import reader as torchtitan
+from planner.frameworks.writing import planned_for
 from planner.io import check_tree, load_yaml, read_budget, read_yaml
 
 __all__ = ["Imported", "Overrides", "FORMATS", "detect_format", "load_any"]
