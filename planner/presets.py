@@ -62,7 +62,12 @@ PRESETS: dict[str, dict[str, Any]] = {
                           vocab_size=32768, seq_length=65536, num_experts=8, moe_top_k=2,
                           rotary_base=1e6, **_LLAMA),
     # deepseek-ai/DeepSeek-V3 config.json; DeepSeek-V3 report (arXiv:2412.19437) §4.2: MLA,
-    # 3 dense layers, 256 routed + 1 shared expert, top-8, 4k pre-training sequences
+    # 3 dense layers, 256 routed + 1 shared expert, top-8, 4k pre-training sequences.
+    # No MTP layer here although the published model has one (config.json
+    # num_nextn_predict_layers 1; the report's MTP depth D = 1, §4.2): the preset plans the 671B
+    # main model (the published total; the 14B MTP module is apart), and its training exports
+    # stay what the goldens hold. The HF import reads the MTP layer, and the serving reader gives
+    # the deepseek-ai checkpoint ids theirs (planner/frameworks/engines/checkpoint.py).
     "deepseek-v3": dict(name="DeepSeek-V3", num_layers=61, hidden_size=7168,
                         ffn_hidden_size=18432, num_attention_heads=128, vocab_size=129280,
                         seq_length=4096, num_experts=256, moe_top_k=8, moe_ffn_hidden_size=2048,
