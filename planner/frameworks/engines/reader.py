@@ -11,8 +11,11 @@ engine's server (`echo`/`printf` lines are not launches) is one instance; a TRT-
 options file is read from the here-document (or echo/printf) the script writes it with.
 
 A command line says the layout and the engine's knobs but not the request shape: planner's
-exports carry it in a `# planner serve: model=... isl=... osl=...` line; a command without
-one must get it added (one line, named in the error). Comments `# N prefill worker(s) ...`
+exports carry it in a `# planner serve: model=... isl=... osl=...` line, and validate's
+--isl/--osl/--concurrency/--acceptance-rate give (or override) it; a command with neither is
+one line naming the options. The checkpoint's precision comes from its id or config.json
+(engines/checkpoint.py) unless a flag says it; vLLM flags read in either spelling (`_` or `-`)
+and from `--config FILE.yaml`. Comments `# N prefill worker(s) ...`
 and `# N decode worker(s) ...` (planner's exports) or SGLang's --disaggregation-mode say
 which instances are prefill and decode workers. Flags planner does not model are reported by
 name as warnings, never dropped silently. `--model/--hardware/--gpus/--nodes` fill or replace
