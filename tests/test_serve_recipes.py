@@ -70,6 +70,18 @@ def test_a_command_without_the_workload_names_the_option(runner, tmp_path, args,
     assert err["field"] == field and said in err["message"]
 
 
+def test_an_acceptance_rate_without_speculative_decoding_is_refused(runner, tmp_path):
+    err = _error(_run(runner, _script(tmp_path, LLAMA), *WORK, "--acceptance-rate", "0.7"))
+    assert err["field"] == "--acceptance-rate" and "remove it" in err["message"]
+
+
+def test_the_workload_options_override_a_serving_yaml(runner):
+    path = Path(__file__).resolve().parent.parent / "examples" / "serve" / "llama3-70b-8xh100.yaml"
+    out = _ok(_run(runner, path, "--isl", "999", "--osl", "77", "--concurrency", "3"))
+    assert {k: out["job"][k] for k in ("input_length", "output_length", "concurrency")} == \
+        {"input_length": 999, "output_length": 77, "concurrency": 3}
+
+
 def test_the_workload_options_are_refused_for_a_training_file(runner, tmp_path):
     path = _script(tmp_path, "torchrun pretrain_gpt.py --tensor-model-parallel-size 2\n")
     err = _error(_run(runner, path, "--isl", "100"))

@@ -685,6 +685,10 @@ def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
                                "reads fp8 and fp4 checkpoints); the estimate takes bf16 weights; "
                                "give --quantization on the command line if it is one of those",
                                "warning"))
+    if "speculative" not in serving and "--acceptance-rate" in dict(ov.workload):
+        raise SpecError(f"{source}: --acceptance-rate is for speculative decoding; the command "
+                        "does not decode speculatively: remove it", field="--acceptance-rate",
+                        value=dict(ov.workload)["--acceptance-rate"])
     serving.update(input_length=work["isl"], output_length=work["osl"], engine=engine)
     if "concurrency" in work:
         serving["concurrency"] = work["concurrency"]
