@@ -157,6 +157,16 @@ def test_the_model_folder_says_the_precision_and_the_verdict_says_where(runner, 
     assert any("read from" in c and "config.json" in c for c in out["caveats"])
 
 
+def test_a_checkpoint_folder_beside_the_script_is_the_model_and_says_its_precision(runner,
+                                                                                   tmp_path):
+    folder = _llama_checkpoint(tmp_path, {"quant_method": "fp8", "fmt": "e4m3"})
+    path = _script(tmp_path, f"vllm serve ./{folder.name} --tensor-parallel-size 8\n")
+    out = _ok(_run(runner, path, *WORK))
+    # the folder's config.json is Meta-Llama-3-70B's: 70.6B params (its model card)
+    assert out["job"]["parameters"] == pytest.approx(70.6e9, rel=0.01)
+    assert out["job"]["precision"] == "fp8"
+
+
 def test_an_integer_quantized_checkpoint_is_named_as_not_modelled(runner, tmp_path):
     folder = _llama_checkpoint(tmp_path, {"quant_method": "gptq", "bits": 4})
     path = _script(tmp_path, "vllm serve /models/llama --tensor-parallel-size 8\n")

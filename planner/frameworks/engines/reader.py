@@ -490,7 +490,7 @@ def _model(ov, head: dict, parsed: list[_Launch], script: shell.Script, source: 
     config.json says one."""
     from planner.frameworks.engines import checkpoint as ckpt
     from planner.frameworks.engines.writer import HF_IDS
-    from planner.presets import PRESETS, get_preset, resolve_model
+    from planner.presets import PRESETS, get_preset, model_from_hf_config, resolve_model
     named = [p for launch in parsed for p in launch.positional + [launch.vals.get("model", "")]]
     named.append(script.var("MODEL") or "")
     named = [n for n in named if isinstance(n, str) and n and not shell.unresolved_names(n)]
@@ -516,6 +516,10 @@ def _model(ov, head: dict, parsed: list[_Launch], script: shell.Script, source: 
         model = get_preset(next(k for k in PRESETS if get_preset(k).name == hit))
     elif by_id is not None and by_id.preset is not None:
         model = get_preset(by_id.preset)
+    elif (local := next((f for n in named if (f := ckpt.config_beside(
+            n, Path(source).parent)) is not None), None)) is not None:
+        cfg, quant, where = local            # a checkpoint folder beside the script
+        return model_from_hf_config(cfg, source=where), ckpt.from_config(cfg, where, quant)
     else:
         raise SpecError(f"{source}: the command does not name a model planner knows; give "
                         "--model NAME (a preset, model YAML or HF config.json)", field="model")
