@@ -388,6 +388,10 @@ def validate(
     html: HtmlOpt = None,
     set_values: Annotated[list[str] | None, typer.Option("--set", help="NAME=VALUE: a value a launch script takes from the environment, or from $1, $2 ... (NAME 1, 2 ...); repeatable.")] = None,
     vocab_size: Annotated[int | None, typer.Option("--vocab-size", help="The model's vocabulary size, where the file's tokenizer is unknown (replaces the one it implies).")] = None,
+    isl: Annotated[int | None, typer.Option("--isl", help="Serving: prompt tokens per request (a launch command does not say it; replaces its '# planner serve:' isl).")] = None,
+    osl: Annotated[int | None, typer.Option("--osl", help="Serving: generated tokens per request (replaces the '# planner serve:' osl).")] = None,
+    concurrency: Annotated[str | None, typer.Option("--concurrency", help="Serving: requests in flight per engine instance, or max (default: max, what the KV cache holds).")] = None,
+    acceptance_rate: Annotated[float | None, typer.Option("--acceptance-rate", help="Serving: the measured acceptance rate of a command's speculative decoding (MTP, EAGLE, draft model).")] = None,
 ) -> None:
     """Check a config rule by rule (ours and its framework's) and estimate its memory."""
 
@@ -398,8 +402,12 @@ def validate(
 
         wanted = _show(show, allowed=("schedule", "memory", "time", "grid"), json_out=json_out)
         sets = tuple(parse_set(s) for s in set_values or ())
+        workload = tuple((flag, str(value)) for flag, value in
+                         (("--isl", isl), ("--osl", osl), ("--concurrency", concurrency),
+                          ("--acceptance-rate", acceptance_rate))
+                         if value is not None)
         imported = load_any(config, model=model, hardware=hardware, gpus=gpus, nodes=nodes,
-                            sets=sets, vocab_size=vocab_size)
+                            sets=sets, vocab_size=vocab_size, workload=workload)
         from planner.frameworks.engines.reader import SERVE_FORMATS
         if imported.format in SERVE_FORMATS:
             if tokens is not None:
@@ -544,7 +552,7 @@ def _validate_serve(imported, config: Path, json_out: bool) -> int:
     from planner.serve.validate import validate as serve_validate
 
     result = serve_validate(imported.job, imported.layout, extra=imported.violations)
-    notes = caveats(imported.job, imported.layout)
+    notes = list(getattr(imported, "notes", [])) + caveats(imported.job, imported.layout)
     if json_out:
         from planner.views.serve_shapes import validation_json
         out = validation_json(result, caveats=notes)

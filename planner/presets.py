@@ -62,7 +62,12 @@ PRESETS: dict[str, dict[str, Any]] = {
                           vocab_size=32768, seq_length=65536, num_experts=8, moe_top_k=2,
                           rotary_base=1e6, **_LLAMA),
     # deepseek-ai/DeepSeek-V3 config.json; DeepSeek-V3 report (arXiv:2412.19437) §4.2: MLA,
-    # 3 dense layers, 256 routed + 1 shared expert, top-8, 4k pre-training sequences
+    # 3 dense layers, 256 routed + 1 shared expert, top-8, 4k pre-training sequences.
+    # No MTP layer here although the published model has one (config.json
+    # num_nextn_predict_layers 1; the report's MTP depth D = 1, §4.2): the preset plans the 671B
+    # main model (the published total; the 14B MTP module is apart), and its training exports
+    # stay what the goldens hold. The HF import reads the MTP layer, and the serving reader gives
+    # the deepseek-ai checkpoint ids theirs (planner/frameworks/engines/checkpoint.py).
     "deepseek-v3": dict(name="DeepSeek-V3", num_layers=61, hidden_size=7168,
                         ffn_hidden_size=18432, num_attention_heads=128, vocab_size=129280,
                         seq_length=4096, num_experts=256, moe_top_k=8, moe_ffn_hidden_size=2048,
@@ -230,6 +235,10 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
                     qk_pos_emb_head_dim=need("qk_rope_head_dim", minimum=0),
                     v_head_dim=need("v_head_dim"))
         spec.pop("num_kv_heads")
+        # DeepSeek-V3 config.json: num_nextn_predict_layers 1, the MTP module (report §2.2)
+        mtp = need("num_nextn_predict_layers", minimum=0, required=False)
+        if mtp:
+            spec["mtp_num_layers"] = mtp
     theta = hf.positive("rope_theta")
     if theta is not None:
         spec["rotary_base"] = theta

@@ -3,9 +3,10 @@ it back, and the layout and the verdict are the ones we started from.
 
 For every example config (examples/*.yaml) and a few layouts that exercise what the examples
 do not (interleaving, context parallelism, uneven splits, recompute, each ZeRO stage, experts),
-in every export format. What an exporter refuses (it says why) is skipped. The files carry no
-hardware and some no model (NeMo's export leaves the tokenizer to megatron_gpt_config.yaml,
-Megatron-DeepSpeed's to the user), so those come as --hardware/--model, as a user would pass.
+in every export format. What an exporter refuses (it says why) is skipped. The files carry
+their hardware in a header line (read back; --hardware is passed anyway) and some no model
+(NeMo's export leaves the tokenizer to megatron_gpt_config.yaml, Megatron-DeepSpeed's to the
+user), so that comes as --model, as a user would pass.
 
 Three mappings are lossy by design, all documented by the exporters: torchtitan has no ZeRO-1
 (zero 1 is exported as FSDP without resharding after forward, which reads back as ZeRO-2), and

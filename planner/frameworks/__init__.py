@@ -30,6 +30,7 @@ from planner.frameworks.deepspeed import reader as deepspeed
 from planner.frameworks.megatron import reader as megatron
 from planner.frameworks.nemo import reader as nemo
 from planner.frameworks.torchtitan import reader as torchtitan
+from planner.frameworks.writing import planned_for
 from planner.io import check_tree, load_yaml, read_budget, read_yaml
 
 __all__ = ["Imported", "Overrides", "FORMATS", "detect_format", "load_any"]
@@ -89,12 +90,14 @@ def _serving_format(text: str, suffix: str, source: Path) -> str | None:
 
 def load_any(path: str | Path, *, model: str | None = None, hardware: str | None = None,
              gpus: int | None = None, nodes: int | None = None,
-             sets: tuple[tuple[str, str], ...] = (), vocab_size: int | None = None) -> Imported:
+             sets: tuple[tuple[str, str], ...] = (), vocab_size: int | None = None,
+             workload: tuple[tuple[str, str], ...] = ()) -> Imported:
     """Read `path` in whatever format it is; options fill or override what it lacks.
     `sets`: (NAME, VALUE) pairs a launch script takes from its environment or arguments;
-    `vocab_size`: the model's vocabulary size."""
+    `vocab_size`: the model's vocabulary size; `workload`: (--isl/--osl/--concurrency, value)
+    pairs for a serving launch command."""
     ov = Overrides(model=model, hardware=hardware, gpus=gpus, nodes=nodes, sets=tuple(sets),
-                   vocab_size=vocab_size)
+                   vocab_size=vocab_size, workload=tuple(workload))
     p = Path(path)
     with read_budget(str(p)), suggestion_budget():
         fmt = detect_format(p)
@@ -107,12 +110,19 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
                 raise SpecError(f"--set gives a launch script's variables; {short(str(p))} is "
                                 "a serving YAML, which has none: remove --set", field="--set")
             return _serve(p, fmt, ov)
+        if ov.workload:
+            flag = ov.workload[0][0]
+            raise SpecError(f"{flag} gives a serving workload; {short(str(p))} is a {fmt} "
+                            f"training config: remove {flag}", field=flag, value=ov.workload[0][1])
         if ov.sets and not _is_script(p, fmt):
             raise SpecError(f"--set gives a launch script's variables; {short(str(p))} is a "
                             f"{fmt} config, which has none: remove --set", field="--set")
         if fmt == "planner":
             return _vocab(_planner(p, ov), ov)
         with naming(str(p)):
+            planned = planned_for(read_text(p, what=f"{fmt} config"))
+            if planned is not None:
+                ov = replace(ov, planned=planned)
             return _vocab(_framework(p, fmt, ov), ov)
 
 

@@ -61,7 +61,9 @@ def check_world(n: int, *, source: str, what: str = "world size") -> int:
 @dataclass(frozen=True)
 class Overrides:
     """`validate`'s --model/--hardware/--gpus/--nodes/--set/--vocab-size (None/() = not
-    given). `sets` are (NAME, VALUE) pairs in the order given."""
+    given). `sets` are (NAME, VALUE) pairs in the order given. `workload`: a serving launch
+    command's --isl/--osl/--concurrency ((flag, value) pairs given; the command line does not
+    say them)."""
 
     model: str | None = None
     hardware: str | None = None
@@ -69,6 +71,8 @@ class Overrides:
     nodes: int | None = None
     sets: tuple[tuple[str, str], ...] = ()
     vocab_size: int | None = None
+    workload: tuple[tuple[str, str], ...] = ()
+    planned: tuple[str, int] | None = None   # an export's `planner: hardware= num_gpus=` line
 
     def __post_init__(self) -> None:
         for name, value, what in (("--gpus", self.gpus, "GPUs, as for num_gpus"),
@@ -112,6 +116,14 @@ def read_text(path: str | Path, *, what: str) -> str:
 
 
 def hardware_of(ov: Overrides) -> HardwareSpec:
+    """--hardware, else the hardware a planner export's header names, else the default."""
+    if ov.hardware is None and ov.planned is not None:
+        try:
+            return resolve_hardware(ov.planned[0])
+        except SpecError:
+            raise SpecError(f"the export's header names hardware {ov.planned[0]!r}, which is "
+                            "not a profile planner has; give --hardware NAME_OR_FILE",
+                            field="--hardware", value=ov.planned[0]) from None
     return resolve_hardware(ov.hardware or DEFAULT_HARDWARE)
 
 
@@ -134,6 +146,8 @@ def resolve_world(ov: Overrides, *, hardware: HardwareSpec, source: str,
         return check_world(world, source=source)
     if gpus_per_node is not None and nodes is not None:
         return check_world(gpus_per_node * nodes, source=source)
+    if ov.planned is not None:              # the export's header: what the plan was for
+        return check_world(ov.planned[1], source=source)
     raise SpecError(f"{source}: {missing}; give --gpus N (total GPUs) or --nodes N "
                     f"(x {gpus_per_node or hardware.gpus_per_node} GPUs per node)",
                     field="num_gpus")

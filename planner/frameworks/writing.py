@@ -1,6 +1,8 @@
 """What every exporter shares: the header lines, the node split, and the pre-export check.
 
-The header names the planner version that wrote the export, the job and the layout, and,
+The header names the planner version that wrote the export, the job and the layout, the
+hardware and GPU count the plan is for in a line the readers take back (`planner:
+hardware=b200 num_gpus=1024`: a B200 plan's export validates as B200), and,
 when an `Estimate` is given, its numbers (memory per GPU; step time and MFU once the time
 model runs). Goldens are written without an estimate, so they do not move while the time
 model is calibrated.
@@ -8,6 +10,7 @@ model is calibrated.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from planner.errors import InfeasibleError
@@ -15,7 +18,16 @@ from planner.layout import Layout, stage_layer_counts
 from planner.units import GiB
 
 __all__ = ["header_lines", "estimate_line", "nodes_and_devices", "check_exportable",
-           "pipeline_split", "PipelineSplit"]
+           "pipeline_split", "PipelineSplit", "planned_for"]
+
+_PLANNED = re.compile(r"^[\s#/\"'-]*planner: hardware=([\w.+-]+) num_gpus=(\d{1,9})\b", re.M)
+
+
+def planned_for(text: str) -> tuple[str, int] | None:
+    """(hardware, GPUs) of the `planner: hardware=NAME num_gpus=N` line planner's training
+    exports carry in their header (under any comment prefix, or as a JSON string), if any."""
+    m = _PLANNED.search(text)
+    return (m.group(1), int(m.group(2))) if m else None
 
 
 def _version() -> str:
@@ -57,6 +69,7 @@ def header_lines(job, layout: Layout, what: str, *, estimate=None,
         f"(micro-batch {layout.micro_batch_size}, "
         f"{layout.num_microbatches(tr.global_batch_size)} micro-batches, zero {layout.zero}, "
         f"recompute {layout.recompute})",
+        f"planner: hardware={job.hardware.name} num_gpus={job.num_gpus}",   # read back
     ]
     est = estimate_line(estimate)
     if est:

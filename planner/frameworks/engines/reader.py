@@ -11,8 +11,11 @@ engine's server (`echo`/`printf` lines are not launches) is one instance; a TRT-
 options file is read from the here-document (or echo/printf) the script writes it with.
 
 A command line says the layout and the engine's knobs but not the request shape: planner's
-exports carry it in a `# planner serve: model=... isl=... osl=...` line; a command without
-one must get it added (one line, named in the error). Comments `# N prefill worker(s) ...`
+exports carry it in a `# planner serve: model=... isl=... osl=...` line, and validate's
+--isl/--osl/--concurrency/--acceptance-rate give (or override) it; a command with neither is
+one line naming the options. The checkpoint's precision comes from its id or config.json
+(engines/checkpoint.py) unless a flag says it; vLLM flags read in either spelling (`_` or `-`)
+and from `--config FILE.yaml`. Comments `# N prefill worker(s) ...`
 and `# N decode worker(s) ...` (planner's exports) or SGLang's --disaggregation-mode say
 which instances are prefill and decode workers. Flags planner does not model are reported by
 name as warnings, never dropped silently. `--model/--hardware/--gpus/--nodes` fill or replace
@@ -30,7 +33,7 @@ from typing import Any
 
 from planner.errors import SpecError, Violation
 from planner.frameworks.common import shell_notes
-from planner.io import load_yaml
+from planner.io import load_yaml, read_text, safe_is_file
 from planner.readers import bash as shell
 
 __all__ = ["SERVE_FORMATS", "ServeImported", "looks_like_serve_yaml", "command_engine",
@@ -46,6 +49,7 @@ class ServeImported:
     violations: list[Violation] = field(default_factory=list)
     format: str = "serve"
     source: str = ""
+    notes: list[str] = field(default_factory=list)   # where values came from (the verdict's)
 
 
 def looks_like_serve_yaml(data) -> bool:
@@ -73,6 +77,20 @@ def load_serve_yaml(path: Path, data: dict, ov) -> ServeImported:
         raise SpecError(f"config {str(path)!r} has no num_gpus; add num_gpus: N or give "
                         "--gpus N or --nodes N", field="num_gpus")
     data = apply_overrides(data, ov, base=path.parent, source=str(path))
+    if ov.workload and isinstance(data.get("serving"), dict):   # --isl/--osl/... replace
+        names = {"--isl": "input_length", "--osl": "output_length",
+                 "--concurrency": "concurrency"}
+        serving = dict(data["serving"])
+        for flag, value in ov.workload:
+            if flag == "--acceptance-rate":
+                if not isinstance(serving.get("speculative"), dict):
+                    raise SpecError(f"{path}: --acceptance-rate is for speculative decoding; "
+                                    "the config has no serving.speculative: remove it",
+                                    field=flag, value=value)
+                serving["speculative"] = {**serving["speculative"], "acceptance_rate": value}
+            else:
+                serving[names[flag]] = value
+        data = {**data, "serving": serving}
     job, layout = serve_config_from_data(data, base=path.parent, source=str(path))
     return ServeImported(job, layout, [], "serve", str(path))
 
@@ -137,6 +155,17 @@ _PRINTERS = frozenset({"echo", "printf", "print", "cat", "tee", "logger", ":", "
 _NOT_READ = frozenset({"port", "host", "backend", "model", "max_len", "kv_transfer", "extra",
                        "dcp"})
 _FIX = "set it in the script or give --set NAME=VALUE"
+# flags that change neither memory nor time (names, logging, trust, the tokenizer's source):
+# read past without a warning
+_NO_EFFECT = {
+    "vllm": frozenset({"--trust-remote-code", "--served-model-name", "--disable-log-requests",
+                       "--disable-log-stats", "--api-key", "--uvicorn-log-level", "--revision",
+                       "--tokenizer", "--download-dir", "--seed"}),
+    "sglang": frozenset({"--trust-remote-code", "--served-model-name", "--log-level",
+                         "--api-key", "--revision", "--tokenizer-path", "--random-seed",
+                         "--log-requests"}),
+    "trtllm": frozenset({"--trust_remote_code", "--log_level", "--tokenizer"}),
+}
 
 
 @dataclass
@@ -198,6 +227,65 @@ def _commands(script: shell.Script, text: str, engine: str) -> list[tuple[int, s
     return out
 
 
+def _vllm_config(tokens: list[str], script: shell.Script, source: str,
+                 notes: list[Violation]) -> list[str]:
+    """vLLM's `--config FILE.yaml`: the file's keys as flags, before the command line's (which
+    override them, as vLLM's parser does). The file is the one the script writes, else the
+    one beside the script (read through planner.io); one it cannot read is a warning."""
+    out, cli, i = [], [], 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok == "--config" or tok.startswith("--config="):
+            name = tok.partition("=")[2] if "=" in tok else (
+                tokens[i + 1] if i + 1 < len(tokens) else None)
+            i += 1 if "=" in tok else 2
+            if name is None:
+                raise SpecError(f"{source}: --config needs a value (a YAML file of flags)",
+                                field="--config")
+            out += _config_tokens(name, script, source, notes)
+            continue
+        cli.append(tok)
+        i += 1
+    return out + cli
+
+
+def _config_tokens(name: str, script: shell.Script, source: str,
+                   notes: list[Violation]) -> list[str]:
+    shown = shell.display(name)
+    written, body = script.file(name)
+    if body is None and not written and not shell.unresolved_names(name):
+        path = Path(name) if Path(name).is_absolute() else Path(source).parent / name
+        if safe_is_file(path):
+            body = read_text(path, what="vLLM --config file")
+    if body is None:
+        notes.append(Violation("vllm-config-not-read",
+                               f"--config {shown}: not beside the script nor written by it; "
+                               "its flags are not modelled (put the file beside the script)",
+                               "warning"))
+        return []
+    data = load_yaml(body, what="vLLM --config file", source=f"{source}: {shown}")
+    if data is None:
+        return []
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: --config {shown} is not a YAML mapping of flags to values "
+                        "(tensor-parallel-size: 8, ...); fix the file", field="--config",
+                        value=shown)
+    out = []
+    for key, value in data.items():
+        flag = "--" + str(key).lstrip("-")
+        if value is True:
+            out.append(flag)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, list):
+            out += [flag, *(str(v) for v in value)]
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
 def _parse_flags(line: int, role: str | None, tokens: list[str], engine: str,
                  source: str) -> _Launch:
     known = _FLAGS[engine]
@@ -214,6 +302,8 @@ def _parse_flags(line: int, role: str | None, tokens: list[str], engine: str,
             i += 1
             continue
         flag, _, inline = tok.partition("=")
+        if engine == "vllm" and flag.startswith("--"):
+            flag = "--" + flag[2:].replace("_", "-")   # vLLM's parser: _ and - are one flag
         if flag in known:
             key, takes = known[flag]
             if takes:
@@ -231,7 +321,8 @@ def _parse_flags(line: int, role: str | None, tokens: list[str], engine: str,
                 out.vals[key] = True
                 i += 1
             continue
-        out.unknown.append(flag)
+        if flag not in _NO_EFFECT[engine]:
+            out.unknown.append(flag)
         i += 2 if (not inline and i + 1 < len(tokens) and not tokens[i + 1].startswith("-")) else 1
     return out
 
@@ -298,15 +389,25 @@ def _instance(engine: str, vals: dict, script: shell.Script, model, source: str)
     return Instance(tp=tp, pp=pp, ep=ep, dp=1, dp_attention=False, cp=cp)
 
 
-def _serving(engine: str, vals: dict, script: shell.Script, head: dict, source: str) -> dict:
+def _serving(engine: str, vals: dict, script: shell.Script, head: dict, work: dict,
+             checkpoint, notes: list[str], source: str) -> dict:
+    """The `serving:` mapping of the decode side's flags; `notes` gets where the precision
+    came from when the checkpoint (not a flag) says it."""
     sv: dict[str, Any] = {}
     quant = str(vals.get("quant", "")).lower()
-    if quant in ("fp8", "modelopt_fp8", "fbgemm_fp8", "w8a8_fp8"):
+    if quant in ("fp8", "modelopt", "modelopt_fp8", "fbgemm_fp8", "w8a8_fp8"):
         sv["precision"] = "fp8"
     elif quant in ("modelopt_fp4", "nvfp4", "mxfp4", "petit_nvfp4"):
         sv["precision"] = "fp4"
     elif "precision" in head:
         sv["precision"] = head["precision"]
+    elif checkpoint is not None and checkpoint.precision is not None:
+        sv["precision"] = checkpoint.precision
+        notes.append(f"weights {checkpoint.precision}: read from {checkpoint.where}")
+    if "precision" in sv and quant and checkpoint is not None and checkpoint.precision \
+            and checkpoint.precision != sv["precision"]:
+        notes.append(f"weights {sv['precision']}: the command's quantization flag ({quant}) wins "
+                     f"over the checkpoint's {checkpoint.precision} ({checkpoint.where})")
     extra = _extra(script, vals["extra"], source)[0] if engine == "trtllm" and \
         vals.get("extra") else {}
     if engine == "trtllm":     # kv_cache_config.dtype auto: the checkpoint's KV quantization
@@ -331,13 +432,13 @@ def _serving(engine: str, vals: dict, script: shell.Script, head: dict, source: 
                 shown = key.replace('_', '-')
                 raise SpecError(f"{source}: {shown} = {vals[key]!r}: must be a number",
                                 field=shown, value=vals[key]) from None
-    spec = _speculative(engine, vals, extra, head, source)
+    spec = _speculative(engine, vals, extra, head, work, source)
     if spec is not None:
         sv["speculative"] = spec
     return sv
 
 
-def _speculative(engine: str, vals: dict, extra: dict, head: dict, source: str):
+def _speculative(engine: str, vals: dict, extra: dict, head: dict, work: dict, source: str):
     method = k = None
     if engine == "vllm" and "spec_json" in vals:
         try:
@@ -363,17 +464,12 @@ def _speculative(engine: str, vals: dict, extra: dict, head: dict, source: str):
                    "speculative_config", source)
     if method is None:
         return None
-    if "acceptance_rate" not in head:
+    if "acceptance_rate" not in work:
         raise SpecError(f"{source}: the command decodes speculatively but does not say the "
-                        "acceptance rate; add 'acceptance_rate=0.7' (your measured rate) to its "
-                        "'# planner serve:' line", field="acceptance_rate")
-    try:
-        rate = float(head["acceptance_rate"])
-    except ValueError:
-        raise SpecError(f"{source}: the '# planner serve:' line's acceptance_rate = "
-                        f"{head['acceptance_rate']!r}: must be a number", field="acceptance_rate",
-                        value=head["acceptance_rate"]) from None
-    out = {"method": method, "num_tokens": k, "acceptance_rate": rate}
+                        "acceptance rate; give --acceptance-rate 0.7 (your measured rate) or add "
+                        "'acceptance_rate=0.7' to its '# planner serve:' line",
+                        field="acceptance_rate")
+    out = {"method": method, "num_tokens": k, "acceptance_rate": work["acceptance_rate"]}
     if method == "draft":
         out["draft_model"] = head.get("draft_model") or vals.get("spec_draft")
     return out
@@ -388,28 +484,53 @@ def _whole(value, flag: str, source: str) -> int:
 
 
 def _model(ov, head: dict, parsed: list[_Launch], script: shell.Script, source: str):
-    """--model, else the '# planner serve:' line's preset, else a known Hugging Face id (on
-    the command line or in $MODEL)."""
+    """(model, checkpoint): --model, else the '# planner serve:' line's preset, else a
+    Hugging Face id planner knows (on the command line or in $MODEL); the checkpoint
+    (engines/checkpoint.py) says the precision its weights ship in, when the id or the
+    config.json says one."""
+    from planner.frameworks.engines import checkpoint as ckpt
     from planner.frameworks.engines.writer import HF_IDS
-    from planner.presets import PRESETS, get_preset, resolve_model
+    from planner.presets import PRESETS, get_preset, model_from_hf_config, resolve_model
+    named = [p for launch in parsed for p in launch.positional + [launch.vals.get("model", "")]]
+    named.append(script.var("MODEL") or "")
+    named = [n for n in named if isinstance(n, str) and n and not shell.unresolved_names(n)]
+    by_id = next((c for n in named if (c := ckpt.from_id(n)) is not None), None)
     if ov.model is not None:
-        return resolve_model(ov.model)
+        model = resolve_model(ov.model)
+        found = ckpt.config_beside(ov.model, None)
+        if found is not None:
+            cfg, quant, where = found
+            return model, ckpt.from_config(cfg, where, quant) or by_id
+        return model, by_id
     if head.get("model"):
         try:
-            return resolve_model(head["model"])
+            return resolve_model(head["model"]), by_id
         except SpecError:
             raise SpecError(f"{source}: the '# planner serve:' line names model "
                             f"{head['model']!r}, which is not a preset; give --model NAME (a "
                             "preset, model YAML or HF config.json)", field="model",
                             value=head["model"]) from None
     ids = {v: k for k, v in HF_IDS.items()}
-    named = [p for launch in parsed for p in launch.positional + [launch.vals.get("model", "")]]
-    named.append(script.var("MODEL") or "")
     hit = next((ids[n] for n in named if n in ids), None)
-    if hit is None:
+    if hit is not None:
+        model = get_preset(next(k for k in PRESETS if get_preset(k).name == hit))
+    elif by_id is not None and by_id.preset is not None:
+        model = get_preset(by_id.preset)
+    elif (local := next((f for n in named if (f := ckpt.config_beside(
+            n, Path(source).parent)) is not None), None)) is not None:
+        cfg, quant, where = local            # a checkpoint folder beside the script
+        return model_from_hf_config(cfg, source=where), ckpt.from_config(cfg, where, quant)
+    else:
         raise SpecError(f"{source}: the command does not name a model planner knows; give "
                         "--model NAME (a preset, model YAML or HF config.json)", field="model")
-    return get_preset(next(k for k in PRESETS if get_preset(k).name == hit))
+    if by_id is not None and by_id.model_update:
+        model = model.model_copy(update=dict(by_id.model_update))
+    return model, by_id
+
+
+def _hf_ids() -> frozenset[str]:
+    from planner.frameworks.engines.writer import HF_IDS
+    return frozenset(HF_IDS.values())
 
 
 def _warnings(engine: str, parsed: list[_Launch], script: shell.Script,
@@ -490,6 +611,45 @@ def _whole_header(head: dict, key: str, source: str) -> int:
                         "be a whole number", field=key, value=head[key]) from None
 
 
+_WORKLOAD = (("isl", "--isl"), ("osl", "--osl"), ("concurrency", "--concurrency"),
+             ("acceptance_rate", "--acceptance-rate"))
+
+
+def _workload(head: dict, ov, source: str) -> dict:
+    """isl, osl and (when given) concurrency and acceptance_rate: validate's options, else the
+    '# planner serve:' line; a command with neither names the options to give."""
+    given = dict(ov.workload)
+    out: dict[str, Any] = {}
+    for key, flag in _WORKLOAD:
+        if flag in given:
+            value, where, field_ = given[flag], flag, flag
+        elif key in head:
+            value, where, field_ = head[key], f"the '# planner serve:' line's {key}", key
+        else:
+            continue
+        if key == "concurrency" and value == "max":
+            out[key] = value
+            continue
+        want = {"concurrency": 'a whole number of requests or "max"',
+                "acceptance_rate": "a number between 0 and 1"}.get(key, "a whole number")
+        try:
+            n = float(value) if key == "acceptance_rate" else int(value)
+        except ValueError:
+            n = None
+        if n is None or (key == "acceptance_rate" and not 0 < n < 1) or \
+                (key != "acceptance_rate" and n < 1):
+            raise SpecError(f"{source}: {where} = {value!r}: must be {want}", field=field_,
+                            value=value)
+        out[key] = n
+    missing = [flag for key, flag in _WORKLOAD[:2] if key not in out]
+    if missing:
+        raise SpecError(f"{source}: the command lines do not say the request lengths; give "
+                        f"{' and '.join(f + ' N' for f in missing)} (input and output tokens per "
+                        "request), or add a line '# planner serve: isl=2048 osl=512'",
+                        field=missing[0])
+    return out
+
+
 def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
     """A shell script or command file that launches `engine` (module docstring)."""
     from planner.config import resolve_hardware
@@ -503,21 +663,39 @@ def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
     if not cmds:
         raise SpecError(f"{source}: no {engine} launch command found; see README, 'Inference'",
                         field="file", value=source)
+    notes: list[Violation] = []
+    if engine == "vllm":
+        cmds = [(line, role, _vllm_config(tokens, script, source, notes))
+                for line, role, tokens in cmds]
     parsed = [_parse_flags(line, role, tokens, engine, source) for line, role, tokens in cmds]
-    model = _model(ov, head, parsed, script, source)
-    if "isl" not in head or "osl" not in head:
-        raise SpecError(f"{source}: the command lines do not say the request lengths; add a "
-                        "line '# planner serve: isl=2048 osl=512' (input and output tokens per "
-                        "request; planner's exports carry one)",
-                        field="isl" if "isl" not in head else "osl")
+    model, checkpoint = _model(ov, head, parsed, script, source)
+    work = _workload(head, ov, source)
     roles = _roles(engine, parsed, script, model, source)
     knobs = (roles.get("decode") or next(iter(roles.values())))[2]   # the decode side sets TPOT
-    serving = _serving(engine, knobs, script, head, source)
-    serving.update(input_length=_whole_header(head, "isl", source),
-                   output_length=_whole_header(head, "osl", source), engine=engine)
-    if head.get("concurrency") is not None:
-        c = head["concurrency"]
-        serving["concurrency"] = c if c == "max" else _whole_header(head, "concurrency", source)
+    said: list[str] = []
+    from_id = checkpoint is not None and checkpoint.preset is not None and ov.model is None \
+        and not head.get("model")
+    if from_id and checkpoint.model_id not in _hf_ids():
+        said.append(f"{checkpoint.model_id}: read as the {checkpoint.preset} preset (the same "
+                    "architecture)")
+    if from_id and checkpoint.model_update:
+        said.append(f"{model.name} as its published checkpoint: " + ", ".join(
+            f"{k} {v}" for k, v in checkpoint.model_update) + " (its config.json's "
+            "num_nextn_predict_layers)")
+    serving = _serving(engine, knobs, script, head, work, checkpoint, said, source)
+    if checkpoint is not None and checkpoint.unknown is not None and "precision" not in serving:
+        notes.append(Violation(f"{engine}-checkpoint-quantization-not-modelled",
+                               f"the checkpoint's {checkpoint.unknown}: not modelled (planner "
+                               "reads fp8 and fp4 checkpoints); the estimate takes bf16 weights; "
+                               "give --quantization on the command line if it is one of those",
+                               "warning"))
+    if "speculative" not in serving and "--acceptance-rate" in dict(ov.workload):
+        raise SpecError(f"{source}: --acceptance-rate is for speculative decoding; the command "
+                        "does not decode speculatively: remove it", field="--acceptance-rate",
+                        value=dict(ov.workload)["--acceptance-rate"])
+    serving.update(input_length=work["isl"], output_length=work["osl"], engine=engine)
+    if "concurrency" in work:
+        serving["concurrency"] = work["concurrency"]
     parallel, shown = _parallel(roles, source)
     hw = resolve_hardware(ov.hardware or head.get("hardware") or DEFAULT_HARDWARE)
     if ov.gpus is not None or ov.nodes is not None:
@@ -529,4 +707,5 @@ def load_serve_command(path: Path, text: str, engine: str, ov) -> ServeImported:
     data = {"model": model.model_dump(exclude_none=True), "hardware": hw.model_dump(),
             "num_gpus": num, "serving": serving, "parallel": parallel}
     job, layout = serve_config_from_data(data, source=source)
-    return ServeImported(job, layout, _warnings(engine, parsed, script, source), engine, source)
+    warnings = notes + _warnings(engine, parsed, script, source)
+    return ServeImported(job, layout, warnings, engine, source, said)

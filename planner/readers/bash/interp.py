@@ -552,8 +552,9 @@ class _Shell:
             raise _Exit("0")                         # exec replaces the shell: nothing after runs
         if st is not None:
             return st, out
-        out = _stdout(fields, stdin, self) if (piped or self.stdout_target(node.redirs)) \
-            else None
+        writes = piped or self.stdout_target(node.redirs) or \
+            posixpath.basename(fields[0]) == "tee"         # tee writes its files either way
+        out = _stdout(fields, stdin, self) if writes else None
         self.write(node.redirs, out)
         return _OK, out
 

@@ -52,8 +52,11 @@ def _stdout(fields: list[str], stdin: str | None, sh: _Shell) -> str | None:
                       lambda m: sh.vars.get(m.group(1), "") if isinstance(
                           sh.vars.get(m.group(1), ""), str) else "", stdin)
     if head == "tee":
+        append = any(a in ("-a", "--append") for a in args)
         for name in (a for a in args if not a.startswith("-")):
-            sh.files[_path_key(name)] = stdin
+            key = _path_key(name)
+            old = sh.files.get(key, "") if append else ""
+            sh.files[key] = None if old is None or stdin is None else old + stdin
         return stdin
     return None
 
