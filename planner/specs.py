@@ -243,9 +243,6 @@ class ModelSpec(_Spec):
             if missing:
                 raise ValueError(f"layer_types has {kind} layers, which need {', '.join(missing)}; "
                                  "set them")
-        if "dsa" in kinds and not self.is_mla:
-            raise ValueError("dsa layers are modelled on multi-latent attention (DeepSeek-V3.2); "
-                             "set kv_lora_rank or use full layers")
         if "linear" in kinds and (self.linear_num_value_heads or 1) % (self.linear_num_key_heads or 1):
             raise ValueError(f"linear_num_key_heads ({self.linear_num_key_heads}) must divide "
                              f"linear_num_value_heads ({self.linear_num_value_heads})")
