@@ -364,3 +364,105 @@ def test_each_family_plans_from_its_config(runner, folder):
     result = runner.invoke(app, ["plan", "--model", str(HF / folder / "config.json"),
                                  "--gpus", "256", "--top", "1"])
     assert result.exit_code in (0, 1), result.output[-2000:]
+
+
+# -------------------------------------------------------- Megatron flags, and the exports
+
+def _script(tmp_path: Path, flags: str) -> Path:
+    # our own small launch: 8 layers of 512, 8 heads, NullTokenizer vocabulary 32000
+    text = ("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 8 --hidden-size 512 "
+            "--num-attention-heads 8 --seq-length 4096 --max-position-embeddings 4096 "
+            "--micro-batch-size 1 --global-batch-size 64 --bf16 --tokenizer-type NullTokenizer "
+            "--vocab-size 32000 --num-experts 8 --moe-router-topk 2 "
+            "--expert-model-parallel-size 8 " + flags + "\n")
+    path = tmp_path / "train.sh"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("flags, moe_at, kinds", [
+    pytest.param("--moe-layer-freq 2", (0, 2, 4, 6), ("full",) * 8, id="freq-int"),
+    pytest.param("--moe-layer-freq '([0]+[1]*1)*4'", (1, 3, 5, 7), ("full",) * 8,
+                 id="freq-interleaved"),
+    pytest.param("--moe-layer-freq '[0]*2+[1]*6'", (2, 3, 4, 5, 6, 7), ("full",) * 8,
+                 id="freq-dense-first"),
+    # --window-attn-skip-freq 4: one full layer after three window layers (Megatron's help)
+    pytest.param("--window-size 128,0 --window-attn-skip-freq 4", tuple(range(8)),
+                 ("sliding",) * 3 + ("full",) + ("sliding",) * 3 + ("full",), id="window-skip-4"),
+    # a list: 1 = window layer, 0 = full
+    pytest.param("--window-size '(128,0)' --window-attn-skip-freq '([1]+[0])*4'",
+                 tuple(range(8)), ("sliding", "full") * 4, id="window-list"),
+    pytest.param("--window-size 128,0", tuple(range(8)), ("sliding",) * 8, id="window-all"),
+])
+def test_megatron_reader_takes_the_layer_pattern(tmp_path, flags, moe_at, kinds):
+    from planner.frameworks import load_any
+    imp = load_any(_script(tmp_path, flags))
+    m = imp.job.model
+    assert tuple(i for i, x in enumerate(m.moe_layers) if x) == moe_at
+    assert m.attention_kinds == kinds
+    assert not [v for v in imp.violations if "moe-layer-freq" in v.rule or "window" in v.message]
+
+
+def test_megatron_quick_geglu_and_learnable_softmax(tmp_path):
+    from planner.frameworks import load_any
+    m = load_any(_script(tmp_path, "--quick-geglu --softmax-type learnable")).job.model
+    # --quick-geglu sets gated_linear_unit: a 3-matrix MLP like --swiglu; learnable = sinks
+    assert m.gated and m.attention_sinks
+
+
+def _export(key: str, fmt: str, **fix) -> str:
+    from planner.config import Job, resolve_hardware
+    from planner.frameworks.export import export
+    from planner.layout import Layout
+    from planner.specs import TrainingSpec
+    m = get_preset(key)
+    lay = Layout(**dict(dict(tp=1, pp=1, ep=8, dp=8), **fix))
+    job = Job(model=m, hardware=resolve_hardware("h100-sxm"), num_gpus=lay.tp * lay.pp * lay.dp,
+              training=TrainingSpec(global_batch_size=64, seq_length=m.seq_length or 4096))
+    return export(job, lay, fmt)
+
+
+def test_megatron_export_writes_the_pattern_and_reads_back(tmp_path):
+    from planner.frameworks import load_any
+    text = _export("gpt-oss-20b", "megatron")
+    assert "--window-size 128,0" in text and "--softmax-type learnable" in text
+    assert "--window-attn-skip-freq '([1]*1+[0]*1)*12'" in text
+    path = tmp_path / "train.sh"
+    path.write_text(_export("gpt-oss-20b", "megatron"))
+    back = load_any(path).job.model
+    p = get_preset("gpt-oss-20b")
+    assert back.attention_kinds == p.attention_kinds and back.window_size == 128
+    assert back.attention_sinks
+
+
+@pytest.mark.parametrize("key, fmt, needle", [
+    pytest.param("llama4-scout", "megatron", "chunked", id="megatron-chunked"),
+    pytest.param("qwen3-next-80b-a3b", "megatron", "linear-attention", id="megatron-linear"),
+    pytest.param("deepseek-v3.2", "megatron", "DSA", id="megatron-dsa"),
+    pytest.param("gpt-oss-20b", "nemo", "attention_sinks", id="nemo-sinks"),
+    pytest.param("gpt-oss-20b", "deepspeed", "full causal attention only", id="deepspeed-window"),
+])
+def test_exports_refuse_layer_kinds_they_cannot_write(key, fmt, needle):
+    from planner.errors import InfeasibleError
+    with pytest.raises(InfeasibleError) as err:
+        _export(key, fmt)
+    assert needle in str(err.value)
+
+
+def test_megatron_and_nemo_exports_write_interleaved_moe_layers(tmp_path):
+    import yaml
+
+    from planner.frameworks import load_any
+    from planner.presets import FAMILY_PRESETS
+    # Maverick with full attention everywhere (its chunks refuse Megatron): MoE on layers 1, 3..
+    FAMILY_PRESETS["maverick-full"] = dict(FAMILY_PRESETS["llama4-maverick"], layer_types=None)
+    try:
+        text = _export("maverick-full", "megatron")
+        nemo = yaml.safe_load(_export("maverick-full", "nemo", ep=8))
+    finally:
+        del FAMILY_PRESETS["maverick-full"]
+    assert "--moe-layer-freq '([0]*1+[1]*1)*24'" in text
+    path = tmp_path / "train.sh"
+    path.write_text(text)
+    assert load_any(path).job.model.moe_layers == get_preset("llama4-maverick").moe_layers
+    assert nemo["model"]["moe_layer_freq"] == [0, 1] * 24
