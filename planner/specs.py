@@ -8,6 +8,7 @@ errors become one `SpecError` line naming the field, the value and the fix (`spe
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
@@ -673,7 +674,14 @@ def pattern_list(value: Any, *, field: str) -> list:
 
 def moe_pattern_of(freq: Any, num_layers: int, *, field: str = "moe_layer_freq") -> tuple[bool, ...]:
     """Megatron's `--moe-layer-freq`: int N -> [1 if i % N == 0 else 0 for i in range(L)];
-    a list (or list expression) of 0/1, one per layer."""
+    a list (or list expression) of 0/1, one per layer. Cached (specs are frozen)."""
+    if isinstance(freq, list):
+        freq = tuple(freq)
+    return _moe_pattern(freq, num_layers, field)
+
+
+@functools.lru_cache(maxsize=256)
+def _moe_pattern(freq: Any, num_layers: int, field: str) -> tuple[bool, ...]:
     if isinstance(freq, bool):
         raise ValueError(f"{field} must be an int or a 0/1 list, got {str(freq).lower()}")
     if isinstance(freq, int):
@@ -689,7 +697,14 @@ def moe_pattern_of(freq: Any, num_layers: int, *, field: str = "moe_layer_freq")
 
 def kinds_of(types: Any, num_layers: int, *, field: str = "layer_types") -> tuple[str, ...]:
     """Attention kind per layer from a list or list expression of kind names (Hugging Face's
-    full_attention / sliding_attention / linear_attention spellings accepted)."""
+    full_attention / sliding_attention / linear_attention spellings accepted). Cached."""
+    if isinstance(types, list):
+        types = tuple(types)
+    return _kinds(types, num_layers, field)
+
+
+@functools.lru_cache(maxsize=256)
+def _kinds(types: Any, num_layers: int, field: str) -> tuple[str, ...]:
     pat = pattern_list(types, field=field)
     out = []
     for v in pat:

@@ -466,3 +466,35 @@ def test_megatron_and_nemo_exports_write_interleaved_moe_layers(tmp_path):
     path.write_text(text)
     assert load_any(path).job.model.moe_layers == get_preset("llama4-maverick").moe_layers
     assert nemo["model"]["moe_layer_freq"] == [0, 1] * 24
+
+
+def test_megatron_bridge_keys_take_the_layer_pattern(tmp_path):
+    import yaml
+
+    from planner.frameworks import load_any
+    # a Megatron-Bridge config of our own: 8 layers, MoE on layers 1, 3, 5, 7, windows of 128
+    # on every layer but each fourth (TransformerConfig: 1 = window layer), learnable softmax
+    data = {
+        "model": {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2,
+                  "num_layers": 8, "hidden_size": 1024, "ffn_hidden_size": 2816,
+                  "num_attention_heads": 16, "num_query_groups": 4, "gated_linear_unit": True,
+                  "vocab_size": 32000, "normalization": "RMSNorm", "add_bias_linear": False,
+                  "seq_length": 4096, "num_moe_experts": 8, "expert_model_parallel_size": 2,
+                  "moe_layer_freq": [0, 1] * 4, "window_size": [128, 0],
+                  "window_attn_skip_freq": [1, 1, 1, 0] * 2, "softmax_type": "learnable"},
+        "train": {"micro_batch_size": 1, "global_batch_size": 16, "train_iters": 10},
+        "dataset": {"seq_length": 4096},
+        "ddp": {"use_distributed_optimizer": True},
+        "optimizer": {"use_distributed_optimizer": True, "lr": 3e-4},
+        "mixed_precision": "bf16_mixed",
+    }
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data))
+    imp = load_any(path, gpus=8)
+    m = imp.job.model
+    assert imp.format == "megatron-bridge"
+    assert m.moe_layers == (False, True) * 4
+    assert m.attention_kinds == ("sliding",) * 3 + ("full",) + ("sliding",) * 3 + ("full",)
+    assert m.window_size == 128 and m.attention_sinks
+    assert not [v for v in imp.violations if "window_size" in v.message
+                or "moe_layer_freq" in v.message]
