@@ -15,8 +15,8 @@ from planner.errors import SpecError, clip, short
 from planner.io import load_json, read_text, read_yaml, ref_path, safe_is_dir, safe_is_file
 from planner.specs import ModelSpec, parse_spec
 
-__all__ = ["PRESETS", "ALIASES", "PUBLISHED_PARAMS", "get_preset", "resolve_model",
-           "model_from_hf_config"]
+__all__ = ["PRESETS", "FAMILY_PRESETS", "FAMILY_ALIASES", "ALIASES", "PUBLISHED_PARAMS", "get_preset",
+           "resolve_model", "model_from_hf_config"]
 
 _LLAMA = dict(activation="swiglu", tied_embeddings=False)
 
@@ -82,11 +82,94 @@ PRESETS: dict[str, dict[str, Any]] = {
                             rotary_base=1e6, **_LLAMA),
 }
 
+# The model families of 2026 (docs/config.md "Layer pattern"): kept apart from PRESETS so the
+# figures tests/test_presets.py pins stay those of the older presets; get_preset reads both.
+FAMILY_PRESETS: dict[str, dict[str, Any]] = {
+    # moonshotai/Kimi-K2-Instruct config.json (model_type kimi_k2, DeepSeek-V3's architecture):
+    # 384 routed experts, 1 dense layer, 64 heads; Kimi K2 report (arXiv:2507.20534): 4k
+    # pre-training sequences
+    "kimi-k2": dict(name="Kimi K2", num_layers=61, hidden_size=7168, ffn_hidden_size=18432,
+                    num_attention_heads=64, vocab_size=163840, seq_length=4096,
+                    num_experts=384, moe_top_k=8, moe_ffn_hidden_size=2048,
+                    num_shared_experts=1, num_dense_layers=1, q_lora_rank=1536,
+                    kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
+                    v_head_dim=128, rotary_base=50000.0, **_LLAMA),
+    # deepseek-ai/DeepSeek-V3.2-Exp config.json (model_type deepseek_v32): DeepSeek-V3 plus
+    # the lightning indexer (index_n_heads 64, index_head_dim 128, index_topk 2048) on every
+    # layer; its report (DeepSeek_V3_2.pdf in that repo): continued training at 128k
+    "deepseek-v3.2": dict(PRESETS["deepseek-v3"], name="DeepSeek-V3.2", seq_length=131072,
+                          dsa_index_topk=2048, dsa_index_heads=64, dsa_index_head_dim=128),
+    # openai/gpt-oss-120b config.json: 36 layers alternating 128-token sliding windows with
+    # full attention, sinks, biases, 128 experts top-4 in MXFP4; initial_context_length 4096
+    "gpt-oss-120b": dict(name="gpt-oss-120b", num_layers=36, hidden_size=2880,
+                         ffn_hidden_size=2880, num_attention_heads=64, num_kv_heads=8,
+                         kv_channels=64, vocab_size=201088, seq_length=4096, num_experts=128,
+                         moe_top_k=4, moe_ffn_hidden_size=2880,
+                         layer_types="['sliding','full']*18", window_size=128,
+                         attention_sinks=True, add_bias_linear=True, normalization="RMSNorm",
+                         position_embedding_type="rope", expert_precision="mxfp4",
+                         rotary_base=150000.0, **_LLAMA),
+    # openai/gpt-oss-20b config.json: 24 layers, 32 experts, otherwise as gpt-oss-120b
+    "gpt-oss-20b": dict(name="gpt-oss-20b", num_layers=24, hidden_size=2880,
+                        ffn_hidden_size=2880, num_attention_heads=64, num_kv_heads=8,
+                        kv_channels=64, vocab_size=201088, seq_length=4096, num_experts=32,
+                        moe_top_k=4, moe_ffn_hidden_size=2880,
+                        layer_types="['sliding','full']*12", window_size=128,
+                        attention_sinks=True, add_bias_linear=True, normalization="RMSNorm",
+                        position_embedding_type="rope", expert_precision="mxfp4",
+                        rotary_base=150000.0, **_LLAMA),
+    # meta-llama/Llama-4-Scout-17B-16E config.json text_config: 16 experts + 1 shared
+    # (intermediate_size 8192) on every layer, dense MLP 16384, chunked attention of 8192 on
+    # the rope layers (3 of 4; every 4th is a NoPE full-attention layer)
+    "llama4-scout": dict(name="Llama 4 Scout 17B-16E", num_layers=48, hidden_size=5120,
+                         ffn_hidden_size=16384, num_attention_heads=40, num_kv_heads=8,
+                         kv_channels=128, vocab_size=202048, seq_length=8192, num_experts=16,
+                         moe_top_k=1, moe_ffn_hidden_size=8192, num_shared_experts=1,
+                         layer_types="(['chunked']*3+['full'])*12",
+                         attention_chunk_size=8192, rotary_base=500000.0, **_LLAMA),
+    # meta-llama/Llama-4-Maverick-17B-128E config.json text_config: 128 experts on every
+    # second layer (interleave_moe_layer_step 2: layers 1, 3, ... are MoE)
+    "llama4-maverick": dict(name="Llama 4 Maverick 17B-128E", num_layers=48, hidden_size=5120,
+                            ffn_hidden_size=16384, num_attention_heads=40, num_kv_heads=8,
+                            kv_channels=128, vocab_size=202048, seq_length=8192,
+                            num_experts=128, moe_top_k=1, moe_ffn_hidden_size=8192,
+                            num_shared_experts=1, moe_layer_freq="([0]+[1]*1)*24",
+                            layer_types="(['chunked']*3+['full'])*12",
+                            attention_chunk_size=8192, rotary_base=500000.0, **_LLAMA),
+    # zai-org/GLM-4.5 config.json (model_type glm4_moe): 92 layers, 3 dense, 160 experts + 1
+    # shared, top-8, 96 heads of 128, 8 KV heads
+    "glm-4.5": dict(name="GLM-4.5", num_layers=92, hidden_size=5120, ffn_hidden_size=12288,
+                    num_attention_heads=96, num_kv_heads=8, kv_channels=128, vocab_size=151552,
+                    seq_length=4096, num_experts=160, moe_top_k=8, moe_ffn_hidden_size=1536,
+                    num_shared_experts=1, num_dense_layers=3, rotary_base=1e6, **_LLAMA),
+    # zai-org/GLM-4.6 config.json: GLM-4.5's shape (a longer context window)
+    "glm-4.6": dict(name="GLM-4.6", num_layers=92, hidden_size=5120, ffn_hidden_size=12288,
+                    num_attention_heads=96, num_kv_heads=8, kv_channels=128, vocab_size=151552,
+                    seq_length=4096, num_experts=160, moe_top_k=8, moe_ffn_hidden_size=1536,
+                    num_shared_experts=1, num_dense_layers=3, rotary_base=1e6, **_LLAMA),
+    # Qwen/Qwen3-Next-80B-A3B-Instruct config.json (model_type qwen3_next): 48 layers, three
+    # Gated DeltaNet layers (16 QK / 32 V heads of 128) then one gated full-attention layer
+    # (16 heads of 256, 2 KV heads); 512 experts top-10 + 1 shared of 512
+    "qwen3-next-80b-a3b": dict(name="Qwen3-Next-80B-A3B", num_layers=48, hidden_size=2048,
+                               ffn_hidden_size=5120, num_attention_heads=16, num_kv_heads=2,
+                               kv_channels=256, vocab_size=151936, seq_length=4096,
+                               num_experts=512, moe_top_k=10, moe_ffn_hidden_size=512,
+                               num_shared_experts=1, layer_types="(['linear']*3+['full'])*12",
+                               linear_num_key_heads=16, linear_num_value_heads=32,
+                               linear_key_head_dim=128, linear_value_head_dim=128,
+                               attention_output_gate=True, rotary_base=1e7, **_LLAMA),
+}
+
 ALIASES = {
     "7b": "llama2-7b", "8b": "llama3-8b", "13b": "llama2-13b", "70b": "llama3-70b",
     "175b": "gpt3-175b", "405b": "llama3-405b", "671b": "deepseek-v3",
     "llama3.1-405b": "llama3-405b", "llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b",
     "gpt3": "gpt3-175b", "qwen3-235b": "qwen3-235b-a22b",
+}
+FAMILY_ALIASES = {
+    "kimi-k2-instruct": "kimi-k2", "deepseek-v3.2-exp": "deepseek-v3.2",
+    "llama4-17b-16e": "llama4-scout", "llama4-17b-128e": "llama4-maverick",
+    "qwen3-next": "qwen3-next-80b-a3b", "glm4.5": "glm-4.5", "glm4.6": "glm-4.6",
 }
 
 # Published totals (model cards / papers), for the tests and `planner models`.
@@ -98,12 +181,15 @@ PUBLISHED_PARAMS = {
 
 
 def get_preset(name: str) -> ModelSpec:
-    key = ALIASES.get(name.lower(), name.lower())
+    key = ALIASES.get(name.lower(), FAMILY_ALIASES.get(name.lower(), name.lower()))
+    if key in FAMILY_PRESETS:
+        return ModelSpec(**FAMILY_PRESETS[key])
     if key not in PRESETS:
-        close = difflib.get_close_matches(name.lower()[:100], list(PRESETS) + list(ALIASES), n=1)
+        names = list(PRESETS) + list(FAMILY_PRESETS)
+        close = difflib.get_close_matches(name.lower()[:100], names + list(ALIASES), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise SpecError(f"model {short(name)} is not a preset, alias or file; {hint}"
-                        f"presets: {', '.join(PRESETS)}; aliases: {', '.join(ALIASES)}")
+                        f"presets: {', '.join(names)}; aliases: {', '.join(ALIASES)}")
     return ModelSpec(**PRESETS[key])
 
 
@@ -137,7 +223,10 @@ def resolve_model(ref: str | dict | ModelSpec, *, base: Path | None = None) -> M
 
 
 _HF_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe",
-             "deepseek_v3", "deepseek_v2"}
+             "deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32", "gpt_oss", "llama4",
+             "glm4_moe", "glm_moe_dsa", "qwen3_next", "qwen3_5_moe"}
+_DEEPSEEK_LIKE = {"deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32"}
+_NESTED = {"llama4", "qwen3_5_moe"}     # the language model's keys under text_config
 
 
 class _HfConfig:
@@ -200,13 +289,22 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
         raise SpecError(f"{short(source, 200)}: model_type {short(raw_type)} is not supported; "
                         f"supported: {', '.join(sorted(_HF_TYPES))} (or write a model YAML, see "
                         "README)", field="model_type", value=raw_type)
+    outer_name = _HfConfig(cfg, source, mtype).name()
+    if mtype in _NESTED and "text_config" in cfg:
+        inner = cfg["text_config"]
+        if not isinstance(inner, dict):
+            raise SpecError(f"{short(source, 200)}: text_config = {short(inner)}: must be a "
+                            "mapping of the language model's keys; fix the file",
+                            field="text_config", value=inner)
+        cfg = dict(inner, _name_or_path=cfg.get("_name_or_path", inner.get("_name_or_path")))
     hf = _HfConfig(cfg, source, mtype)
     need = hf.count
     h, a = need("hidden_size"), need("num_attention_heads")
+    ffn_key = "intermediate_size_mlp" if mtype == "llama4" else "intermediate_size"
     spec: dict[str, Any] = dict(
-        name=hf.name(),
+        name=outer_name if hf.name() == mtype else hf.name(),
         num_layers=need("num_hidden_layers"), hidden_size=h,
-        ffn_hidden_size=need("intermediate_size"), num_attention_heads=a,
+        ffn_hidden_size=need(ffn_key), num_attention_heads=a,
         num_kv_heads=need("num_key_value_heads", required=False) or a,
         vocab_size=need("vocab_size"),
         activation="swiglu", tied_embeddings=hf.flag("tie_word_embeddings", False),
@@ -223,7 +321,7 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
         if shared:
             # Qwen2-MoE: one shared expert of its own width, expressed in units of f_e
             spec["num_shared_experts"] = max(1, round(shared / spec["moe_ffn_hidden_size"]))
-    if mtype in ("deepseek_v3", "deepseek_v2"):
+    if mtype in _DEEPSEEK_LIKE or (mtype == "glm_moe_dsa" and "kv_lora_rank" in cfg):
         spec.update(num_experts=need("n_routed_experts"), moe_top_k=need("num_experts_per_tok"),
                     moe_ffn_hidden_size=need("moe_intermediate_size"),
                     num_shared_experts=need("n_shared_experts", minimum=0, required=False) or 0,
@@ -239,6 +337,9 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
         mtp = need("num_nextn_predict_layers", minimum=0, required=False)
         if mtp:
             spec["mtp_num_layers"] = mtp
+    if mtype not in ("deepseek_v3", "deepseek_v2") and mtype not in (
+            "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe"):
+        spec.update(_family_2026(hf, mtype, spec))
     theta = hf.positive("rope_theta")
     if theta is not None:
         spec["rotary_base"] = theta
@@ -246,3 +347,104 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
     if seq:
         spec["seq_length"] = min(seq, 8192)   # train at <= 8k unless told otherwise
     return parse_spec(ModelSpec, spec, where=f"model ({short(source, 200)})")
+
+
+def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The per-layer keys of the 2026 families (docs/config.md "Layer pattern"):
+    Kimi K2 and DeepSeek-V3.2 (DeepSeek-V3's keys; V3.2 adds index_topk, index_n_heads,
+    index_head_dim), gpt-oss (layer_types, sliding_window, sinks, biases, MXFP4 experts from
+    quantization_config), Llama 4 (text_config: intermediate_size for the experts and the
+    shared expert, intermediate_size_mlp for dense layers, interleave_moe_layer_step or
+    moe_layers, attention_chunk_size on the RoPE layers of no_rope_layers), GLM-4.5/4.6
+    (n_routed_experts, first_k_dense_replace; glm_moe_dsa adds the index_* keys), Qwen3-Next
+    and Qwen3.5 (layer_types or full_attention_interval, linear_* keys, gated attention,
+    decoder_sparse_step, mlp_only_layers). num_nextn_predict_layers becomes mtp_num_layers."""
+    need, cfg = hf.count, hf.cfg
+    L = spec["num_layers"]
+    out: dict[str, Any] = {}
+    mtp = need("num_nextn_predict_layers", minimum=0, required=False)
+    if mtp:
+        out["mtp_num_layers"] = mtp
+    if mtype in ("deepseek_v32", "glm_moe_dsa") and cfg.get("index_topk") is not None:
+        out.update(dsa_index_topk=need("index_topk"), dsa_index_heads=need("index_n_heads"),
+                   dsa_index_head_dim=need("index_head_dim"))
+    if mtype == "gpt_oss":
+        f = need("intermediate_size")
+        out.update(num_experts=need("num_local_experts"), moe_top_k=need("num_experts_per_tok"),
+                   moe_ffn_hidden_size=f, attention_sinks=True,
+                   add_bias_linear=hf.flag("attention_bias", True), normalization="RMSNorm",
+                   position_embedding_type="rope")
+        out.update(_layer_types(hf, L, default="full"))
+        quant = cfg.get("quantization_config")
+        if isinstance(quant, dict) and str(quant.get("quant_method", "")).lower() == "mxfp4":
+            out["expert_precision"] = "mxfp4"
+    elif mtype == "llama4":
+        out.update(num_experts=need("num_local_experts"), moe_top_k=need("num_experts_per_tok"),
+                   moe_ffn_hidden_size=need("intermediate_size"), num_shared_experts=1)
+        moe_idx = cfg.get("moe_layers")
+        if moe_idx is not None:
+            if not isinstance(moe_idx, list) or any(
+                    type(i) is not int or not 0 <= i < L for i in moe_idx):
+                raise hf._bad("moe_layers", moe_idx, f"a list of layer indices below {L}")
+            pattern = [1 if i in set(moe_idx) else 0 for i in range(L)]
+        else:
+            step = need("interleave_moe_layer_step", required=False) or 1
+            # HF Llama4TextConfig: moe_layers = range(step - 1, L, step)
+            pattern = [1 if (i + 1) % step == 0 else 0 for i in range(L)]
+        if 0 in pattern:
+            out["moe_layer_freq"] = tuple(pattern)
+        chunk = need("attention_chunk_size", required=False)
+        if chunk:
+            rope = cfg.get("no_rope_layers")
+            if not rope:
+                every = need("no_rope_layer_interval", required=False) or 4
+                rope = [int((i + 1) % every != 0) for i in range(L)]
+            if not isinstance(rope, list) or len(rope) != L or any(v not in (0, 1) for v in rope):
+                raise hf._bad("no_rope_layers", rope, f"a 0/1 list of {L} entries")
+            out.update(attention_chunk_size=chunk,
+                       layer_types=tuple("chunked" if v else "full" for v in rope))
+    elif mtype in ("glm4_moe", "glm_moe_dsa") and "kv_lora_rank" not in cfg:
+        out.update(num_experts=need("n_routed_experts"), moe_top_k=need("num_experts_per_tok"),
+                   moe_ffn_hidden_size=need("moe_intermediate_size"),
+                   num_shared_experts=need("n_shared_experts", minimum=0, required=False) or 0,
+                   num_dense_layers=need("first_k_dense_replace", minimum=0, required=False) or 0)
+    elif mtype in ("qwen3_next", "qwen3_5_moe"):
+        f_e = need("moe_intermediate_size")
+        out.update(num_experts=need("num_experts"), moe_top_k=need("num_experts_per_tok"),
+                   moe_ffn_hidden_size=f_e, attention_output_gate=True,
+                   linear_num_key_heads=need("linear_num_key_heads"),
+                   linear_num_value_heads=need("linear_num_value_heads"),
+                   linear_key_head_dim=need("linear_key_head_dim"),
+                   linear_value_head_dim=need("linear_value_head_dim"),
+                   linear_conv_kernel_dim=need("linear_conv_kernel_dim", required=False) or 4)
+        shared = need("shared_expert_intermediate_size", minimum=0, required=False)
+        if shared:
+            out["num_shared_experts"] = max(1, round(shared / f_e))
+        step = need("decoder_sparse_step", required=False) or 1
+        only = cfg.get("mlp_only_layers") or []
+        if not isinstance(only, list) or any(type(i) is not int for i in only):
+            raise hf._bad("mlp_only_layers", only, "a list of layer indices")
+        pattern = [0 if (i in only or (i + 1) % step) else 1 for i in range(L)]
+        if 0 in pattern:
+            out["moe_layer_freq"] = tuple(pattern)
+        every = need("full_attention_interval", required=False) or 4
+        out.update(_layer_types(hf, L, default=tuple(
+            "full" if (i + 1) % every == 0 else "linear" for i in range(L))))
+    return out
+
+
+def _layer_types(hf: _HfConfig, L: int, *, default: str | tuple[str, ...]) -> dict[str, Any]:
+    """layer_types (HF's full_attention / sliding_attention / linear_attention per layer) and
+    sliding_window; `default` where the config lists no layer_types."""
+    types = hf.cfg.get("layer_types")
+    out: dict[str, Any] = {}
+    if types is None:
+        if isinstance(default, tuple):
+            out["layer_types"] = default
+        return out
+    if not isinstance(types, list) or len(types) != L or not all(isinstance(t, str) for t in types):
+        raise hf._bad("layer_types", types, f"a list of {L} layer kinds")
+    out["layer_types"] = tuple(types)
+    if any(t == "sliding_attention" for t in types):
+        out["window_size"] = hf.count("sliding_window")
+    return out

@@ -8,6 +8,7 @@ errors become one `SpecError` line naming the field, the value and the fix (`spe
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
@@ -58,7 +59,8 @@ __all__ = [
     "spec_error", "Precision", "Recompute", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES",
     "MAX_DIGITS", "MAX_NAME_CHARS", "READ_BUDGET_S", "MAX_GPUS",
     "Fp8Recipe", "RecomputeModule", "Dispatcher", "CudaGraphs", "StateDtype", "Architecture",
-    "CaseClass", "ServingCalibration", "ServeCaseClass", "IntraNodeLink",
+    "CaseClass", "ServingCalibration", "ServeCaseClass", "IntraNodeLink", "LAYER_KINDS",
+    "moe_pattern_of", "kinds_of", "pattern_list",
 ]
 
 Precision = Literal["bf16", "fp16", "fp8"]
@@ -150,6 +152,45 @@ class ModelSpec(_Spec):
     """Multi-token-prediction layers after the last layer (DeepSeek-V3: 1; Megatron
     `--mtp-num-layers`): each is a transformer layer plus two norms and a 2h x h projection,
     with its own activations and FLOPs, on the last pipeline stage."""
+    # Per-layer pattern (docs/config.md "Layer pattern") -----------------------------------
+    moe_layer_freq: int | str | tuple[int, ...] | None = None
+    """Which layers are MoE, as Megatron's `--moe-layer-freq`: an int N (layer i is MoE when
+    i % N == 0), a 0/1 list, or a list expression such as "[0]*3+[1]*58" or "([0]+[1]*1)*24".
+    Unset: the layers after `num_dense_layers` (its shorthand "[0]*n+[1]*(L-n)")."""
+    layer_types: str | tuple[str, ...] | None = None
+    """Attention kind per layer, a list or a list expression such as
+    "(['sliding']+['full'])*18": full (causal), sliding (window_size), chunked
+    (attention_chunk_size), dsa (top-k sparse, dsa_*), linear (Gated DeltaNet, linear_*).
+    Unset: every layer full, or dsa when dsa_index_topk is set."""
+    window_size: int | None = Field(default=None, ge=1, le=100_000_000)
+    """Sliding-window layers attend to the last W tokens (Megatron `--window-size W,0`)."""
+    attention_chunk_size: int | None = Field(default=None, ge=1, le=100_000_000)
+    """Chunked local layers attend within fixed chunks of this many tokens (Llama 4 iRoPE)."""
+    dsa_index_topk: int | None = Field(default=None, ge=1, le=100_000_000)
+    """DSA layers (DeepSeek-V3.2): keys each query attends to, picked by the indexer."""
+    dsa_index_heads: int | None = Field(default=None, ge=1, le=100_000)
+    """DSA lightning-indexer heads (DeepSeek-V3.2: 64)."""
+    dsa_index_head_dim: int | None = Field(default=None, ge=1, le=100_000)
+    """DSA lightning-indexer head dim (DeepSeek-V3.2: 128)."""
+    linear_num_key_heads: int | None = Field(default=None, ge=1, le=100_000)
+    """Linear-attention (Gated DeltaNet) query/key heads."""
+    linear_num_value_heads: int | None = Field(default=None, ge=1, le=100_000)
+    """Linear-attention value heads (one d_k x d_v state each)."""
+    linear_key_head_dim: int | None = Field(default=None, ge=1, le=100_000)
+    """Linear-attention key head dim d_k."""
+    linear_value_head_dim: int | None = Field(default=None, ge=1, le=100_000)
+    """Linear-attention value head dim d_v."""
+    linear_conv_kernel_dim: int = Field(default=4, ge=1, le=1_000)
+    """Linear-attention short causal convolution width (Qwen3-Next: 4)."""
+    attention_output_gate: bool = False
+    """Full-attention layers gate their output by a sigmoid of a second query-width
+    projection (Qwen3-Next gated attention: q_proj twice as wide)."""
+    attention_sinks: bool = False
+    """A learned sink logit per head in every attention layer (gpt-oss): a parameters a layer
+    and one more softmax column; no KV entry."""
+    expert_precision: Literal["bf16", "fp8", "mxfp4"] | None = None
+    """Precision the routed experts are published in (gpt-oss: mxfp4): serving stores them so
+    unless the serving precision is smaller; training keeps its own precision."""
 
     @model_validator(mode="after")
     def _shape(self) -> ModelSpec:
@@ -177,7 +218,58 @@ class ModelSpec(_Spec):
         if self.is_mla and (self.qk_head_dim is None or self.v_head_dim is None):
             raise ValueError("multi-latent attention (kv_lora_rank set) also needs qk_head_dim "
                              "and v_head_dim (qk_pos_emb_head_dim defaults to 64)")
+        self._check_pattern()
         return self
+
+    def _check_pattern(self) -> None:
+        L = self.num_layers
+        if self.moe_layer_freq is not None:
+            if not self.is_moe:
+                raise ValueError(f"moe_layer_freq ({short(self.moe_layer_freq)}) needs num_experts; "
+                                 "set num_experts or drop moe_layer_freq")
+            pat = moe_pattern_of(self.moe_layer_freq, L, field="moe_layer_freq")
+            if not any(pat):
+                raise ValueError("moe_layer_freq makes no layer MoE; give at least one 1")
+            if self.num_dense_layers and pat != tuple(
+                    [False] * self.num_dense_layers + [True] * (L - self.num_dense_layers)):
+                raise ValueError(f"num_dense_layers ({self.num_dense_layers}) contradicts "
+                                 f"moe_layer_freq ({short(self.moe_layer_freq)}); give one of them")
+        kinds = set(self.attention_kinds)
+        need = {"sliding": ("window_size",), "chunked": ("attention_chunk_size",),
+                "dsa": ("dsa_index_topk", "dsa_index_heads", "dsa_index_head_dim"),
+                "linear": ("linear_num_key_heads", "linear_num_value_heads",
+                           "linear_key_head_dim", "linear_value_head_dim")}
+        for kind in sorted(kinds):
+            missing = [k for k in need.get(kind, ()) if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"layer_types has {kind} layers, which need {', '.join(missing)}; "
+                                 "set them")
+        if "linear" in kinds and (self.linear_num_value_heads or 1) % (self.linear_num_key_heads or 1):
+            raise ValueError(f"linear_num_key_heads ({self.linear_num_key_heads}) must divide "
+                             f"linear_num_value_heads ({self.linear_num_value_heads})")
+
+    @property
+    def moe_layers(self) -> tuple[bool, ...]:
+        """Per layer: True for an MoE layer (moe_layer_freq, else num_dense_layers first)."""
+        if not self.is_moe:
+            return (False,) * self.num_layers
+        if self.moe_layer_freq is not None:
+            return moe_pattern_of(self.moe_layer_freq, self.num_layers, field="moe_layer_freq")
+        n = self.num_dense_layers
+        return (False,) * n + (True,) * (self.num_layers - n)
+
+    @property
+    def attention_kinds(self) -> tuple[str, ...]:
+        """Per layer: full, sliding, chunked, dsa or linear (layer_types)."""
+        if self.layer_types is None:
+            return (("dsa" if self.dsa_index_topk else "full"),) * self.num_layers
+        return kinds_of(self.layer_types, self.num_layers)
+
+    @property
+    def interleaved(self) -> bool:
+        """MoE layers are not simply the last ones (a dense layer follows an MoE layer)."""
+        pat = self.moe_layers
+        return any(a and not b for a, b in zip(pat, pat[1:]))
 
     # Derived sizes (Megatron's defaults) ------------------------------------------------
     @property
@@ -212,6 +304,8 @@ class ModelSpec(_Spec):
 
     @property
     def num_moe_layers(self) -> int:
+        if self.moe_layer_freq is not None and self.is_moe:
+            return sum(self.moe_layers)
         return self.num_layers - self.num_dense_layers if self.is_moe else 0
 
     @property
@@ -522,6 +616,106 @@ def field_help(cls: type[BaseModel]) -> dict[str, str]:
                 and isinstance(nxt.value.value, str)):
             out[stmt.target.id] = " ".join(nxt.value.value.split())
     return out
+
+
+_MAX_PATTERN = 100_000
+LAYER_KINDS = ("full", "sliding", "chunked", "dsa", "linear")
+_KIND_ALIASES = {"full_attention": "full", "sliding_attention": "sliding",
+                 "chunked_attention": "chunked", "linear_attention": "linear", "global": "full",
+                 "local": "sliding"}
+
+
+def pattern_list(value: Any, *, field: str) -> list:
+    """A list expression as Megatron writes `--moe-layer-freq`: list literals of ints or
+    strings joined by + and repeated by * (an int), parentheses, e.g. "[0]*3+[1]*58" or
+    "([0]+[1]*1)*24". Evaluated by walking the syntax tree (no eval), at most 100,000 items."""
+    import ast
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if not isinstance(value, str) or len(value) > 10_000:
+        raise ValueError(f"{field} must be a list or a list expression such as \"[0]*3+[1]*58\"")
+    try:
+        tree = ast.parse(value.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise ValueError(f"{field} = {short(value)} is not a list expression; write it like "
+                         "\"[0]*3+[1]*58\"") from None
+
+    def ev(node: Any, depth: int = 0) -> Any:
+        if depth > 50:
+            raise ValueError(f"{field} is nested too deeply")
+        if isinstance(node, ast.Constant) and type(node.value) in (int, str):
+            return node.value
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [ev(e, depth + 1) for e in node.elts]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            a, b = ev(node.left, depth + 1), ev(node.right, depth + 1)
+            if isinstance(node.op, ast.Add) and type(a) is type(b) and not isinstance(a, str):
+                out = a + b
+            elif isinstance(node.op, ast.Mult) and isinstance(a, list) and type(b) is int:
+                out = a * b if 0 <= b and len(a) * b <= _MAX_PATTERN else None
+            elif isinstance(node.op, ast.Mult) and isinstance(b, list) and type(a) is int:
+                out = b * a if 0 <= a and len(b) * a <= _MAX_PATTERN else None
+            elif isinstance(node.op, ast.Mult) and type(a) is int and type(b) is int:
+                out = a * b if abs(a * b) <= _MAX_PATTERN else None
+            else:
+                out = None
+            if out is None or (isinstance(out, list) and len(out) > _MAX_PATTERN):
+                raise ValueError(f"{field} = {short(value)}: only lists + lists and list * count "
+                                 "(up to 100,000 entries) are allowed")
+            return out
+        raise ValueError(f"{field} = {short(value)}: only list literals, + and * are allowed; "
+                         "write it like \"[0]*3+[1]*58\"")
+
+    got = ev(tree.body)
+    if not isinstance(got, list):
+        raise ValueError(f"{field} = {short(value)} is not a list")
+    return got
+
+
+def moe_pattern_of(freq: Any, num_layers: int, *, field: str = "moe_layer_freq") -> tuple[bool, ...]:
+    """Megatron's `--moe-layer-freq`: int N -> [1 if i % N == 0 else 0 for i in range(L)];
+    a list (or list expression) of 0/1, one per layer. Cached (specs are frozen)."""
+    if isinstance(freq, list):
+        freq = tuple(freq)
+    return _moe_pattern(freq, num_layers, field)
+
+
+@functools.lru_cache(maxsize=256)
+def _moe_pattern(freq: Any, num_layers: int, field: str) -> tuple[bool, ...]:
+    if isinstance(freq, bool):
+        raise ValueError(f"{field} must be an int or a 0/1 list, got {str(freq).lower()}")
+    if isinstance(freq, int):
+        if not 1 <= freq <= num_layers:
+            raise ValueError(f"{field} = {freq} must be between 1 and num_layers ({num_layers})")
+        return tuple(i % freq == 0 for i in range(num_layers))
+    pat = pattern_list(freq, field=field)
+    if len(pat) != num_layers or any(type(v) is not int or v not in (0, 1) for v in pat):
+        raise ValueError(f"{field} must give 0 or 1 for each of the {num_layers} layers "
+                         f"(got {len(pat)} entries); fix the list")
+    return tuple(v == 1 for v in pat)
+
+
+def kinds_of(types: Any, num_layers: int, *, field: str = "layer_types") -> tuple[str, ...]:
+    """Attention kind per layer from a list or list expression of kind names (Hugging Face's
+    full_attention / sliding_attention / linear_attention spellings accepted). Cached."""
+    if isinstance(types, list):
+        types = tuple(types)
+    return _kinds(types, num_layers, field)
+
+
+@functools.lru_cache(maxsize=256)
+def _kinds(types: Any, num_layers: int, field: str) -> tuple[str, ...]:
+    pat = pattern_list(types, field=field)
+    out = []
+    for v in pat:
+        kind = _KIND_ALIASES.get(v, v) if isinstance(v, str) else v
+        if kind not in LAYER_KINDS:
+            raise ValueError(f"{field} entry {short(v)} is not one of {', '.join(LAYER_KINDS)}")
+        out.append(kind)
+    if len(out) != num_layers:
+        raise ValueError(f"{field} must name a kind for each of the {num_layers} layers "
+                         f"(got {len(out)}); fix the list")
+    return tuple(out)
 
 
 def _divisor_list(n: int) -> str:

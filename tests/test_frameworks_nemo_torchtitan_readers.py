@@ -473,7 +473,8 @@ def test_torchtitan_flavor_shapes_follow_its_formulas(tmp_path):
     # 17bx128e: interleave_moe_layer_step 2 -> layers 1, 3, ... 47 are MoE: 24 dense;
     # dense MLP 2048 * ceil(int(1.2 * 13653) / 2048) = 16384
     maverick = model("llama4", "17bx128e")
-    assert (maverick.num_dense_layers, maverick.ffn, maverick.num_experts) == (24, 16384, 128)
+    assert (maverick.num_moe_layers, maverick.ffn, maverick.num_experts) == (24, 16384, 128)
+    assert maverick.moe_layers[:4] == (False, True, False, True) and maverick.moe_layers[-1]
     # qwen3 small flavors tie the embeddings; 235B-A22B keeps torchtitan's rope_theta 5e6
     assert model("qwen3", "0.6B").tied_embeddings and not model("qwen3", "8B").tied_embeddings
     assert model("qwen3", "235B-A22B").rotary_base == 5e6
@@ -488,10 +489,13 @@ def test_torchtitan_flavor_rules(tmp_path):
                   parallelism="context_parallel_degree = 2")
     _, result = _run(path, gpus=8)
     assert "torchtitan-cp-attention" in _rules(result, "error")
-    path = _titan(tmp_path, model='name = "llama4"\nflavor = "17bx128e"',
+    # Maverick's alternating dense/MoE layers and iRoPE's chunks are modelled layer by layer
+    # (moe_layer_freq, layer_types): nothing left to call approximate
+    path = _titan(tmp_path, model='name = "llama4"\nflavor = "17bx128e_irope"',
                   parallelism="pipeline_parallel_degree = 2\npipeline_parallel_microbatch_size = 1")
-    _, result = _run(path, gpus=8)
-    assert any("alternates dense and MoE" in m for m in _messages(result, "torchtitan-approximated"))
+    imported, result = _run(path, gpus=8)
+    assert not _messages(result, "torchtitan-approximated")
+    assert imported.job.model.attention_kinds[:4] == ("chunked", "chunked", "chunked", "full")
 
 
 TITAN_SETTINGS = [

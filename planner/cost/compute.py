@@ -37,7 +37,7 @@ def model_flops_per_step(shape: ModelShape, *, seq: int, global_batch_size: int,
     V = vocab if vocab is not None else shape.V
     per_token = 3.0 * (shape.L_dense * shape.mlp_flops + shape.L_moe * shape.moe_flops
                        + shape.L * shape.attn_proj_flops) + 6.0 * shape.h * V
-    attention = 3.0 * shape.L * shape.attn_core_flops_per_s * seq * T
+    attention = 3.0 * shape.L * shape.attn_core(seq) * T
     return T * per_token + attention
 
 
@@ -47,7 +47,7 @@ def hardware_flops_per_step(shape: ModelShape, *, seq: int, global_batch_size: i
     the attention core forward)."""
     F = model_flops_per_step(shape, seq=seq, global_batch_size=global_batch_size, vocab=vocab)
     T = global_batch_size * seq
-    core_fwd = shape.L * shape.attn_core_flops_per_s * seq * T
+    core_fwd = shape.L * shape.attn_core(seq) * T
     if recompute == "full":
         layers_fwd = T * (shape.L_dense * shape.mlp_flops + shape.L_moe * shape.moe_flops
                           + shape.L * shape.attn_proj_flops)
@@ -125,7 +125,7 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
     t_shared = tokens * shape.shared_flops / tp / gemm_flops_per_s if moe else 0.0
     t_experts = tokens * shape.capacity_factor * routed / tp / x_rate if moe else 0.0
     t_gemm = t_front + t_shared + t_experts
-    attn = tokens * shape.attn_core_flops_per_s * seq / tp
+    attn = tokens * shape.attn_core(seq) / tp
     t_attn = attn / attn_flops_per_s
     ew = ew_factor * act_bytes_fwd / hbm_bytes_per_s + overhead_s
     xf, xb = extra_bytes_fwd / hbm_bytes_per_s, extra_bytes_bwd / hbm_bytes_per_s

@@ -283,7 +283,7 @@ class CostModel:
         if cp > 1:
             cp_link = self.link(cp, t)
             if lay.cp_comm_type in ("p2p", "a2a+p2p"):
-                attn_core = tokens * s.attn_core_flops_per_s * self.seq / t / attn_rate
+                attn_core = tokens * s.attn_core(self.seq) / t / attn_rate
                 ring = cp_ring_time(2.0 * tokens * 2 * s.g * s.d / t, cp, cp_link)
                 cp_s = (3 + full) * exposed_time(ring, attn_core, hide)
             else:
@@ -370,7 +370,15 @@ class CostModel:
         """MoE layers among `layers` layers from global layer index `start` on."""
         if not self.shape.E:
             return 0.0
-        return max(0.0, min(layers, start + layers - self.L_dense))
+        return self.shape.moe_between(start, layers)
+
+    def _moe_middle(self, first_n: float, mid_n: float, count: int) -> float:
+        """MoE layers of the middle rank that holds the most of them: the first middle rank
+        when the dense layers come first (as before the layer pattern), the most loaded one
+        of an interleaved pattern (`moe_layer_freq`)."""
+        if self.shape.moe_prefix is None or not self.shape.E:
+            return self._moe_in(mid_n, first_n)
+        return max(self._moe_in(mid_n, first_n + r * mid_n) for r in range(max(1, count)))
 
     def _stage_list(self, lay: Layout) -> list[Stage]:
         s = self.shape
@@ -382,8 +390,8 @@ class CostModel:
             return [Stage("first", 0, 1, s.L, float(s.L_moe), True, True, s.mtp)]
         out = [Stage("first", 0, 1, first_n, self._moe_in(first_n, 0), True, False, 0)]
         if p > 2:
-            out.append(Stage("middle", 1, p - 2, mid_n, self._moe_in(mid_n, first_n), False,
-                             False, 0))
+            out.append(Stage("middle", 1, p - 2, mid_n, self._moe_middle(first_n, mid_n, p - 2),
+                             False, False, 0))
         out.append(Stage("last", p - 1, 1, last_n, self._moe_in(last_n, s.L - last_n), False,
                          True, s.mtp))
         return out

@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from planner.specs import ModelSpec
 
 __all__ = ["LayerParams", "layer_params", "embedding_params", "total_params",
-           "active_params", "padded_vocab", "mla_dims"]
+           "active_params", "padded_vocab", "mla_dims", "attention_params", "mean_attention",
+           "linear_attention_dims", "indexer_params", "attention_projections"]
 
 
 @dataclass(frozen=True, slots=True)
 class LayerParams:
     """Parameters of one layer by how they are sharded."""
 
-    attention: int      # TP-sharded
+    attention: float    # TP-sharded (the mean layer's: an int when all layers are alike)
     mlp: int            # TP-sharded (dense MLP or shared experts)
     experts: int        # EP x ETP-sharded (routed experts, all of them)
     replicated: int     # norms, router: on every TP rank
@@ -73,6 +74,65 @@ def _attention(m: ModelSpec) -> int:
     return params
 
 
+def attention_projections(m: ModelSpec) -> int:
+    """The projections of a full-attention layer (GQA/MHA or MLA), biases included."""
+    return _attention(m)
+
+
+def linear_attention_dims(m: ModelSpec) -> tuple[int, int, int, int]:
+    """(key heads, value heads, d_k, d_v) of a model with linear-attention layers (the
+    validator requires them once layer_types has a linear layer)."""
+    nk, nv = m.linear_num_key_heads, m.linear_num_value_heads
+    dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
+    assert nk is not None and nv is not None and dk is not None and dv is not None, m.name
+    return nk, nv, dk, dv
+
+
+def _linear_attention(m: ModelSpec) -> int:
+    """A Gated DeltaNet layer (Qwen3-Next, HF modeling_qwen3_next Qwen3NextGatedDeltaNet):
+    in_proj_qkvz h x (2*nk*dk + 2*nv*dv), in_proj_ba h x 2nv, the depthwise causal conv over
+    the q, k, v channels (2*nk*dk + nv*dv) x kernel, dt_bias and A_log (nv each), the gated
+    RMSNorm (dv) and out_proj nv*dv x h."""
+    nk, nv, dk, dv = linear_attention_dims(m)
+    h = m.hidden_size
+    conv = 2 * nk * dk + nv * dv
+    return (h * (2 * nk * dk + 2 * nv * dv) + h * 2 * nv + conv * m.linear_conv_kernel_dim
+            + 2 * nv + dv + nv * dv * h)
+
+
+def indexer_params(m: ModelSpec) -> int:
+    """DeepSeek-V3.2's lightning indexer (inference/model.py Indexer): wq_b q_lora x H_I*d_I
+    (h x H_I*d_I without a query low rank), wk h x d_I, its LayerNorm 2*d_I, weights_proj
+    h x H_I."""
+    hi, di = m.dsa_index_heads or 0, m.dsa_index_head_dim or 0
+    q_in = m.q_lora_rank or m.hidden_size
+    return q_in * hi * di + m.hidden_size * di + 2 * di + m.hidden_size * hi
+
+
+def attention_params(m: ModelSpec, kind: str = "full") -> int:
+    """One layer's attention block of this kind: full, sliding and chunked layers have the
+    same projections; dsa adds the indexer; linear is a Gated DeltaNet block. An output gate
+    (Qwen3-Next) adds an h x q projection, attention sinks a logit per head."""
+    if kind == "linear":
+        return _linear_attention(m)
+    params = _attention(m)
+    if m.attention_output_gate:
+        params += m.hidden_size * m.num_attention_heads * m.head_dim
+    if m.attention_sinks:
+        params += m.num_attention_heads
+    if kind == "dsa":
+        params += indexer_params(m)
+    return params
+
+
+def mean_attention(m: ModelSpec) -> float | int:
+    """Attention parameters of the mean layer (an int when every layer is alike)."""
+    kinds = m.attention_kinds
+    if len(set(kinds)) == 1:
+        return attention_params(m, kinds[0])
+    return sum(attention_params(m, k) for k in kinds) / len(kinds)
+
+
 def _mlp(m: ModelSpec, width: int) -> int:
     mats = 3 if m.gated else 2
     params = mats * m.hidden_size * width
@@ -87,8 +147,9 @@ def _norms(m: ModelSpec) -> int:
 
 
 def layer_params(m: ModelSpec, *, moe: bool) -> LayerParams:
-    """One dense (moe=False) or MoE (moe=True) transformer layer."""
-    attn = _attention(m)
+    """One dense (moe=False) or MoE (moe=True) transformer layer, with the attention block of
+    the mean layer (`mean_attention`: layers whose attention kinds differ are averaged)."""
+    attn = mean_attention(m)
     if not moe:
         return LayerParams(attn, _mlp(m, m.ffn), 0, _norms(m))
     E = _num_experts(m)
@@ -114,7 +175,7 @@ def total_params(m: ModelSpec) -> int:
     dense = layer_params(m, moe=False).total * (m.num_layers - m.num_moe_layers)
     moe = layer_params(m, moe=True).total * m.num_moe_layers if m.is_moe else 0
     emb, out = embedding_params(m)
-    return dense + moe + emb + out
+    return round(dense + moe + emb + out)
 
 
 def active_params(m: ModelSpec) -> int:

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.cost.params import embedding_params, layer_params, mla_dims
+from planner.cost.params import (
+    attention_params,
+    attention_projections,
+    embedding_params,
+    layer_params,
+    linear_attention_dims,
+    mla_dims,
+)
 from planner.specs import ModelSpec
 
 __all__ = ["ModelShape", "model_shape"]
@@ -57,6 +64,63 @@ class ModelShape:
     act_qkv: float          # bytes: Q, K, V as flash attention keeps them (MLA: after up-proj)
     act_latent: float       # bytes: MLA latents (q and kv down-projections); 0 otherwise
     attn_out: int           # width of the attention output (a*d)
+    # the layer pattern (docs/cost-model.md "Layer kinds"); defaults = every layer full, MoE last
+    moe_prefix: tuple[int, ...] | None = None  # MoE layers before index i (None: dense first)
+    kinds: tuple[tuple[str, int], ...] = ()    # (attention kind, layers) beyond full causal
+    window: int = 0         # sliding window W
+    chunk: int = 0          # chunked-local chunk C
+    topk: int = 0           # DSA keys per query
+    indexer_flops_per_s: float = 0.0   # DSA indexer: 2*H_I*d_I per key (causal: all keys)
+    linear_core_flops: float = 0.0     # Gated DeltaNet core per token (no s dependence)
+
+    def mean_keys(self, kind: str, seq: int) -> float:
+        """Mean keys a query attends to, over the s positions of a causal sequence (the
+        continuous form whose full-attention value s/2 the FLOP formula has always used):
+        full s/2; sliding W - W²/(2s) (s/2 for s <= W); chunked C/2 per whole chunk plus r²/2
+        for the r tokens of a last partial one, over s; dsa the window form with k."""
+        s = float(seq)
+        if kind == "sliding" or kind == "dsa":
+            w = float(self.window if kind == "sliding" else self.topk)
+            return s / 2 if s <= w else w - w * w / (2 * s)
+        if kind == "chunked":
+            c = float(self.chunk)
+            n, r = divmod(s, c)
+            return (n * c * c / 2 + r * r / 2) / s
+        return s / 2
+
+    def attn_core(self, seq: int) -> float:
+        """Attention-core FLOPs per token of the mean layer, forward, at sequence length seq:
+        2*2*q_core per attended key (QKᵀ and ·V), so 2*q_core*s for full causal layers (the
+        `attn_core_flops_per_s * seq` of every model before the layer kinds); sliding, chunked
+        and dsa layers 4*q_core*mean_keys; dsa adds its indexer over all s/2 causal keys; a
+        linear layer costs linear_core_flops whatever s (its state is fixed)."""
+        if not self.kinds:
+            return self.attn_core_flops_per_s * seq
+        rest = self.L - sum(n for _, n in self.kinds)
+        total = rest * self.attn_core_flops_per_s * seq
+        for kind, n in self.kinds:
+            if kind == "linear":
+                total += n * self.linear_core_flops
+                continue
+            per = 2.0 * self.attn_core_flops_per_s * self.mean_keys(kind, seq)
+            if kind == "dsa":
+                per += self.indexer_flops_per_s * seq
+            total += n * per
+        return total / self.L
+
+    def moe_between(self, start: float, layers: float) -> float:
+        """MoE layers among `layers` layers from global index `start` (fractional positions
+        interpolate within a layer)."""
+        pre = self.moe_prefix
+        if pre is None:
+            return max(0.0, min(layers, start + layers - self.L_dense))
+
+        def at(x: float) -> float:
+            x = min(max(x, 0.0), float(self.L))
+            i = int(x)
+            return pre[i] + ((x - i) * (pre[i + 1] - pre[i]) if i < self.L else 0.0)
+
+        return at(start + layers) - at(start)
 
 
 def model_shape(m: ModelSpec) -> ModelShape:
@@ -68,7 +132,7 @@ def model_shape(m: ModelSpec) -> ModelShape:
         kv_rank, qk_head, v_head = mla_dims(m)
         qk = qk_head + (m.qk_pos_emb_head_dim if m.qk_pos_emb_head_dim is not None else 64)
         d, q = v_head, a * qk
-        attn_params_nobias = dense.attention
+        attn_params_nobias = attention_projections(m)
         # stored: latents (q_lora, kv_lora + rope), q, k (a*qk each), v (a*v)
         act_latent = 2 * ((m.q_lora_rank or 0) + kv_rank + qk - qk_head)
         act_qkv = 2 * (2 * a * qk + a * d)
@@ -81,6 +145,9 @@ def model_shape(m: ModelSpec) -> ModelShape:
         attn_params_nobias = h * (q + 2 * d * g) + q * h
         act_latent, act_qkv, up = 0, 2 * (q + 2 * g * d), 0
         core_q = q
+    pattern = _pattern(m, attn_params_nobias, act_qkv, act_latent)
+    if pattern is not None:
+        attn_params_nobias, act_qkv, act_latent = pattern.pop("_avg")
     mats = 3 if m.gated else 2
     f, f_e = m.ffn, m.expert_ffn
     f_s = m.num_shared_experts * f_e
@@ -104,4 +171,63 @@ def model_shape(m: ModelSpec) -> ModelShape:
         mla_up_flops=2.0 * up,
         mtp=m.mtp_num_layers, mtp_extra=mtp_extra,
         act_qkv=float(act_qkv), act_latent=float(act_latent), attn_out=a * d,
+        **(pattern or {}),
     )
+
+
+def _pattern(m: ModelSpec, proj: float, act_qkv: float, act_latent: float) -> dict | None:
+    """The layer-pattern fields of ModelShape, and the mean layer's (projection params,
+    act_qkv, act_latent) under "_avg"; None for a model of full causal layers, MoE last.
+
+    Per kind, beside full causal: sliding / chunked / dsa keep the projections of a full
+    layer (dsa adds the indexer: q_in x H_I*d_I, h x d_I, h x H_I; its stored activations
+    the indexer q and k, 2*(H_I*d_I + d_I) bytes, and the top-k indices, 4k bytes); an
+    output gate adds h x q (and its 2q-byte gate activation), sinks nothing a GEMM sees.
+    A linear (Gated DeltaNet) layer projects h -> 2*nk*dk + 2*nv*dv + 2nv and nv*dv -> h,
+    convolves the conv = 2*nk*dk + nv*dv channels (2*conv*kernel FLOPs a token), and its
+    core costs 2*nv*(3*dk*dv + (dk + dv)*C/2) a token: three multiply-adds per state element
+    (read S^T k, the rank-1 update, read S^T q) and the causal intra-chunk attention of the
+    chunked kernel over C = 64 tokens (flash-linear-attention's chunk size); it keeps q, k, v
+    after and before the convolution, the z gate, beta and alpha and the core output,
+    2*(2*conv + 2*nv*dv + 2*nv) bytes."""
+    kinds = m.attention_kinds
+    moe = m.moe_layers
+    dense_first = not m.interleaved
+    special = {k: kinds.count(k) for k in set(kinds) if k != "full"}
+    plain_attention = not (m.attention_output_gate or m.attention_sinks)
+    if dense_first and not special and plain_attention:
+        return None
+    out: dict = {}
+    if not dense_first:
+        pre = [0]
+        for x in moe:
+            pre.append(pre[-1] + int(x))
+        out["moe_prefix"] = tuple(pre)
+    h, L = m.hidden_size, m.num_layers
+    gate = h * m.num_attention_heads * m.head_dim if m.attention_output_gate else 0
+    per_kind: dict[str, tuple[float, float, float]] = {}
+    base = (float(proj + gate), float(act_qkv + (2 * m.num_attention_heads * m.head_dim
+                                                  if gate else 0)), float(act_latent))
+    for kind in set(kinds):
+        if kind == "linear":
+            nk, nv, dk, dv = linear_attention_dims(m)
+            conv = 2 * nk * dk + nv * dv
+            lin = attention_params(m, "linear") - (2 * nv + dv)   # less A_log, dt_bias, norm
+            per_kind[kind] = (float(lin), float(2 * (2 * conv + 2 * nv * dv + 2 * nv)), 0.0)
+            out["linear_core_flops"] = 2.0 * nv * (3 * dk * dv + (dk + dv) * 64 / 2)
+        elif kind == "dsa":
+            hi, di = m.dsa_index_heads or 0, m.dsa_index_head_dim or 0
+            q_in = m.q_lora_rank or h
+            idx = q_in * hi * di + h * di + h * hi
+            per_kind[kind] = (base[0] + idx, base[1] + 2 * (hi * di + di) + 4 * (m.dsa_index_topk or 0),
+                              base[2])
+            out["topk"] = m.dsa_index_topk or 0
+            out["indexer_flops_per_s"] = 2.0 * hi * di / 2   # causal: s/2 keys, 2 FLOPs a MAC
+        else:
+            per_kind[kind] = base
+    out["window"] = m.window_size or 0
+    out["chunk"] = m.attention_chunk_size or 0
+    out["kinds"] = tuple(sorted((k, n) for k, n in special.items()))
+    avg = tuple(sum(per_kind[k][i] for k in kinds) / L for i in range(3))
+    out["_avg"] = avg if len(set(kinds)) > 1 or not plain_attention or special else (proj, act_qkv, act_latent)
+    return out

@@ -19,6 +19,12 @@ docs/reference/formulas.md#f2-parameter-counts for the parameter counts,
   GPU holds 1/cp of every request's KV cache: per token and GPU the bytes above / cp, and the
   instance holds cp times the tokens. CP does not shard weights: every cp rank holds the
   weights of its tp group (the weight bytes are those of cp 1).
+- Layer kinds (docs/cost-model.md "Layer kinds"): a request of n tokens keeps n tokens in
+  a full or dsa layer (dsa adds the indexer's fp8 key, d_I + 4 bytes a token), min(n, W) in a
+  sliding-window layer, min(n, C) in a chunked-local layer (the chunk it is in), and in a
+  linear-attention layer a fixed state: nv/tp value heads of d_k x d_v plus the convolution's
+  last kernel-1 inputs, bf16, whatever n. The KV bytes per token of such a model are its
+  bytes per request over n (n = input + output), so capacity counts tokens of such requests.
 - Activations: the workspace of one engine step of `max_num_tokens` tokens, max_num_tokens/cp
   on each GPU with CP (residual and normed input 2h, the QKV output, the gated MLP's 2f/tp or
   the MoE layer's routed intermediate, 16-bit) plus fp32 logits of one token per running
@@ -38,7 +44,9 @@ from planner.serve.engines import engine_settings, kv_budget, round_up
 from planner.specs import ModelSpec
 
 __all__ = ["ServeMemory", "bytes_per_param", "kv_bytes_per_token_layer", "stage_layers",
-           "stage_weight_bytes", "instance_memory", "kv_bytes_per_token_model"]
+           "stage_weight_bytes", "instance_memory", "kv_bytes_per_token_model", "stage_bounds",
+           "plain_kv", "kv_tokens_kept", "linear_state_bytes", "kv_bytes_per_request",
+           "kv_bytes_per_token_at", "expert_bytes_per_param", "EXPERT_BYTES"]
 
 ACT_BYTES = 2          # 16-bit activations
 KV_BYTES = {"bf16": 2, "fp8": 1}
@@ -81,20 +89,68 @@ class ServeMemory:
                 "max_concurrency": self.max_concurrency}
 
 
-def stage_layers(m: ModelSpec, pp: int) -> list[tuple[int, int]]:
-    """(dense, MoE) layers of each pipeline stage: layers split as evenly as pp allows, the
-    first stages taking one more when they do not divide; dense layers come first."""
+def stage_bounds(m: ModelSpec, pp: int) -> list[tuple[int, int]]:
+    """[start, end) layer indices of each pipeline stage: as evenly as pp allows, the first
+    stages taking one more when they do not divide."""
     L, pp = m.num_layers, max(1, pp)
     base, extra = divmod(L, pp)
     out, start = [], 0
-    n_dense = m.num_layers - m.num_moe_layers
     for s in range(pp):
-        n = base + (1 if s < extra else 0)
-        end = start + n
-        dense = max(0, min(end, n_dense) - start)
-        out.append((dense, n - dense))
+        end = start + base + (1 if s < extra else 0)
+        out.append((start, end))
         start = end
     return out
+
+
+def stage_layers(m: ModelSpec, pp: int) -> list[tuple[int, int]]:
+    """(dense, MoE) layers of each pipeline stage (`stage_bounds`), from the model's layer
+    pattern (`moe_layer_freq`; dense layers first by default)."""
+    pattern = m.moe_layers
+    return [(end - start - sum(pattern[start:end]), sum(pattern[start:end]))
+            for start, end in stage_bounds(m, pp)]
+
+
+def plain_kv(m: ModelSpec) -> bool:
+    """Every layer keeps every token (full causal attention): KV bytes are per token."""
+    return all(k == "full" for k in m.attention_kinds)
+
+
+def kv_tokens_kept(m: ModelSpec, kind: str, n: float) -> float:
+    """Tokens of a request of n tokens a layer of this kind keeps in its KV cache."""
+    if kind == "sliding":
+        return min(n, float(m.window_size or n))
+    if kind == "chunked":
+        return min(n, float(m.attention_chunk_size or n))
+    if kind == "linear":
+        return 0.0
+    return n
+
+
+def linear_state_bytes(m: ModelSpec, tp: int) -> float:
+    """A linear-attention layer's fixed state per request on one GPU: the nv/tp value heads'
+    d_k x d_v matrices and the short convolution's last kernel-1 inputs, bf16."""
+    nk, nv = m.linear_num_key_heads or 0, m.linear_num_value_heads or 0
+    dk, dv = m.linear_key_head_dim or 0, m.linear_value_head_dim or 0
+    share = max(1, min(tp, nv))
+    conv = (2 * nk * dk + nv * dv) * (m.linear_conv_kernel_dim - 1)
+    return float(ACT_BYTES * (nv * dk * dv + conv)) / share
+
+
+def kv_bytes_per_request(m: ModelSpec, tp: int, kv_dtype: str, n: float, *, cp: int = 1,
+                         layers: tuple[int, int] | None = None) -> float:
+    """KV-cache bytes one request of n tokens holds on one GPU, over the layers [start, end)
+    (all by default), by layer kind (module docstring)."""
+    start, end = layers if layers is not None else (0, m.num_layers)
+    per = kv_bytes_per_token_layer(m, tp, kv_dtype, cp)
+    total = 0.0
+    for kind in m.attention_kinds[start:end]:
+        if kind == "linear":
+            total += linear_state_bytes(m, tp) / cp
+            continue
+        total += kv_tokens_kept(m, kind, n) * per
+        if kind == "dsa":
+            total += n * ((m.dsa_index_head_dim or 0) + 4) / cp
+    return total
 
 
 def kv_bytes_per_token_layer(m: ModelSpec, tp: int, kv_dtype: str, cp: int = 1) -> float:
@@ -115,13 +171,37 @@ def kv_bytes_per_token_model(m: ModelSpec, kv_dtype: str) -> float:
     return kv_bytes_per_token_layer(m, 1, kv_dtype) * m.num_layers
 
 
+def kv_bytes_per_token_at(m: ModelSpec, kv_dtype: str, n: float) -> float:
+    """`kv_bytes_per_token_model` of a request of n tokens by layer kind (window and chunk
+    layers keep at most W or C tokens, linear layers a fixed state): bytes per request / n."""
+    if plain_kv(m) or n <= 0:
+        return kv_bytes_per_token_model(m, kv_dtype)
+    return kv_bytes_per_request(m, 1, kv_dtype, n) / n
+
+
+EXPERT_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp4": 0.5 + 1.0 / 32}
+"""Bytes per routed-expert parameter as published (`expert_precision`): MXFP4 is 4-bit values
+with one E8M0 scale byte per 32 (OCP Microscaling spec)."""
+
+
+def expert_bytes_per_param(m: ModelSpec, precision: str) -> float:
+    """Routed experts' bytes per parameter: the serving precision's, or the published
+    `expert_precision` where that is smaller (gpt-oss ships MXFP4 experts and the engines
+    serve them so)."""
+    q = bytes_per_param(precision)
+    if m.expert_precision is None:
+        return q
+    return min(q, EXPERT_BYTES[m.expert_precision])
+
+
 def stage_weight_bytes(m: ModelSpec, inst, precision: str, *, mtp_layers: int = 0) -> list[float]:
     """Weight bytes on one GPU of each pipeline stage (module docstring)."""
     sh = shape_of(m)
     q = bytes_per_param(precision)
     tp, G = inst.tp, inst.moe_group
     dense = sh.dense_tp / tp * q + sh.dense_rep * ACT_BYTES
-    moe = (sh.moe_tp / tp * q + sh.moe_rep * ACT_BYTES + sh.moe_experts / G * q) if m.is_moe else 0.0
+    qe = expert_bytes_per_param(m, precision)
+    moe = (sh.moe_tp / tp * q + sh.moe_rep * ACT_BYTES + sh.moe_experts / G * qe) if m.is_moe else 0.0
     vocab = m.vocab_size * m.hidden_size / tp * ACT_BYTES
     stages = stage_layers(m, inst.pp)
     out = []
@@ -172,10 +252,19 @@ def instance_memory(job, inst) -> ServeMemory:
     act = activation_bytes(m, inst, tokens=st.max_num_tokens, batch=batch)
     other = (hw.cuda_context_gib + hw.nccl_buffer_gib) * 2**30 + st.cuda_graph_bytes
     kv_layer = kv_bytes_per_token_layer(m, inst.tp, sv.kv_dtype, inst.cp)
+    plain = plain_kv(m)
+    n_req = float(sv.input_length + sv.output_length)
+    bounds = stage_bounds(m, inst.pp)
     best = None
     for s, ((nd, nm), w) in enumerate(zip(stage_layers(m, inst.pp), weights)):
         w = w + draft_w
-        kvpt = (nd + nm + (mtp if s == inst.pp - 1 else 0)) * kv_layer + draft_kv
+        extra = mtp if s == inst.pp - 1 else 0
+        if plain:
+            kvpt = (nd + nm + extra) * kv_layer + draft_kv
+        else:   # bytes of one request of n tokens over n (the MTP layers are full layers)
+            kvpt = (kv_bytes_per_request(m, inst.tp, sv.kv_dtype, n_req, cp=inst.cp,
+                                         layers=bounds[s]) / n_req
+                    + extra * kv_layer + draft_kv)
         budget = kv_budget(st, capacity=capacity, weights=w, activations=act, other=other)
         tokens = int(budget // kvpt) if kvpt > 0 else 0
         if best is None or tokens < best[0]:

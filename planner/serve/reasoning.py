@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from planner.caveats import LONG_CONTEXT_TOKENS
 from planner.serve.layout import Instance
-from planner.serve.memory import kv_bytes_per_token_model, stage_weight_bytes
+from planner.serve.memory import kv_bytes_per_token_at, stage_weight_bytes
 from planner.units import GiB
 
 __all__ = ["procedure"]
@@ -36,7 +36,8 @@ def _best(points, *, meets_only=True):
 def _memory_floor(job, shapes) -> tuple[str, bool]:
     m, sv = job.model, job.serving
     w = sum(stage_weight_bytes(m, Instance(), sv.precision))
-    per_req = kv_bytes_per_token_model(m, sv.kv_dtype) * (sv.input_length + sv.output_length)
+    n = sv.input_length + sv.output_length
+    per_req = kv_bytes_per_token_at(m, sv.kv_dtype, n) * n
     text = (f"weights {w / GiB:,.1f} GiB in {sv.precision}, KV {per_req / 2**20:,.0f} MiB per "
             f"request of {sv.input_length + sv.output_length:,} tokens ({sv.kv_dtype}); ")
     fitting = sorted(shapes, key=lambda i: (i.gpus, i.pp, -i.tp))

@@ -75,7 +75,16 @@ from planner.cost.comm import (
     p2p_time,
 )
 from planner.serve.engines import engine_settings
-from planner.serve.memory import bytes_per_param, kv_bytes_per_token_layer, stage_layers
+from planner.serve.memory import (
+    bytes_per_param,
+    expert_bytes_per_param,
+    kv_bytes_per_token_layer,
+    kv_tokens_kept,
+    linear_state_bytes,
+    plain_kv,
+    stage_bounds,
+    stage_layers,
+)
 
 __all__ = ["StepParts", "ServeCost", "accepted_tokens", "kv_transfer_time"]
 
@@ -148,7 +157,8 @@ class ServeCost:
         self.dense_w, self.dense_f = sh.dense_tp / tp * q, 2.0 * sh.dense_tp / tp
         self.moe_w, self.moe_f = sh.moe_tp / tp * q, 2.0 * sh.moe_tp / tp
         self.E, self.k = sh.E, sh.k
-        self.experts_w = sh.moe_experts / G * q if m.is_moe else 0.0
+        self.experts_w = sh.moe_experts / G * expert_bytes_per_param(m, sv.precision) \
+            if m.is_moe else 0.0
         self.pair_f = 2.0 * sh.moe_experts / sh.E / G if m.is_moe else 0.0   # per token-expert pair, per GPU
         self.group_tokens = inst.dp if inst.dp_attention else 1
         cp = inst.cp
@@ -170,6 +180,15 @@ class ServeCost:
         self.lm_w = m.vocab_size * m.hidden_size / tp * ACT
         self.lm_f = 2.0 * m.vocab_size * m.hidden_size / tp
         self.stages = stage_layers(m, inst.pp)
+        self.m, self.plain = m, plain_kv(m)
+        if not self.plain:   # attention kinds per stage, and the linear layers' fixed costs
+            kinds = m.attention_kinds
+            self.stage_kinds = [sorted({k: kinds[a:b].count(k) for k in set(kinds[a:b])}.items())
+                                for a, b in stage_bounds(m, inst.pp)]
+            self.lin_state = linear_state_bytes(m, tp) / cp
+            self.lin_f = sh.linear_core_flops / min(tp, m.linear_num_value_heads or 1) / cp
+            self.idx_bytes = ((m.dsa_index_head_dim or 0) + 4) / cp
+            self.idx_f = 2.0 * (m.dsa_index_heads or 0) * (m.dsa_index_head_dim or 0) / cp
         self.pp = inst.pp
         self.tp_link = _link(hw, tp, 1)
         self.ep_link = _link(hw, inst.ep, max(1, G // inst.ep))
@@ -222,7 +241,8 @@ class ServeCost:
         dec = max(kv_read / self.bw,
                   seqs * q * ctx * self.attn_decode_f / (self.peak16 * c.attention_efficiency))
         pre = prefill * span * self.attn_prefill_f / (self.peak16 * c.attention_efficiency)
-        attn = L * (dec + pre)
+        attn = L * (dec + pre) if self.plain else self._kinds_attention(s, seqs, ctx, prefill,
+                                                                         span, q)
         cpc = 0.0
         if cp > 1:
             if local > 0:
@@ -240,6 +260,35 @@ class ServeCost:
             w, cmp = w + a, cmp + b
             over += logits * c.sequence_overhead_us * 1e-6 + requests * c.request_overhead_us * 1e-6
         return StepParts(w, cmp, attn, tpc, epc, ppc, over, cpc)
+
+    def _kinds_attention(self, s: int, seqs: float, ctx: float, prefill: float, span: float,
+                         q: int) -> float:
+        """Attention time of stage s by layer kind: a window or chunk layer reads and attends
+        at most W or C tokens of context (prefill: of the span), a dsa layer reads the
+        indexer's keys of the whole context and attends its top-k, a linear layer reads its
+        fixed state and costs its core FLOPs per token."""
+        c, m = self.c, self.m
+        rate = self.peak16 * c.attention_efficiency
+        total = 0.0
+        for kind, n in self.stage_kinds[s]:
+            if kind == "linear":
+                dec = max(seqs * self.lin_state / self.bw, seqs * q * self.lin_f / rate)
+                pre = prefill * self.lin_f / rate
+            else:
+                near = m.dsa_index_topk if kind == "dsa" else None
+                kept = min(ctx, float(near)) if near else kv_tokens_kept(m, kind, ctx)
+                pspan = min(span, float(near)) if near else kv_tokens_kept(m, kind, span)
+                read = seqs * kept * self.kv_layer
+                flops = seqs * q * kept * self.attn_decode_f
+                pflops = prefill * pspan * self.attn_prefill_f
+                if kind == "dsa":
+                    read += seqs * ctx * self.idx_bytes
+                    flops += seqs * q * ctx * self.idx_f
+                    pflops += prefill * span * self.idx_f
+                dec = max(read / self.bw, flops / rate)
+                pre = pflops / rate
+            total += n * (dec + pre)
+        return total
 
     def interval(self, *, seqs: float, ctx: float, prefill: float = 0.0, span: float = 0.0,
                  q: int = 1, requests: float = 0.0) -> StepParts:
@@ -270,9 +319,9 @@ def kv_transfer_time(job, layout, *, tokens: float) -> float:
     """Seconds to move one request's KV cache (`tokens` prompt tokens, whole model) from a
     prefill worker to a decode worker: NVLink when the deployment fits one NVLink domain,
     else the network, spread over the min(prefill, decode) GPUs' links."""
-    from planner.serve.memory import kv_bytes_per_token_model
+    from planner.serve.memory import kv_bytes_per_token_at
     hw = job.hardware
-    size = tokens * kv_bytes_per_token_model(job.model, job.serving.kv_dtype)
+    size = tokens * kv_bytes_per_token_at(job.model, job.serving.kv_dtype, tokens)
     lanes = min(layout.prefill.gpus, layout.decode.gpus)
     if layout.num_gpus <= hw.nvlink_domain_size:
         bw = hw.nvlink_bandwidth_gb_per_s * 1e9 * hw.serving_calibration.link_efficiency

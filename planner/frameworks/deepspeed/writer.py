@@ -132,6 +132,13 @@ def check_supported(job, layout: Layout) -> None:
         (m.num_shared_experts > 0, "shared experts are not in Megatron-DeepSpeed; export megatron"),
         (m.is_moe and m.num_dense_layers > 0, f"num_dense_layers {m.num_dense_layers}: "
                                               "Megatron-DeepSpeed has no leading dense layers; export megatron"),
+        (m.is_moe and m.moe_layer_freq is not None and not all(m.moe_layers),
+         "moe_layer_freq: Megatron-DeepSpeed's MoE layers are not placed by a pattern; export "
+         "megatron"),
+        (set(m.attention_kinds) != {"full"} or m.attention_sinks or m.attention_output_gate,
+         f"layer kinds {'/'.join(sorted(set(m.attention_kinds)))}"
+         f"{' with attention sinks' if m.attention_sinks else ''}: Megatron-DeepSpeed attends "
+         "with full causal attention only; export megatron where it can"),
         (layout.vpp > 1, f"vpp {layout.vpp}: DeepSpeed's pipeline engine has no interleaved "
                          "schedule; set vpp 1"),
         (layout.uneven and (layout.first_stage_layers, layout.last_stage_layers)

@@ -83,7 +83,7 @@ _BOOLEAN = frozenset({
     "--keep-fp8-transpose-cache", "--moe-shared-expert-overlap", "--delay-wgrad-compute",
     "--defer-embedding-wgrad-compute", "--moe-pad-expert-input-to-capacity",
     "--first-last-layers-bf16", "--init-model-with-meta-device",
-    "--fp8-dot-product-attention", "--fp8-multi-head-attention",
+    "--fp8-dot-product-attention", "--fp8-multi-head-attention", "--quick-geglu",
 })
 # flags taking exactly one value (the ones planner reads): a second word after one is stray
 _SINGLE = frozenset({
@@ -408,9 +408,12 @@ def world_size(found: Launch, ov: Overrides, hardware, source: str,
 _PATTERN_CHARS = re.compile(r"[^,\d\[\]\(\)\+\*\s]")
 
 
-def _moe_dense_layers(flags: Flags, num_layers: int, out: list[Violation]) -> int:
-    """Leading dense layers from --moe-layer-freq (1, or a pattern like ([0]*3+[1]*58)),
-    checked as Megatron's moe_freq_type checks it (only digits, [ ] ( ) + * and commas)."""
+def _moe_dense_layers(flags: Flags, num_layers: int,
+                      out: list[Violation]) -> int | tuple[int, ...]:
+    """Leading dense layers from --moe-layer-freq (1, or a pattern like ([0]*3+[1]*58)), or,
+    when the dense layers are not all first, the pattern (a 0/1 tuple; an int step > 1 as
+    `-freq`), checked as Megatron's moe_freq_type checks it (only digits, [ ] ( ) + * and
+    commas)."""
     text = flags.text("--moe-layer-freq", fix="set it in the script")
     if text is None or text.strip() == "1":
         return 0
@@ -435,14 +438,55 @@ def _moe_dense_layers(flags: Flags, num_layers: int, out: list[Violation]) -> in
                             f"entries; Megatron requires one per layer ({num_layers})",
                             field="--moe-layer-freq", value=shown)
         pattern = _list_expr(tree)
-    if pattern and all(x in (0, 1) for x in pattern):
-        dense = len(pattern) - len(pattern[pattern.index(1):]) if 1 in pattern else len(pattern)
+    if pattern and all(x in (0, 1) for x in pattern) and 1 in pattern:
+        dense = len(pattern) - len(pattern[pattern.index(1):])
         if all(x == 1 for x in pattern[dense:]):
             return dense
+        return tuple(pattern)             # interleaved: the pattern itself (moe_layer_freq)
+    if pattern is None:
+        freq = int(text.strip())
+        if 1 <= freq <= num_layers:
+            # Megatron: layer i is MoE when i % freq == 0
+            return tuple(int(i % freq == 0) for i in range(num_layers))
     out.append(Violation("megatron-moe-layer-freq",
-                         f"--moe-layer-freq {shown}: planner models leading dense layers then "
-                         "MoE layers only; it treats every layer as MoE here", "warning"))
+                         f"--moe-layer-freq {shown}: no layer is MoE in it (or the step is not "
+                         f"between 1 and {num_layers}); planner treats every layer as MoE here",
+                         "warning"))
     return 0
+
+
+def _window(flags: Flags, num_layers: int, out: list[Violation]) -> dict:
+    """--window-size (left, right) and --window-attn-skip-freq as layer_types: every layer a
+    sliding window of `left` tokens, but the layers the skip frequency names (an int N: one
+    full layer after N-1 window layers; a 0/1 list: 1 a window layer, 0 a full one) full. Megatron's right window is 0 for a
+    causal model; left -1 means no window."""
+    text = flags.text("--window-size", fix="set it in the script")
+    if text is None:
+        return {}
+    nums = [int(x) for x in re.findall(r"-?\d+", text)[:2]]
+    shown = _short(text)
+    if not nums or nums[0] == 0 or (len(nums) > 1 and nums[1] not in (0, -1)):
+        raise SpecError(f"{flags.source}: --window-size {shown!r} must be (left, 0) with left > 0 "
+                        "(or -1 for no window) for a causal model; fix the value",
+                        field="--window-size", value=shown)
+    if nums[0] < 0:
+        return {}
+    skip = flags.text("--window-attn-skip-freq", fix="set it in the script")
+    full = [False] * num_layers
+    if skip is not None and skip.strip().isdigit() and int(skip) > 0:
+        full = [(i + 1) % int(skip) == 0 for i in range(num_layers)]
+    elif skip is not None:
+        try:
+            tree = ast.parse(skip.strip(), mode="eval").body
+            if _PATTERN_CHARS.search(skip) or _pattern_length(tree) != num_layers:
+                raise ValueError(skip)
+            full = [x == 0 for x in _list_expr(tree)]   # Megatron: 1 = window, 0 = full
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            raise SpecError(f"{flags.source}: --window-attn-skip-freq {_short(skip)!r} must be an "
+                            f"integer or a 0/1 list of {num_layers} entries; fix the value",
+                            field="--window-attn-skip-freq", value=_short(skip)) from None
+    return dict(window_size=nums[0],
+                layer_types=tuple("full" if f else "sliding" for f in full))
 
 
 def _pattern_length(node) -> int:
@@ -517,7 +561,8 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
                       if flags.has("--group-query-attention") else None),
         kv_channels=flags.int("--kv-channels", fix=fix),
         vocab_size=_vocab(flags, ov, source, deepspeed),
-        activation=("swiglu" if flags.has("--swiglu") else
+        # --quick-geglu sets gated_linear_unit (a 3-matrix gated MLP, as --swiglu)
+        activation=("swiglu" if flags.has("--swiglu") or flags.has("--quick-geglu") else
                     "squared_relu" if flags.has("--squared-relu") else "gelu"),
         tied_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
         normalization=_norm(flags, deepspeed),
@@ -525,6 +570,9 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
         seq_length=seq,
     )
     fields.update(_position(flags, deepspeed))
+    fields.update(_window(flags, fields["num_layers"], out))
+    if flags.text("--softmax-type", fix="set it in the script") == "learnable":
+        fields["attention_sinks"] = True     # a learned sink logit per head (gpt-oss)
     if not deepspeed:
         fields["mtp_num_layers"] = flags.int("--mtp-num-layers", 0, fix=fix)
     fields.update(_moe_fields(flags, fields, deepspeed, out, fix))
@@ -584,9 +632,11 @@ def _moe_fields(flags: Flags, fields: dict, deepspeed: bool, out: list[Violation
     if not experts:
         return {}
     topk = "--topk" if deepspeed else "--moe-router-topk"
+    layers = _moe_dense_layers(flags, fields["num_layers"], out)
     moe = dict(num_experts=experts, moe_top_k=flags.int(topk, 2, fix=fix),
                moe_ffn_hidden_size=flags.int("--moe-ffn-hidden-size", fix=fix),
-               num_dense_layers=_moe_dense_layers(flags, fields["num_layers"], out))
+               **({"moe_layer_freq": layers} if isinstance(layers, tuple)
+                  else {"num_dense_layers": layers}))
     shared = flags.int("--moe-shared-expert-intermediate-size", fix=fix)
     if shared:
         unit = moe["moe_ffn_hidden_size"] or fields["ffn_hidden_size"] or shared

@@ -312,8 +312,6 @@ NOT_MODELLED: dict[str, tuple[str, Callable[[list[str]], bool]]] = {
     "--cross-entropy-fusion-impl": ("Transformer Engine's cross-entropy, in place on the bf16 "
                                     "logits (planner counts Megatron's fp32 copy: an upper "
                                     "bound)", _differs("native")),
-    "--window-size": ("sliding-window attention; planner models full causal attention",
-                      _given),
     "--moe-router-padding-for-fp8": ("routing maps padded for FP8", _given),
     "--cpu-offloading-retain-pinned-cpu-buffers": ("pinned host buffers kept for offloading",
                                                    _given),

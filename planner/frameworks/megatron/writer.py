@@ -110,7 +110,7 @@ def check_supported(job, layout: Layout) -> None:
          and layout.moe_token_dispatcher == "allgather",
          "overlap_moe_expert_parallel_comm with moe_token_dispatcher allgather: Megatron needs "
          "the alltoall or flex dispatcher for it"),
-    ]
+    ] + layer_kind_problems(m)
     for broken, msg in problems:
         if broken:
             raise InfeasibleError(f"cannot export to Megatron-LM: {msg}")
@@ -151,6 +151,7 @@ def model_flags(m: ModelSpec, *, seq_length: int) -> list[Flag]:
         flags.append(("--position-embedding-type", m.position_embedding))
     if m.position_embedding == "rope" and m.rotary_base is not None and whole(m.rotary_base):
         flags.append(("--rotary-base", whole(m.rotary_base)))
+    flags += attention_flags(m)
     flags += shape_tail_flags(m, seq_length)
     return flags
 
@@ -167,9 +168,59 @@ def mla_flags(m: ModelSpec) -> list[Flag]:
     return flags
 
 
+def pattern_expr(pattern: list[int] | tuple[int, ...]) -> str:
+    """A 0/1 list as Megatron's python-list expression, run-length encoded over its shortest
+    period: [0,0,0,1,1] -> ([0]*3+[1]*2), [0,1]*24 -> ([0]*1+[1]*1)*24."""
+    n = len(pattern)
+    period = next(p for p in range(1, n + 1)
+                  if n % p == 0 and list(pattern[:p]) * (n // p) == list(pattern))
+    runs: list[list[int]] = []
+    for x in pattern[:period]:
+        if runs and runs[-1][0] == x:
+            runs[-1][1] += 1
+        else:
+            runs.append([x, 1])
+    body = "+".join(f"[{x}]*{k}" for x, k in runs)
+    return f"({body})" + (f"*{n // period}" if n // period > 1 else "")
+
+
 def moe_layer_freq(m: ModelSpec) -> str:
     """Megatron's python-list pattern: 0 = dense layer, 1 = MoE layer."""
-    return f"([0]*{m.num_dense_layers}+[1]*{m.num_moe_layers})"
+    if m.interleaved:
+        return pattern_expr([int(x) for x in m.moe_layers])
+    return f"([0]*{m.num_layers - m.num_moe_layers}+[1]*{m.num_moe_layers})"
+
+
+def attention_flags(m: ModelSpec) -> list[Flag]:
+    """Sliding windows (`--window-size W,0`, and `--window-attn-skip-freq` with 1 for a window
+    layer and 0 for a full one when not every layer has a window) and attention sinks
+    (`--softmax-type learnable`); `check_supported` refuses the kinds Megatron-LM lacks."""
+    kinds = m.attention_kinds
+    flags: list[Flag] = []
+    if "sliding" in kinds:
+        flags.append(("--window-size", f"{m.window_size},0"))
+        if set(kinds) != {"sliding"}:
+            flags.append(("--window-attn-skip-freq",
+                          pattern_expr([int(k == "sliding") for k in kinds])))
+    if m.attention_sinks:
+        flags.append(("--softmax-type", "learnable"))
+    return flags
+
+
+def layer_kind_problems(m: ModelSpec) -> list[tuple[bool, str]]:
+    """The layer kinds a Megatron-LM (GPT) model cannot express with its flags."""
+    kinds = set(m.attention_kinds)
+    return [
+        ("chunked" in kinds, f"layer_types has chunked-local layers ({m.attention_chunk_size}-token "
+                             "chunks, Llama 4's iRoPE): Megatron-LM's GPT model has no chunked "
+                             "attention flag; plan it with full layers or train it elsewhere"),
+        ("linear" in kinds, "layer_types has linear-attention (Gated DeltaNet) layers: "
+                            "pretrain_gpt.py builds none; use Megatron-Bridge's Qwen3-Next recipe"),
+        ("dsa" in kinds, "layer_types has DSA (top-k sparse) layers: Megatron-LM has no DSA "
+                         "indexer flag"),
+        (m.attention_output_gate, "attention_output_gate (Qwen3-Next's gated attention) has no "
+                                  "pretrain_gpt.py flag"),
+    ]
 
 
 def moe_flags(m: ModelSpec, layout: Layout | None = None) -> list[Flag]:
@@ -184,7 +235,7 @@ def moe_flags(m: ModelSpec, layout: Layout | None = None) -> list[Flag]:
     if m.num_shared_experts:
         flags.append(("--moe-shared-expert-intermediate-size",
                        str(m.num_shared_experts * m.expert_ffn)))
-    if m.num_dense_layers:
+    if m.num_moe_layers != m.num_layers:
         flags.append(("--moe-layer-freq", moe_layer_freq(m)))
     dispatcher = layout.moe_token_dispatcher if layout is not None else "alltoall"
     if dispatcher in ("deepep", "hybridep"):

@@ -27,6 +27,7 @@ memory or time and that planner does not model is a warning naming it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -37,7 +38,7 @@ import yaml
 from planner.errors import SpecError, Violation
 from planner.readers.omegaconf import Unresolved
 
-__all__ = ["key_list", "known_keys", "Settings", "read_recompute", "read_transformer",
+__all__ = ["key_list", "known_keys", "Settings", "read_recompute", "read_transformer", "window_fields",
            "read_ddp", "read_optimizer", "precision_recipe", "RECIPES", "as_bool", "as_int"]
 
 _KEYS_FILE = Path(__file__).resolve().parent / "nemo_keys.yaml"
@@ -200,7 +201,6 @@ NOT_MODELLED = {
     "moe_shared_expert_overlap": (False, "shared experts overlapped with the dispatch"),
     "defer_embedding_wgrad_compute": (False, "the output layer's weight gradient deferred to "
                                              "the pipeline flush"),
-    "window_size": (None, "sliding-window attention; planner models full causal attention"),
 }
 """TransformerConfig fields (Megatron-Core) that change memory or time and that the cost model
 does not apply, with the value that changes nothing (Megatron-LM's flags of the same names
@@ -530,7 +530,9 @@ def moe_fields(cfg: dict, *, where: str, num_layers: int, out: list[Violation],
         fields["num_shared_experts"] = n
     dense = _dense_layers(cfg.get("moe_layer_freq"), num_layers=num_layers, where=where,
                           prefix=prefix, out=out)
-    if dense:
+    if isinstance(dense, tuple):
+        fields["moe_layer_freq"] = dense
+    elif dense:
         fields["num_dense_layers"] = dense
     capacity = cfg.get("moe_expert_capacity_factor")
     if isinstance(capacity, Unresolved):
@@ -546,9 +548,9 @@ def moe_fields(cfg: dict, *, where: str, num_layers: int, out: list[Violation],
 
 
 def _dense_layers(freq: Any, *, num_layers: int, where: str, prefix: str,
-                  out: list[Violation]) -> int:
-    """Dense (non-MoE) layers from moe_layer_freq: an integer k (every k-th layer is MoE) or
-    a 0/1 list; planner places the dense layers first (DeepSeek's layout)."""
+                  out: list[Violation]) -> int | tuple[int, ...]:
+    """Leading dense (non-MoE) layers from moe_layer_freq (an integer k: every k-th layer is
+    MoE, or a 0/1 list), or the 0/1 pattern itself when the dense layers are not all first."""
     if isinstance(freq, Unresolved):
         freq.fail()
     if freq is None:
@@ -570,14 +572,48 @@ def _dense_layers(freq: Any, *, num_layers: int, where: str, prefix: str,
         pattern = list(freq)
     dense = pattern.count(0)
     if dense and pattern != [0] * dense + [1] * (num_layers - dense):
-        out.append(Violation(f"{prefix}-approximated",
-                             f"{where}.moe_layer_freq interleaves {dense} dense layers with the "
-                             "MoE layers; planner places them first, so per-stage memory and "
-                             "time are approximate with pipeline parallelism", "warning"))
+        return tuple(pattern)       # interleaved: ModelSpec.moe_layer_freq
     return dense
 
 
 _MLA = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+
+
+def window_fields(cfg: dict, *, where: str, num_layers: int) -> dict[str, Any]:
+    """TransformerConfig window_size (left, right) and window_attn_skip_freq (an int N: one
+    full layer after N-1 window layers; a 0/1 list: 1 a window layer, 0 a full one) as
+    layer_types, and softmax_type learnable as attention sinks."""
+    out: dict[str, Any] = {}
+    if str(cfg.get("softmax_type", "vanilla")).lower() == "learnable":
+        out["attention_sinks"] = True
+    win = cfg.get("window_size")
+    if isinstance(win, Unresolved):
+        win.fail()
+    if win is None:
+        return out
+    if isinstance(win, str):
+        win = [int(x) for x in re.findall(r"-?\d+", win)]
+    if (not isinstance(win, (list, tuple)) or not win or any(type(x) is not int for x in win)
+            or win[0] == 0 or (len(win) > 1 and win[1] not in (0, -1))):
+        raise SpecError(f"{where}.window_size = {win!r} must be [left, 0] with left > 0 (or -1 "
+                        "for no window); fix the value", field=f"{where}.window_size", value=win)
+    if win[0] < 0:
+        return out
+    skip = cfg.get("window_attn_skip_freq")
+    if isinstance(skip, Unresolved):
+        skip.fail()
+    full = [False] * num_layers
+    if isinstance(skip, int) and not isinstance(skip, bool) and skip > 0:
+        full = [(i + 1) % skip == 0 for i in range(num_layers)]
+    elif skip is not None:
+        if (not isinstance(skip, list) or len(skip) != num_layers
+                or any(v not in (0, 1) or isinstance(v, bool) for v in skip)):
+            raise SpecError(f"{where}.window_attn_skip_freq must be an integer or a 0/1 list of "
+                            f"{num_layers} entries (1 = window layer); fix it",
+                            field=f"{where}.window_attn_skip_freq")
+        full = [v == 0 for v in skip]
+    out.update(window_size=win[0], layer_types=tuple("full" if f else "sliding" for f in full))
+    return out
 
 
 def mla_fields(cfg: dict, *, where: str) -> dict[str, Any]:

@@ -359,6 +359,7 @@ def _nemo1_model(model: dict, ov: Overrides, source: str, seq: int | None,
     )
     fields.update(mcore.moe_fields(model, where=w, num_layers=num_layers, out=out, prefix="nemo"))
     fields.update(mcore.mla_fields(model, where=w))
+    fields.update(mcore.window_fields(model, where=w, num_layers=num_layers))
     return inline_model(fields, source=source, fmt="NeMo")
 
 
@@ -537,6 +538,7 @@ def mcore_model(config: dict, ov: Overrides, source: str, seq: int | None, *, pr
     fields.update(mcore.moe_fields(config, where=where, num_layers=num_layers, out=out,
                                    prefix="nemo"))
     fields.update(mcore.mla_fields(config, where=where))
+    fields.update(mcore.window_fields(config, where=where, num_layers=num_layers))
     return inline_model(fields, source=source, fmt=fmt)
 
 

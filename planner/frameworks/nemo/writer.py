@@ -78,6 +78,12 @@ def check_supported(job, layout: Layout) -> None:
         _refuse("recompute_modules [torchtitan_op]: torchtitan's op-level checkpointing; NeMo's "
                 "selective recompute is by module: use recompute_modules core_attn (and mlp, "
                 "layernorm ...) or recompute full")
+    from planner.frameworks.megatron.writer import layer_kind_problems
+    for broken, msg in layer_kind_problems(job.model) + [
+            (job.model.attention_sinks, "attention_sinks (gpt-oss): NeMo 1 has no learnable "
+                                        "softmax offset")]:
+        if broken:
+            _refuse(msg.replace("Megatron-LM's GPT model", "NeMo 1's GPT model"))
     if job.model.is_mla:
         _refuse(f"{job.model.name} uses multi-latent attention, which NeMo 1 lacks; use NeMo "
                 "2's DeepSeek recipe with the degrees of `--format megatron`")
@@ -136,12 +142,17 @@ def _model_shape(job, layout: Layout) -> dict:
         d.update(_dispatcher(layout))
         if m.num_shared_experts:
             d["moe_shared_expert_intermediate_size"] = m.num_shared_experts * m.expert_ffn
-        if m.num_dense_layers:
-            d["moe_layer_freq"] = [0] * m.num_dense_layers + [1] * m.num_moe_layers
+        if m.num_moe_layers != m.num_layers:
+            d["moe_layer_freq"] = [int(x) for x in m.moe_layers]
         if m.moe_capacity_factor != 1.0:
             d["moe_expert_capacity_factor"] = m.moe_capacity_factor
     if m.mtp_num_layers:
         d["mtp_num_layers"] = m.mtp_num_layers
+    kinds = m.attention_kinds
+    if "sliding" in kinds:   # Megatron-Core TransformerConfig: 1 = window layer, 0 = full
+        d["window_size"] = [m.window_size, 0]
+        if set(kinds) != {"sliding"}:
+            d["window_attn_skip_freq"] = [int(k == "sliding") for k in kinds]
     return d
 
 

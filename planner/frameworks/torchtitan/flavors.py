@@ -6,7 +6,9 @@ Source: torchtitan 0.2.2 (PyPI), torchtitan/models/{llama3,llama4,qwen3,deepseek
   int(2 * 4 * dim / 3)) / multiple_of) (model/model.py FeedForward);
 - llama4 MoE experts: int(ffn_dim_multiplier * int(2 * 4 * dim / 3)) / (top_k +
   num_shared_experts), rounded up to multiple_of (auto_scale_hidden_dim); one shared expert of
-  that width; MoE on every `interleave_moe_layer_step`-th layer ((layer_id + 1) % step == 0);
+  that width; MoE on every `interleave_moe_layer_step`-th layer ((layer_id + 1) % step == 0,
+  `moe_layer_freq`); the _irope flavors attend within 8192-token chunks on the RoPE layers
+  ((layer_id + 1) % 4 != 0, `layer_types`);
 - qwen3: hidden_dim and head_dim as given, MoE (moe_inter_dim) on every layer when enabled,
   tied embeddings where enable_weight_tying;
 - deepseek_v3: inter_dim (dense), moe_inter_dim (routed and shared experts), n_dense_layers
@@ -57,17 +59,23 @@ def _llama3(dim: int, layers: int, heads: int, kv: int | None, mult: float | Non
                      **_LLAMA)
 
 
-def _llama4(experts: int, step: int, name: str) -> ModelSpec:
+def _llama4(experts: int, step: int, name: str, *, chunk: int | None = None) -> ModelSpec:
     dim, mult, multiple_of, top_k, shared = 5120, 1.2, 2048, 1, 1
     expert = int(mult * int(2 * 4 * dim / 3)) // (top_k + shared)
     expert += -expert % multiple_of
     layers = 48
-    moe_layers = sum(1 for i in range(layers) if (i + 1) % step == 0)
+    pattern = tuple(1 if (i + 1) % step == 0 else 0 for i in range(layers))
+    freq = {"moe_layer_freq": pattern} if 0 in pattern else {}
+    # iRoPE: use_rope = (layer_id + 1) % every_n_layers_nope (4) != 0; the RoPE layers attend
+    # within fixed_attn_block_size chunks, the NoPE layers to the whole sequence
+    irope = {} if chunk is None else {
+        "attention_chunk_size": chunk,
+        "layer_types": tuple("chunked" if (i + 1) % 4 else "full" for i in range(layers))}
     return ModelSpec(name=name, num_layers=layers, hidden_size=dim,
                      ffn_hidden_size=_llama_ffn(dim, mult, multiple_of), num_attention_heads=40,
                      num_kv_heads=8, vocab_size=202048, seq_length=8192, rotary_base=500000.0,
                      num_experts=experts, moe_top_k=top_k, moe_ffn_hidden_size=expert,
-                     num_shared_experts=shared, num_dense_layers=layers - moe_layers, **_LLAMA)
+                     num_shared_experts=shared, **freq, **irope, **_LLAMA)
 
 
 def _qwen3(dim: int, layers: int, heads: int, kv: int, hidden: int, name: str, *,
@@ -105,9 +113,12 @@ def _table() -> tuple[Flavor, ...]:
     maverick = _llama4(128, 2, "Llama 4 Maverick (17Bx128E)")
     l4 = [Flavor("llama4", "17bx16e", scout), Flavor("llama4", "17bx128e", maverick,
                                                      interleaved_moe=True),
-          Flavor("llama4", "17bx16e_irope", scout, attention="flex", chunked_attention=8192),
-          Flavor("llama4", "17bx128e_irope", maverick, attention="flex",
-                 chunked_attention=8192, interleaved_moe=True)]
+          Flavor("llama4", "17bx16e_irope", _llama4(16, 1, "Llama 4 Scout (17Bx16E)",
+                                                    chunk=8192),
+                 attention="flex", chunked_attention=8192),
+          Flavor("llama4", "17bx128e_irope", _llama4(128, 2, "Llama 4 Maverick (17Bx128E)",
+                                                     chunk=8192),
+                 attention="flex", chunked_attention=8192, interleaved_moe=True)]
     q3 = [Flavor("qwen3", f, _qwen3(*shape, name=f"Qwen3-{f}", tied=tied))
           for f, shape, tied in (("0.6B", (1024, 28, 16, 8, 3072), True),
                                  ("1.7B", (2048, 28, 16, 8, 6144), True),
@@ -148,7 +159,8 @@ def flavors_of(name: str) -> list[str]:
 def _shape(m: ModelSpec) -> tuple:
     return (m.num_layers, m.hidden_size, m.ffn, m.num_attention_heads, m.kv_heads, m.head_dim,
             m.vocab_size, m.gated, m.tied_embeddings, m.num_experts or 0, m.expert_ffn,
-            m.moe_top_k if m.is_moe else 0, m.num_shared_experts, m.num_dense_layers,
+            m.moe_top_k if m.is_moe else 0, m.num_shared_experts, m.moe_layers,
+            m.attention_kinds,
             m.q_lora_rank, m.kv_lora_rank, m.qk_head_dim, m.v_head_dim)
 
 

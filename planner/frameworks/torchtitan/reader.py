@@ -472,16 +472,8 @@ def _flavor_rules(found: Flavor | None, cp: int, seq: int, pp: int,
                              f"(attn_type {found.attention}): torchtitan's context parallelism "
                              "runs only with sdpa attention (it raises); pick an sdpa flavor or "
                              "cp 1", "error"))
-    if found.chunked_attention and seq > found.chunked_attention:
-        out.append(Violation("torchtitan-approximated",
-                             f"{found.flavor} attends within {found.chunked_attention}-token "
-                             "chunks on 3 of 4 layers; planner counts full causal attention "
-                             "(an upper bound)", "warning"))
-    if found.interleaved_moe and pp > 1:
-        out.append(Violation("torchtitan-approximated",
-                             f"{found.flavor} alternates dense and MoE layers; planner places the "
-                             "dense layers first, so per-stage memory and time are approximate",
-                             "warning"))
+    # chunked attention (the _irope flavors' layer_types) and the interleaved MoE layers
+    # (moe_layer_freq) are modelled layer by layer: no approximation to report
 
 
 def _world(par: dict, ov: Overrides, hardware, source: str) -> tuple[int, int, dict]:
