@@ -388,6 +388,8 @@ def validate(
     html: HtmlOpt = None,
     set_values: Annotated[list[str] | None, typer.Option("--set", help="NAME=VALUE: a value a launch script takes from the environment, or from $1, $2 ... (NAME 1, 2 ...); repeatable.")] = None,
     vocab_size: Annotated[int | None, typer.Option("--vocab-size", help="The model's vocabulary size, where the file's tokenizer is unknown (replaces the one it implies).")] = None,
+    global_batch_size: Annotated[int | None, typer.Option("--global-batch-size", help="Sequences per step, for a DeepSpeed ds_config's \"auto\" train_batch_size (the Hugging Face Trainer's value).")] = None,
+    micro_batch_size: Annotated[int | None, typer.Option("--micro-batch-size", help="Sequences per GPU per micro-step, for a ds_config's \"auto\" train_micro_batch_size_per_gpu (the Trainer's per_device_train_batch_size).")] = None,
 ) -> None:
     """Check a config rule by rule (ours and its framework's) and estimate its memory."""
 
@@ -399,7 +401,8 @@ def validate(
         wanted = _show(show, allowed=("schedule", "memory", "time", "grid"), json_out=json_out)
         sets = tuple(parse_set(s) for s in set_values or ())
         imported = load_any(config, model=model, hardware=hardware, gpus=gpus, nodes=nodes,
-                            sets=sets, vocab_size=vocab_size)
+                            sets=sets, vocab_size=vocab_size,
+                            global_batch_size=global_batch_size, micro_batch_size=micro_batch_size)
         from planner.frameworks.engines.reader import SERVE_FORMATS
         if imported.format in SERVE_FORMATS:
             if tokens is not None:

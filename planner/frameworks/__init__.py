@@ -89,12 +89,16 @@ def _serving_format(text: str, suffix: str, source: Path) -> str | None:
 
 def load_any(path: str | Path, *, model: str | None = None, hardware: str | None = None,
              gpus: int | None = None, nodes: int | None = None,
-             sets: tuple[tuple[str, str], ...] = (), vocab_size: int | None = None) -> Imported:
+             sets: tuple[tuple[str, str], ...] = (), vocab_size: int | None = None,
+             global_batch_size: int | None = None,
+             micro_batch_size: int | None = None) -> Imported:
     """Read `path` in whatever format it is; options fill or override what it lacks.
     `sets`: (NAME, VALUE) pairs a launch script takes from its environment or arguments;
-    `vocab_size`: the model's vocabulary size."""
+    `vocab_size`: the model's vocabulary size; `global_batch_size`/`micro_batch_size`: the
+    values a ds_config leaves "auto" (the Hugging Face Trainer's)."""
     ov = Overrides(model=model, hardware=hardware, gpus=gpus, nodes=nodes, sets=tuple(sets),
-                   vocab_size=vocab_size)
+                   vocab_size=vocab_size, global_batch_size=global_batch_size,
+                   micro_batch_size=micro_batch_size)
     p = Path(path)
     with read_budget(str(p)), suggestion_budget():
         fmt = detect_format(p)
@@ -107,6 +111,13 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
                 raise SpecError(f"--set gives a launch script's variables; {short(str(p))} is "
                                 "a serving YAML, which has none: remove --set", field="--set")
             return _serve(p, fmt, ov)
+        batch = next((f for f, v in (("--global-batch-size", ov.global_batch_size),
+                                     ("--micro-batch-size", ov.micro_batch_size))
+                      if v is not None), None)
+        if batch and fmt != "deepspeed":
+            raise SpecError(f"{batch} fills the \"auto\" batch keys of a DeepSpeed ds_config; "
+                            f"{short(str(p))} is a {fmt} config, which sets its own batch: "
+                            f"remove {batch} (change the batch in the file)", field=batch)
         if ov.sets and not _is_script(p, fmt):
             raise SpecError(f"--set gives a launch script's variables; {short(str(p))} is a "
                             f"{fmt} config, which has none: remove --set", field="--set")

@@ -110,6 +110,9 @@ _LAUNCHERS_NODES = ("--nnodes", "--num_nodes", "--num-nodes", "--nodes", "-N")
 _VARS_PER_NODE = ("GPUS_PER_NODE", "NPROC_PER_NODE", "NUM_GPUS_PER_NODE", "GPUS_PER_NODE_NUM",
                   "SLURM_GPUS_PER_NODE")
 _VARS_NODES = ("NNODES", "NUM_NODES", "N_NODES", "NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+# a total GPU count the script keeps for itself (its own arithmetic, its hostfile): the world
+# size when neither the launcher nor a node-count variable gives one
+_VARS_WORLD = ("NUM_GPUS", "TOTAL_GPUS", "N_GPUS", "NGPUS", "GPU_NUM", "NUM_GPU", "WORLD_SIZE")
 _PRINTERS = frozenset({"echo", "printf", "print", "cat", "tee", "logger", ":", "log", "info"})
 _TRAINING_ENTRY = re.compile(r"(^|/)(pretrain\w*|\w*train\w*|finetune\w*|sft\w*)\.py$")
 
@@ -394,6 +397,15 @@ def world_size(found: Launch, ov: Overrides, hardware, source: str,
     world = None
     if per_node is None and "WORLD_SIZE" in script.variables:
         world = number("the world size (WORLD_SIZE)", script.var("WORLD_SIZE"))
+    if world is None and (nodes is None or per_node is None) and ov.nodes is None:
+        var = next((v for v in _VARS_WORLD if v in script.variables), None)
+        world = number(f"the world size ({var})", script.var(var)) if var else None
+        if world is not None:
+            out.append(Violation("megatron-world-from-variable",
+                                 "the launcher does not give the world size; planner took the "
+                                 f"script's {var}={world} (give --gpus N or --nodes N to plan "
+                                 "another)", "warning"))
+            per_node = nodes = None
     if _is_torchrun(words):                        # torchrun's defaults: 1 node, 1 process
         per_node = 1 if per_node is None and world is None else per_node
         nodes = 1 if nodes is None else nodes
@@ -516,7 +528,7 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
                       flags.int("--num-query-groups", fix=fix)
                       if flags.has("--group-query-attention") else None),
         kv_channels=flags.int("--kv-channels", fix=fix),
-        vocab_size=_vocab(flags, ov, source, deepspeed),
+        vocab_size=_vocab(flags, ov, source, deepspeed, out),
         activation=("swiglu" if flags.has("--swiglu") else
                     "squared_relu" if flags.has("--squared-relu") else "gelu"),
         tied_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
@@ -537,13 +549,30 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
     return inline_model(fields, source=source, fmt=f"{dialect} flags")
 
 
-def _vocab(flags: Flags, ov: Overrides, source: str, deepspeed: bool = False) -> int:
+GPT2_VOCAB = 50257
+"""GPT-2's byte-level BPE: 50,257 tokens (Radford et al. 2019, "Language Models are
+Unsupervised Multitask Learners", section 2.3; the `gpt2` vocab.json of openai-community/gpt2)."""
+
+
+def _vocab(flags: Flags, ov: Overrides, source: str, deepspeed: bool = False,
+           out: list[Violation] | None = None) -> int:
     """--vocab-size (planner's) first; else the tokenizer's, as Megatron builds it (BigScience's
-    Megatron-DeepSpeed: --pad-vocab-size-to, the padded vocabulary itself)."""
+    Megatron-DeepSpeed: --pad-vocab-size-to, the padded vocabulary itself). --vocab-file with
+    --merge-file and no --tokenizer-type is the GPT-2 BPE of Megatron-DeepSpeed's scripts:
+    GPT-2's 50,257 tokens, with a note."""
     if ov.vocab_size is not None:
         return ov.vocab_size
     if deepspeed and flags.has("--pad-vocab-size-to"):
         return flags.int("--pad-vocab-size-to", fix="set it in the script")
+    if not flags.has("--tokenizer-type") and flags.has("--vocab-file") \
+            and flags.has("--merge-file") and not flags.has("--vocab-size"):
+        if out is not None:
+            out.append(Violation(f"{'deepspeed' if deepspeed else 'megatron'}-gpt2-vocabulary",
+                                 f"--vocab-file {_short(flags.shown('--vocab-file'), 40)} with "
+                                 "--merge-file and no --tokenizer-type is GPT-2's BPE: planner "
+                                 f"takes GPT-2's vocabulary, {GPT2_VOCAB:,} tokens (give "
+                                 "--vocab-size V for another)", "warning"))
+        return GPT2_VOCAB
     fix = "set it in the script, or give --vocab-size V (or --model)"
     tokenizer = (flags.maybe("--tokenizer-type"), flags.maybe("--tokenizer-model"),
                  flags.maybe("--vocab-file"))

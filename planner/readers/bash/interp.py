@@ -82,6 +82,7 @@ class Script:
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     unused_env: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)   # files it reads that were not found
 
     def var(self, name: str) -> str | None:
         value = self.variables.get(name)
@@ -130,6 +131,7 @@ class _Shell:
         self.sourced: list[str] = []
         self.notes: list[str] = []
         self.problems: list[str] = []
+        self.missing: list[str] = []
         self.read_file = read_file
         self.deadline = time.monotonic() + budget_s
         self.budget_s = budget_s
@@ -658,7 +660,10 @@ class _Shell:
             return self.files[key]
         if unresolved_names(path) or self.read_file is None:
             return None
-        return self.read_file(path)
+        text = self.read_file(path)
+        if text is None and path not in self.missing:
+            self.missing.append(path)
+        return text
 
     def builtin(self, fields: list[str], node: _Simple, depth: int,
                 stdin: str | None) -> tuple[_St | None, str | None]:
