@@ -1,6 +1,7 @@
 """Read a training config in any format `validate` knows into a Job and a Layout.
 
-Formats: our own YAML (`planner`), a Megatron-LM launch script or argument file (`megatron`),
+Formats: our own YAML (`planner`), a Megatron-LM launch script or argument file, or its
+functional-test model_config.yaml (ENV_VARS + MODEL_ARGS) (`megatron`),
 a NeMo YAML (`nemo`; NeMo 2 recipes come back as format `nemo2`), a DeepSpeed ds_config.json
 or Megatron-DeepSpeed launch script (`deepspeed`) and a torchtitan TOML (`torchtitan`).
 Serving deployments (planner/frameworks/engines/reader.py): a serving YAML with a `serving:` section
@@ -61,7 +62,10 @@ def detect_format(path: str | Path) -> str:
     if suffix in _SCRIPT_EXT:
         return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
     if suffix in (".yaml", ".yml"):
-        return "nemo" if nemo.looks_like_nemo(_yaml(text, p)) else "planner"
+        data = _yaml(text, p)
+        if megatron.looks_like_model_config(data):
+            return "megatron"
+        return "nemo" if nemo.looks_like_nemo(data) else "planner"
     if text.lstrip().startswith(("#!", "--")) or megatron.looks_like_megatron(text):
         return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
     headers = ("[training]", "[parallelism]", "[model]")
@@ -155,6 +159,10 @@ def _serve(p: Path, fmt: str, ov: Overrides):
 
 def _framework(p: Path, fmt: str, ov: Overrides) -> Imported:
     if fmt == "megatron":
+        if p.suffix.lower() in (".yaml", ".yml"):
+            data = read_yaml(p, what="Megatron-LM test config")
+            if megatron.looks_like_model_config(data):
+                return megatron.load_model_config(p, data, ov)
         return megatron.load(p, read_text(p, what="Megatron-LM script"), ov)
     if fmt == "torchtitan":
         data = torchtitan.parse_toml(p, read_text(p, what="torchtitan config"))

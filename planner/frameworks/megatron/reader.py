@@ -415,6 +415,72 @@ def world_size(found: Launch, ov: Overrides, hardware, source: str,
                                  "GPUS_PER_NODE/NNODES variables)")
 
 
+# ------------------------------------------------------------------------------ test configs
+
+# the top-level keys of Megatron-LM's functional-test model_config.yaml
+# (tests/functional_tests/test_cases/*/*/model_config.yaml) that are the test harness's, not
+# the training run's
+_HARNESS_KEYS = ("TEST_TYPE", "METRICS", "MODE", "SPEC", "THROUGHPUT_TEST_PARAMS", "BASE_MODEL",
+                 "IS_STABLE", "N_REPEAT", "ARGUMENTS", "GOLDEN_VALUES", "EXPECTED_METRICS")
+
+
+def looks_like_model_config(data) -> bool:
+    """Megatron-LM's functional-test model_config.yaml: a MODEL_ARGS mapping of flags."""
+    return isinstance(data, dict) and isinstance(data.get("MODEL_ARGS"), dict)
+
+
+def model_config_text(data: dict, source: str) -> tuple[str, list[Violation]]:
+    """The model_config.yaml as the argument file it stands for: ENV_VARS exported, then
+    MODEL_ARGS as `--flag value` (true: the flag alone; false/null: left out, as the test
+    launcher does; a list: its values). Other top-level keys are the harness's: a note."""
+    import shlex
+    out: list[Violation] = []
+    env = data.get("ENV_VARS") or {}
+    if not isinstance(env, dict):
+        raise SpecError(f"{source}: ENV_VARS must be a mapping of NAME: value; fix it",
+                        field="ENV_VARS")
+    lines = [f"export {k}={shlex.quote(_scalar(v))}" for k, v in env.items()
+             if re.fullmatch(r"[A-Za-z_]\w*", str(k)) and v is not None]
+    for flag, value in data["MODEL_ARGS"].items():
+        flag = str(flag)
+        if value is False or value is None:
+            continue
+        if value is True:
+            lines.append(flag)
+        elif isinstance(value, list):
+            lines.append(" ".join([flag] + [shlex.quote(_scalar(v)) for v in value]))
+        else:
+            lines.append(f"{flag} {shlex.quote(_scalar(value))}")
+    ignored = [str(k) for k in data if k not in ("ENV_VARS", "MODEL_ARGS")]
+    if ignored:
+        known = [k for k in ignored if k in _HARNESS_KEYS]
+        other = [k for k in ignored if k not in _HARNESS_KEYS]
+        said = ", ".join(known + other)
+        out.append(Violation("megatron-test-config-keys",
+                             f"{_short(said, 120)}: Megatron-LM's functional-test harness keys "
+                             "(the test type, golden metrics ...), not training settings; "
+                             "planner reads ENV_VARS and MODEL_ARGS only", "warning"))
+    return "\n".join(lines) + "\n", out
+
+
+def _scalar(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        raise SpecError(f"a MODEL_ARGS value {_short(str(value))} is a nested structure; a "
+                        "flag takes plain values", field="MODEL_ARGS", value=_short(str(value)))
+    return str(value)
+
+
+def load_model_config(path: str | Path, data: dict, ov: Overrides) -> Imported:
+    """Megatron-LM's functional-test model_config.yaml, read as the Megatron launch it
+    configures; the world size from --gpus/--nodes or a NUM_GPUS-style ENV_VARS entry."""
+    text, notes = model_config_text(data, str(path))
+    imported = load(path, text, ov)
+    imported.violations.extend(notes)
+    return imported
+
+
 # ------------------------------------------------------------------------------ the model
 
 _PATTERN_CHARS = re.compile(r"[^,\d\[\]\(\)\+\*\s]")
