@@ -3,7 +3,8 @@
 Formats: our own YAML (`planner`), a Megatron-LM launch script or argument file, or its
 functional-test model_config.yaml (ENV_VARS + MODEL_ARGS) (`megatron`),
 a NeMo YAML (`nemo`; NeMo 2 recipes come back as format `nemo2`), a DeepSpeed ds_config.json
-or Megatron-DeepSpeed launch script (`deepspeed`) and a torchtitan TOML (`torchtitan`).
+or Megatron-DeepSpeed launch script (`deepspeed`) and a torchtitan TOML or Python
+config_registry.py, read with ast and never run (`torchtitan`).
 Serving deployments (planner/frameworks/engines/reader.py): a serving YAML with a `serving:` section
 (`serve`) and the launch commands of vLLM, SGLang and TensorRT-LLM (`vllm`, `sglang`,
 `trtllm`); `load_any` returns a `ServeImported` for those.
@@ -45,8 +46,8 @@ def detect_format(path: str | Path) -> str:
     """One of FORMATS, from the extension and (where that is not enough) the content."""
     p = Path(path)
     suffix = p.suffix.lower()
-    if suffix == ".toml":
-        return "torchtitan"
+    if suffix in (".toml", ".py"):
+        return "torchtitan"           # .py: a config_registry.py, read with ast (pyconfig.py)
     text = read_text(p, what="config")
     if suffix == ".json" or (text.lstrip().startswith("{") and suffix not in _SCRIPT_EXT):
         data = deepspeed.parse_json(p, text, what="config", trailing=True)[0] \
@@ -132,8 +133,8 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
 
 
 def _is_script(p: Path, fmt: str) -> bool:
-    if fmt == "megatron":
-        return True
+    if fmt == "megatron" or (fmt == "torchtitan" and p.suffix.lower() == ".py"):
+        return True                   # a torchtitan .py takes --set config=NAME
     if fmt != "deepspeed" or p.suffix.lower() in (".json", ".yaml", ".yml"):
         return False
     return not read_text(p, what="DeepSpeed config").lstrip().startswith("{")
@@ -164,6 +165,8 @@ def _framework(p: Path, fmt: str, ov: Overrides) -> Imported:
             if megatron.looks_like_model_config(data):
                 return megatron.load_model_config(p, data, ov)
         return megatron.load(p, read_text(p, what="Megatron-LM script"), ov)
+    if fmt == "torchtitan" and p.suffix.lower() == ".py":
+        return _torchtitan_python(p, ov)
     if fmt == "torchtitan":
         data = torchtitan.parse_toml(p, read_text(p, what="torchtitan config"))
         check_tree(data, what="torchtitan config", source=short(str(p), 200))
@@ -176,6 +179,23 @@ def _framework(p: Path, fmt: str, ov: Overrides) -> Imported:
             return deepspeed.load(p, read_yaml(p, what="ds_config"), ov)
         return deepspeed.load_script(p, text, ov)
     return nemo.load(p, read_yaml(p, what="NeMo config"), ov)
+
+
+def _torchtitan_python(p: Path, ov: Overrides) -> Imported:
+    """A torchtitan config_registry.py (planner/frameworks/torchtitan/pyconfig.py): the config
+    --set config=NAME names, or the only one; read with ast, never run."""
+    from planner.frameworks.torchtitan.pyconfig import read_python_config
+    other = [name for name, _ in ov.sets if name != "config"]
+    if other:
+        raise SpecError(f"--set {other[0]}=...: a torchtitan Python config takes only --set "
+                        "config=NAME (the registry function to read); remove it",
+                        field="--set", value=other[0])
+    data, _, notes = read_python_config(p, read_text(p, what="torchtitan config"),
+                                        ov.env.get("config"))
+    check_tree(data, what="torchtitan config", source=short(str(p), 200))
+    imported = torchtitan.load(p, data, replace(ov, sets=()))
+    imported.violations.extend(notes)
+    return imported
 
 
 def _planner(p: Path, ov: Overrides) -> Imported:
