@@ -63,15 +63,20 @@ def test_the_scripts_own_num_gpus_is_the_world_size_with_a_note():
     ("GPUS_PER_NODE=8\nNUM_NODES=3\n", 24),     # per node x nodes, as before
     ("WORLD_SIZE=40\n", 40),
 ], ids=["NUM_GPUS", "TOTAL_GPUS", "per-node-x-nodes", "WORLD_SIZE"])
-def test_world_size_variables(tmp_path, text, world):
+def test_world_size_variables(tmp_path, text, world, launcher="deepspeed"):
     (tmp_path / "ds.json").write_text('{"train_micro_batch_size_per_gpu": 1, '
                                       '"bf16": {"enabled": true}}')
     script = tmp_path / "run.sh"
-    script.write_text(text + "deepspeed pretrain_gpt.py --num-layers 2 --hidden-size 256 "
+    script.write_text(text + f"{launcher} pretrain_gpt.py --num-layers 2 --hidden-size 256 "
                       "--num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
                       "--micro-batch-size 1 --vocab-size 1000 --deepspeed --deepspeed_config "
                       "ds.json\n")
     assert load_any(script).job.num_gpus == world
+
+
+def test_torchruns_own_count_wins_over_a_total_variable(tmp_path):
+    # torchrun --nproc-per-node 8 without --nnodes runs one node: 8 GPUs, whatever NUM_GPUS says
+    test_world_size_variables(tmp_path, "NUM_GPUS=64\n", 8, launcher="torchrun --nproc-per-node 8")
 
 
 def test_gpt2_vocab_and_merge_files_without_a_tokenizer_type_are_gpt2s_50257():

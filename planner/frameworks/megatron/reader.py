@@ -397,7 +397,8 @@ def world_size(found: Launch, ov: Overrides, hardware, source: str,
     world = None
     if per_node is None and "WORLD_SIZE" in script.variables:
         world = number("the world size (WORLD_SIZE)", script.var("WORLD_SIZE"))
-    if world is None and (nodes is None or per_node is None) and ov.nodes is None:
+    if world is None and (nodes is None or per_node is None) and ov.nodes is None \
+            and not _is_torchrun(words):          # torchrun's defaults give its world size
         var = next((v for v in _VARS_WORLD if v in script.variables), None)
         world = number(f"the world size ({var})", script.var(var)) if var else None
         if world is not None:
