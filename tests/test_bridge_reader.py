@@ -63,3 +63,28 @@ def test_detection(tmp_path, text, fmt):
     path = tmp_path / "c.yaml"
     path.write_text(text)
     assert detect_format(path) == fmt
+
+
+RECIPE = DATA / "recipe_small_gpt_container.yaml"
+
+
+def test_an_override_over_a_whole_container_keeps_what_it_does_not_set(tmp_path):
+    path = tmp_path / "override.yaml"
+    path.write_text("model:\n  tensor_model_parallel_size: 4\n  context_parallel_size: 1\n"
+                    "train:\n  global_batch_size: 512\n")
+    imported = load_any(path, model=str(RECIPE), gpus=64)
+    lay, job = imported.layout, imported.job
+    # tp 4 and cp 1 from the override, pp 1 from the recipe: dp = 64 / 4 = 16
+    assert (lay.tp, lay.pp, lay.cp, lay.dp) == (4, 1, 1, 16)
+    assert lay.micro_batch_size == 2 and lay.zero == 1 and lay.sp      # the recipe's
+    assert job.training.global_batch_size == 512 and job.training.seq_length == 4096
+    assert job.model.num_layers == 16 and job.model.vocab_size == 32000
+    (note,) = _rules(imported)["bridge-overrides"]
+    assert "overrides of the recipe" in note
+
+
+def test_an_override_can_break_its_recipe_as_bridge_would_say():
+    # the performance override sets model.seq_length 8192; the recipe's dataset keeps 4096
+    imported = load_any(DATA / "perf_overrides_tp4_pp2.yaml", model=str(RECIPE), gpus=64)
+    (msg,) = _rules(imported)["bridge-seq-length-mismatch"]
+    assert "(8192) must equal dataset.seq_length (4096)" in msg

@@ -671,7 +671,13 @@ def load(path: str | Path, data: Any, ov: Overrides) -> Imported:
     """Read a NeMo YAML already parsed (`looks_like_nemo(data)` holds)."""
     from planner.frameworks.nemo import bridge
     source = str(path)
+    recipe = bridge.recipe_under(data, ov, base=Path(source).parent)
+    notes: list[Violation] = []
+    if recipe is not None:
+        data, ov, notes = recipe
     data = prepare(data, ov)
     if bridge.looks_like_bridge(data):
-        return bridge.load(source, data, ov)
+        imported = bridge.load(source, data, ov)
+        imported.violations.extend(notes)
+        return imported
     return _nemo2(data, ov, source) if is_nemo2(data) else _nemo1(data, ov, source)
