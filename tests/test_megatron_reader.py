@@ -79,3 +79,9 @@ def test_a_list_value_is_the_flags_values(tmp_path):
                                  "--recompute-modules": ["mlp", "core_attn"]}))
     assert imported.layout.recompute == "selective"
     assert set(imported.layout.recompute_modules) == {"mlp", "core_attn"}
+
+
+def test_a_model_args_key_that_is_not_a_flag_is_named(tmp_path):
+    imported = load_any(_config(tmp_path, {"NUM_GPUS": 1}, {"num-layers": 4}))
+    msgs = [v.message for v in imported.violations if v.rule == "megatron-test-config-keys"]
+    assert any("'num-layers' is not a flag" in m for m in msgs)

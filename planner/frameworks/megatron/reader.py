@@ -444,6 +444,12 @@ def model_config_text(data: dict, source: str) -> tuple[str, list[Violation]]:
              if re.fullmatch(r"[A-Za-z_]\w*", str(k)) and v is not None]
     for flag, value in data["MODEL_ARGS"].items():
         flag = str(flag)
+        if not flag.startswith("-") or not re.fullmatch(r"-[-\w.]+", flag):
+            out.append(Violation("megatron-test-config-keys",
+                                 f"MODEL_ARGS key {_short(flag)!r} is not a flag (--name), so "
+                                 "it is no argument pretrain_gpt.py takes; write it as --name",
+                                 "error"))
+            continue
         if value is False or value is None:
             continue
         if value is True:
