@@ -392,6 +392,8 @@ def validate(
     osl: Annotated[int | None, typer.Option("--osl", help="Serving: generated tokens per request (replaces the '# planner serve:' osl).")] = None,
     concurrency: Annotated[str | None, typer.Option("--concurrency", help="Serving: requests in flight per engine instance, or max (default: max, what the KV cache holds).")] = None,
     acceptance_rate: Annotated[float | None, typer.Option("--acceptance-rate", help="Serving: the measured acceptance rate of a command's speculative decoding (MTP, EAGLE, draft model).")] = None,
+    global_batch_size: Annotated[int | None, typer.Option("--global-batch-size", help="Sequences per step, for a DeepSpeed ds_config's \"auto\" train_batch_size (the Hugging Face Trainer's value).")] = None,
+    micro_batch_size: Annotated[int | None, typer.Option("--micro-batch-size", help="Sequences per GPU per micro-step, for a ds_config's \"auto\" train_micro_batch_size_per_gpu (the Trainer's per_device_train_batch_size).")] = None,
 ) -> None:
     """Check a config rule by rule (ours and its framework's) and estimate its memory."""
 
@@ -407,7 +409,8 @@ def validate(
                           ("--acceptance-rate", acceptance_rate))
                          if value is not None)
         imported = load_any(config, model=model, hardware=hardware, gpus=gpus, nodes=nodes,
-                            sets=sets, vocab_size=vocab_size, workload=workload)
+                            sets=sets, vocab_size=vocab_size, workload=workload,
+                            global_batch_size=global_batch_size, micro_batch_size=micro_batch_size)
         from planner.frameworks.engines.reader import SERVE_FORMATS
         if imported.format in SERVE_FORMATS:
             if tokens is not None:

@@ -1,8 +1,10 @@
 """Read a training config in any format `validate` knows into a Job and a Layout.
 
-Formats: our own YAML (`planner`), a Megatron-LM launch script or argument file (`megatron`),
+Formats: our own YAML (`planner`), a Megatron-LM launch script or argument file, or its
+functional-test model_config.yaml (ENV_VARS + MODEL_ARGS) (`megatron`),
 a NeMo YAML (`nemo`; NeMo 2 recipes come back as format `nemo2`), a DeepSpeed ds_config.json
-or Megatron-DeepSpeed launch script (`deepspeed`) and a torchtitan TOML (`torchtitan`).
+or Megatron-DeepSpeed launch script (`deepspeed`) and a torchtitan TOML or Python
+config_registry.py, read with ast and never run (`torchtitan`).
 Serving deployments (planner/frameworks/engines/reader.py): a serving YAML with a `serving:` section
 (`serve`) and the launch commands of vLLM, SGLang and TensorRT-LLM (`vllm`, `sglang`,
 `trtllm`); `load_any` returns a `ServeImported` for those.
@@ -45,8 +47,8 @@ def detect_format(path: str | Path) -> str:
     """One of FORMATS, from the extension and (where that is not enough) the content."""
     p = Path(path)
     suffix = p.suffix.lower()
-    if suffix == ".toml":
-        return "torchtitan"
+    if suffix in (".toml", ".py"):
+        return "torchtitan"           # .py: a config_registry.py, read with ast (pyconfig.py)
     text = read_text(p, what="config")
     if suffix == ".json" or (text.lstrip().startswith("{") and suffix not in _SCRIPT_EXT):
         data = deepspeed.parse_json(p, text, what="config", trailing=True)[0] \
@@ -62,7 +64,10 @@ def detect_format(path: str | Path) -> str:
     if suffix in _SCRIPT_EXT:
         return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
     if suffix in (".yaml", ".yml"):
-        return "nemo" if nemo.looks_like_nemo(_yaml(text, p)) else "planner"
+        data = _yaml(text, p)
+        if megatron.looks_like_model_config(data):
+            return "megatron"
+        return "nemo" if nemo.looks_like_nemo(data) else "planner"
     if text.lstrip().startswith(("#!", "--")) or megatron.looks_like_megatron(text):
         return "deepspeed" if deepspeed.looks_like_megatron_deepspeed(text) else "megatron"
     headers = ("[training]", "[parallelism]", "[model]")
@@ -91,13 +96,17 @@ def _serving_format(text: str, suffix: str, source: Path) -> str | None:
 def load_any(path: str | Path, *, model: str | None = None, hardware: str | None = None,
              gpus: int | None = None, nodes: int | None = None,
              sets: tuple[tuple[str, str], ...] = (), vocab_size: int | None = None,
-             workload: tuple[tuple[str, str], ...] = ()) -> Imported:
+             workload: tuple[tuple[str, str], ...] = (),
+             global_batch_size: int | None = None,
+             micro_batch_size: int | None = None) -> Imported:
     """Read `path` in whatever format it is; options fill or override what it lacks.
     `sets`: (NAME, VALUE) pairs a launch script takes from its environment or arguments;
     `vocab_size`: the model's vocabulary size; `workload`: (--isl/--osl/--concurrency, value)
-    pairs for a serving launch command."""
+    pairs for a serving launch command; `global_batch_size`/`micro_batch_size`: the values a
+    ds_config leaves "auto" (the Hugging Face Trainer's)."""
     ov = Overrides(model=model, hardware=hardware, gpus=gpus, nodes=nodes, sets=tuple(sets),
-                   vocab_size=vocab_size, workload=tuple(workload))
+                   vocab_size=vocab_size, workload=tuple(workload),
+                   global_batch_size=global_batch_size, micro_batch_size=micro_batch_size)
     p = Path(path)
     with read_budget(str(p)), suggestion_budget():
         fmt = detect_format(p)
@@ -114,6 +123,13 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
             flag = ov.workload[0][0]
             raise SpecError(f"{flag} gives a serving workload; {short(str(p))} is a {fmt} "
                             f"training config: remove {flag}", field=flag, value=ov.workload[0][1])
+        batch = next((f for f, v in (("--global-batch-size", ov.global_batch_size),
+                                     ("--micro-batch-size", ov.micro_batch_size))
+                      if v is not None), None)
+        if batch and fmt != "deepspeed":
+            raise SpecError(f"{batch} fills the \"auto\" batch keys of a DeepSpeed ds_config; "
+                            f"{short(str(p))} is a {fmt} config, which sets its own batch: "
+                            f"remove {batch} (change the batch in the file)", field=batch)
         if ov.sets and not _is_script(p, fmt):
             raise SpecError(f"--set gives a launch script's variables; {short(str(p))} is a "
                             f"{fmt} config, which has none: remove --set", field="--set")
@@ -127,8 +143,8 @@ def load_any(path: str | Path, *, model: str | None = None, hardware: str | None
 
 
 def _is_script(p: Path, fmt: str) -> bool:
-    if fmt == "megatron":
-        return True
+    if fmt == "megatron" or (fmt == "torchtitan" and p.suffix.lower() == ".py"):
+        return True                   # a torchtitan .py takes --set config=NAME
     if fmt != "deepspeed" or p.suffix.lower() in (".json", ".yaml", ".yml"):
         return False
     return not read_text(p, what="DeepSpeed config").lstrip().startswith("{")
@@ -154,7 +170,13 @@ def _serve(p: Path, fmt: str, ov: Overrides):
 
 def _framework(p: Path, fmt: str, ov: Overrides) -> Imported:
     if fmt == "megatron":
+        if p.suffix.lower() in (".yaml", ".yml"):
+            data = read_yaml(p, what="Megatron-LM test config")
+            if megatron.looks_like_model_config(data):
+                return megatron.load_model_config(p, data, ov)
         return megatron.load(p, read_text(p, what="Megatron-LM script"), ov)
+    if fmt == "torchtitan" and p.suffix.lower() == ".py":
+        return _torchtitan_python(p, ov)
     if fmt == "torchtitan":
         data = torchtitan.parse_toml(p, read_text(p, what="torchtitan config"))
         check_tree(data, what="torchtitan config", source=short(str(p), 200))
@@ -167,6 +189,23 @@ def _framework(p: Path, fmt: str, ov: Overrides) -> Imported:
             return deepspeed.load(p, read_yaml(p, what="ds_config"), ov)
         return deepspeed.load_script(p, text, ov)
     return nemo.load(p, read_yaml(p, what="NeMo config"), ov)
+
+
+def _torchtitan_python(p: Path, ov: Overrides) -> Imported:
+    """A torchtitan config_registry.py (planner/frameworks/torchtitan/pyconfig.py): the config
+    --set config=NAME names, or the only one; read with ast, never run."""
+    from planner.frameworks.torchtitan.pyconfig import read_python_config
+    other = [name for name, _ in ov.sets if name != "config"]
+    if other:
+        raise SpecError(f"--set {other[0]}=...: a torchtitan Python config takes only --set "
+                        "config=NAME (the registry function to read); remove it",
+                        field="--set", value=other[0])
+    data, _, notes = read_python_config(p, read_text(p, what="torchtitan config"),
+                                        ov.env.get("config"))
+    check_tree(data, what="torchtitan config", source=short(str(p), 200))
+    imported = torchtitan.load(p, data, replace(ov, sets=()))
+    imported.violations.extend(notes)
+    return imported
 
 
 def _planner(p: Path, ov: Overrides) -> Imported:

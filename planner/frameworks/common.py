@@ -60,10 +60,10 @@ def check_world(n: int, *, source: str, what: str = "world size") -> int:
 
 @dataclass(frozen=True)
 class Overrides:
-    """`validate`'s --model/--hardware/--gpus/--nodes/--set/--vocab-size (None/() = not
-    given). `sets` are (NAME, VALUE) pairs in the order given. `workload`: a serving launch
-    command's --isl/--osl/--concurrency ((flag, value) pairs given; the command line does not
-    say them)."""
+    """`validate`'s --model/--hardware/--gpus/--nodes/--set/--vocab-size and
+    --global-batch-size/--micro-batch-size (None/() = not given). `sets` are (NAME, VALUE)
+    pairs in the order given. `workload`: a serving launch command's --isl/--osl/--concurrency
+    ((flag, value) pairs given; the command line does not say them)."""
 
     model: str | None = None
     hardware: str | None = None
@@ -73,11 +73,17 @@ class Overrides:
     vocab_size: int | None = None
     workload: tuple[tuple[str, str], ...] = ()
     planned: tuple[str, int] | None = None   # an export's `planner: hardware= num_gpus=` line
+    global_batch_size: int | None = None      # fill a ds_config's "auto" batch keys
+    micro_batch_size: int | None = None
 
     def __post_init__(self) -> None:
         for name, value, what in (("--gpus", self.gpus, "GPUs, as for num_gpus"),
                                   ("--nodes", self.nodes, "GPUs, as for num_gpus"),
-                                  ("--vocab-size", self.vocab_size, "as for vocab_size")):
+                                  ("--vocab-size", self.vocab_size, "as for vocab_size"),
+                                  ("--global-batch-size", self.global_batch_size,
+                                   "as for global_batch_size"),
+                                  ("--micro-batch-size", self.micro_batch_size,
+                                   "as for micro_batch_size")):
             if value is not None and not 1 <= value <= MAX_GPUS:
                 raise SpecError(f"{name} = {short(value)}: must be a whole number from 1 to "
                                 f"{MAX_GPUS:,} (limit: {what})", field=name, value=value)

@@ -7,7 +7,7 @@ sequence parallelism `sequence_parallel_size` (planned as cp with a2a); the rest
 DP = world / (tp*pp*sp). With a Megatron-DeepSpeed launch (a script passing `--deepspeed
 --deepspeed_config FILE`, read with the Megatron reader, or the script that follows the JSON in
 planner's own DeepSpeed export) the degrees, the model shape, the sequence length and the world
-size come from its flags (`--num-key-value-heads`, `--ds-sequence-parallel-size`,
+size come from its flags (`--num-key-value-heads`, `--ds-sequence-parallel-size` as cp with a2a, FPDT named as not modelled,
 `--no-pipeline-parallel`, `--zero-stage`...); its flags are not checked against a list (we have
 none for Megatron-DeepSpeed). A ds_config the script writes itself (`cat <<EOT > $DS_CONFIG`,
 `sed ... TEMPLATE > FILE`, `echo '{...}' > FILE`) is read from the script.
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -145,11 +145,79 @@ def _section(data: dict, key: str, source: str) -> dict:
     return value
 
 
-def _batch(data: dict, dp: int, source: str, out: list[Violation]) -> tuple[int, int]:
-    """(train_batch_size, micro batch), resolved as DeepSpeed does, with its assertion."""
-    tbs = _count(data, "train_batch_size", source)
-    mbs = _count(data, "train_micro_batch_size_per_gpu", source)
-    gas = _count(data, "gradient_accumulation_steps", source)
+# the Hugging Face Trainer's defaults for what a ds_config leaves "auto" (TrainingArguments:
+# per_device_train_batch_size 8, gradient_accumulation_steps 1; its DeepSpeed integration sets
+# train_batch_size = world * per_device_train_batch_size * gradient_accumulation_steps)
+HF_MICRO_BATCH = 8
+HF_GRAD_ACCUMULATION = 1
+
+
+def _auto_batch(data: dict, dp: int, ov: Overrides,
+                out: list[Violation]) -> tuple[int | None, int | None, int | None]:
+    """The batch keys with "auto" filled as the Trainer fills them: --micro-batch-size /
+    --global-batch-size, else its defaults; one note per "auto" key saying which. A number in
+    the file that an option replaces is a warning too."""
+    keys = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+    auto = {k for k in keys if data.get(k) == "auto"}
+    tbs, mbs, gas = (None if k in auto else data.get(k) for k in keys)
+    for key, given, flag in (("train_batch_size", ov.global_batch_size, "--global-batch-size"),
+                             ("train_micro_batch_size_per_gpu", ov.micro_batch_size,
+                              "--micro-batch-size")):
+        if given is not None and key not in auto and data.get(key) is not None \
+                and data.get(key) != given:
+            out.append(Violation("deepspeed-batch-replaced",
+                                 f"{flag} {given} replaces the ds_config's {key} "
+                                 f"{clip(repr(data.get(key)), 20)}", "warning"))
+    if ov.global_batch_size is not None:
+        tbs = ov.global_batch_size
+    if ov.micro_batch_size is not None:
+        mbs = ov.micro_batch_size
+    notes = []
+    if "train_micro_batch_size_per_gpu" in auto:
+        if ov.micro_batch_size is not None:
+            notes.append(f"train_micro_batch_size_per_gpu {mbs} from --micro-batch-size")
+        elif tbs is not None and "gradient_accumulation_steps" in auto:
+            mbs = max(1, tbs // dp)
+            notes.append(f"train_micro_batch_size_per_gpu {mbs} = train_batch_size {tbs} / "
+                         f"DP {dp} (gradient_accumulation_steps 1; give --micro-batch-size)")
+        elif tbs is None:
+            mbs = HF_MICRO_BATCH
+            notes.append(f"train_micro_batch_size_per_gpu {mbs}, the Trainer's default "
+                         "per_device_train_batch_size (give --micro-batch-size)")
+    if "gradient_accumulation_steps" in auto:
+        if tbs is not None and mbs is not None:
+            gas = max(1, tbs // (mbs * dp))
+            notes.append(f"gradient_accumulation_steps {gas} = {tbs} / ({mbs} x DP {dp})")
+        else:
+            gas = HF_GRAD_ACCUMULATION
+            notes.append(f"gradient_accumulation_steps {gas}, the Trainer's default")
+    if "train_batch_size" in auto:
+        if ov.global_batch_size is not None:
+            notes.append(f"train_batch_size {tbs} from --global-batch-size")
+        elif mbs is not None:
+            tbs = mbs * (gas or HF_GRAD_ACCUMULATION) * dp
+            notes.append(f"train_batch_size {tbs} = micro batch {mbs} x gradient accumulation "
+                         f"{gas or HF_GRAD_ACCUMULATION} x DP {dp}, as the Trainer computes it "
+                         "(give --global-batch-size)")
+    for note in notes:
+        out.append(Violation("deepspeed-auto-value",
+                             f"\"auto\" (filled by the Hugging Face Trainer, which planner does "
+                             f"not run): planner took {note}", "warning"))
+    return tbs, mbs, gas
+
+
+def _batch(data: dict, dp: int, source: str, out: list[Violation],
+           ov: Overrides | None = None) -> tuple[int, int]:
+    """(train_batch_size, micro batch), resolved as DeepSpeed does, with its assertion;
+    "auto" values (the Hugging Face Trainer's) filled by _auto_batch."""
+    filled = dict(data)
+    for key, value in zip(("train_batch_size", "train_micro_batch_size_per_gpu",
+                           "gradient_accumulation_steps"),
+                          _auto_batch(data, dp, ov or Overrides(), out)):
+        filled[key] = value
+    tbs = _count(filled, "train_batch_size", source)
+    mbs = _count(filled, "train_micro_batch_size_per_gpu", source)
+    gas = _count(filled, "gradient_accumulation_steps", source)
     if tbs is None and mbs is None:
         raise SpecError(f"{source}: neither train_batch_size nor train_micro_batch_size_per_gpu "
                         "is a number (DeepSpeed needs one of them); set them (\"auto\" is filled "
@@ -284,6 +352,7 @@ def _from_flags(flags: megatron.Flags, data: dict, stage: int, source: str,
                              "--sequence-parallel with tensor-model-parallel-size 1 does nothing; "
                              "drop the flag", "warning"))
         sp = False
+    _ulysses(flags, out)
     gran, _, num = read_recompute(flags, max(1, num_layers // max(1, pp)), out, "deepspeed")
     if gran == "none" and _section(data, "activation_checkpointing", source):
         gran = "full"
@@ -292,6 +361,26 @@ def _from_flags(flags: megatron.Flags, data: dict, stage: int, source: str,
                     etp=tp if flags.has("--enable-expert-tensor-parallelism")
                     or not flags.has("--num-experts") else 1, sp=sp,
                     recompute=gran, recompute_num_layers=num)
+
+
+_FPDT = ("--ds-sequence-parallel-fpdt", "--ds-sequence-parallel-fpdt-chunk-size",
+         "--ds-sequence-parallel-fpdt-offloading")
+
+
+def _ulysses(flags: megatron.Flags, out: list[Violation]) -> None:
+    """DeepSpeed-Ulysses (--ds-sequence-parallel-size N; Jacobs et al. 2023, arXiv 2309.14509)
+    splits the sequence over N ranks and exchanges heads with all-to-all: planned as cp N with
+    cp_comm_type a2a. Megatron-DeepSpeed's parallel_state (microsoft/Megatron-DeepSpeed,
+    megatron/core/parallel_state.py) takes the SP group out of the data-parallel ranks,
+    DP = world / (tp * pp * sp), and reduces gradients over sp * dp, as cp does here. FPDT
+    (its chunked, offloaded variant) is not modelled: a warning."""
+    given = [f for f in _FPDT if flags.has(f)]
+    if given:
+        out.append(Violation("deepspeed-fpdt-not-modelled",
+                             f"{' and '.join(given)}: DeepSpeed's FPDT (chunked, offloaded "
+                             "Ulysses attention) is not modelled; planner plans plain Ulysses "
+                             "(cp with all-to-all), so its activation memory is an upper bound",
+                             "warning"))
 
 
 def _flag_batch(flags: megatron.Flags, tbs: int, mbs: int, out: list[Violation]) -> None:
@@ -364,7 +453,7 @@ def load(path: str | Path, data: Any, ov: Overrides, *, launch: str | None = Non
         method = flags.text("--pp-partition-method", method, fix="set it in the script")
         num_gpus = megatron.world_size(found, ov, hardware, where, out)
     dp = max(1, num_gpus // (deg.tp * deg.pp * deg.cp))
-    tbs, mbs = _batch(data, dp, source, out)
+    tbs, mbs = _batch(data, dp, source, out, ov)
     if launch is not None or reading is not None:
         _flag_batch(flags, tbs, mbs, out)
     precision = _precision(data, source, out)
@@ -386,7 +475,33 @@ def load_text(path: str | Path, text: str, ov: Overrides) -> Imported:
     """A ds_config.json; a launch script after the JSON object (planner's DeepSpeed export
     writes both in one text) is read as the Megatron-DeepSpeed command."""
     data, rest = parse_json(path, text, what="ds_config", trailing=True)
-    return load(path, data, ov, launch=rest if rest.strip() else None)
+    note: list[Violation] = []
+    if rest.strip():
+        ov = _own_export_vocab(data, rest, ov, note)
+    imported = load(path, data, ov, launch=rest if rest.strip() else None)
+    imported.violations.extend(note)
+    return imported
+
+
+_OWN_VOCAB = re.compile(r"^# The vocabulary \((\d+)\) comes from the tokenizer", re.M)
+
+
+def _own_export_vocab(data: Any, rest: str, ov: Overrides, out: list[Violation]) -> Overrides:
+    """planner's own `--format deepspeed` export leaves the tokenizer to the user
+    ($TOKENIZER_MODEL) and says the vocabulary in its header: read back, that is the model's
+    (a note), unless --vocab-size or --model gives one."""
+    comment = data.get("_comment") if isinstance(data, dict) else None
+    first = comment[0] if isinstance(comment, list) and comment else comment
+    m = _OWN_VOCAB.search(rest)
+    if not (isinstance(first, str) and first.startswith("Generated by planner") and m) \
+            or ov.vocab_size is not None or ov.model is not None:
+        return ov
+    vocab = int(m.group(1))
+    out.append(Violation("deepspeed-export-vocabulary",
+                         f"planner's own DeepSpeed export: the vocabulary ({vocab:,}) is the one "
+                         "its header names (the tokenizer is $TOKENIZER_MODEL); give "
+                         "--vocab-size V for another", "warning"))
+    return replace(ov, vocab_size=vocab)
 
 
 def load_script(path: str | Path, text: str, ov: Overrides) -> Imported:
@@ -404,7 +519,8 @@ def load_script(path: str | Path, text: str, ov: Overrides) -> Imported:
                         field="--deepspeed_config")
     written, content = reading[0].script.file(raw)
     if written:
-        return load(source, _written(source, raw, content), ov, launch_source=source,
+        return load(source, _written(source, raw, content, reading[0].script.missing), ov,
+                    launch_source=source,
                     reading=reading)
     name = flags.text("--deepspeed_config", fix="name the ds_config file in the script") \
         or flags.text("--deepspeed-config", fix="name the ds_config file in the script")
@@ -418,9 +534,18 @@ def load_script(path: str | Path, text: str, ov: Overrides) -> Imported:
     return load(found, data, ov, launch_source=source, reading=reading)
 
 
-def _written(source: str, raw: str, content: str | None) -> Any:
-    """The ds_config a script writes itself, parsed; one error naming what is missing."""
+def _written(source: str, raw: str, content: str | None, missing: list[str]) -> Any:
+    """The ds_config a script writes itself, parsed; one error naming what is missing (the
+    template file a `sed ... TEMPLATE > FILE` fills, when it is not beside the script)."""
     shown = shell.display(raw)
+    if content is None and missing:
+        name = shell.display(missing[0])
+        where = Path(source).parent / name
+        raise SpecError(f"{source}: the script fills its ds_config {shown} from the template "
+                        f"file {name}, which is not beside the script (looked for {where} and "
+                        f"{name} in the working directory); put the template there or validate "
+                        "the generated ds_config.json with --model and --gpus",
+                        field="--deepspeed_config", value=name)
     if content is None:
         raise SpecError(f"{source}: the script writes its ds_config {shown} with a command "
                         "planner does not run; write it with a here-document (cat <<EOT > FILE) "

@@ -110,6 +110,9 @@ _LAUNCHERS_NODES = ("--nnodes", "--num_nodes", "--num-nodes", "--nodes", "-N")
 _VARS_PER_NODE = ("GPUS_PER_NODE", "NPROC_PER_NODE", "NUM_GPUS_PER_NODE", "GPUS_PER_NODE_NUM",
                   "SLURM_GPUS_PER_NODE")
 _VARS_NODES = ("NNODES", "NUM_NODES", "N_NODES", "NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+# a total GPU count the script keeps for itself (its own arithmetic, its hostfile): the world
+# size when neither the launcher nor a node-count variable gives one
+_VARS_WORLD = ("NUM_GPUS", "TOTAL_GPUS", "N_GPUS", "NGPUS", "GPU_NUM", "NUM_GPU", "WORLD_SIZE")
 _PRINTERS = frozenset({"echo", "printf", "print", "cat", "tee", "logger", ":", "log", "info"})
 _TRAINING_ENTRY = re.compile(r"(^|/)(pretrain\w*|\w*train\w*|finetune\w*|sft\w*)\.py$")
 
@@ -394,6 +397,16 @@ def world_size(found: Launch, ov: Overrides, hardware, source: str,
     world = None
     if per_node is None and "WORLD_SIZE" in script.variables:
         world = number("the world size (WORLD_SIZE)", script.var("WORLD_SIZE"))
+    if world is None and (nodes is None or per_node is None) and ov.nodes is None \
+            and not _is_torchrun(words):          # torchrun's defaults give its world size
+        var = next((v for v in _VARS_WORLD if v in script.variables), None)
+        world = number(f"the world size ({var})", script.var(var)) if var else None
+        if world is not None:
+            out.append(Violation("megatron-world-from-variable",
+                                 "the launcher does not give the world size; planner took the "
+                                 f"script's {var}={world} (give --gpus N or --nodes N to plan "
+                                 "another)", "warning"))
+            per_node = nodes = None
     if _is_torchrun(words):                        # torchrun's defaults: 1 node, 1 process
         per_node = 1 if per_node is None and world is None else per_node
         nodes = 1 if nodes is None else nodes
@@ -401,6 +414,78 @@ def world_size(found: Launch, ov: Overrides, hardware, source: str,
                          nodes=nodes, world=world,
                          missing="no world size (no torchrun --nnodes/--nproc-per-node, no "
                                  "GPUS_PER_NODE/NNODES variables)")
+
+
+# ------------------------------------------------------------------------------ test configs
+
+# the top-level keys of Megatron-LM's functional-test model_config.yaml
+# (tests/functional_tests/test_cases/*/*/model_config.yaml) that are the test harness's, not
+# the training run's
+_HARNESS_KEYS = ("TEST_TYPE", "METRICS", "MODE", "SPEC", "THROUGHPUT_TEST_PARAMS", "BASE_MODEL",
+                 "IS_STABLE", "N_REPEAT", "ARGUMENTS", "GOLDEN_VALUES", "EXPECTED_METRICS")
+
+
+def looks_like_model_config(data) -> bool:
+    """Megatron-LM's functional-test model_config.yaml: a MODEL_ARGS mapping of flags."""
+    return isinstance(data, dict) and isinstance(data.get("MODEL_ARGS"), dict)
+
+
+def model_config_text(data: dict, source: str) -> tuple[str, list[Violation]]:
+    """The model_config.yaml as the argument file it stands for: ENV_VARS exported, then
+    MODEL_ARGS as `--flag value` (true: the flag alone; false/null: left out, as the test
+    launcher does; a list: its values). Other top-level keys are the harness's: a note."""
+    import shlex
+    out: list[Violation] = []
+    env = data.get("ENV_VARS") or {}
+    if not isinstance(env, dict):
+        raise SpecError(f"{source}: ENV_VARS must be a mapping of NAME: value; fix it",
+                        field="ENV_VARS")
+    lines = [f"export {k}={shlex.quote(_scalar(v))}" for k, v in env.items()
+             if re.fullmatch(r"[A-Za-z_]\w*", str(k)) and v is not None]
+    for flag, value in data["MODEL_ARGS"].items():
+        flag = str(flag)
+        if not flag.startswith("-") or not re.fullmatch(r"-[-\w.]+", flag):
+            out.append(Violation("megatron-test-config-keys",
+                                 f"MODEL_ARGS key {_short(flag)!r} is not a flag (--name), so "
+                                 "it is no argument pretrain_gpt.py takes; write it as --name",
+                                 "error"))
+            continue
+        if value is False or value is None:
+            continue
+        if value is True:
+            lines.append(flag)
+        elif isinstance(value, list):
+            lines.append(" ".join([flag] + [shlex.quote(_scalar(v)) for v in value]))
+        else:
+            lines.append(f"{flag} {shlex.quote(_scalar(value))}")
+    ignored = [str(k) for k in data if k not in ("ENV_VARS", "MODEL_ARGS")]
+    if ignored:
+        known = [k for k in ignored if k in _HARNESS_KEYS]
+        other = [k for k in ignored if k not in _HARNESS_KEYS]
+        said = ", ".join(known + other)
+        out.append(Violation("megatron-test-config-keys",
+                             f"{_short(said, 120)}: Megatron-LM's functional-test harness keys "
+                             "(the test type, golden metrics ...), not training settings; "
+                             "planner reads ENV_VARS and MODEL_ARGS only", "warning"))
+    return "\n".join(lines) + "\n", out
+
+
+def _scalar(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        raise SpecError(f"a MODEL_ARGS value {_short(str(value))} is a nested structure; a "
+                        "flag takes plain values", field="MODEL_ARGS", value=_short(str(value)))
+    return str(value)
+
+
+def load_model_config(path: str | Path, data: dict, ov: Overrides) -> Imported:
+    """Megatron-LM's functional-test model_config.yaml, read as the Megatron launch it
+    configures; the world size from --gpus/--nodes or a NUM_GPUS-style ENV_VARS entry."""
+    text, notes = model_config_text(data, str(path))
+    imported = load(path, text, ov)
+    imported.violations.extend(notes)
+    return imported
 
 
 # ------------------------------------------------------------------------------ the model
@@ -560,7 +645,7 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
                       flags.int("--num-query-groups", fix=fix)
                       if flags.has("--group-query-attention") else None),
         kv_channels=flags.int("--kv-channels", fix=fix),
-        vocab_size=_vocab(flags, ov, source, deepspeed),
+        vocab_size=_vocab(flags, ov, source, deepspeed, out),
         # --quick-geglu sets gated_linear_unit (a 3-matrix gated MLP, as --swiglu)
         activation=("swiglu" if flags.has("--swiglu") or flags.has("--quick-geglu") else
                     "squared_relu" if flags.has("--squared-relu") else "gelu"),
@@ -585,13 +670,30 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
     return inline_model(fields, source=source, fmt=f"{dialect} flags")
 
 
-def _vocab(flags: Flags, ov: Overrides, source: str, deepspeed: bool = False) -> int:
+GPT2_VOCAB = 50257
+"""GPT-2's byte-level BPE: 50,257 tokens (Radford et al. 2019, "Language Models are
+Unsupervised Multitask Learners", section 2.3; the `gpt2` vocab.json of openai-community/gpt2)."""
+
+
+def _vocab(flags: Flags, ov: Overrides, source: str, deepspeed: bool = False,
+           out: list[Violation] | None = None) -> int:
     """--vocab-size (planner's) first; else the tokenizer's, as Megatron builds it (BigScience's
-    Megatron-DeepSpeed: --pad-vocab-size-to, the padded vocabulary itself)."""
+    Megatron-DeepSpeed: --pad-vocab-size-to, the padded vocabulary itself). --vocab-file with
+    --merge-file and no --tokenizer-type is the GPT-2 BPE of Megatron-DeepSpeed's scripts:
+    GPT-2's 50,257 tokens, with a note."""
     if ov.vocab_size is not None:
         return ov.vocab_size
     if deepspeed and flags.has("--pad-vocab-size-to"):
         return flags.int("--pad-vocab-size-to", fix="set it in the script")
+    if not flags.has("--tokenizer-type") and flags.has("--vocab-file") \
+            and flags.has("--merge-file") and not flags.has("--vocab-size"):
+        if out is not None:
+            out.append(Violation(f"{'deepspeed' if deepspeed else 'megatron'}-gpt2-vocabulary",
+                                 f"--vocab-file {_short(flags.shown('--vocab-file'), 40)} with "
+                                 "--merge-file and no --tokenizer-type is GPT-2's BPE: planner "
+                                 f"takes GPT-2's vocabulary, {GPT2_VOCAB:,} tokens (give "
+                                 "--vocab-size V for another)", "warning"))
+        return GPT2_VOCAB
     fix = "set it in the script, or give --vocab-size V (or --model)"
     tokenizer = (flags.maybe("--tokenizer-type"), flags.maybe("--tokenizer-model"),
                  flags.maybe("--vocab-file"))

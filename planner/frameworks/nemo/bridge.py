@@ -12,6 +12,11 @@ model's), `ddp` (DistributedDataParallelConfig: `grad_reduce_in_fp32`, `use_mega
 (a recipe name such as `bf16_with_fp8_current_scaling_mixed`, or a MixedPrecisionConfig
 mapping; it sets `grad_reduce_in_fp32` over the ddp section's, as Megatron-Bridge does).
 
+A partial override file (a performance or override YAML: some of those sections, no model
+shape) is read over --model: a whole ConfigContainer YAML there (a recipe written out with
+`to_yaml()`) is the recipe the file overrides (merged mapping by mapping, as OmegaConf.merge
+does); a preset, model YAML or config.json gives the model only, and the keys it does not set take
+ConfigContainer's defaults, not a recipe's (a warning says so; planner has no Bridge recipes).
 The file has no world size (torchrun's): --gpus/--nodes give it. Unknown keys in the top
 level, `train`, `ddp`, `optimizer` and `mixed_precision` are warnings (Bridge's dataclasses
 name every field; `model` holds provider-specific fields and is not checked key by key).
@@ -19,9 +24,11 @@ name every field; `model` holds provider-specific fields and is not checked key 
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from planner.errors import SpecError, Violation
+from planner.errors import SpecError, Violation, short
 from planner.frameworks.common import (
     Imported,
     Overrides,
@@ -32,6 +39,7 @@ from planner.frameworks.common import (
 )
 from planner.frameworks.nemo import mcore
 from planner.frameworks.nemo.mcore import Settings, as_bool, as_int
+from planner.io import read_yaml
 from planner.layout import Layout
 from planner.readers.omegaconf import Unresolved
 
@@ -49,10 +57,79 @@ _PRESETS = {
 _SECTIONS = ("train", "ddp", "optimizer", "mixed_precision")
 
 
+# ConfigContainer sections a planner config never has (ours: model, hardware, num_gpus,
+# training, parallel): one of them at the top level makes a (partial) Bridge file
+_BRIDGE_ONLY = ("train", "ddp", "optimizer", "mixed_precision", "comm_overlap", "dataset",
+                "scheduler", "checkpoint", "logger", "dist", "rng", "profiling", "tokenizer",
+                "peft", "validation")
+_PLANNER_ONLY = ("num_gpus", "parallel", "training", "hardware", "trainer")
+
+
 def looks_like_bridge(data: Any) -> bool:
-    """`model:` and `train:` mappings at the top level and no `trainer:` (NeMo's)."""
-    return (isinstance(data, dict) and "trainer" not in data
-            and isinstance(data.get("model"), dict) and isinstance(data.get("train"), dict))
+    """`model:` and `train:` mappings at the top level and no `trainer:` (NeMo's); or a partial
+    override file (a performance or override YAML: some ConfigContainer sections, no planner or
+    NeMo keys), read over the --model it overrides."""
+    if not isinstance(data, dict) or "trainer" in data:
+        return False
+    if isinstance(data.get("model"), dict) and isinstance(data.get("train"), dict):
+        return True
+    return (any(k in data for k in _BRIDGE_ONLY)
+            and not any(k in data for k in _PLANNER_ONLY)
+            and all(isinstance(v, (dict, str)) or v is None for v in data.values()))
+
+
+def _full(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("model"), dict) \
+        and isinstance(data.get("train"), dict)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """`over` on top of `base`, mapping by mapping (as OmegaConf.merge does)."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) \
+            and isinstance(out.get(key), dict) else value
+    return out
+
+
+def recipe_under(data: Any, ov: Overrides, *, base: Path):
+    """An override file whose --model is a whole ConfigContainer YAML (a recipe written out
+    with to_yaml()): (the override merged over it, the options without --model, a note);
+    None otherwise (--model is then a preset, model YAML or config.json)."""
+    model = data.get("model") if isinstance(data, dict) else None
+    shaped = isinstance(model, dict) and any(model.get(k) for k in ("num_layers", "hidden_size"))
+    if ov.model is None or shaped or not looks_like_bridge(data) \
+            or not ov.model.lower().endswith((".yaml", ".yml")):
+        return None
+    path = Path(ov.model)
+    if not path.is_absolute() and not path.is_file() and (base / path).is_file():
+        path = base / path
+    if not path.is_file():
+        return None
+    recipe = read_yaml(path, what="Megatron-Bridge recipe")
+    if not _full(recipe):
+        return None
+    note = Violation("bridge-overrides",
+                     f"read as Megatron-Bridge overrides of the recipe {short(str(path), 80)} "
+                     f"(--model): the file's {', '.join(map(str, data))} merged over it",
+                     "warning")
+    return _merge(recipe, data), replace(ov, model=None), [note]
+
+
+def _override_note(data: dict, model: dict, ov: Overrides, out: list[Violation]) -> None:
+    """A file that is not a whole ConfigContainer (no model shape of its own): the overrides
+    of --model; what it leaves out takes ConfigContainer's defaults, not a recipe's."""
+    if ov.model is None or any(model.get(k) for k in ("num_layers", "hidden_size")):
+        return
+    missing = [k for k in ("train", "ddp", "optimizer", "mixed_precision") if k not in data]
+    said = f" (no {', '.join(missing)} section{'s' if len(missing) > 1 else ''})" if missing \
+        else ""
+    out.append(Violation("bridge-overrides",
+                         f"read as Megatron-Bridge overrides of --model {ov.model}{said}: the "
+                         "keys the file does not set take ConfigContainer's defaults (tp/pp/cp "
+                         "1, micro batch 1, no distributed optimizer, bf16_mixed), not a "
+                         "recipe's (planner has no Bridge recipes); give the recipe's values "
+                         "in the file", "warning"))
 
 
 def _map(data: dict, key: str) -> dict:
@@ -139,6 +216,12 @@ def load(source: str, data: dict, ov: Overrides) -> Imported:
                              f"model.seq_length ({model_seq}) must equal dataset.seq_length "
                              f"({seq}) (Megatron-Bridge asserts)", "error"))
     hardware = hardware_of(ov)
+    _override_note(data, model, ov, out)
+    if ov.model is None and not any(model.get(k) for k in ("num_layers", "hidden_size")) \
+            and not _PRESETS.get(target(model)):
+        raise SpecError(f"{source}: a Megatron-Bridge override file without a model shape; give "
+                        "--model NAME (the preset, model YAML or HF config.json of the recipe "
+                        "it overrides)", field="model")
     spec = mcore_model(model, ov, source, seq, preset=_PRESETS.get(target(model)),
                        fmt="Megatron-Bridge", where="model", out=out)
     num_gpus = resolve_world(ov, hardware=hardware, source=source,

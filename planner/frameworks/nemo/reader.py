@@ -312,7 +312,10 @@ def _check_keys(data: dict, model: dict, out: list[Violation]) -> None:
                                    consequence="NeMo ignores it; remove it or fix the name"))
 
 
-def _vocab(model: dict, source: str) -> int:
+def _vocab(model: dict, source: str, ov: Overrides | None = None) -> int:
+    """--vocab-size first, then model.override_vocab_size, then the tokenizer's."""
+    if ov is not None and ov.vocab_size is not None:
+        return ov.vocab_size
     override = _int(model, "override_vocab_size", None, where="model")
     if override:
         return override
@@ -324,7 +327,8 @@ def _vocab(model: dict, source: str) -> int:
     vocab = vocab_from_tokenizer(*names)
     if vocab is None:
         raise SpecError(f"{source}: the vocabulary size is unknown (model.tokenizer type "
-                        f"{tok.get('type')!r}); give --model or model.override_vocab_size",
+                        f"{tok.get('type')!r}); give --vocab-size V, --model or "
+                        "model.override_vocab_size",
                         field="model.tokenizer")
     return vocab
 
@@ -350,7 +354,7 @@ def _nemo1_model(model: dict, ov: Overrides, source: str, seq: int | None,
         num_attention_heads=_int(model, "num_attention_heads", None, where=w),
         num_kv_heads=_int(model, "num_query_groups", None, where=w),
         kv_channels=_int(model, "kv_channels", None, where=w),
-        vocab_size=_vocab(model, source), activation=_ACTIVATIONS[act],
+        vocab_size=_vocab(model, source, ov), activation=_ACTIVATIONS[act],
         tied_embeddings=as_bool(model, "share_embeddings_and_output_weights", True, where=w),
         normalization=_NORMS.get(str(model.get("normalization", "layernorm")).lower(), "LayerNorm"),
         add_bias_linear=as_bool(model, "bias", True, where=w),
@@ -512,11 +516,11 @@ def mcore_model(config: dict, ov: Overrides, source: str, seq: int | None, *, pr
         raise SpecError(f"{source}: no model shape ({where} num_layers/hidden_size/"
                         "num_attention_heads, or a preset config class such as Llama3Config70B); "
                         "give --model", field="model")
-    vocab = _int(config, "vocab_size", None, where=where) or (
+    vocab = ov.vocab_size or _int(config, "vocab_size", None, where=where) or (
         get_preset(preset).vocab_size if preset else None)
     if not vocab:
         raise SpecError(f"{source}: the vocabulary size is unknown (no {where}.vocab_size); "
-                        "give --model", field=f"{where}.vocab_size")
+                        "give --vocab-size V or --model", field=f"{where}.vocab_size")
     gated = as_bool(config, "gated_linear_unit", False, where=where)
     num_layers = _int(config, "num_layers", None, where=where)
     fields = dict(
@@ -669,7 +673,13 @@ def load(path: str | Path, data: Any, ov: Overrides) -> Imported:
     """Read a NeMo YAML already parsed (`looks_like_nemo(data)` holds)."""
     from planner.frameworks.nemo import bridge
     source = str(path)
+    recipe = bridge.recipe_under(data, ov, base=Path(source).parent)
+    notes: list[Violation] = []
+    if recipe is not None:
+        data, ov, notes = recipe
     data = prepare(data, ov)
     if bridge.looks_like_bridge(data):
-        return bridge.load(source, data, ov)
+        imported = bridge.load(source, data, ov)
+        imported.violations.extend(notes)
+        return imported
     return _nemo2(data, ov, source) if is_nemo2(data) else _nemo1(data, ov, source)

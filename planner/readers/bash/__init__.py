@@ -93,4 +93,4 @@ def run(text: str, *, env: dict[str, str] | None = None,
     for k in sorted(sh.env_positional - {int(n) for n in sh.env_read if n.isdigit()}):
         unused.append(f"{k}: the script never reads ${k}")
     return Script(sh.commands, dict(sh.vars), sh.sourced, dict(sh.files), sh.notes,
-                  sh.problems, unused)
+                  sh.problems, unused, sh.missing)

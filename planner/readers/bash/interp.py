@@ -82,6 +82,7 @@ class Script:
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     unused_env: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)   # files it reads that were not found
 
     def var(self, name: str) -> str | None:
         value = self.variables.get(name)
@@ -130,6 +131,7 @@ class _Shell:
         self.sourced: list[str] = []
         self.notes: list[str] = []
         self.problems: list[str] = []
+        self.missing: list[str] = []
         self.read_file = read_file
         self.deadline = time.monotonic() + budget_s
         self.budget_s = budget_s
@@ -488,6 +490,8 @@ class _Shell:
                 return _OK
             self.turn()
             return self.run_list(node.body, depth)        # read once
+        if node.header is not None:
+            return self.run_arith_for(node, depth)
         items = (list(self.positional) if node.items is None
                  else [f for w in node.items for f in self.expand(w)])
         st = _OK
@@ -497,6 +501,72 @@ class _Shell:
                 self.set_var(node.var, item)
             st = self.run_list(node.body, depth)
         return st
+
+    def run_arith_for(self, node: _Loop, depth: int) -> _St:
+        """`for (( init; cond; step ))`: turns while cond is non-zero, each one counted against
+        MAX_ITERATIONS; a condition planner cannot evaluate reads the body once (a note)."""
+        init, cond, step = node.header
+        shown = f"for (({init};{cond};{step}))"
+        st = _OK
+        if self.arith_stmt(init, depth) is None:
+            return self._arith_once(node, depth, shown, init)
+        while True:
+            ok = self.arith_stmt(cond, depth) if cond.strip() else 1
+            if ok is None:
+                return self._arith_once(node, depth, shown, cond)
+            if not ok:
+                return st
+            self.turn()
+            st = self.run_list(node.body, depth)
+            if self.arith_stmt(step, depth) is None:
+                return st
+
+    def _arith_once(self, node: _Loop, depth: int, shown: str, part: str) -> _St:
+        self.note(node.line, shown, _St(1, (f"(({part.strip()})) is not known",)),
+                  "read its body once")
+        self.turn()
+        return self.run_list(node.body, depth)
+
+    def arith_stmt(self, text: str, depth: int) -> int | None:
+        """A `(( ))` statement with bash's assignments (`i = 0`, `i += 2`, `i++`, `--i`,
+        comma lists): the value of the last, None if it needs what planner does not know."""
+        value: int | None = 0
+        for piece in text.split(","):
+            expr = self.join(_Lexer(piece, depth + 1).word(stop=frozenset())).strip()
+            if unresolved_names(expr):
+                return None
+            m = _ARITH_ASSIGN.fullmatch(expr)
+            if m is None:
+                value = self._arith_int(expr)
+            else:
+                name, op, rhs = m.group("name") or m.group("pre"), m.group("op") or "", \
+                    m.group("rhs")
+                if m.group("inc") or m.group("preinc"):
+                    sign = "+" if (m.group("inc") or m.group("preinc")) == "++" else "-"
+                    old = self._arith_int(name)
+                    new = None if old is None else self._arith_int(f"{old}{sign}1")
+                    value = new if m.group("preinc") else old
+                else:
+                    rhs_value = self._arith_int(rhs)
+                    new = rhs_value if not op or rhs_value is None else \
+                        self._arith_int(f"({self._arith_int(name)}){op}({rhs_value})")
+                    value = new
+                if new is None:
+                    return None
+                self.set_var(name, str(new))
+            if value is None:
+                return None
+        return value
+
+    def _arith_int(self, expr: str) -> int | None:
+        def lookup(name: str) -> str | None:
+            got = self.get(name)
+            got = got[0] if isinstance(got, list) and got else got
+            return None if got is None else (got or "0")
+        try:
+            return _Arith64(expr, lookup, self.line).value()
+        except _ArithError:
+            return None
 
     def run_case(self, node: _Case, depth: int) -> _St:
         self.line = node.line
@@ -591,7 +661,10 @@ class _Shell:
             return self.files[key]
         if unresolved_names(path) or self.read_file is None:
             return None
-        return self.read_file(path)
+        text = self.read_file(path)
+        if text is None and path not in self.missing:
+            self.missing.append(path)
+        return text
 
     def builtin(self, fields: list[str], node: _Simple, depth: int,
                 stdin: str | None) -> tuple[_St | None, str | None]:
@@ -689,6 +762,11 @@ class _Shell:
         except (IndexError, ValueError, TypeError):
             return _St(2)
         return _St(0 if result else 1, tuple(guess))
+
+
+_ARITH_ASSIGN = re.compile(
+    r"(?P<name>[A-Za-z_]\w*)\s*(?:(?P<inc>\+\+|--)|(?P<op>[-+*/%]|<<|>>|[&|^])?=(?!=)\s*(?P<rhs>.*))"
+    r"|(?P<preinc>\+\+|--)\s*(?P<pre>[A-Za-z_]\w*)", re.S)
 
 
 def _is_test(cmd) -> bool:

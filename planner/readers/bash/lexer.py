@@ -126,7 +126,9 @@ class _Lexer:
                 self.i += len(op)
                 out.append(_Tok("op", op, self.line, start, self.i))
                 at_start = True
-            elif c == "(" and at_start and self.peek(1) == "(" and not self.dbracket:
+            elif c == "(" and self.peek(1) == "(" and not self.dbracket and (
+                    at_start or (out and out[-1].kind == "word" and _plain(out[-1].value) == "for")):
+                # `(( expr ))`, or the header of an arithmetic `for (( init; cond; step ))`
                 text = self._balanced(2, "(", ")")
                 if self.peek() == ")":
                     self.i += 1

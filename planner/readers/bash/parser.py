@@ -50,6 +50,7 @@ class _Loop:
     items: list | None
     cond: list | None
     body: list
+    header: tuple[str, str, str] | None = None   # for (( init; cond; step )): the three parts
 
 
 @dataclass
@@ -248,9 +249,15 @@ class _Parser:
 
     def _for(self) -> _Loop:
         line = self.advance().line
+        header = None
         if self.peek() is not None and self.peek().kind == "arith":      # for (( ; ; ))
-            self.advance()
+            parts = self.advance().value.split(";")
             var, items = None, []
+            if len(parts) == 3:
+                header = (parts[0], parts[1], parts[2])
+            else:
+                self.problems.append(f"line {line}: `for (( ))` needs three parts (init; "
+                                     "condition; step) (bash rejects the script there)")
         else:
             var = self.kw() if self.peek() is not None else None
             if self.peek() is not None:
@@ -267,7 +274,7 @@ class _Parser:
         self.expect("do", line)
         body = self.parse_list(frozenset({"done"}))
         self.expect("done", line)
-        return _Loop(line, "for", var, items, None, body)
+        return _Loop(line, "for", var, items, None, body, header)
 
     def _case(self) -> _Case:
         tok = self.advance()
