@@ -665,12 +665,14 @@ def models(json_out: JsonOpt = False) -> None:
 
     def body() -> int:
         from planner.cost.params import active_params, total_params
-        from planner.presets import ALIASES, PRESETS, PUBLISHED_PARAMS, get_preset
+        from planner.presets import (ALIASES, FAMILY_ALIASES, FAMILY_PRESETS, PRESETS,
+                                     PUBLISHED_PARAMS, get_preset)
 
         rows = []
-        for key in PRESETS:
+        aliases = {**ALIASES, **FAMILY_ALIASES}
+        for key in [*PRESETS, *FAMILY_PRESETS]:
             m = get_preset(key)
-            rows.append(dict(name=key, aliases=[a for a, k in ALIASES.items() if k == key],
+            rows.append(dict(name=key, aliases=[a for a, k in aliases.items() if k == key],
                              parameters=total_params(m), active_parameters=active_params(m),
                              published_parameters=PUBLISHED_PARAMS.get(key),
                              num_layers=m.num_layers, hidden_size=m.hidden_size,

@@ -177,6 +177,10 @@ PUBLISHED_PARAMS = {
     "llama2-7b": 6.74e9, "llama2-13b": 13.0e9, "llama2-70b": 69.0e9, "llama3-8b": 8.03e9,
     "llama3-70b": 70.6e9, "llama3-405b": 405.9e9, "gpt3-175b": 175e9, "mixtral-8x7b": 46.7e9,
     "mixtral-8x22b": 141e9, "deepseek-v3": 671e9, "qwen3-235b-a22b": 235e9,
+    # the 2026 families (sources and the two documented gaps: tests/test_families.py FAMILIES)
+    "gpt-oss-120b": 116.83e9, "gpt-oss-20b": 20.91e9, "llama4-maverick": 400e9,
+    "llama4-scout": 109e9, "glm-4.5": 355e9, "glm-4.6": 355e9, "qwen3-next-80b-a3b": 80e9,
+    "deepseek-v3.2": 671e9, "kimi-k2": 1.04e12,
 }
 
 

@@ -305,6 +305,8 @@ FAMILIES = [
 
 def test_every_family_preset_has_a_cited_count():
     assert sorted(p.values[0] for p in FAMILIES) == sorted(FAMILY_PRESETS)
+    from planner.presets import PUBLISHED_PARAMS
+    assert all(PUBLISHED_PARAMS[p.values[0]] == p.values[1] for p in FAMILIES)  # one figure
     assert not set(FAMILY_PRESETS) & set(PRESETS)
 
 
