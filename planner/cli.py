@@ -665,8 +665,14 @@ def models(json_out: JsonOpt = False) -> None:
 
     def body() -> int:
         from planner.cost.params import active_params, total_params
-        from planner.presets import (ALIASES, FAMILY_ALIASES, FAMILY_PRESETS, PRESETS,
-                                     PUBLISHED_PARAMS, get_preset)
+        from planner.presets import (
+            ALIASES,
+            FAMILY_ALIASES,
+            FAMILY_PRESETS,
+            PRESETS,
+            PUBLISHED_PARAMS,
+            get_preset,
+        )
 
         rows = []
         aliases = {**ALIASES, **FAMILY_ALIASES}
