@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -83,3 +84,38 @@ def test_off_calibrated_ground_the_interval_widens(examples_dir):
                          ids=["symmetric", "skewed"])
 def test_label(lo, hi, text):
     assert label(Interval(lo, hi, "c", "g", 10)) == text
+
+
+def test_validate_json_carries_the_intervals_and_their_basis(runner, examples_dir):
+    import json
+
+    from planner.cli import app
+    out = json.loads(runner.invoke(app, ["validate", str(examples_dir / "llama3-70b-2048xh100.yaml"),
+                                         "--json"]).stdout)
+    q10, q90, n = TIME[("dense-bf16", "h100-sxm")]
+    t = out["time"]["step_time_s"]
+    assert out["time"]["step_time_s_interval"] == pytest.approx([t * math.exp(q10),
+                                                                 t * math.exp(q90)])
+    lo, hi = out["memory"]["total_bytes_interval"]
+    assert lo < out["memory"]["total_bytes"] < hi
+    tps = out["throughput"]["tokens_per_s_per_gpu"]
+    assert out["throughput"]["tokens_per_s_per_gpu_interval"] == pytest.approx(
+        [tps / math.exp(q90), tps / math.exp(q10)])
+    assert {k: out["interval_basis"][k] for k in ("class", "gpu", "runs")} == \
+        {"class": "dense-bf16", "gpu": "h100-sxm", "runs": n}
+
+
+def test_plan_marks_ties_where_the_intervals_overlap(runner):
+    import json
+
+    from planner.cli import app
+    args = ["plan", "--model", "llama3-8b", "--gpus", "64", "--top", "12"]
+    plans = json.loads(runner.invoke(app, [*args, "--json"]).stdout)["plans"]
+    fastest = min(plans, key=lambda p: p["time"]["step_time_s"])
+    best_hi = fastest["time"]["step_time_s_interval"][1]
+    for p in plans:
+        overlap = p["time"]["step_time_s_interval"][0] <= best_hi
+        assert p["tie_with_fastest"] == (overlap and p is not fastest), p["rank"]
+    text = runner.invoke(app, args).stdout
+    marked = [int(m) for m in re.findall(r"^\s*(\d+)\*?=", text, flags=re.M)]
+    assert marked == [p["rank"] for p in plans if p["tie_with_fastest"]]
