@@ -119,3 +119,15 @@ def test_plan_marks_ties_where_the_intervals_overlap(runner):
     text = runner.invoke(app, args).stdout
     marked = [int(m) for m in re.findall(r"^\s*(\d+)\*?=", text, flags=re.M)]
     assert marked == [p["rank"] for p in plans if p["tie_with_fastest"]]
+
+
+def test_the_html_reports_show_the_intervals(runner, examples_dir, tmp_path):
+    from planner.cli import app
+    page = tmp_path / "v.html"
+    cfg = str(examples_dir / "llama3-70b-2048xh100.yaml")
+    assert runner.invoke(app, ["validate", cfg, "--html", str(page)]).exit_code == 0
+    assert "80% intervals: step" in page.read_text()
+    plan = tmp_path / "p.html"
+    assert runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--top", "3",
+                               "--html", str(plan)]).exit_code == 0
+    assert "= a tie with the fastest" in plan.read_text()
