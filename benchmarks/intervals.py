@@ -24,6 +24,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.accuracy import evaluate, load_all  # noqa: E402
 from planner.calibration.intervals import _lookup, build_table, interval_class  # noqa: E402
+from planner.caveats import caveats  # noqa: E402
 
 BAR = (0.70, 0.90)
 
@@ -45,10 +46,23 @@ def leave_one_out(cases=None, rows=None) -> list[dict]:
             data.append((c, interval_class(c.job, c.layout), r["hardware"], math.log(ratio)))
         for i, (c, cls, gpu, res) in enumerate(data):
             table = build_table([(k, g, v) for j, (_, k, g, v) in enumerate(data) if j != i])
-            iv = _lookup(table, cls, gpu, c.job, c.layout)
+            iv = _lookup(table, cls, gpu, bool(caveats(c.job, c.layout)))
             out.append({"kind": kind, "id": c.id, "class": cls, "gpu": gpu,
                         "ratio": math.exp(res), "lo": iv.lo, "hi": iv.hi,
                         "basis": f"{iv.cls}/{iv.gpu}", "widened": iv.widened,
+                        "inside": iv.lo <= math.exp(res) <= iv.hi})
+    return out
+
+
+def leave_one_out_serve() -> list[dict]:
+    """The same for the serving metrics (no widening: every run is on a fitted profile)."""
+    from scripts.gen_intervals import serve_residuals
+    out = []
+    for metric, data in sorted(serve_residuals().items()):
+        for i, (cls, gpu, res) in enumerate(data):
+            table = build_table([r for j, r in enumerate(data) if j != i])
+            iv = _lookup(table, cls, gpu, False)
+            out.append({"kind": metric, "class": f"{metric} {cls}", "gpu": gpu,
                         "inside": iv.lo <= math.exp(res) <= iv.hi})
     return out
 
@@ -70,6 +84,9 @@ def main(argv=None) -> int:
     res = leave_one_out()
     tables = {f"{kind} by {by}": coverage(res, kind, by)
               for kind in ("time", "memory") for by in ("class", "gpu")}
+    serve = leave_one_out_serve()
+    for metric in sorted({r["kind"] for r in serve}):
+        tables[f"serving {metric} by class"] = coverage(serve, metric, "class")
     if args.json:
         print(json.dumps(tables, indent=2))
         return 0

@@ -35,7 +35,33 @@ def residuals(cases=None):
     return time, mem
 
 
-def render(time_rows, mem_rows) -> str:
+def serve_residuals() -> dict[str, list]:
+    """Per serving metric: (class, gpu, log(measured / predicted)) per run, each run read as
+    benchmarks/serve_accuracy.py reads it (its harness settings)."""
+    import yaml
+
+    from benchmarks.serve_accuracy import harness
+    from planner.calibration.intervals import serve_class
+    from planner.serve.estimate import estimate
+    from planner.serve.specs import serve_config_from_data
+
+    data = ROOT / "benchmarks" / "data"
+    want = {"offline-throughput": ("output_tokens_per_s",), "static-latency": ("e2e_s",),
+            "serving-latency": ("ttft_s", "tpot_s")}
+    out: dict[str, list] = {}
+    for name in ("inference-calibration.yaml", "inference-latency.yaml"):
+        for c in yaml.safe_load((data / name).read_text())["cases"]:
+            if c["class"] not in want:
+                continue
+            job, layout = serve_config_from_data(harness(c), source=c["id"])
+            est = estimate(job, layout)
+            for m in want[c["class"]]:
+                out.setdefault(m, []).append(
+                    (serve_class(job), c["hardware"], math.log(c["measured"][m] / getattr(est, m))))
+    return out
+
+
+def render(time_rows, mem_rows, serve_rows=None) -> str:
     def table(name, t, doc):
         lines = [f"{name} = {{"]
         for (cls, gpu), v in sorted(t.items()):
@@ -48,14 +74,26 @@ def render(time_rows, mem_rows) -> str:
         table("TIME", build_table(time_rows), "Step time residuals, per class and GPU."),
         table("MEMORY", build_table(mem_rows), "Peak memory residuals of the runs that "
               "publish a peak (max allocated or reserved, as each source states)."),
+        *([] if serve_rows is None else _serve_tables(serve_rows)),
     ])
+
+
+def _serve_tables(serve_rows) -> list[str]:
+    lines = ["SERVE = {"]
+    for metric in sorted(serve_rows):
+        lines.append(f"    {metric!r}: {{")
+        for (cls, gpu), v in sorted(build_table(serve_rows[metric]).items()):
+            lines.append(f"        ({cls!r}, {gpu!r}): {v!r},")
+        lines.append("    },")
+    return ["\n".join(lines + ["}", '"""Serving residuals per metric (class: dense or moe)."""',
+                               ""])]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args(argv)
-    text = render(*residuals())
+    text = render(*residuals(), serve_residuals())
     if args.check:
         same = TARGET.is_file() and TARGET.read_text() == text
         print("interval table is current" if same else

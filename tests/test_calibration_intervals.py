@@ -28,7 +28,7 @@ from planner.calibration.intervals import (  # noqa: E402
     time_interval,
 )
 from planner.config import load_config, resolve_hardware  # noqa: E402
-from scripts.gen_intervals import TARGET, render, residuals  # noqa: E402
+from scripts.gen_intervals import TARGET, render, residuals, serve_residuals  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def loo():
 
 
 def test_the_shipped_table_is_current():
-    assert TARGET.read_text() == render(*residuals()), \
+    assert TARGET.read_text() == render(*residuals(), serve_residuals()), \
         "stale: run python scripts/gen_intervals.py"
 
 
@@ -131,3 +131,37 @@ def test_the_html_reports_show_the_intervals(runner, examples_dir, tmp_path):
     assert runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--top", "3",
                                "--html", str(plan)]).exit_code == 0
     assert "= a tie with the fastest" in plan.read_text()
+
+
+@pytest.fixture(scope="module")
+def loo_serve():
+    from benchmarks.intervals import leave_one_out_serve
+    return leave_one_out_serve()
+
+
+@pytest.mark.parametrize("metric,cls", [("output_tokens_per_s", "dense"),
+                                        ("output_tokens_per_s", "moe"), ("e2e_s", "dense"),
+                                        ("ttft_s", "dense"), ("tpot_s", "dense")],
+                         ids=lambda v: v)
+def test_serving_leave_one_out_coverage_is_within_the_bar(loo_serve, metric, cls):
+    got = coverage(loo_serve, metric, "class")[f"{metric} {cls}"]
+    assert got["n"] >= MIN_RUNS
+    assert BAR[0] <= got["coverage"] <= BAR[1], got
+
+
+def test_serve_validate_json_carries_ttft_tpot_and_throughput_intervals(runner, examples_dir):
+    import json
+
+    from planner.calibration.interval_table import SERVE
+    from planner.cli import app
+    out = json.loads(runner.invoke(app, ["validate", str(examples_dir / "serve" /
+                                                         "llama3-70b-8xh100.yaml"),
+                                         "--json"]).stdout)
+    for metric, section in (("ttft_s", "latency"), ("tpot_s", "latency"),
+                            ("output_tokens_per_s", "throughput")):
+        q10, q90, n = SERVE[metric][("dense", "h100-sxm")]
+        v = out[section][metric]
+        assert out[section][f"{metric}_interval"] == pytest.approx([v * math.exp(q10),
+                                                                    v * math.exp(q90)])
+        assert out["interval_basis"][metric]["runs"] == n
+    assert "e2e_s_interval" not in out["latency"]    # continuous batching: no static-batch runs

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from planner.layout import Layout
     from planner.specs import JobLike
 
-__all__ = ["MIN_RUNS", "WIDEN", "CLASSES", "Interval", "interval_class", "build_table",
-           "time_interval", "memory_interval", "label"]
+__all__ = ["MIN_RUNS", "WIDEN", "CLASSES", "SERVE_METRICS", "Interval", "interval_class",
+           "build_table", "time_interval", "memory_interval", "serve_class", "serve_intervals",
+           "label"]
 
 MIN_RUNS = 8
 """Fewest residuals a group needs to stand on its own (else the wider group is used)."""
@@ -95,13 +96,11 @@ class Interval:
                 "widened": self.widened}
 
 
-def _lookup(table: dict, cls: str, gpu: str, job: JobLike, layout: Layout | None
-            ) -> Interval:
+def _lookup(table: dict, cls: str, gpu: str, widened: bool) -> Interval:
     for key in ((cls, gpu), (cls, "*"), ("*", "*")):
         if key in table:
             lo, hi, n = table[key]
             break
-    widened = bool(caveats(job, layout))
     if widened:
         mid, half = (lo + hi) / 2, (hi - lo) / 2 * WIDEN
         lo, hi = mid - half, mid + half
@@ -112,14 +111,37 @@ def time_interval(job: JobLike, layout: Layout | None, table: dict | None = None
     """The step time's interval (as ratios to the estimate)."""
     if table is None:
         from planner.calibration.interval_table import TIME as table
-    return _lookup(table, interval_class(job, layout), job.hardware.name, job, layout)
+    return _lookup(table, interval_class(job, layout), job.hardware.name,
+                   bool(caveats(job, layout)))
 
 
 def memory_interval(job: JobLike, layout: Layout | None, table: dict | None = None) -> Interval:
     """The peak memory's interval, from the runs that publish a peak."""
     if table is None:
         from planner.calibration.interval_table import MEMORY as table
-    return _lookup(table, interval_class(job, layout), job.hardware.name, job, layout)
+    return _lookup(table, interval_class(job, layout), job.hardware.name,
+                   bool(caveats(job, layout)))
+
+
+SERVE_METRICS = ("output_tokens_per_s", "e2e_s", "ttft_s", "tpot_s")
+"""The serving figures with intervals: offline throughput (inference-calibration.yaml's
+offline-throughput runs), end-to-end latency of a static batch (its static-latency runs), TTFT
+and TPOT at a concurrency (inference-latency.yaml)."""
+
+
+def serve_class(job) -> str:
+    """A serving job's interval class: moe or dense."""
+    return "moe" if job.model.is_moe else "dense"
+
+
+def serve_intervals(job, table: dict | None = None) -> dict[str, Interval]:
+    """Each serving metric's interval (as ratios to the estimate); widened where the profile
+    has no serving calibration (serving_calibration.fitted_on empty)."""
+    if table is None:
+        from planner.calibration.interval_table import SERVE as table
+    widened = not job.hardware.serving_calibration.fitted_on
+    return {m: _lookup(table[m], serve_class(job), job.hardware.name, widened)
+            for m in SERVE_METRICS if m in table}
 
 
 def label(iv: Interval) -> str:

@@ -113,7 +113,8 @@ def plan_json(result) -> dict[str, Any]:
     }
     if result.pick is not None:
         pick = {"rank": result.pick_rank, "note": result.pick_note}
-        pick.update(estimate_json(_Est(result.pick.memory, result.pick.time), result.pick.layout, gbs))
+        pick.update(estimate_json(_Est(result.pick.memory, result.pick.time), result.pick.layout,
+                                  gbs, job))
         out["seven_step_pick"] = pick
     else:   # same keys, null, and why
         why = next((s["decision"] for s in result.steps if s.get("step") == 3), "")
