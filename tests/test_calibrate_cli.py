@@ -153,3 +153,17 @@ def test_runs_on_two_gpus_are_refused(runner, tmp_path):
                                  str(tmp_path / "p.yaml")])
     assert result.exit_code == 2
     assert "h100-sxm, h200" in result.stderr
+
+
+def test_a_calibrated_profile_is_a_base_for_the_next_calibration(runner, tmp_path):
+    # --hardware BASE may be a profile YAML: calibrating again from the fitted profile on the
+    # same runs starts at the fit, so every error before is already the fitted one
+    runs = _write_runs(tmp_path, ["megatron", "nemo", "torchtitan", "megatron"])
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    assert runner.invoke(app, ["calibrate", str(runs), "--out", str(first)]).exit_code == 0
+    result = runner.invoke(app, ["calibrate", str(runs), "--hardware", str(first), "--out",
+                                 str(second), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert max(abs(r["error_before"]) for r in data["runs"]) < 0.01
+    assert resolve_hardware(str(second)).name == "h100-sxm"
