@@ -739,6 +739,7 @@ def calibrate_cmd(
     config: Annotated[Path | None, typer.Option("--config", help="One run's config (any format validate reads), instead of RUNS.yaml.")] = None,
     log: Annotated[Path | None, typer.Option("--log", help="That run's training log (Megatron-LM, NeMo / Megatron-Bridge, torchtitan, DeepSpeed).")] = None,
     hardware: HardwareOpt = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="Total GPUs of the --config run, where the config does not say (torchtitan).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write the fitted hardware profile YAML here (use it with --hardware).")] = None,
     log_format: Annotated[str | None, typer.Option("--log-format", help="megatron | nemo | torchtitan | deepspeed (default: detected from the lines).")] = None,
     json_out: JsonOpt = False,
@@ -756,11 +757,15 @@ def calibrate_cmd(
             _choice("--log-format", log_format, LOG_FORMATS)
         if runs_file is not None and (config is not None or log is not None):
             raise SpecError("give RUNS.yaml or --config with --log, not both", field="--config")
+        if runs_file is not None and gpus is not None:
+            raise SpecError("--gpus is for one --config run; in RUNS.yaml give each run's "
+                            "`gpus:`", field="--gpus", value=gpus)
+        _positive("--gpus", gpus)
         if runs_file is None:
             if config is None or log is None:
                 raise SpecError("give RUNS.yaml, or one run as --config C --log L",
                                 field="--log" if config is not None else "--config")
-            refs, source = [RunRef(config, log)], str(config)
+            refs, source = [RunRef(config, log, None, gpus)], str(config)
         else:
             refs, source = read_runs_file(runs_file), str(runs_file)
         runs, logs = _calibration_runs(refs, hardware, log_format)
@@ -810,7 +815,7 @@ def _calibration_runs(refs, hardware: str | None, log_format: str | None):
             raise SpecError(f"run {short(str(ref.config))} names hardware {short(ref.hardware)} "
                             f"and --hardware {short(hardware)} is given: keep one",
                             field="--hardware", value=hardware)
-        imported = load_any(ref.config, hardware=ref.hardware or hardware)
+        imported = load_any(ref.config, hardware=ref.hardware or hardware, gpus=ref.gpus)
         if imported.format in SERVE_FORMATS:
             raise SpecError(f"{short(str(ref.config))} is a {imported.format} serving config; "
                             "calibrate reads training runs only (serving: "

@@ -167,3 +167,29 @@ def test_a_calibrated_profile_is_a_base_for_the_next_calibration(runner, tmp_pat
     data = json.loads(result.stdout)
     assert max(abs(r["error_before"]) for r in data["runs"]) < 0.01
     assert resolve_hardware(str(second)).name == "h100-sxm"
+
+
+IMPORT = Path(__file__).resolve().parent / "data" / "import"
+
+
+@pytest.mark.parametrize("config,gpus", [
+    ("megatron_llama3_70b_128nodes.sh", []),
+    ("torchtitan_llama3_70b_128nodes.toml", ["--gpus", "1024"]),   # a TOML has no world size
+    ("nemo_llama3_70b_128nodes.yaml", []),
+], ids=["megatron", "torchtitan", "nemo"])
+def test_framework_configs_are_read_as_validate_reads_them(runner, tmp_path, config, gpus):
+    # the measured step time: 1.2 x the estimate of the config as validate reads it
+    hardware = "h100-sxm"
+    imp = load_any(IMPORT / config, hardware=hardware, gpus=int(gpus[1]) if gpus else None)
+    from planner.validate import validate
+    lay = validate(imp.job, imp.layout).layout
+    t = 1.2 * estimate(imp.job, lay).time.step_time_s
+    log = tmp_path / "job.log"
+    log.write_text(_megatron_log(t))
+    result = runner.invoke(app, ["calibrate", "--config", str(IMPORT / config), "--log",
+                                 str(log), "--hardware", hardware, *gpus, "--out",
+                                 str(tmp_path / "p.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)["runs"][0]
+    assert run["error_before"] == pytest.approx(1 / 1.2 - 1, abs=1e-3)
+    assert abs(run["error_after"]) < abs(run["error_before"])

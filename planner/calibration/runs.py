@@ -3,8 +3,8 @@
 RUNS.yaml:
 
     runs:
-      - {config: PATH, log: PATH, hardware: NAME}   # hardware optional; paths relative to
-                                                    # the RUNS.yaml's folder
+      - {config: PATH, log: PATH, hardware: NAME, gpus: N}   # hardware, gpus optional;
+                                                             # paths relative to RUNS.yaml
 
 `calibrate(runs, base)` fits the parameters the runs can pin (planner/calibration/fit.py:
 those they exercise, one per RUNS_PER_PARAMETER runs and at least one, within BOUNDS) starting
@@ -26,7 +26,7 @@ from planner.specs import HardwareSpec
 
 __all__ = ["RunRef", "read_runs_file", "Calibrated", "calibrate", "profile_yaml"]
 
-RUN_KEYS = ("config", "log", "hardware")
+RUN_KEYS = ("config", "log", "hardware", "gpus")
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ class RunRef:
     config: Path
     log: Path
     hardware: str | None = None
+    gpus: int | None = None
+    """Total GPUs, where the config does not say (a torchtitan TOML)."""
 
 
 def read_runs_file(path: str | Path) -> list[RunRef]:
@@ -67,7 +69,12 @@ def read_runs_file(path: str | Path) -> list[RunRef]:
         if hw is not None and not isinstance(hw, str):
             raise SpecError(f"runs file {where}: runs[{i}].hardware = {short(hw)}: give a "
                             "profile name or YAML path", field=f"runs[{i}].hardware", value=hw)
-        out.append(RunRef(p.parent / r["config"], p.parent / r["log"], hw))
+        gpus = r.get("gpus")
+        if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool)
+                                 or gpus < 1):
+            raise SpecError(f"runs file {where}: runs[{i}].gpus = {short(gpus)}: give the job's "
+                            "total GPUs, a whole number", field=f"runs[{i}].gpus", value=gpus)
+        out.append(RunRef(p.parent / r["config"], p.parent / r["log"], hw, gpus))
     return out
 
 
