@@ -202,10 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--cases", action="store_true", help="print every case")
     args = ap.parse_args(argv)
-    rows = evaluate(load_cases(paths=args.calibration or default_paths()))
+    cases = load_cases(paths=args.calibration or default_paths())
+    rows = evaluate(cases)
     mem = memory_check(rows)
+    from benchmarks.ranking import print_ranking, ranking
+    ranks = ranking(cases, rows)
     if args.json:
-        print(json.dumps({"cases": rows, "summary": summarize(rows),
+        print(json.dumps({"cases": rows, "summary": summarize(rows), "ranking": ranks,
                           "by_file": {f: summarize([r for r in rows if r["file"] == f])
                                       for f in sorted({r["file"] for r in rows})},
                           "memory": mem}, indent=2))
@@ -244,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in suspect:
             print(f"  {r['id'][:60]:60s} {r['predicted_s']:8.3f} vs {r['measured_s']:8.3f} s "
                   f"{r['error']:+7.1%}")
+    print()
+    print_ranking(ranks)
     return 0
 
 

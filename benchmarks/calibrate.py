@@ -10,7 +10,9 @@ one per RUNS_PER_PARAMETER runs, in the order of PRIORITY (the hardware's shares
 first, then the software stack's overheads); the rest it takes from its PARENT profile, the
 nearest GPU fitted before it, so two runs on a GPU never carry twelve parameters.
 
-Every parameter is bounded to a physical range (BOUNDS). The loss is the mean Huber-weighted
+The fit itself (BOUNDS, PRIORITY, RUNS_PER_PARAMETER, the loss, the descent) is
+planner/calibration/fit.py, which `planner calibrate` shares. Every parameter is bounded to a
+physical range (BOUNDS). The loss is the mean Huber-weighted
 squared log error of the step time (linear beyond 20%), each calibration file weighted alike;
 the minimum is found by coordinate descent from several starts. `--write` writes each profile's
 `calibration:` block (with `fitted_on`, the classes of the runs it was fitted to) and gives
@@ -22,42 +24,27 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.accuracy import default_paths, evaluate, load_cases
+from benchmarks.accuracy import default_paths, load_cases
+from planner.calibration.fit import (  # noqa: F401  (the fit's names, re-exported here)
+    BOUNDS,
+    HUBER,
+    PRIORITY,
+    RUNS_PER_PARAMETER,
+    at_bound,
+    errors,
+    fit_profile,
+    free_parameters,
+    loss,
+    with_values,
+)
 from planner.config import profile_dir
 from planner.config import resolve_hardware as load_hardware
 from planner.specs import Calibration
-
-BOUNDS = {   # physically plausible ranges (README, 'Calibration')
-    "matmul_efficiency": (0.55, 0.9),       # large bf16 GEMMs reach 60-85% of the dense peak
-    "fp8_matmul_efficiency": (0.45, 0.85),  # FP8 GEMMs: 50-75% of the FP8 peak; never slower
-                                            # than BF16 ones (0.45 x 2 x peak > 0.9 x peak)
-    "matmul_half_size": (0.0, 1500.0),      # the GEMM size where efficiency halves
-    "attention_efficiency": (0.2, 0.75),    # FlashAttention-2/3, cuDNN: 25-75% of peak
-    "nvlink_efficiency": (0.75, 0.9),       # nccl-tests bus bandwidth / link rate; DeepSeek
-                                            # measured 160 of H800's 200 GB/s (arXiv:2412.19437),
-                                            # nccl-tests ~370 of H100's 450 without NVLS
-    "network_efficiency": (0.6, 0.95),      # IB/RoCE busbw: 40-46 of a NIC's 50 GB/s
-    "elementwise_bytes_per_activation": (0.0, 12.0),
-    "layer_overhead_us": (0.0, 200.0),      # tens of small kernels per layer
-    "launch_overhead_us": (1.0, 60.0),      # eager PyTorch: 5-50 us of host time per op
-    "overlap_efficiency": (0.5, 0.95),
-    "ep_overlap_efficiency": (0.2, 0.95),   # Megatron's 1F1B all-to-all overlap: partial
-    "step_overhead_ms": (0.0, 150.0),       # host work per step besides the model's: loss and
-                                            # grad-norm reductions, timers, logging, optimizer
-                                            # launches (its HBM traffic is modelled on its own)
-}
-
-PRIORITY = ("matmul_efficiency", "fp8_matmul_efficiency", "attention_efficiency",
-            "launch_overhead_us", "network_efficiency", "nvlink_efficiency",
-            "overlap_efficiency", "ep_overlap_efficiency", "elementwise_bytes_per_activation",
-            "matmul_half_size", "layer_overhead_us", "step_overhead_ms")
-"""The order in which a profile with few runs gets its own parameters."""
 
 ORDER = ("h100-sxm", "a100-80g", "h100-96g", "h200", "b200", "gb200-nvl72", "b300",
          "gb300-nvl72")
@@ -71,108 +58,12 @@ DERIVED = {"a100-40g": "a100-80g", "h800": "h100-sxm", "mi300x": "h100-sxm",
 """Profiles with no training runs, and whose hardware values they carry (a stand-in: their
 estimates carry the 'not calibrated' caveat)."""
 
-RUNS_PER_PARAMETER = 2
-
 NOT_THIS_HARDWARE = {
     "tt-2508-llama3-8b-b200pl-": "8 power-limited B200s (the source: 'POWER-LIMITED B200 (power "
                                  "limit not stated)'), not the DGX B200 of the b200 profile",
 }
 """Runs the data file files under a profile whose hardware differs from it, by id prefix and
 why; they are reported by accuracy.py like every run but do not shape the fit."""
-
-HUBER = 0.20
-"""Log errors beyond this count linearly, not squared: a few runs whose published settings are
-incomplete (README, 'Accuracy') must not drag the fit of every other run."""
-
-
-def _huber(e: float) -> float:
-    return e * e if abs(e) <= HUBER else HUBER * (2 * abs(e) - HUBER)
-
-
-def errors(cases, profiles: dict) -> list[float]:
-    """Log errors of the step time of `cases`, each under its profile in `profiles`."""
-    return [math.log(r["predicted_s"] / r["measured_s"]) for r in evaluate(cases, profiles)]
-
-
-def loss(cases, profiles: dict) -> float:
-    """Mean Huber loss of each calibration file's runs, averaged over the files: the 36 dense
-    runs of calibration.yaml count as much as the 116 of calibration-modern.yaml."""
-    by_file: dict[str, list[float]] = {}
-    for c, e in zip(cases, errors(cases, profiles)):
-        by_file.setdefault(c.source_file, []).append(_huber(e))
-    return sum(sum(v) / len(v) for v in by_file.values()) / len(by_file)
-
-
-def with_values(hw, values: dict):
-    cal = Calibration(**{**hw.calibration.model_dump(),
-                         **{k: round(v, 4) for k, v in values.items()}})
-    return hw.model_copy(update={"calibration": cal})
-
-
-def free_parameters(cases, hw) -> tuple[str, ...]:
-    """The parameters a profile's runs can fit: those they exercise, one per
-    RUNS_PER_PARAMETER runs (at least one from two runs), in PRIORITY's order (the FP8 share
-    before the bf16 one where most runs are FP8)."""
-    order = list(PRIORITY)
-    if 2 * sum(c.job.training.precision == "fp8" for c in cases) > len(cases):
-        order[0], order[1] = order[1], order[0]     # mostly FP8 runs: the FP8 share first
-    seen = []
-    for name in order:
-        if name == "fp8_matmul_efficiency" and not any(
-                c.job.training.precision == "fp8" for c in cases):
-            continue
-        if name == "network_efficiency" and not any(
-                c.job.num_gpus > hw.nvlink_domain_size for c in cases):
-            continue
-        if name == "ep_overlap_efficiency" and not any(
-                c.layout.overlap_moe_expert_parallel_comm for c in cases):
-            continue
-        seen.append(name)
-    if len(cases) < 2:
-        return ()
-    return tuple(seen[:max(1, len(cases) // RUNS_PER_PARAMETER)])
-
-
-def _descend(f, point: dict, names, sweeps: int = 3, steps: int = 11) -> tuple[dict, float]:
-    """Coordinate descent of f over `names` within BOUNDS: a grid over each bound first, then
-    finer grids around the best value, sweep after sweep."""
-    best = f(point)
-    for sweep in range(sweeps):
-        for name in names:
-            lo, hi = BOUNDS[name]
-            span = (hi - lo) / (steps - 1) / (1 if sweep == 0 else 2 ** sweep)
-            cur = point[name]
-            grid = ([lo + (hi - lo) * i / (steps - 1) for i in range(steps)] if sweep == 0
-                    else [min(hi, max(lo, cur + span * (i - 5))) for i in range(11)])
-            for val in grid:
-                cand = {**point, name: val}
-                got = f(cand)
-                if got < best - 1e-12:
-                    point, best = cand, got
-    return point, best
-
-
-def fit_profile(cases, hw, names, starts: int = 3) -> tuple[object, float]:
-    """The best of several descents over `names` (from the current values, the middle of the
-    bounds and seeded random points): one descent stalls in the valleys two compensating
-    parameters make."""
-    if not names:
-        return hw, loss(cases, {hw.name: hw})
-    rng = random.Random(0)
-    cur = {k: min(BOUNDS[k][1], max(BOUNDS[k][0], getattr(hw.calibration, k))) for k in names}
-    points = [cur, {k: sum(BOUNDS[k]) / 2 for k in names}]
-    points += [{k: rng.uniform(*BOUNDS[k]) for k in names} for _ in range(max(0, starts - 2))]
-
-    def f(p):
-        return loss(cases, {hw.name: with_values(hw, p)})
-
-    best_p, best = None, math.inf
-    for p in points:
-        got, val = _descend(f, p, names)
-        if val < best:
-            best_p, best = got, val
-    return with_values(hw, best_p), best
-
 
 def fit_all(by_hw: dict, profiles: dict, log=print) -> dict:
     """Each profile in ORDER on its own runs, starting from (and keeping what it cannot fit
@@ -218,8 +109,7 @@ def _header(name: str, cases, names, hw) -> str:
     parent = PARENT.get(name)
     rest = [k for k in PRIORITY if k not in names]
     tail = f"; the others ({', '.join(rest)}) are {parent}'s" if parent and rest else ""
-    cal = hw.calibration
-    edge = [k for k in names if getattr(cal, k) in BOUNDS[k]]
+    edge = at_bound(hw, names)
     note = (f"\n# At a bound of its physical range (what the model misses, the fit pushes there): "
             f"{', '.join(edge)}." if edge else "")
     return ("# Efficiency parameters of the time model (planner/specs.py Calibration), fitted by\n"

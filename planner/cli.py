@@ -753,8 +753,117 @@ def export_cmd(
     _run(body)
 
 
+def calibrate_cmd(
+    runs_file: Annotated[Path | None, typer.Argument(help="RUNS.yaml: runs: [{config: PATH, log: PATH, hardware: NAME}] (paths relative to it; hardware optional).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="One run's config (any format validate reads), instead of RUNS.yaml.")] = None,
+    log: Annotated[Path | None, typer.Option("--log", help="That run's training log (Megatron-LM, NeMo / Megatron-Bridge, torchtitan, DeepSpeed).")] = None,
+    hardware: HardwareOpt = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="Total GPUs of the --config run, where the config does not say (torchtitan).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the fitted hardware profile YAML here (use it with --hardware).")] = None,
+    log_format: Annotated[str | None, typer.Option("--log-format", help="megatron | nemo | torchtitan | deepspeed (default: detected from the lines).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fit a hardware profile to your own runs (configs + their logs); see docs/calibration.md."""
+
+    def body() -> int:
+        from planner.calibration.logs import LOG_FORMATS
+        from planner.calibration.runs import RunRef, calibrate, profile_yaml, read_runs_file
+
+        if out is None:
+            raise SpecError("--out is missing: give the file to write the profile to, e.g. "
+                            "--out my-cluster.yaml", field="--out")
+        if log_format is not None:
+            _choice("--log-format", log_format, LOG_FORMATS)
+        if runs_file is not None and (config is not None or log is not None):
+            raise SpecError("give RUNS.yaml or --config with --log, not both", field="--config")
+        if runs_file is not None and gpus is not None:
+            raise SpecError("--gpus is for one --config run; in RUNS.yaml give each run's "
+                            "`gpus:`", field="--gpus", value=gpus)
+        _positive("--gpus", gpus)
+        if runs_file is None:
+            if config is None or log is None:
+                raise SpecError("give RUNS.yaml, or one run as --config C --log L",
+                                field="--log" if config is not None else "--config")
+            refs, source = [RunRef(config, log, None, gpus)], str(config)
+        else:
+            refs, source = read_runs_file(runs_file), str(runs_file)
+        runs, logs = _calibration_runs(refs, hardware, log_format)
+        result = calibrate(runs, runs[0].job.hardware)
+        text = profile_yaml(result, runs=len(runs), source=Path(source).name)
+        try:
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(f"--out {short(str(out))} cannot be written "
+                            f"({exc.__class__.__name__}); check the path", field="--out") from None
+        if json_out:
+            print(json.dumps({
+                "profile": str(out), "base": result.base.name, "fitted": list(result.fitted),
+                "at_bound": result.at_bound,
+                "calibration": result.profile.calibration.model_dump(mode="json"),
+                "runs": [{"config": str(r.id), "log": str(ref.log), "format": s.format,
+                          "measured_step_time_s": r.measured_s, "steady_state": s.rule,
+                          "error_before": b, "error_after": a}
+                         for r, ref, s, b, a in zip(runs, refs, logs, result.before,
+                                                    result.after)]}, indent=2))
+            return 0
+        print(f"{'run':40s} {'log':10s} {'measured':>10s} {'before':>8s} {'after':>8s}  steady state")
+        for r, s, b, a in zip(runs, logs, result.before, result.after):
+            print(f"{Path(r.id).name[:40]:40s} {s.format:10s} {r.measured_s:9.3f}s {b:+8.1%} {a:+8.1%}"
+                  f"  {s.rule}" + "".join(f"; {n}" for n in s.notes))
+        print(f"fitted from {result.base.name}: {', '.join(result.fitted) or 'none'}")
+        if result.at_bound:
+            print(f"at a bound of its physical range: {', '.join(result.at_bound)}")
+        print(f"wrote {out} (use it with --hardware {out})", file=sys.stderr)
+        return 0
+
+    _run(body, json_mode=json_out)
+
+
+def _calibration_runs(refs, hardware: str | None, log_format: str | None):
+    """Each run's config read as validate reads it (knobs it left out chosen as validate
+    does), and its log's steady state; every run on one profile."""
+    from planner.calibration.fit import Run
+    from planner.calibration.logs import load_log
+    from planner.frameworks import load_any
+    from planner.frameworks.engines.reader import SERVE_FORMATS
+    from planner.validate import why_no_estimate
+
+    runs, logs = [], []
+    for ref in refs:
+        if hardware is not None and ref.hardware is not None:
+            raise SpecError(f"run {short(str(ref.config))} names hardware {short(ref.hardware)} "
+                            f"and --hardware {short(hardware)} is given: keep one",
+                            field="--hardware", value=hardware)
+        imported = load_any(ref.config, hardware=ref.hardware or hardware, gpus=ref.gpus)
+        if imported.format in SERVE_FORMATS:
+            raise SpecError(f"{short(str(ref.config))} is a {imported.format} serving config; "
+                            "calibrate reads training runs only (serving: "
+                            "benchmarks/serve_calibrate.py)", field="config",
+                            value=str(ref.config))
+        job, layout = imported.job, imported.layout
+        why = why_no_estimate(layout, job)
+        if why:
+            raise SpecError(f"{short(str(ref.config))}: {why}; `planner validate` says what "
+                            "to fix", field="config", value=str(ref.config))
+        s = load_log(ref.log, fmt=log_format)
+        t, _ = s.step_time(global_batch_size=job.training.global_batch_size,
+                           seq_length=job.training.seq_length, num_gpus=job.num_gpus)
+        if layout.auto:
+            from planner.tune import fill_auto
+            layout = fill_auto(job, layout)
+        runs.append(Run(str(ref.config), job, layout, t, "runs", s.peak_memory_gib))
+        logs.append(s)
+    names = sorted({r.job.hardware.name for r in runs})
+    if len(names) > 1:
+        raise SpecError(f"the runs are on {', '.join(names)}: one profile is fitted per GPU "
+                        "type; calibrate each apart (or give --hardware)", field="hardware",
+                        value=", ".join(names))
+    return runs, logs
+
+
 _COMMANDS = (("plan", plan), ("validate", validate), ("compare", compare), ("serve", serve),
-             ("models", models), ("hardware", hardware), ("export", export_cmd))
+             ("models", models), ("hardware", hardware), ("export", export_cmd),
+             ("calibrate", calibrate_cmd))
 """The commands, in the order --help lists them."""
 
 

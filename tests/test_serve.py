@@ -376,9 +376,12 @@ def test_validate_serving_yaml_json_contract(runner, tmp_path):
     assert set(out["memory"]) == {"weights_bytes", "kv_cache_bytes", "activations_bytes",
                                   "other_bytes", "total_bytes", "capacity_bytes",
                                   "kv_tokens_capacity", "max_concurrency"}
-    assert set(out["latency"]) == {"ttft_s", "tpot_s", "e2e_s"}
+    # the 80% intervals (issue 23; docs/calibration.md): e2e only for static batching
+    assert set(out["latency"]) == {"ttft_s", "tpot_s", "e2e_s", "ttft_s_interval",
+                                   "tpot_s_interval"}
     assert set(out["throughput"]) == {"output_tokens_per_s", "output_tokens_per_s_per_gpu",
-                                      "output_tokens_per_s_per_user"}
+                                      "output_tokens_per_s_per_user",
+                                      "output_tokens_per_s_interval"}
     assert out["format"] == "serve" and out["layout"]["tp"] == 8
     t = out["throughput"]
     assert t["output_tokens_per_s_per_gpu"] == pytest.approx(t["output_tokens_per_s"] / 8)

@@ -276,7 +276,7 @@ def _read_table(text: str) -> list[dict]:
     if head is not None:
         names = lines[head].split()
         for line in lines[head + 2:]:
-            if not re.match(r"^\s*\d+[*!]*\s", line):
+            if not re.match(r"^\s*\d+[*=!]*\s", line):
                 break
             cells = dict(zip(names, line.split()))
             row = {_HEAD_KEYS[k]: int(v.rstrip("u")) for k, v in cells.items() if k in _HEAD_KEYS}
@@ -284,7 +284,7 @@ def _read_table(text: str) -> list[dict]:
             out.append(row)
         return out
     for line in lines:   # paragraphs: "  1 tp4-dp128-pp4-vpp10, micro-batch 1 x 4, zero 1, ..."
-        m = re.match(r"^\s*\d+[*!]*\s+(\S+), micro-batch (\d+) x (\d+), zero (\d)", line)
+        m = re.match(r"^\s*\d+[*=!]*\s+(\S+), micro-batch (\d+) x (\d+), zero (\d)", line)
         if m:
             deg = dict(re.findall(r"([a-z]+)(\d+)", m.group(1)))
             row = {k: int(deg.get(k, 1)) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")}

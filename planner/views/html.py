@@ -342,6 +342,8 @@ def validation_html(result, figs: dict, *, caveats: list[str], source: str = "")
     if est is not None:
         body.append("<h2>Pictures</h2>" + _figures(figs))
         body.append("<h2>Numbers</h2>" + _numbers(est.memory, est.time))
+        from planner.views.report import interval_line
+        body.append(f"<p>{escape(interval_line(job, lay, est).plain)}</p>")
     else:
         from planner.views.report import no_estimate_reason
         body.append(f"<p>No estimate: {escape(no_estimate_reason(result))} (fix the errors "
@@ -365,20 +367,25 @@ def plan_html(result, *, scatter, per_plan: list[dict], caveats: dict[int, list[
     gbs = job.training.global_batch_size
     body = [f"<p>{escape(_job_line(job))}</p>", _caveats(job_caveats)]
     if result.plans:
+        from planner.calibration.intervals import label, time_interval
+        from planner.views.shapes import plan_ties
         rows = []
-        for p in result.plans:
+        for p, tie in zip(result.plans, plan_ties(result)):
             lay, mem, tm = p.layout, p.memory, p.time
-            mark = ("*" if result.pick_rank == p.rank else "") + ("!" if caveats.get(p.rank) else "")
+            mark = (("*" if result.pick_rank == p.rank else "") + ("=" if tie else "")
+                    + ("!" if caveats.get(p.rank) else ""))
             rows.append([f"{p.rank}{mark}", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp,
                          lay.micro_batch_size, lay.num_microbatches(gbs), lay.zero, lay.recompute,
                          f"{mem.total / GiB:.1f} ({mem.fraction:.0%})", f"{tm.bubble_fraction:.0%}",
-                         f"{tm.step_time_s:.3f}", f"{tm.tokens_per_s_per_gpu:,.0f}", f"{tm.mfu:.1%}",
+                         f"{tm.step_time_s:.3f} {label(time_interval(job, lay))}",
+                         f"{tm.tokens_per_s_per_gpu:,.0f}", f"{tm.mfu:.1%}",
                          ", ".join(v.rule for v in p.warnings) or "-"])
         body.append("<h2>Top layouts</h2>" + _table(
             ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "m", "zero", "recompute",
              "GiB/GPU", "bubble", "step s", "tok/s/GPU", "MFU", "warnings"], rows))
-        body.append("<p>* the seven-step pick; ! an estimate outside calibrated ground "
-                    "(see its caveats)</p>")
+        body.append("<p>* the seven-step pick; = a tie with the fastest (their 80% step-time "
+                    "intervals overlap); ! an estimate outside calibrated ground (see its "
+                    "caveats); step s: the estimate and its 80% interval</p>")
         body.append("<h2>Step time vs memory</h2>" + _figures({"scatter": scatter}))
     else:
         body.append("<h2>No layout fits</h2><ul>" + "".join(

@@ -137,6 +137,7 @@ def validation_view(result, *, source: str = "") -> Group:
         if est.time is not None:
             parts.append(time_table(est.time))
             parts.append(throughput_line(est.time))
+        parts.append(interval_line(job, result.layout, est))
     return Group(*parts)
 
 
@@ -243,14 +244,17 @@ under its rank. No degree is ever cut."""
 
 
 def _plan_rows(result) -> list[dict]:
+    from planner.calibration.intervals import label, time_interval
     from planner.caveats import caveats
+    from planner.views.shapes import plan_ties
     gbs = result.job.training.global_batch_size
     rows = []
-    for p in result.plans:
+    for p, tie in zip(result.plans, plan_ties(result)):
         lay, mem, tm = p.layout, p.memory, p.time
+        iv = label(time_interval(result.job, lay))
         rows.append({
             "#": f"{p.rank}{'*' if result.pick_rank == p.rank else ''}"
-                 f"{'!' if caveats(result.job, lay) else ''}",
+                 f"{'=' if tie else ''}{'!' if caveats(result.job, lay) else ''}",
             "tp": str(lay.tp), "pp": str(lay.pp) + ("u" if lay.uneven else ""),
             "dp": str(lay.dp), "cp": str(lay.cp), "ep": str(lay.ep), "vpp": str(lay.vpp),
             "mbs": str(lay.micro_batch_size), "m": str(lay.num_microbatches(gbs)),
@@ -260,7 +264,8 @@ def _plan_rows(result) -> list[dict]:
             "memory-short": f"{mem.total / GiB:.1f}",
             "bubble": f"{tm.bubble_fraction:.0%}",
             "comm": f"{tm.exposed_comm_s / tm.step_time_s:.0%}",
-            "step": f"{tm.step_time_s:.2f}", "tokens": f"{tm.tokens_per_s_per_gpu:,.0f}",
+            "step": f"{tm.step_time_s:.2f} {iv}", "step_s": f"{tm.step_time_s:.2f}",
+            "interval": iv, "tokens": f"{tm.tokens_per_s_per_gpu:,.0f}",
             "mfu": f"{tm.mfu:.1%}", "warn": "", "name": lay.name + ("u" if lay.uneven else ""),
             "_warnings": p.warnings,
         })
@@ -297,7 +302,7 @@ def _cards(rows: list[dict], title: str) -> list[Any]:
     width = max(len(r["#"]) for r in rows) + 2
     for r in rows:
         text = (f"{r['name']}, micro-batch {r['mbs']} x {r['m']}, zero {r['zero']}, recompute "
-                f"{r['recompute']}: {r['memory']} GiB, {r['step']} s/step, MFU {r['mfu']}, "
+                f"{r['recompute']}: {r['memory']} GiB, {r['step_s']} s/step {r['interval']}, MFU {r['mfu']}, "
                 f"bubble {r['bubble']}, warnings {r['warn']}")
         out.append(_hanging(r["#"].rjust(width - 1) + " ", text))
     return out
@@ -370,6 +375,7 @@ def plan_table(result) -> Group:
              f"{job.hardware.name} (seq {job.training.seq_length}, global batch {gbs}, "
              f"{job.training.precision})")
     notes: list[Any] = [_FittedTable(rows, title)]
+    notes.append(Text(_interval_note(result, rows), style="dim"))
     for rule, key in legend.items():
         notes.append(Text(f"  {key}: {rule}", style="dim"))
     seen: list[str] = []
@@ -380,6 +386,40 @@ def plan_table(result) -> Group:
     for c in seen:
         notes.append(_hanging("  ! ", c, style="yellow"))
     return Group(*notes)
+
+
+def _interval_note(result, rows) -> str:
+    from planner.calibration.intervals import time_interval
+    bases = []
+    for p in result.plans:
+        b = _basis_words(time_interval(result.job, p.layout))
+        if b not in bases:
+            bases.append(b)
+    text = f"  step s: estimate and its 80% interval (calibration residuals of {'; '.join(bases)})"
+    if any("=" in r["#"] for r in rows):
+        text += ("\n  =: a tie with the fastest: their 80% intervals overlap, so the measured "
+                 "order is open")
+    return text
+
+
+def interval_line(job, layout, est) -> Text:
+    """The step time and peak memory with their 80% intervals and what they stand on."""
+    from planner.calibration.intervals import label, memory_interval, time_interval
+    mv = memory_interval(job, layout)
+    lo, hi = mv.of(est.memory.total / GiB)
+    parts = []
+    if est.time is not None:
+        iv = time_interval(job, layout)
+        parts.append(f"step {est.time.step_time_s:.3g} s {label(iv)} "
+                     f"({_basis_words(iv)})")
+    parts.append(f"memory {est.memory.total / GiB:.1f} GiB, {lo:.1f}-{hi:.1f} "
+                 f"({_basis_words(mv)})")
+    return Text("80% intervals: " + "; ".join(parts), style="dim")
+
+
+def _basis_words(iv) -> str:
+    where = f"{iv.cls if iv.cls != '*' else 'all'} runs on {iv.gpu if iv.gpu != '*' else 'every GPU'}"
+    return f"{where}, {iv.runs}" + (", widened off calibrated ground" if iv.widened else "")
 
 
 def _hanging(label: str, text: str, style: str = "") -> Table:

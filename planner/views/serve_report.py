@@ -224,6 +224,24 @@ def validation_view(result, *, source: str = "", caveats: list[str] | None = Non
         line += (f"; KV transfer {_ms(est.kv_transfer_s)} ms per request; the {est.bottleneck} "
                  "pool sets the rate")
     parts.append(Text(line))
+    parts.append(_interval_line(result.job, est))
     for c in caveats or []:
         parts.append(Text(f"caveat: {c}", style="yellow"))
     return Group(*parts)
+
+
+def _interval_line(job, est) -> Text:
+    """TTFT, TPOT and throughput with their 80% intervals (docs/calibration.md)."""
+    from planner.calibration.intervals import serve_intervals
+    ivs = serve_intervals(job)
+    parts = []
+    for metric, name, fmt in (("ttft_s", "TTFT", lambda v: f"{_ms(v)} ms"),
+                              ("tpot_s", "TPOT", lambda v: f"{_ms(v)} ms"),
+                              ("output_tokens_per_s", "output tokens/s", lambda v: f"{v:,.0f}")):
+        if metric in ivs:
+            iv = ivs[metric]
+            lo, hi = iv.of(getattr(est, metric))
+            parts.append(f"{name} {fmt(lo)} to {fmt(hi)} ({iv.runs} {iv.cls if iv.cls != '*' else 'all'} "
+                         f"runs on {iv.gpu if iv.gpu != '*' else 'every GPU'}"
+                         + (", widened" if iv.widened else "") + ")")
+    return Text("80% intervals: " + "; ".join(parts), style="dim")

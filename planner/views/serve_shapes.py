@@ -20,7 +20,9 @@ def job_json(job) -> dict[str, Any]:
     return out
 
 
-def estimate_json(est) -> dict[str, Any]:
+def estimate_json(est, job=None) -> dict[str, Any]:
+    """The estimate's keys; with `job`, the 80% intervals and their basis
+    (docs/calibration.md)."""
     out = {"memory": est.memory.as_dict(), "latency": est.latency_dict(),
            "throughput": est.throughput_dict(), "concurrency": est.concurrency,
            "decode_step": est.decode_step.as_dict(), "prefill_s": est.prefill_s}
@@ -28,7 +30,21 @@ def estimate_json(est) -> dict[str, Any]:
         out["prefill_memory"] = est.prefill_memory.as_dict()
         out["kv_transfer_s"] = est.kv_transfer_s
         out["bottleneck"] = est.bottleneck
+    if job is not None:
+        _serve_intervals(out, est, job)
     return out
+
+
+def _serve_intervals(out: dict[str, Any], est, job) -> None:
+    from planner.calibration.intervals import serve_intervals
+    ivs = serve_intervals(job)
+    if job.serving.batching != "static":    # e2e's runs are static batches
+        ivs.pop("e2e_s", None)
+    for metric, section in (("ttft_s", "latency"), ("tpot_s", "latency"), ("e2e_s", "latency"),
+                            ("output_tokens_per_s", "throughput")):
+        if metric in ivs:
+            out[section][f"{metric}_interval"] = ivs[metric].of(getattr(est, metric))
+    out["interval_basis"] = {m: iv.basis() for m, iv in ivs.items()}
 
 
 def validation_json(result, *, caveats: list[str] | None = None) -> dict[str, Any]:
@@ -39,16 +55,16 @@ def validation_json(result, *, caveats: list[str] | None = None) -> dict[str, An
         "layout": result.layout.as_dict(),
     }
     if result.estimate is not None:
-        out.update(estimate_json(result.estimate))
+        out.update(estimate_json(result.estimate, result.job))
     out["job"] = job_json(result.job)
     out["caveats"] = list(caveats or [])
     return out
 
 
-def candidate_json(c) -> dict[str, Any]:
+def candidate_json(c, job=None) -> dict[str, Any]:
     d = {"rank": c.rank, "meets_slo": c.meets, "layout": c.layout.as_dict(),
          "name": c.layout.name, "warnings": [v.as_dict() for v in c.warnings]}
-    d.update(estimate_json(c.estimate))
+    d.update(estimate_json(c.estimate, job))
     return d
 
 
@@ -56,7 +72,7 @@ def plan_json(result) -> dict[str, Any]:
     """{"plans", "pareto", "steps", ...} (README, 'Inference: JSON')."""
     o = result.options
     out: dict[str, Any] = {
-        "plans": [candidate_json(p) for p in result.plans],
+        "plans": [candidate_json(p, result.job) for p in result.plans],
         "pareto": [{"name": p.layout.name, "layout": p.layout.as_dict(),
                     "concurrency": p.estimate.concurrency, "meets_slo": p.meets,
                     "latency": p.estimate.latency_dict(),
@@ -68,7 +84,7 @@ def plan_json(result) -> dict[str, Any]:
         "job": job_json(result.job), "caveats": list(result.caveats),
     }
     if result.pick is not None:
-        pick = candidate_json(result.pick)
+        pick = candidate_json(result.pick, result.job)
         pick["rank"] = result.pick_rank
         pick["note"] = result.pick_note
         out["procedure_pick"] = pick

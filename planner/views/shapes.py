@@ -12,8 +12,9 @@ from typing import Any
 from planner.units import GiB
 
 
-def estimate_json(est, layout, global_batch_size: int) -> dict[str, Any]:
-    """layout / memory / time / throughput keys of the contract (time keys when computed)."""
+def estimate_json(est, layout, global_batch_size: int, job=None) -> dict[str, Any]:
+    """layout / memory / time / throughput keys of the contract (time keys when computed);
+    with `job`, the 80% intervals and their basis (docs/calibration.md)."""
     out: dict[str, Any] = {"layout": layout.as_dict(global_batch_size)}
     if est is None:
         return out
@@ -23,7 +24,24 @@ def estimate_json(est, layout, global_batch_size: int) -> dict[str, Any]:
         out["throughput"] = est.time.throughput_dict()
         if getattr(est.time, "train", None):
             out["time_to_train"] = est.time.train
+    if job is not None:
+        _intervals(out, est, job, layout)
     return out
+
+
+def _intervals(out: dict[str, Any], est, job, layout) -> None:
+    from planner.calibration.intervals import memory_interval, time_interval
+    basis: dict[str, Any] = {}
+    if est.time is not None:
+        iv = time_interval(job, layout)
+        out["time"]["step_time_s_interval"] = iv.of(est.time.step_time_s)
+        tps = est.time.tokens_per_s_per_gpu     # tokens / time: the interval turned over
+        out["throughput"]["tokens_per_s_per_gpu_interval"] = [tps / iv.hi, tps / iv.lo]
+        basis.update(iv.basis())
+    mv = memory_interval(job, layout)
+    out["memory"]["total_bytes_interval"] = [round(x) for x in mv.of(est.memory.total)]
+    basis["memory"] = mv.basis()
+    out["interval_basis"] = basis
 
 
 def validation_json(result) -> dict[str, Any]:
@@ -33,11 +51,24 @@ def validation_json(result) -> dict[str, Any]:
         "errors": [v.as_dict() for v in result.errors],
         "warnings": [v.as_dict() for v in result.warnings],
     }
-    out.update(estimate_json(result.estimate, result.layout, gbs))
+    out.update(estimate_json(result.estimate, result.layout, gbs, result.job))
     out["chosen_by_planner"] = list(result.layout.auto)
     out["job"] = job_json(result.job)
     out["caveats"] = _caveats(result.job, result.layout)
     return out
+
+
+def plan_ties(result) -> list[bool]:
+    """Per plan: is the measured order against the fastest plan open, the two 80% intervals
+    overlapping (lo x this step time <= hi x the fastest's)? The fastest itself: False."""
+    from planner.calibration.intervals import time_interval
+    if not result.plans:
+        return []
+    ivs = [time_interval(result.job, p.layout) for p in result.plans]
+    best = min(range(len(result.plans)), key=lambda i: result.plans[i].time.step_time_s)
+    t_best = result.plans[best].time.step_time_s * ivs[best].hi
+    return [i != best and p.time.step_time_s * iv.lo <= t_best
+            for i, (p, iv) in enumerate(zip(result.plans, ivs))]
 
 
 def _caveats(job, layout) -> list[str]:
@@ -66,11 +97,13 @@ def plan_json(result) -> dict[str, Any]:
     job = result.job
     gbs = job.training.global_batch_size
     plans = []
-    for p in result.plans:
+    ties = plan_ties(result)
+    for p, tie in zip(result.plans, ties):
         d = {"rank": p.rank, "valid": True, "errors": [],
              "warnings": [v.as_dict() for v in p.warnings]}
-        d.update(estimate_json(_Est(p.memory, p.time), p.layout, gbs))
+        d.update(estimate_json(_Est(p.memory, p.time), p.layout, gbs, job))
         d["caveats"] = _caveats(job, p.layout)
+        d["tie_with_fastest"] = tie
         plans.append(d)
     out: dict[str, Any] = {
         "plans": plans, "searched": result.searched, "feasible": result.feasible,
@@ -80,7 +113,8 @@ def plan_json(result) -> dict[str, Any]:
     }
     if result.pick is not None:
         pick = {"rank": result.pick_rank, "note": result.pick_note}
-        pick.update(estimate_json(_Est(result.pick.memory, result.pick.time), result.pick.layout, gbs))
+        pick.update(estimate_json(_Est(result.pick.memory, result.pick.time), result.pick.layout,
+                                  gbs, job))
         out["seven_step_pick"] = pick
     else:   # same keys, null, and why
         why = next((s["decision"] for s in result.steps if s.get("step") == 3), "")

@@ -1,0 +1,102 @@
+"""Are the 80% intervals honest? Leave-one-out over the calibration runs: each run's interval
+from the residuals of every other run (planner/calibration/intervals.py build_table, the same
+grouping and widening as the shipped table), and whether its measured value falls inside.
+
+    python benchmarks/intervals.py [--json]
+
+The bar (tests/test_calibration_intervals.py): 70-90% of runs inside, in every class. The
+profiles are not refitted per left-out run (a fit takes a minute per GPU): the residuals are
+those of profiles fitted to every run, the held-out run included, so the coverage is of the
+interval table, not of the fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.accuracy import evaluate, load_all  # noqa: E402
+from planner.calibration.intervals import _lookup, build_table, interval_class  # noqa: E402
+from planner.caveats import caveats  # noqa: E402
+
+BAR = (0.70, 0.90)
+
+
+def leave_one_out(cases=None, rows=None) -> list[dict]:
+    """Per run (time) and per run with a published peak (memory): inside its interval?"""
+    cases = load_all() if cases is None else cases
+    rows = evaluate(cases) if rows is None else rows
+    out = []
+    for kind in ("time", "memory"):
+        data = []
+        for c, r in zip(cases, rows):
+            if kind == "time":
+                ratio = r["measured_s"] / r["predicted_s"]
+            elif r["peak_memory_gib"]:
+                ratio = r["peak_memory_gib"] / r["memory_gib"]
+            else:
+                continue
+            data.append((c, interval_class(c.job, c.layout), r["hardware"], math.log(ratio)))
+        for i, (c, cls, gpu, res) in enumerate(data):
+            table = build_table([(k, g, v) for j, (_, k, g, v) in enumerate(data) if j != i])
+            iv = _lookup(table, cls, gpu, bool(caveats(c.job, c.layout)))
+            out.append({"kind": kind, "id": c.id, "class": cls, "gpu": gpu,
+                        "ratio": math.exp(res), "lo": iv.lo, "hi": iv.hi,
+                        "basis": f"{iv.cls}/{iv.gpu}", "widened": iv.widened,
+                        "inside": iv.lo <= math.exp(res) <= iv.hi})
+    return out
+
+
+def leave_one_out_serve() -> list[dict]:
+    """The same for the serving metrics (no widening: every run is on a fitted profile)."""
+    from scripts.gen_intervals import serve_residuals
+    out = []
+    for metric, data in sorted(serve_residuals().items()):
+        for i, (cls, gpu, res) in enumerate(data):
+            table = build_table([r for j, r in enumerate(data) if j != i])
+            iv = _lookup(table, cls, gpu, False)
+            out.append({"kind": metric, "class": f"{metric} {cls}", "gpu": gpu,
+                        "inside": iv.lo <= math.exp(res) <= iv.hi})
+    return out
+
+
+def coverage(results: list[dict], kind: str = "time", by: str = "class") -> dict:
+    groups: dict[str, list[bool]] = {}
+    for r in results:
+        if r["kind"] == kind:
+            groups.setdefault(r[by], []).append(r["inside"])
+            groups.setdefault("all", []).append(r["inside"])
+    return {k: {"n": len(v), "inside": sum(v), "coverage": sum(v) / len(v)}
+            for k, v in sorted(groups.items())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    res = leave_one_out()
+    tables = {f"{kind} by {by}": coverage(res, kind, by)
+              for kind in ("time", "memory") for by in ("class", "gpu")}
+    serve = leave_one_out_serve()
+    for metric in sorted({r["kind"] for r in serve}):
+        tables[f"serving {metric} by class"] = coverage(serve, metric, "class")
+    if args.json:
+        print(json.dumps(tables, indent=2))
+        return 0
+    for title, t in tables.items():
+        print(f"leave-one-out coverage of the 80% interval, {title} (bar {BAR[0]:.0%}-{BAR[1]:.0%})")
+        for k, v in t.items():
+            flag = "" if BAR[0] <= v["coverage"] <= BAR[1] else "  <- outside the bar"
+            print(f"  {k:20s} {v['inside']:3d} of {v['n']:3d}  {v['coverage']:6.1%}{flag}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

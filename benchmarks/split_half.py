@@ -1,0 +1,111 @@
+"""Split-half check of `planner calibrate`'s fit: calibrate each GPU's profile from one half
+of calibration-modern.yaml's runs (each run's measured step time written as a Megatron-LM log
+and read back by planner/calibration/logs.py, as a user's logs would be), and predict the
+other half; against the shipped profile (fitted to every run, both halves) and from a
+deliberately perturbed base (HBM, NVLink and network bandwidths halved).
+
+    python benchmarks/split_half.py [--gpu NAME ...] [--json]
+
+Halves: each GPU's runs in file order, alternately (run 0, 2, 4 ... fit; 1, 3, 5 ... test).
+Scores on the held-out half: median |error| and the fit's mean Huber loss
+(planner/calibration/fit.py). Runs the calibration marks as another GPU's
+(calibrate.py NOT_THIS_HARDWARE) are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.accuracy import DATA, load_cases  # noqa: E402
+from benchmarks.calibrate import NOT_THIS_HARDWARE  # noqa: E402
+from planner.calibration.fit import Run, _huber, errors  # noqa: E402
+from planner.calibration.logs import read_log  # noqa: E402
+from planner.calibration.runs import calibrate  # noqa: E402
+
+BANDWIDTHS = ("hbm_bandwidth_gb_per_s", "nvlink_bandwidth_gb_per_s", "network_bandwidth_gb_per_s")
+
+
+def synthetic_log(t: float) -> str:
+    """A Megatron-LM log of a run whose steady step time is t (three slower warm-up steps)."""
+    return "".join(f" iteration {10 * i:6d}/ 100 | elapsed time per iteration (ms): "
+                   f"{t * 1e3 * (1.3 if i <= 3 else 1.0):.4f} |\n" for i in range(1, 11))
+
+
+def as_runs(cases) -> list[Run]:
+    out = []
+    for c in cases:
+        s = read_log(synthetic_log(c.measured_s))
+        out.append(Run(c.id, c.job, c.layout, s.step_time_s, "half"))
+    return out
+
+
+def halves(cases) -> dict[str, tuple[list, list]]:
+    by: dict[str, list] = {}
+    for c in cases:
+        if not any(c.id.startswith(p) for p in NOT_THIS_HARDWARE):
+            by.setdefault(c.job.hardware.name, []).append(c)
+    return {g: (cs[0::2], cs[1::2]) for g, cs in by.items() if len(cs) >= 4}
+
+
+def perturbed(hw):
+    return hw.model_copy(update={k: getattr(hw, k) / 2 for k in BANDWIDTHS})
+
+
+def _scores(runs, hw) -> dict:
+    e = errors(runs, {hw.name: hw})
+    return {"median_abs_error": statistics.median(abs(math.expm1(x)) for x in e),
+            "huber_loss": sum(_huber(x) for x in e) / len(e)}
+
+
+def split_half(gpus=None) -> dict:
+    cases = load_cases(paths=[DATA / "calibration-modern.yaml"])
+    out = {}
+    for gpu, (fit, test) in sorted(halves(cases).items()):
+        if gpus and gpu not in gpus:
+            continue
+        shipped = fit[0].job.hardware
+        fit_runs, test_runs = as_runs(fit), as_runs(test)
+        row = {"fit_runs": len(fit), "test_runs": len(test),
+               "shipped": _scores(test_runs, shipped)}
+        for name, base in (("calibrated", shipped), ("perturbed", perturbed(shipped))):
+            got = calibrate(fit_runs, base)
+            row[f"{name}_base"] = _scores(test_runs, base)
+            row[name] = _scores(test_runs, got.profile)
+            row[f"{name}_fitted"] = list(got.fitted)
+            row[f"{name}_at_bound"] = got.at_bound
+        out[gpu] = row
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpu", action="append", default=None)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    res = split_half(args.gpu)
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    print(f"{'gpu':12s} {'fit/test':>8s}  held-out median |error| (Huber loss): shipped | "
+          "calibrated from half | perturbed base -> calibrated")
+    for gpu, r in res.items():
+        def f(s):
+            return f"{s['median_abs_error']:6.1%} ({s['huber_loss']:.4f})"
+        print(f"{gpu:12s} {r['fit_runs']:3d}/{r['test_runs']:<4d}  {f(r['shipped'])} | "
+              f"{f(r['calibrated'])} | {f(r['perturbed_base'])} -> {f(r['perturbed'])}")
+        print(f"{'':14s} fitted {', '.join(r['calibrated_fitted'])}; perturbed at a bound: "
+              f"{', '.join(r['perturbed_at_bound']) or '-'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,190 @@
+"""The bounded fit of a hardware profile's efficiency parameters (planner/specs.py Calibration)
+to measured step times: benchmarks/calibrate.py fits the shipped profiles with it, `planner
+calibrate` a user's profile to the user's runs.
+
+A profile fits only the parameters its runs exercise (no FP8 run: not the FP8 efficiency; no
+run across the NVLink domain: not the network's; no run with the MoE all-to-all overlap: not
+its efficiency), at most one per RUNS_PER_PARAMETER runs, in the order of PRIORITY (the
+hardware's shares of peak first, then the software stack's overheads); the rest keep the base
+profile's values. Every parameter is bounded to a physical range (BOUNDS). The loss is the
+mean Huber-weighted squared log error of the step time (linear beyond HUBER), each group of
+runs (a calibration file) weighted alike; the minimum is found by coordinate descent from
+several starts.
+
+A run is anything with `job` (planner.config.Job), `layout`, `measured_s` and `source_file`
+(its group); `Run` is the plain one.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, replace
+
+from planner.config import Job
+from planner.cost import estimate
+from planner.layout import Layout
+from planner.specs import Calibration, HardwareSpec
+from planner.tune import fill_auto
+
+__all__ = ["BOUNDS", "PRIORITY", "RUNS_PER_PARAMETER", "HUBER", "Run", "predict", "errors",
+           "loss", "with_values", "free_parameters", "fit_profile", "at_bound"]
+
+BOUNDS = {   # physically plausible ranges (docs/accuracy.md, 'Calibration')
+    "matmul_efficiency": (0.55, 0.9),       # large bf16 GEMMs reach 60-85% of the dense peak
+    "fp8_matmul_efficiency": (0.45, 0.85),  # FP8 GEMMs: 50-75% of the FP8 peak; never slower
+                                            # than BF16 ones (0.45 x 2 x peak > 0.9 x peak)
+    "matmul_half_size": (0.0, 1500.0),      # the GEMM size where efficiency halves
+    "attention_efficiency": (0.2, 0.75),    # FlashAttention-2/3, cuDNN: 25-75% of peak
+    "nvlink_efficiency": (0.75, 0.9),       # nccl-tests bus bandwidth / link rate; DeepSeek
+                                            # measured 160 of H800's 200 GB/s (arXiv:2412.19437),
+                                            # nccl-tests ~370 of H100's 450 without NVLS
+    "network_efficiency": (0.6, 0.95),      # IB/RoCE busbw: 40-46 of a NIC's 50 GB/s
+    "elementwise_bytes_per_activation": (0.0, 12.0),
+    "layer_overhead_us": (0.0, 200.0),      # tens of small kernels per layer
+    "launch_overhead_us": (1.0, 60.0),      # eager PyTorch: 5-50 us of host time per op
+    "overlap_efficiency": (0.5, 0.95),
+    "ep_overlap_efficiency": (0.2, 0.95),   # Megatron's 1F1B all-to-all overlap: partial
+    "step_overhead_ms": (0.0, 150.0),       # host work per step besides the model's: loss and
+                                            # grad-norm reductions, timers, logging, optimizer
+                                            # launches (its HBM traffic is modelled on its own)
+}
+
+PRIORITY = ("matmul_efficiency", "fp8_matmul_efficiency", "attention_efficiency",
+            "launch_overhead_us", "network_efficiency", "nvlink_efficiency",
+            "overlap_efficiency", "ep_overlap_efficiency", "elementwise_bytes_per_activation",
+            "matmul_half_size", "layer_overhead_us", "step_overhead_ms")
+"""The order in which a profile with few runs gets its own parameters."""
+
+RUNS_PER_PARAMETER = 2
+
+HUBER = 0.20
+"""Log errors beyond this count linearly, not squared: a few runs whose published settings are
+incomplete (docs/accuracy.md) must not drag the fit of every other run."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured run: what ran (job, layout) and its steady-state step time."""
+
+    id: str
+    job: Job
+    layout: Layout
+    measured_s: float
+    source_file: str = ""
+    """The group the loss weights alike with the others (a calibration file, a RUNS.yaml)."""
+    peak_memory_gib: float | None = None
+
+
+def _huber(e: float) -> float:
+    return e * e if abs(e) <= HUBER else HUBER * (2 * abs(e) - HUBER)
+
+
+def predict(run, profiles: dict[str, HardwareSpec] | None = None) -> float:
+    """The estimated step time of `run`, under its profile in `profiles` (by name) where there
+    is one; the knobs the config left out (layout.auto) are chosen again under that profile, as
+    loading the config would."""
+    job, layout = run.job, run.layout
+    if profiles is not None and job.hardware.name in profiles:
+        job = replace(job, hardware=profiles[job.hardware.name])
+        if layout.auto:
+            layout = fill_auto(job, layout.with_(micro_batch_size=1, vpp=1))
+    return estimate(job, layout).time.step_time_s
+
+
+def errors(runs, profiles: dict[str, HardwareSpec]) -> list[float]:
+    """Log errors log(predicted / measured) of the step time of `runs`."""
+    return [math.log(predict(r, profiles) / r.measured_s) for r in runs]
+
+
+def loss(runs, profiles: dict[str, HardwareSpec]) -> float:
+    """Mean Huber loss of each group's runs, averaged over the groups."""
+    by_file: dict[str, list[float]] = {}
+    for r, e in zip(runs, errors(runs, profiles)):
+        by_file.setdefault(r.source_file, []).append(_huber(e))
+    return sum(sum(v) / len(v) for v in by_file.values()) / len(by_file)
+
+
+def with_values(hw: HardwareSpec, values: dict) -> HardwareSpec:
+    cal = Calibration(**{**hw.calibration.model_dump(),
+                         **{k: round(v, 4) for k, v in values.items()}})
+    return hw.model_copy(update={"calibration": cal})
+
+
+def exercised(runs, hw: HardwareSpec) -> list[str]:
+    """The parameters of PRIORITY `runs` exercise, in the order they are fitted (the FP8 share
+    before the bf16 one where most runs are FP8)."""
+    order = list(PRIORITY)
+    if 2 * sum(r.job.training.precision == "fp8" for r in runs) > len(runs):
+        order[0], order[1] = order[1], order[0]
+    seen = []
+    for name in order:
+        if name == "fp8_matmul_efficiency" and not any(
+                r.job.training.precision == "fp8" for r in runs):
+            continue
+        if name == "network_efficiency" and not any(
+                r.job.num_gpus > hw.nvlink_domain_size for r in runs):
+            continue
+        if name == "ep_overlap_efficiency" and not any(
+                r.layout.overlap_moe_expert_parallel_comm for r in runs):
+            continue
+        seen.append(name)
+    return seen
+
+
+def free_parameters(runs, hw: HardwareSpec, *, min_runs: int = 2,
+                    runs_per_parameter: int = RUNS_PER_PARAMETER) -> tuple[str, ...]:
+    """The parameters the runs can fit: those they exercise, one per `runs_per_parameter`
+    runs (at least one once there are `min_runs`), in PRIORITY's order."""
+    if len(runs) < min_runs:
+        return ()
+    return tuple(exercised(runs, hw)[:max(1, len(runs) // runs_per_parameter)])
+
+
+def _descend(f, point: dict, names, sweeps: int = 3, steps: int = 11) -> tuple[dict, float]:
+    """Coordinate descent of f over `names` within BOUNDS: a grid over each bound first, then
+    finer grids around the best value, sweep after sweep."""
+    best = f(point)
+    for sweep in range(sweeps):
+        for name in names:
+            lo, hi = BOUNDS[name]
+            span = (hi - lo) / (steps - 1) / (1 if sweep == 0 else 2 ** sweep)
+            cur = point[name]
+            grid = ([lo + (hi - lo) * i / (steps - 1) for i in range(steps)] if sweep == 0
+                    else [min(hi, max(lo, cur + span * (i - 5))) for i in range(11)])
+            for val in grid:
+                cand = {**point, name: val}
+                got = f(cand)
+                if got < best - 1e-12:
+                    point, best = cand, got
+    return point, best
+
+
+def fit_profile(runs, hw: HardwareSpec, names, starts: int = 3) -> tuple[HardwareSpec, float]:
+    """The best of several descents over `names` (from the current values, the middle of the
+    bounds and seeded random points): one descent stalls in the valleys two compensating
+    parameters make. The runs are predicted under `hw` (it replaces their own profile)."""
+    runs = [r if r.job.hardware.name == hw.name else
+            replace(r, job=replace(r.job, hardware=hw)) for r in runs]
+    if not names:
+        return hw, loss(runs, {hw.name: hw})
+    rng = random.Random(0)
+    cur = {k: min(BOUNDS[k][1], max(BOUNDS[k][0], getattr(hw.calibration, k))) for k in names}
+    points = [cur, {k: sum(BOUNDS[k]) / 2 for k in names}]
+    points += [{k: rng.uniform(*BOUNDS[k]) for k in names} for _ in range(max(0, starts - 2))]
+
+    def f(p):
+        return loss(runs, {hw.name: with_values(hw, p)})
+
+    best_p, best = points[0], math.inf
+    for p in points:
+        got, val = _descend(f, p, names)
+        if val < best:
+            best_p, best = got, val
+    return with_values(hw, best_p), best
+
+
+def at_bound(hw: HardwareSpec, names) -> list[str]:
+    """The fitted parameters that sit at an end of their physical range (BOUNDS): what the
+    model misses there, the fit pushed against the bound."""
+    return [k for k in names if getattr(hw.calibration, k) in BOUNDS[k]]
