@@ -253,6 +253,17 @@ def _cluster(hardware: str | None, gpus: int | None, nodes: int | None):
     return hw, n
 
 
+def _plan_framework(framework: str | None, fmt: str | None) -> str | None:
+    """--framework, or the --export format (it implies it); both must agree."""
+    from planner.frameworks.runnable import check_framework
+    fw = None if framework is None else check_framework(framework)
+    if fw is not None and fmt is not None and fw != fmt:
+        raise SpecError(f"--framework {fw} with --export {fmt}: the export implies its "
+                        f"framework; drop --framework or give --export {fw}",
+                        field="--framework", value=framework)
+    return fw if fw is not None else fmt
+
+
 def _export_best(job, result, fmt):
     """(text, None) for the top plan in `fmt`, or (None, the refusal): a refusal goes into
     the result (JSON `"export": {"refused": ...}`), it does not replace it."""
@@ -300,7 +311,8 @@ def plan(
     max_tp: Annotated[int | None, typer.Option("--max-tp", help="Largest TP degree tried (default: the NVLink domain).")] = None,
     headroom: HeadroomOpt = 0.05,
     tokens: TokensOpt = None,
-    export_format: Annotated[str | None, typer.Option("--export", help="Also print the top plan as megatron|deepspeed|torchtitan|nemo.")] = None,
+    export_format: Annotated[str | None, typer.Option("--export", help="Also print the top plan as megatron|megatron-bridge|deepspeed|torchtitan|nemo (implies --framework).")] = None,
+    framework: Annotated[str | None, typer.Option("--framework", help="Keep only what this framework runs: megatron|megatron-bridge|nemo|deepspeed|torchtitan.")] = None,
     json_out: JsonOpt = False,
     show: ShowOpt = None,
     html: HtmlOpt = None,
@@ -325,6 +337,7 @@ def plan(
         if export_format is not None:
             from planner.frameworks.export import check_format
             fmt = check_format(export_format, option="--export")
+        fw = _plan_framework(framework, fmt)
         m = resolve_model(model)
         job = Job(model=m, hardware=hw, num_gpus=n,
                   training=default_training(m, seq_length=seq_length,
@@ -339,9 +352,21 @@ def plan(
         if show is not None:    # the pictures module only when they are asked for
             from planner.views.pictures import SHOWABLE
             wanted = _show(show, allowed=SHOWABLE, json_out=json_out)
+        from dataclasses import replace
+
+        from planner.errors import InfeasibleError
+        from planner.frameworks import runnable
+        if fw is not None:
+            if why := runnable.model_refusal(job, fw):
+                raise InfeasibleError(why)
+            job = runnable.job_for(job, fw)
         opts = SearchOptions(top=top, sort_by=sort_by, fix=parse_fix(fix), max_tp=max_tp,
-                             headroom=_headroom(headroom), tokens=_tokens(tokens))
+                             headroom=_headroom(headroom), tokens=_tokens(tokens),
+                             runs_as=None if fw is None else runnable.allow(fw))
         result = search(job, opts)
+        result.plans = [replace(p, frameworks=tuple(runnable.runnable(job, p.layout)))
+                        for p in result.plans]
+        result.framework = fw
         text, refused = _export_best(job, result, fmt)
         if json_out:
             from planner.views.shapes import plan_json
