@@ -85,6 +85,8 @@ def _by_bound(cands: list, top: int, space: _Space, cm,
                 lay = space.runs_as(lay)
         if space.runs_as is not None and any(x[2] == lay for x in scored):
             continue             # two candidates the framework runs as one layout
+        if lay.dp * lay.cp == 1 and _zero_twin(scored, lay, got[1], got[2]):
+            continue             # ZeRO shards over dp*cp = 1 ranks: the same plan
         scored.append(((got[1], _compromises(lay), got[2], _mp(lay)) + _tie(lay), i, lay))
         if len(scored) >= top:
             scored.sort(key=lambda x: x[0])
@@ -93,6 +95,19 @@ def _by_bound(cands: list, top: int, space: _Space, cm,
     best = [(key, lay, here[i] if i in here else cm.memory(lay), cm.time(lay))
             for key, i, lay in scored]
     return best, timed, done
+
+
+def _zero_twin(scored: list, lay: Layout, step: float, mem: float) -> bool:
+    """A plan already kept that differs from `lay` only in its ZeRO stage, with the same step
+    time and memory (ZeRO shards over dp*cp ranks: at dp*cp = 1 the stage changes nothing).
+    The lower stage is kept (the simpler setting): a twin with a higher one is replaced."""
+    for k, (key, i, other) in enumerate(scored):
+        if other.zero != lay.zero and other.with_(zero=lay.zero) == lay \
+                and key[0] == step and key[2] == mem:
+            if lay.zero < other.zero:
+                scored[k] = (key[:-len(_tie(lay))] + _tie(lay), -1, lay)   # -1: its own memory
+            return True
+    return False
 
 
 def _rank(job: Job, cm, cands, opts: SearchOptions, space: _Space,
