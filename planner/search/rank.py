@@ -101,7 +101,7 @@ def _zero_twin(scored: list, lay: Layout, step: float, mem: float) -> bool:
     """A plan already kept that differs from `lay` only in its ZeRO stage, with the same step
     time and memory (ZeRO shards over dp*cp ranks: at dp*cp = 1 the stage changes nothing).
     The lower stage is kept (the simpler setting): a twin with a higher one is replaced."""
-    for k, (key, i, other) in enumerate(scored):
+    for k, (key, _i, other) in enumerate(scored):
         if other.zero != lay.zero and other.with_(zero=lay.zero) == lay \
                 and key[0] == step and key[2] == mem:
             if lay.zero < other.zero:
