@@ -303,7 +303,7 @@ def plan(
     nodes: NodesOpt = None,
     hardware: HardwareOpt = None,
     seq_length: Annotated[int | None, typer.Option("--seq-length", help="Tokens per sequence (default: the model's).")] = None,
-    global_batch_size: Annotated[int | None, typer.Option("--global-batch-size", help="Sequences per step (default: ~4M tokens).")] = None,
+    global_batch_size: Annotated[int | None, typer.Option("--global-batch-size", help="Sequences per step (default: as published recipes at this scale, >= ~4M tokens).")] = None,
     precision: Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8.")] = "bf16",
     top: Annotated[int, typer.Option("--top", help="How many layouts to list.")] = 10,
     sort_by: Annotated[str, typer.Option("--sort-by", help="time | memory | mfu.")] = "time",
@@ -342,7 +342,7 @@ def plan(
         job = Job(model=m, hardware=hw, num_gpus=n,
                   training=default_training(m, seq_length=seq_length,
                                             global_batch_size=global_batch_size,
-                                            precision=precision))
+                                            precision=precision, num_gpus=n))
         from planner.rules import Context, precision_supported
         unsupported = precision_supported(Context(model=m, hardware=hw, training=job.training,
                                                   num_gpus=n, layout=None))
@@ -356,10 +356,15 @@ def plan(
 
         from planner.errors import InfeasibleError
         from planner.frameworks import runnable
+        cannot = None
         if fw is not None:
             if why := runnable.model_refusal(job, fw):
-                raise InfeasibleError(why)
-            job = runnable.job_for(job, fw)
+                if fmt is None:
+                    raise InfeasibleError(why)
+                # --export F: the plans as without it, the refusal in the result (one line)
+                cannot, fw = InfeasibleError(why), None
+            else:
+                job = runnable.job_for(job, fw)
         opts = SearchOptions(top=top, sort_by=sort_by, fix=parse_fix(fix), max_tp=max_tp,
                              headroom=_headroom(headroom), tokens=_tokens(tokens),
                              runs_as=None if fw is None else runnable.allow(fw))
@@ -367,10 +372,20 @@ def plan(
         result.plans = [replace(p, frameworks=tuple(runnable.runnable(job, p.layout)))
                         for p in result.plans]
         result.framework = fw
-        text, refused = _export_best(job, result, fmt)
+        if global_batch_size is None:
+            from planner.config import default_batch
+            tr = job.training
+            result.batch_note = (f"global batch {tr.global_batch_size:,} x {tr.seq_length:,} = "
+                                 f"{tr.global_batch_size * tr.seq_length / 1e6:.1f}M tokens "
+                                 "per step, the default: "
+                                 f"{default_batch(m, tr.seq_length, n)[1]}; "
+                                 "--global-batch-size sets it")
+        text, refused = (None, cannot) if cannot else _export_best(job, result, fmt)
         if json_out:
             from planner.views.shapes import plan_json
             out = plan_json(result)
+            if result.batch_note:
+                out["default_batch"] = result.batch_note
             if fmt is not None:
                 out["export"] = ({"format": fmt, "text": text} if refused is None else
                                  {"format": fmt, "refused": refused.message})

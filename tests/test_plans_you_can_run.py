@@ -29,7 +29,7 @@ EXT = {"megatron": ".sh", "deepspeed": ".json", "torchtitan": ".toml", "nemo": "
 def _job(model: str, gpus: int, hardware: str = "h100-sxm", **training) -> Job:
     m = resolve_model(model)
     return Job(model=m, hardware=resolve_hardware(hardware), num_gpus=gpus,
-               training=default_training(m, **training))
+               training=default_training(m, num_gpus=gpus, **training))
 
 
 def _read_back(tmp_path: Path, job: Job, plan, fw: str):
@@ -77,8 +77,9 @@ def test_framework_plan_exports_and_reads_back_the_same(tmp_path, model, gpus, c
 def test_405b_torchtitan_no_longer_reads_back_at_twice_the_plan(tmp_path):
     """Why it did: torchtitan has no ZeRO-1 (FSDP2 without resharding is ZeRO-2), and ZeRO-2
     reduce-scatters the gradients every micro-batch (cost.step.dp_exposed): on pp 32 with 32
-    micro-batches that doubled the step. Ranked as torchtitan runs it, the pick is another."""
-    job = _job("llama3-405b", 16384)
+    micro-batches that doubled the step. Ranked as torchtitan runs it, the pick is another.
+    The issue's case: the default batch then, 512 sequences (about 4M tokens)."""
+    job = _job("llama3-405b", 16384, global_batch_size=512)
     plain = search(job, SearchOptions(top=1)).best
     as_run = runnable.runs_as(runnable.job_for(job, "torchtitan"), plain.layout, "torchtitan")
     assert (plain.layout.zero, as_run.zero) == (1, 2)

@@ -47,6 +47,7 @@ class SearchResult:
     elapsed_s: float = 0.0
     headroom: float = DEFAULT_HEADROOM
     framework: str | None = None               # `plan --framework`: only what it runs
+    batch_note: str = ""                       # where a default global batch came from
 
     @property
     def best(self) -> Plan | None:

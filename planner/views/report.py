@@ -452,8 +452,12 @@ def plan_summary(result) -> Text:
     if best is None:
         return Text(head + "; no layout fits", style="bold red")
     tm = best.time
+    from planner.savers import in_use
+    extra = [w for w in in_use(best.layout, result.job.training)
+             if not w.startswith(("sel", "full"))]
     text = (f"{head}; best is {best.layout.name} zero {best.layout.zero} recompute "
-            f"{best.layout.recompute} micro-batch {best.layout.micro_batch_size}: "
+            f"{best.layout.recompute}{' (' + ' '.join(extra) + ')' if extra else ''} "
+            f"micro-batch {best.layout.micro_batch_size}: "
             f"{tm.step_time_s:.2f} s/step, {tm.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
             f"MFU {tm.mfu:.1%}, {best.memory.total / GiB:.1f} GiB/GPU")
     if tm.train:
@@ -476,6 +480,8 @@ def plan_view(result) -> Group:
         parts.append(Text("layouts each rule removed: "
                           + ", ".join(f"{rule} {count:,}" for rule, count in ranked), style="dim"))
     parts.append(plan_summary(result))
+    if getattr(result, "batch_note", ""):
+        parts.append(Text(result.batch_note, style="dim"))
     return Group(*parts)
 
 
