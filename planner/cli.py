@@ -167,6 +167,7 @@ SORT_KEYS = ("time", "memory", "mfu")
 TRAIN_PRECISIONS = ("bf16", "fp16", "fp8")
 SERVE_PRECISIONS = ("bf16", "fp8", "fp4")
 KV_CACHE_DTYPES = ("bf16", "fp8")
+SERVE_OBJECTIVES = ("interactive", "throughput")
 
 
 # The choices and ranges of options are checked here, not by typer (Literal / min= / max=):
@@ -615,6 +616,7 @@ def serve(
     max_tp: Annotated[int | None, typer.Option("--max-tp", help="Largest TP degree tried (default: the NVLink domain).")] = None,
     no_disagg: Annotated[bool, typer.Option("--no-disagg", help="Leave prefill/decode disaggregation out of the search.")] = False,
     export_format: Annotated[str | None, typer.Option("--export", help="Also print the top deployment's launch commands: vllm | sglang | trtllm.")] = None,
+    objective: Annotated[str, typer.Option("--objective", help="Without --ttft-ms/--tpot-ms: interactive (TPOT <= 50 ms, TTFT <= 3 s) | throughput (no SLO).")] = "interactive",
     json_out: JsonOpt = False,
 ) -> None:
     """Plan an inference deployment: parallelism, replicas, P/D split, within the SLOs."""
@@ -633,6 +635,7 @@ def serve(
         _choice("--precision", precision, SERVE_PRECISIONS)
         _choice("--kv-cache-dtype", kv_cache_dtype, KV_CACHE_DTYPES)
         _choice("--engine", engine, ENGINES)
+        _choice("--objective", objective, SERVE_OBJECTIVES)
         fmt = None
         if export_format is not None:
             from planner.frameworks.engines.writer import check_engine
@@ -646,9 +649,18 @@ def serve(
                                           input_length=isl, output_length=osl,
                                           engine=fmt or engine), where="serving")
         job = ServeJob(model=resolve_model(model), hardware=hw, num_gpus=n, serving=sv)
-        opts = ServeOptions(top=top, ttft_s=ttft_ms / 1e3 if ttft_ms else None,
-                            tpot_s=tpot_ms / 1e3 if tpot_ms else None, max_tp=max_tp,
-                            disaggregated=not no_disagg)
+        from planner.frameworks.engines.writer import accepts
+        from planner.serve.search import INTERACTIVE_TPOT_S, INTERACTIVE_TTFT_S
+        ttft_s, tpot_s = (ttft_ms / 1e3 if ttft_ms else None, tpot_ms / 1e3 if tpot_ms else None)
+        slo_note = None
+        if ttft_s is None and tpot_s is None and objective == "interactive":
+            ttft_s, tpot_s = INTERACTIVE_TTFT_S, INTERACTIVE_TPOT_S
+            slo_note = (f"SLO: the default interactive target, TPOT <= {tpot_s * 1e3:.0f} ms "
+                        f"(>= {1 / tpot_s:.0f} output tokens/s per user) and TTFT <= "
+                        f"{ttft_s:.0f} s; --ttft-ms/--tpot-ms set your own, --objective "
+                        "throughput ranks without one")
+        opts = ServeOptions(top=top, ttft_s=ttft_s, tpot_s=tpot_s, max_tp=max_tp,
+                            disaggregated=not no_disagg, accepts=accepts)
         result = search(job, opts)
         text = None
         if fmt and result.plans:
@@ -659,6 +671,9 @@ def serve(
             from planner.views.serve_shapes import plan_json
             out = plan_json(result)
             out["chosen_by_planner"] = chosen
+            if slo_note:
+                out["default_slo"] = {"ttft_ms": ttft_s * 1e3, "tpot_ms": tpot_s * 1e3,
+                                      "note": slo_note}
             if text is not None:
                 out["export"] = {"format": fmt, "text": text}
             print(json.dumps(out, indent=2))
@@ -667,6 +682,8 @@ def serve(
                 print(f"precision {prec} (chosen by planner: {hw.name} "
                       f"{'has' if prec == 'fp8' else 'has no'} FP8 tensor cores; --precision "
                       "to pin)")
+            if slo_note:
+                print(slo_note)
             from planner.views import serve_report
             _console(serve=True).print(serve_report.plan_view(result))
             if text is not None:
@@ -682,7 +699,8 @@ def serve(
                 print(f"error: no deployment of {job.model.name} on {n} x {hw.name} meets the "
                       f"SLOs; the closest ({c.layout.name} at {e.concurrency} requests) has "
                       f"TTFT {e.ttft_s * 1e3:,.0f} ms and TPOT {e.tpot_s * 1e3:.1f} ms; relax "
-                      "--ttft-ms/--tpot-ms or add GPUs", file=sys.stderr)
+                      "--ttft-ms/--tpot-ms" + (" (or --objective throughput)" if slo_note else "")
+                      + " or add GPUs", file=sys.stderr)
             return 1
         return 0
 

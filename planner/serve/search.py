@@ -15,6 +15,7 @@ throughput).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.caveats import LONG_CONTEXT_TOKENS
@@ -32,8 +33,16 @@ from planner.serve.rules import check, instance_errors, job_errors
 from planner.serve.time import ServeCost
 from planner.units import divisors
 
-__all__ = ["ServeOptions", "Candidate", "ServeSearchResult", "search", "instance_shapes",
+__all__ = ["INTERACTIVE_TTFT_S", "INTERACTIVE_TPOT_S", "ServeOptions", "Candidate", "ServeSearchResult", "search", "instance_shapes",
            "concurrencies", "pareto_front"]
+
+
+INTERACTIVE_TPOT_S = 0.050
+"""`planner serve`'s default target without an SLO (--objective interactive): 50 ms per output
+token, at least 20 tokens/s per user, about the pace of reading (a stated choice, not a
+measured constant; --objective throughput ranks with no SLO)."""
+INTERACTIVE_TTFT_S = 3.0
+"""... and the first token within 3 s."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,9 @@ class ServeOptions:
     tpot_s: float | None = None     # SLO: time per output token
     max_tp: int | None = None       # default: the NVLink domain
     disaggregated: bool = True         # also search prefill/decode disaggregation
+    # (job, layout) -> the engine starts it: `serve --engine E` passes E's own export
+    # refusals (planner.frameworks.engines.writer.refusals); the ranking skips the others
+    accepts: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -224,6 +236,8 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
             best_per_layout[p.layout] = p
     ranked = sorted(best_per_layout.values(), key=lambda p: (-p.per_gpu, p.estimate.tpot_s,
                                                              p.layout.num_gpus))
+    if opts.accepts is not None:
+        ranked = _accepted(ranked, opts, job, pruned)
     plans = [_with_rank(p, i + 1, job) for i, p in enumerate(ranked[:opts.top])]
     result = ServeSearchResult(job=job, options=opts, plans=plans,
                                pareto=pareto_front(points), steps=[], searched=len(points),
@@ -244,6 +258,20 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
             result.caveats += [x for x in cp_caveats(job, c.layout) if x not in result.caveats]
     result.elapsed_s = time.perf_counter() - t0
     return result
+
+
+def _accepted(ranked: list, opts: ServeOptions, job, pruned: dict) -> list:
+    """The ranked deployments the engine starts, the first `top` of them (each checked in
+    rank order until `top` are found); the others counted under `engine-refuses`."""
+    out = []
+    for p in ranked:
+        if len(out) >= opts.top:
+            break
+        if opts.accepts(job, p.layout):
+            out.append(p)
+        else:
+            pruned["engine-refuses"] = pruned.get("engine-refuses", 0) + 1
+    return out
 
 
 def _fit(job, insts, shapes: dict, pruned: dict) -> None:
