@@ -152,19 +152,19 @@ def test_the_default_engines_first_plan_always_exports():
     assert "vllm serve" in serve_export(job, best.layout, "vllm")
 
 
-# Known disagreements of the serving search and `validate` on an engine's launch commands
-# (the third point, not fixed here): each case is one the round trip gets wrong.
+# The serving round trip's verdict, concurrency and time; the known disagreement of the
+# search and `validate` on an engine's launch commands (not fixed here) as a strict xfail.
 KNOWN = [
     pytest.param("llama3-70b", 8, "h100-sxm", "sglang", id="sglang-prefill-tp1-invalid",
                  marks=pytest.mark.xfail(strict=True, reason=(
                      "SGLang's P/D prefill worker tp1: the search counts its memory with "
                      "SGLang's reserved fraction, the launch command's reader leaves 0 GiB of "
                      "KV cache (weights + activations + other): validate calls it INVALID"))),
-    pytest.param("qwen3-235b-a22b", 8, "b200", "vllm", id="attention-dp-concurrency",
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "attention-DP instances: the export writes --max-num-seqs conc // dp, so "
-                     "a concurrency that is not a multiple of dp reads back lower (90 -> 88), "
-                     "with a lower TPOT"))),
+    # attention-DP instances: the export writes a per-rank limit (--max-num-seqs conc // dp),
+    # so the search's concurrencies are whole shares (search.unit_concurrencies)
+    pytest.param("qwen3-235b-a22b", 8, "b200", "vllm", id="attention-dp-concurrency-vllm"),
+    pytest.param("deepseek-v3", 16, "h200", "trtllm", id="attention-dp-concurrency-trtllm"),
+    pytest.param("llama3-70b", 8, "h100-sxm", "vllm", id="llama-70b-vllm"),
 ]
 
 

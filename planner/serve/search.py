@@ -108,6 +108,16 @@ def concurrencies(max_conc: int) -> list[int]:
     return out
 
 
+def unit_concurrencies(max_conc: int, unit: int) -> list[int]:
+    """The concurrencies of an instance whose `unit` (its attention-DP) ranks each take an equal
+    share: `concurrencies` of whole shares times `unit`, which is what its launch command
+    sets (a per-rank batch limit) and reads back; plain `concurrencies` when one share does
+    not fit."""
+    if unit <= 1 or max_conc < unit:
+        return concurrencies(max_conc)
+    return [unit * c for c in concurrencies(max_conc // unit)]
+
+
 def cp_degrees(job, max_gpus: int, *, forced: bool = False) -> list[int]:
     """The cp degrees to search: 1, and 2, 4, ... up to max_gpus only for long prompts
     (>= caveats.LONG_CONTEXT_TOKENS, where splitting a prompt pays) or when `forced` (no
@@ -281,7 +291,8 @@ def _fit(job, insts, shapes: dict, pruned: dict) -> None:
         if mem.max_concurrency < 1:
             pruned["fits-in-memory"] = pruned.get("fits-in-memory", 0) + 1
             continue
-        shapes[inst] = _Shape(inst, mem, ServeCost(job, inst), concurrencies(mem.max_concurrency))
+        shapes[inst] = _Shape(inst, mem, ServeCost(job, inst),
+                              unit_concurrencies(mem.max_concurrency, inst.dp))
 
 
 def search_caveats(job) -> list[str]:
@@ -303,12 +314,13 @@ def _sweep(concs: list[int], opts: ServeOptions, est_of, layout) -> list[Candida
     out = [Candidate(layout, e, _meets(e, opts)) for e in map(est_of, concs)]
     if opts.ttft_s is None and opts.tpot_s is None:
         return out
+    unit = _unit(layout.instance, concs)
     for a, b in zip(out, out[1:]):
         if a.meets and not b.meets:
             lo, hi = a.estimate.concurrency, b.estimate.concurrency
             best = None
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
+            while hi - lo > unit:
+                mid = (lo + hi) // 2 // unit * unit
                 e = est_of(mid)
                 if _meets(e, opts):
                     lo, best = mid, e
@@ -398,6 +410,13 @@ def _worker_counts(N, gp, gd, rp, rd, one, chunk_s, opts) -> list[int]:
     return out
 
 
+def _unit(inst, concs: list[int]) -> int:
+    """The step of an instance's concurrencies: its attention-DP ranks when its grid is in
+    whole shares (`unit_concurrencies`), else 1."""
+    u = inst.dp
+    return u if u > 1 and all(c % u == 0 for c in concs) else 1
+
+
 def _decode_concurrencies(job, d, opts: ServeOptions) -> list[int]:
     """A decode worker's concurrencies: the powers of two up to its KV capacity and, with a
     TPOT SLO, the largest that meets it (bisection; TPOT grows with concurrency)."""
@@ -408,13 +427,14 @@ def _decode_concurrencies(job, d, opts: ServeOptions) -> list[int]:
         return step.total / per
 
     concs = list(d.concs)
+    unit = _unit(d.inst, concs)
     ok = [opts.tpot_s is None or tpot(c) <= opts.tpot_s for c in concs]
     if opts.tpot_s is not None:
         for i in range(len(concs) - 1):
             if ok[i] and not ok[i + 1]:
                 lo, hi = concs[i], concs[i + 1]
-                while hi - lo > 1:
-                    mid = (lo + hi) // 2
+                while hi - lo > unit:
+                    mid = (lo + hi) // 2 // unit * unit
                     lo, hi = (mid, hi) if tpot(mid) <= opts.tpot_s else (lo, mid)
                 if lo not in concs:
                     concs.append(lo)
