@@ -1,6 +1,8 @@
 """Which training frameworks can run a layout: each exporter's own refusal list
 (`refusals(job, layout)` in its writer), so the search filter (`planner plan --framework F`,
-through `SearchOptions.allow`) and the export refuse by the same predicates.
+through `SearchOptions.runs_as`, set by cli: the search does not import frameworks) and the
+export refuse by the same predicates; and how each runs a layout it takes (the writer's
+`runs_as`: what reading its export back gives) and counts the model states (`job_for`).
 
 `model_refusal(job, fw)`: the one line saying a framework cannot train this model at all
 (whatever the layout), e.g. NeMo 1 and Megatron-DeepSpeed have no multi-latent attention.
@@ -15,8 +17,8 @@ from importlib import import_module
 from planner.errors import SpecError, short
 from planner.layout import Layout
 
-__all__ = ["TRAIN_FRAMEWORKS", "SHORT", "check_framework", "refusals", "runs_as", "runnable", "allow", "job_for", "ACCOUNTING",
-           "model_refusal"]
+__all__ = ["TRAIN_FRAMEWORKS", "SHORT", "check_framework", "refusals", "runs_as", "runnable",
+           "allow", "job_for", "ACCOUNTING", "model_refusal"]
 
 TRAIN_FRAMEWORKS = ("megatron", "megatron-bridge", "nemo", "deepspeed", "torchtitan")
 SHORT = {"megatron": "M", "megatron-bridge": "B", "nemo": "N", "deepspeed": "D",
