@@ -167,6 +167,7 @@ SORT_KEYS = ("time", "memory", "mfu")
 TRAIN_PRECISIONS = ("bf16", "fp16", "fp8")
 SERVE_PRECISIONS = ("bf16", "fp8", "fp4")
 KV_CACHE_DTYPES = ("bf16", "fp8")
+SERVE_OBJECTIVES = ("interactive", "throughput")
 
 
 # The choices and ranges of options are checked here, not by typer (Literal / min= / max=):
@@ -253,6 +254,17 @@ def _cluster(hardware: str | None, gpus: int | None, nodes: int | None):
     return hw, n
 
 
+def _plan_framework(framework: str | None, fmt: str | None) -> str | None:
+    """--framework, or the --export format (it implies it); both must agree."""
+    from planner.frameworks.runnable import check_framework
+    fw = None if framework is None else check_framework(framework)
+    if fw is not None and fmt is not None and fw != fmt:
+        raise SpecError(f"--framework {fw} with --export {fmt}: the export implies its "
+                        f"framework; drop --framework or give --export {fw}",
+                        field="--framework", value=framework)
+    return fw if fw is not None else fmt
+
+
 def _export_best(job, result, fmt):
     """(text, None) for the top plan in `fmt`, or (None, the refusal): a refusal goes into
     the result (JSON `"export": {"refused": ...}`), it does not replace it."""
@@ -292,7 +304,7 @@ def plan(
     nodes: NodesOpt = None,
     hardware: HardwareOpt = None,
     seq_length: Annotated[int | None, typer.Option("--seq-length", help="Tokens per sequence (default: the model's).")] = None,
-    global_batch_size: Annotated[int | None, typer.Option("--global-batch-size", help="Sequences per step (default: ~4M tokens).")] = None,
+    global_batch_size: Annotated[int | None, typer.Option("--global-batch-size", help="Sequences per step (default: as published recipes at this scale, >= ~4M tokens).")] = None,
     precision: Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8.")] = "bf16",
     top: Annotated[int, typer.Option("--top", help="How many layouts to list.")] = 10,
     sort_by: Annotated[str, typer.Option("--sort-by", help="time | memory | mfu.")] = "time",
@@ -300,7 +312,8 @@ def plan(
     max_tp: Annotated[int | None, typer.Option("--max-tp", help="Largest TP degree tried (default: the NVLink domain).")] = None,
     headroom: HeadroomOpt = 0.05,
     tokens: TokensOpt = None,
-    export_format: Annotated[str | None, typer.Option("--export", help="Also print the top plan as megatron|deepspeed|torchtitan|nemo.")] = None,
+    export_format: Annotated[str | None, typer.Option("--export", help="Also print the top plan as megatron|megatron-bridge|deepspeed|torchtitan|nemo (implies --framework).")] = None,
+    framework: Annotated[str | None, typer.Option("--framework", help="Keep only what this framework runs: megatron|megatron-bridge|nemo|deepspeed|torchtitan.")] = None,
     json_out: JsonOpt = False,
     show: ShowOpt = None,
     html: HtmlOpt = None,
@@ -325,11 +338,12 @@ def plan(
         if export_format is not None:
             from planner.frameworks.export import check_format
             fmt = check_format(export_format, option="--export")
+        fw = _plan_framework(framework, fmt)
         m = resolve_model(model)
         job = Job(model=m, hardware=hw, num_gpus=n,
                   training=default_training(m, seq_length=seq_length,
                                             global_batch_size=global_batch_size,
-                                            precision=precision))
+                                            precision=precision, num_gpus=n))
         from planner.rules import Context, precision_supported
         unsupported = precision_supported(Context(model=m, hardware=hw, training=job.training,
                                                   num_gpus=n, layout=None))
@@ -339,13 +353,40 @@ def plan(
         if show is not None:    # the pictures module only when they are asked for
             from planner.views.pictures import SHOWABLE
             wanted = _show(show, allowed=SHOWABLE, json_out=json_out)
+        from dataclasses import replace
+
+        from planner.errors import InfeasibleError
+        from planner.frameworks import runnable
+        cannot = None
+        if fw is not None:
+            if why := runnable.model_refusal(job, fw):
+                if fmt is None:
+                    raise InfeasibleError(why)
+                # --export F: the plans as without it, the refusal in the result (one line)
+                cannot, fw = InfeasibleError(why), None
+            else:
+                job = runnable.job_for(job, fw)
         opts = SearchOptions(top=top, sort_by=sort_by, fix=parse_fix(fix), max_tp=max_tp,
-                             headroom=_headroom(headroom), tokens=_tokens(tokens))
+                             headroom=_headroom(headroom), tokens=_tokens(tokens),
+                             runs_as=None if fw is None else runnable.allow(fw))
         result = search(job, opts)
-        text, refused = _export_best(job, result, fmt)
+        result.plans = [replace(p, frameworks=tuple(runnable.runnable(job, p.layout)))
+                        for p in result.plans]
+        result.framework = fw
+        if global_batch_size is None:
+            from planner.config import default_batch
+            tr = job.training
+            result.batch_note = (f"global batch {tr.global_batch_size:,} x {tr.seq_length:,} = "
+                                 f"{tr.global_batch_size * tr.seq_length / 1e6:.1f}M tokens "
+                                 "per step, the default: "
+                                 f"{default_batch(m, tr.seq_length, n)[1]}; "
+                                 "--global-batch-size sets it")
+        text, refused = (None, cannot) if cannot else _export_best(job, result, fmt)
         if json_out:
             from planner.views.shapes import plan_json
             out = plan_json(result)
+            if result.batch_note:
+                out["default_batch"] = result.batch_note
             if fmt is not None:
                 out["export"] = ({"format": fmt, "text": text} if refused is None else
                                  {"format": fmt, "refused": refused.message})
@@ -586,6 +627,7 @@ def serve(
     max_tp: Annotated[int | None, typer.Option("--max-tp", help="Largest TP degree tried (default: the NVLink domain).")] = None,
     no_disagg: Annotated[bool, typer.Option("--no-disagg", help="Leave prefill/decode disaggregation out of the search.")] = False,
     export_format: Annotated[str | None, typer.Option("--export", help="Also print the top deployment's launch commands: vllm | sglang | trtllm.")] = None,
+    objective: Annotated[str, typer.Option("--objective", help="Without --ttft-ms/--tpot-ms: interactive (TPOT <= 50 ms, TTFT <= 3 s) | throughput (no SLO).")] = "interactive",
     json_out: JsonOpt = False,
 ) -> None:
     """Plan an inference deployment: parallelism, replicas, P/D split, within the SLOs."""
@@ -604,6 +646,7 @@ def serve(
         _choice("--precision", precision, SERVE_PRECISIONS)
         _choice("--kv-cache-dtype", kv_cache_dtype, KV_CACHE_DTYPES)
         _choice("--engine", engine, ENGINES)
+        _choice("--objective", objective, SERVE_OBJECTIVES)
         fmt = None
         if export_format is not None:
             from planner.frameworks.engines.writer import check_engine
@@ -617,9 +660,18 @@ def serve(
                                           input_length=isl, output_length=osl,
                                           engine=fmt or engine), where="serving")
         job = ServeJob(model=resolve_model(model), hardware=hw, num_gpus=n, serving=sv)
-        opts = ServeOptions(top=top, ttft_s=ttft_ms / 1e3 if ttft_ms else None,
-                            tpot_s=tpot_ms / 1e3 if tpot_ms else None, max_tp=max_tp,
-                            disaggregated=not no_disagg)
+        from planner.frameworks.engines.writer import accepts
+        from planner.serve.search import INTERACTIVE_TPOT_S, INTERACTIVE_TTFT_S
+        ttft_s, tpot_s = (ttft_ms / 1e3 if ttft_ms else None, tpot_ms / 1e3 if tpot_ms else None)
+        slo_note = None
+        if ttft_s is None and tpot_s is None and objective == "interactive":
+            ttft_s, tpot_s = INTERACTIVE_TTFT_S, INTERACTIVE_TPOT_S
+            slo_note = (f"SLO: the default interactive target, TPOT <= {tpot_s * 1e3:.0f} ms "
+                        f"(>= {1 / tpot_s:.0f} output tokens/s per user) and TTFT <= "
+                        f"{ttft_s:.0f} s; --ttft-ms/--tpot-ms set your own, --objective "
+                        "throughput ranks without one")
+        opts = ServeOptions(top=top, ttft_s=ttft_s, tpot_s=tpot_s, max_tp=max_tp,
+                            disaggregated=not no_disagg, accepts=accepts)
         result = search(job, opts)
         text = None
         if fmt and result.plans:
@@ -630,6 +682,9 @@ def serve(
             from planner.views.serve_shapes import plan_json
             out = plan_json(result)
             out["chosen_by_planner"] = chosen
+            if slo_note:
+                out["default_slo"] = {"ttft_ms": ttft_s * 1e3, "tpot_ms": tpot_s * 1e3,
+                                      "note": slo_note}
             if text is not None:
                 out["export"] = {"format": fmt, "text": text}
             print(json.dumps(out, indent=2))
@@ -638,6 +693,8 @@ def serve(
                 print(f"precision {prec} (chosen by planner: {hw.name} "
                       f"{'has' if prec == 'fp8' else 'has no'} FP8 tensor cores; --precision "
                       "to pin)")
+            if slo_note:
+                print(slo_note)
             from planner.views import serve_report
             _console(serve=True).print(serve_report.plan_view(result))
             if text is not None:
@@ -653,7 +710,8 @@ def serve(
                 print(f"error: no deployment of {job.model.name} on {n} x {hw.name} meets the "
                       f"SLOs; the closest ({c.layout.name} at {e.concurrency} requests) has "
                       f"TTFT {e.ttft_s * 1e3:,.0f} ms and TPOT {e.tpot_s * 1e3:.1f} ms; relax "
-                      "--ttft-ms/--tpot-ms or add GPUs", file=sys.stderr)
+                      "--ttft-ms/--tpot-ms" + (" (or --objective throughput)" if slo_note else "")
+                      + " or add GPUs", file=sys.stderr)
             return 1
         return 0
 

@@ -18,9 +18,20 @@ from planner.presets import resolve_model
 from planner.specs import ConfigSpec, HardwareSpec, ModelSpec, TrainingSpec, parse_spec
 
 __all__ = ["Job", "load_config", "config_from_data", "resolve_hardware", "profile_dir",
-           "profile_names", "default_training"]
+           "profile_names", "default_training", "default_batch"]
 
 TOKENS_PER_STEP = 4 * 2**20   # "about 4M tokens" per step (Llama 3 paper: 4M tokens at 8k)
+
+# The default global batch grows with the cluster as published recipes do (default_batch):
+# at least TOKENS_PER_STEP (Llama 3's first batch, 4M tokens, arXiv 2407.21783 sec. 3.4.1;
+# Megatron-Bridge's Llama 3.1 405B recipe, 512 x 8192 = 4M: recipes/llama/llama31_405b.py),
+# and per GPU what the largest published runs used:
+DENSE_TOKENS_PER_GPU = 16 * 2**20 // 16384
+"""1,024: Llama 3 405B's final batch, 16M tokens per step on 16,384 H100s (arXiv 2407.21783
+sec. 3.4.1 and 3.3.2)."""
+MOE_TOKENS_PER_GPU = 15360 * 4096 // 2048
+"""30,720: DeepSeek-V3's batch, 15,360 sequences of 4,096 tokens on 2,048 H800s (arXiv
+2412.19437 sec. 4.2 and 3.1)."""
 
 
 @dataclass(frozen=True)
@@ -77,14 +88,34 @@ def resolve_hardware(ref: str | dict | HardwareSpec, *, base: Path | None = None
                     field="hardware", value=text)
 
 
+def default_batch(model: ModelSpec, seq: int, num_gpus: int | None) -> tuple[int, str]:
+    """(sequences per step, where that comes from): the tokens per step published recipes use
+    at this scale, rounded to a whole number of sequences. At least 4M tokens
+    (TOKENS_PER_STEP); with `num_gpus`, up to DENSE_TOKENS_PER_GPU (Llama 3 405B) or, for a
+    mixture of experts, MOE_TOKENS_PER_GPU (DeepSeek-V3) per GPU."""
+    floor = max(1, round(TOKENS_PER_STEP / seq))
+    where = "about 4M tokens (Llama 3's first batch; Megatron-Bridge's recipes, 512 x 8192)"
+    if num_gpus is None:
+        return floor, where
+    per_gpu, source = ((MOE_TOKENS_PER_GPU, "DeepSeek-V3's 15,360 x 4,096 on 2,048 GPUs, "
+                        "arXiv 2412.19437") if model.is_moe else
+                       (DENSE_TOKENS_PER_GPU, "Llama 3 405B's 16M tokens on 16,384 GPUs, "
+                        "arXiv 2407.21783"))
+    scaled = round(per_gpu * num_gpus / seq)
+    if scaled <= floor:
+        return floor, where
+    return scaled, (f"{per_gpu:,} tokens per GPU x {num_gpus:,} GPUs ({source})")
+
+
 def default_training(model: ModelSpec, *, seq_length: int | None = None,
                      global_batch_size: int | None = None, precision: str = "bf16",
-                     **extra) -> TrainingSpec:
-    """Fill the plan defaults: seq = the model's training length (else 4096), batch = about
-    4M tokens rounded to a whole number of sequences."""
+                     num_gpus: int | None = None, **extra) -> TrainingSpec:
+    """Fill the plan defaults: seq = the model's training length (else 4096), batch =
+    `default_batch` (about 4M tokens; with `num_gpus`, what published recipes use at that
+    scale)."""
     seq = seq_length if seq_length is not None else (model.seq_length or 4096)
     gbs = (global_batch_size if global_batch_size is not None
-           else max(1, round(TOKENS_PER_STEP / seq)))
+           else default_batch(model, seq, num_gpus)[0])
     return parse_spec(TrainingSpec, dict(seq_length=seq, global_batch_size=gbs,
                                          precision=precision, **extra), where="training")
 
@@ -102,7 +133,8 @@ def config_from_data(data, *, base: Path | None = None, source: str = "config") 
                                 global_batch_size=t.global_batch_size, precision=t.precision,
                                 flash_attention=t.flash_attention, accounting=t.accounting,
                                 fp8_recipe=t.fp8_recipe, fp8_param_gather=t.fp8_param_gather,
-                                cross_entropy=t.cross_entropy, loss_parallel=t.loss_parallel)
+                                cross_entropy=t.cross_entropy, loss_parallel=t.loss_parallel,
+                                num_gpus=spec.num_gpus)
     job = Job(model=model, hardware=hardware, num_gpus=spec.num_gpus, training=training)
     return job, layout_from_spec(spec.parallel, num_gpus=spec.num_gpus)
 

@@ -20,8 +20,8 @@ from planner.units import GiB, divisors
 
 __all__ = ["Context", "RULES", "WARNINGS", "check", "rule_ids", "DEFAULT_HEADROOM",
            "MEMORY_MARGIN",
-           "USUAL_MAX_BATCH_TOKENS", "batch_ok", "interleave_ok", "seq_tp_ok", "moe_sp_ok", "fits",
-           "split_options", "vpp_options"]
+           "USUAL_MAX_BATCH_TOKENS", "USUAL_MAX_MOE_BATCH_TOKENS", "batch_ok", "interleave_ok",
+           "seq_tp_ok", "moe_sp_ok", "fits", "split_options", "vpp_options"]
 
 DEFAULT_HEADROOM = 0.05
 """Fraction of GPU memory kept free on top of the modelled overheads (fits-in-memory)."""
@@ -30,7 +30,8 @@ MEMORY_MARGIN = 0.10
 (benchmarks/accuracy.py). validate calls a layout infeasible only when its estimate exceeds
 the GPU by more than this; between the headroom and that, it warns how near the edge it is.
 plan proposes only layouts that keep the headroom."""
-USUAL_MAX_BATCH_TOKENS = 2**24
+USUAL_MAX_BATCH_TOKENS = 2**24            # dense: Llama 3 405B's 16M (arXiv 2407.21783)
+USUAL_MAX_MOE_BATCH_TOKENS = 15360 * 4096  # MoE: DeepSeek-V3's (arXiv 2412.19437)
 """16.8M tokens: the largest global batch of published dense pre-training (Llama 3 405B: 16M)."""
 
 
@@ -576,14 +577,20 @@ def cp_short_sequence(c: Context) -> str | None:
 
 
 def batch_beyond_usual(c: Context) -> str | None:
+    """Beyond the largest published batch of its kind: 16M tokens for a dense model (Llama 3
+    405B, arXiv 2407.21783), 15,360 x 4,096 = 62.9M for a mixture of experts (DeepSeek-V3,
+    arXiv 2412.19437)."""
     lay, tr = c.layout, c.training
     tokens = tr.global_batch_size * tr.seq_length
     floor = lay.dp * lay.micro_batch_size * tr.seq_length
-    if floor > USUAL_MAX_BATCH_TOKENS:
+    most, usual = ((USUAL_MAX_MOE_BATCH_TOKENS, "<= 62.9M for a MoE (DeepSeek-V3)")
+                   if c.model.is_moe else (USUAL_MAX_BATCH_TOKENS, "<= 16M for a dense model"))
+    if floor > most:
         return (f"dp ({lay.dp}) x micro_batch_size x seq_length forces at least "
-                f"{floor / 1e6:.1f}M tokens per step, beyond the usual <= 16M; use more tp/pp/cp")
-    if tokens > USUAL_MAX_BATCH_TOKENS:
-        return (f"global batch of {tokens / 1e6:.1f}M tokens is beyond the usual <= 16M "
+                f"{floor / 1e6:.1f}M tokens per step, beyond the usual {usual}; use more "
+                "tp/pp/cp")
+    if tokens > most:
+        return (f"global batch of {tokens / 1e6:.1f}M tokens is beyond the usual {usual} "
                 "(convergence suffers); fewer sequences per step")
     return None
 

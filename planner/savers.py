@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from planner.specs import ModelSpec
 
-__all__ = ["Saver", "savers", "chains", "BASE_KEYS"]
+__all__ = ["Saver", "savers", "chains", "BASE_KEYS", "in_use"]
 
 BASE_KEYS = ("none", "selective", "full")
 """The three plain recompute settings (`--fix recompute=...`)."""
@@ -113,4 +113,27 @@ def chains(options: list[Saver]) -> list[list[Saver]]:
 
     for root in nexts.get(None, []):
         walk([root])
+    return out
+
+
+def in_use(layout, training=None) -> list[str]:
+    """The memory savers a layout relies on, compactly, in a fixed order (the plan table's
+    savers column, the HTML report, JSON `savers`): the recompute ("sel" core_attn only,
+    "sel+" more modules, "full", "fullN" N layers per virtual stage), "offN" (N layers'
+    activations offloaded to the host), "bf16g" / "bf16m" / "bf16gm" (bf16 gradient
+    reduction, bf16 Adam moments, both), "fp8pg" (FP8 parameter all-gather). Empty: none."""
+    out = []
+    if layout.recompute == "selective":
+        out.append("sel" if layout.selective_modules == ("core_attn",) else "sel+")
+    elif layout.recompute == "full":
+        n = layout.recompute_num_layers
+        out.append("full" if n is None else f"full{n}")
+    if layout.cpu_offloading_num_layers:
+        out.append(f"off{layout.cpu_offloading_num_layers}")
+    g = not layout.grad_reduce_in_fp32
+    mom = "bf16" in (layout.exp_avg_dtype, layout.exp_avg_sq_dtype)
+    if g or mom:
+        out.append("bf16" + ("g" if g else "") + ("m" if mom else ""))
+    if training is not None and training.precision == "fp8" and training.fp8_param_gather:
+        out.append("fp8pg")
     return out

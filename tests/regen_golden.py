@@ -18,15 +18,16 @@ GOLDEN_DIR = ROOT / "tests" / "golden"
 EXAMPLES = ROOT / "examples"
 RECIPE_DIRS = (ROOT / "tests" / "data" / "recipes",   # the script exporters' recipe configs
                ROOT / "tests" / "data" / "export")    # the NeMo / torchtitan exporters'
-EXTENSIONS = {"megatron": "sh", "deepspeed": "txt", "torchtitan": "toml", "nemo": "yaml"}
+EXTENSIONS = {"megatron": "sh", "deepspeed": "txt", "torchtitan": "toml", "nemo": "yaml",
+              "megatron-bridge": "yaml"}
 
 # (example config, formats it is exported to); a format missing here refuses that config
 # (tests/test_frameworks_writers.py checks the refusals).
 CASES = [
-    ("llama3-70b-2048xh100", ("megatron", "deepspeed", "torchtitan", "nemo")),
-    ("mixtral-8x7b-64xh100", ("megatron", "deepspeed", "torchtitan", "nemo")),
-    ("llama3-8b-128k-64xh100", ("megatron", "deepspeed", "torchtitan", "nemo")),
-    ("deepseek-v3-1024xb200", ("megatron", "torchtitan")),
+    ("llama3-70b-2048xh100", ("megatron", "deepspeed", "torchtitan", "nemo", "megatron-bridge")),
+    ("mixtral-8x7b-64xh100", ("megatron", "deepspeed", "torchtitan", "nemo", "megatron-bridge")),
+    ("llama3-8b-128k-64xh100", ("megatron", "deepspeed", "torchtitan", "nemo", "megatron-bridge")),
+    ("deepseek-v3-1024xb200", ("megatron", "torchtitan", "megatron-bridge")),
 ]
 
 # Configs under tests/data/recipes/ with the production-recipe keys, exported by the

@@ -31,7 +31,8 @@ from planner.frameworks.export import FORMATS, export
 from planner.validate import validate
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
-EXTENSIONS = {"megatron": ".sh", "deepspeed": ".json", "torchtitan": ".toml", "nemo": ".yaml"}
+EXTENSIONS = {"megatron": ".sh", "deepspeed": ".json", "torchtitan": ".toml", "nemo": ".yaml",
+              "megatron-bridge": ".yaml"}
 COMPARED = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "sequence_parallel",
             "zero_stage", "recompute", "first_stage_layers", "last_stage_layers")
 LOSSY = {("torchtitan", "zero_stage"): {1: 2}, ("nemo", "zero_stage"): {2: 1},
@@ -85,7 +86,8 @@ def test_export_then_import_gives_the_same_layout_and_verdict(tmp_path, name, so
     needs_model = fmt in ("nemo", "deepspeed") or (
         fmt == "torchtitan" and job.model.name not in TORCHTITAN_MODELS)
     imported = load_any(path, hardware=job.hardware.name,
-                        model=_model_ref(source) if needs_model else None)
+                        model=_model_ref(source) if needs_model else None,
+                        gpus=job.num_gpus if fmt == "megatron-bridge" else None)  # torchrun's
     assert imported.format == fmt
     assert imported.job.num_gpus == job.num_gpus
     assert imported.job.training.global_batch_size == job.training.global_batch_size
@@ -130,6 +132,7 @@ def test_golden_exports_import_without_framework_errors(path):
     example = REGEN.config_path(config)     # the config the golden was exported from
     assert example.exists(), f"{path.name}: no config {config}.yaml where regen_golden looks"
     job, _ = load_config(example)
-    imported = load_any(path, hardware=job.hardware.name, model=_model_ref(example))
+    imported = load_any(path, hardware=job.hardware.name, model=_model_ref(example),
+                        gpus=job.num_gpus if ".megatron-bridge." in path.name else None)
     assert imported.job.num_gpus == job.num_gpus
     assert not [v.message for v in imported.violations if v.severity == "error"]

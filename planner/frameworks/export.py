@@ -16,7 +16,8 @@ from planner.frameworks.writing import check_exportable
 
 __all__ = ["export", "FORMATS", "check_format", "check_exportable", "prepare"]
 
-FORMATS = ("megatron", "deepspeed", "torchtitan", "nemo")
+FORMATS = ("megatron", "deepspeed", "torchtitan", "nemo", "megatron-bridge")
+_MODULES = {"megatron-bridge": "nemo.bridge_writer"}
 
 
 def check_format(fmt: str, *, option: str = "--format") -> str:
@@ -41,5 +42,5 @@ def export(job, layout, fmt: str, *, estimate=None) -> str:
     """The export text for `fmt` (see each module's docstring for its layout)."""
     name = check_format(fmt)
     check_exportable(job, layout)
-    module = import_module(f"planner.frameworks.{name}.writer")
+    module = import_module(f"planner.frameworks.{_MODULES.get(name, name + '.writer')}")
     return module.render(job, layout, estimate=estimate)

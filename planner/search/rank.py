@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from planner.config import Job
 from planner.layout import Layout
-from planner.rules import Context, check
+from planner.rules import Context, check, fits
 from planner.search.result import Plan, SearchResult
 from planner.search.space import RECOMPUTE, SearchOptions, _Space, _variants_for
 from planner.search.walk import _layout
@@ -22,6 +22,13 @@ def _fastest(cand: tuple, space: _Space, cm,
     step time; or (None, a lower bound on it) when even the variants' pipeline times exceed
     `kth` (the step adds DP and optimizer time to them)."""
     lays = [_layout(cand, v) for v in _variants_for(space, cand[1], cand[4])]
+    if space.runs_as is not None:
+        # as the framework runs each (None: it refuses), and still fitting as it runs it
+        ran = (space.runs_as(lay) for lay in lays)
+        lays = [lay for lay in ran if lay is not None
+                and fits(cm.memory_total(lay), cm.capacity, space.headroom)]
+        if not lays:
+            return None, float("inf")
     if kth < float("inf"):
         low = min(cm.pipeline_seconds(lay) for lay in lays)
         if low > kth:
@@ -70,10 +77,16 @@ def _by_bound(cands: list, top: int, space: _Space, cm,
             variant = (lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm)
             mem = here[i] = cm.memory(lay)
             got = done[i] = (variant, step, mem.total)
-        elif got[1] > kth:
-            continue             # as above
+        elif got[1] > kth or got[1] == float("inf"):
+            continue             # as above (inf: refused by `runs_as`)
         else:
             lay = _layout(cand, got[0])
+            if space.runs_as is not None:
+                lay = space.runs_as(lay)
+        if space.runs_as is not None and any(x[2] == lay for x in scored):
+            continue             # two candidates the framework runs as one layout
+        if lay.dp * lay.cp == 1 and _zero_twin(scored, lay, got[1], got[2]):
+            continue             # ZeRO shards over dp*cp = 1 ranks: the same plan
         scored.append(((got[1], _compromises(lay), got[2], _mp(lay)) + _tie(lay), i, lay))
         if len(scored) >= top:
             scored.sort(key=lambda x: x[0])
@@ -82,6 +95,19 @@ def _by_bound(cands: list, top: int, space: _Space, cm,
     best = [(key, lay, here[i] if i in here else cm.memory(lay), cm.time(lay))
             for key, i, lay in scored]
     return best, timed, done
+
+
+def _zero_twin(scored: list, lay: Layout, step: float, mem: float) -> bool:
+    """A plan already kept that differs from `lay` only in its ZeRO stage, with the same step
+    time and memory (ZeRO shards over dp*cp ranks: at dp*cp = 1 the stage changes nothing).
+    The lower stage is kept (the simpler setting): a twin with a higher one is replaced."""
+    for k, (key, _i, other) in enumerate(scored):
+        if other.zero != lay.zero and other.with_(zero=lay.zero) == lay \
+                and key[0] == step and key[2] == mem:
+            if lay.zero < other.zero:
+                scored[k] = (key[:-len(_tie(lay))] + _tie(lay), -1, lay)   # -1: its own memory
+            return True
+    return False
 
 
 def _rank(job: Job, cm, cands, opts: SearchOptions, space: _Space,
@@ -99,6 +125,8 @@ def _rank(job: Job, cm, cands, opts: SearchOptions, space: _Space,
     if opts.sort_by == "memory":
         with_mem = sorted(((c, cm.memory(_layout(c))) for c in cands), key=lambda c: c[1].total)
         scored = []
+        if space.runs_as is not None:
+            with_mem = [(c, m) for c, m in with_mem if _fastest(c, space, cm)[0] is not None]
         for cand, mem in with_mem[: max(opts.top * 4, opts.top)]:
             lay = _fastest(cand, space, cm)[0]
             tm = cm.time(lay)

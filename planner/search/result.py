@@ -24,6 +24,7 @@ class Plan:
     memory: MemoryBreakdown
     time: StepTime
     warnings: list[Violation]
+    frameworks: tuple[str, ...] | None = None   # which can run it (set by `planner plan`)
 
 
 @dataclass
@@ -45,6 +46,8 @@ class SearchResult:
     binding: str = ""                          # what stops every layout (nothing fits)
     elapsed_s: float = 0.0
     headroom: float = DEFAULT_HEADROOM
+    framework: str | None = None               # `plan --framework`: only what it runs
+    batch_note: str = ""                       # where a default global batch came from
 
     @property
     def best(self) -> Plan | None:

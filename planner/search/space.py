@@ -11,7 +11,7 @@ leaf's ZeRO, micro-batch, saver and dispatcher variant.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from operator import itemgetter
 from typing import NamedTuple
@@ -80,6 +80,11 @@ class SearchOptions:
     max_vpp: int = 16
     headroom: float = DEFAULT_HEADROOM
     tokens: float | None = None                # training tokens, for time-to-train
+    # (job, layout) -> the layout as a framework runs it, or None where it refuses it:
+    # `plan --framework F` passes F's own export refusals and mapping
+    # (planner.frameworks.runnable.allow); every fitting saver is then a contender (the least
+    # that fits may be one the framework refuses), each ranked as the framework runs it
+    runs_as: Callable[[Job, Layout], Layout | None] | None = None
 
 
 def _moe_variants(model, fix) -> list[tuple[str, bool]]:
@@ -118,6 +123,8 @@ class _Space:
         self.moe = m.is_moe
         self.ep_all = divisors(m.num_experts) if m.is_moe else [1]
         self.fix = fix
+        self.runs_as = None if opts.runs_as is None else (lambda lay: opts.runs_as(job, lay))
+        self.headroom = opts.headroom
         if "tp" in fix:
             self.tp = [fix["tp"]] if N % fix["tp"] == 0 else []
         if "micro_batch_size" in fix:

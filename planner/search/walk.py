@@ -436,5 +436,5 @@ def _collect(job: Job, space: _Space, cm, opts: SearchOptions, pairs: list | Non
     cnt, cands, closest = _Counter(), [], []
     for base, vpps, sps in _groups(job, space, cnt, pairs):
         _subtree(job, base, vpps, sps, space, cm, cnt, opts.headroom, cands, closest,
-                 all_fitting=opts.sort_by == "memory")
+                 all_fitting=opts.sort_by == "memory" or opts.runs_as is not None)
     return cnt, cands, closest

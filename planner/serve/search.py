@@ -15,6 +15,7 @@ throughput).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.caveats import LONG_CONTEXT_TOKENS
@@ -32,8 +33,16 @@ from planner.serve.rules import check, instance_errors, job_errors
 from planner.serve.time import ServeCost
 from planner.units import divisors
 
-__all__ = ["ServeOptions", "Candidate", "ServeSearchResult", "search", "instance_shapes",
+__all__ = ["INTERACTIVE_TTFT_S", "INTERACTIVE_TPOT_S", "ServeOptions", "Candidate", "ServeSearchResult", "search", "instance_shapes",
            "concurrencies", "pareto_front"]
+
+
+INTERACTIVE_TPOT_S = 0.050
+"""`planner serve`'s default target without an SLO (--objective interactive): 50 ms per output
+token, at least 20 tokens/s per user, about the pace of reading (a stated choice, not a
+measured constant; --objective throughput ranks with no SLO)."""
+INTERACTIVE_TTFT_S = 3.0
+"""... and the first token within 3 s."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,9 @@ class ServeOptions:
     tpot_s: float | None = None     # SLO: time per output token
     max_tp: int | None = None       # default: the NVLink domain
     disaggregated: bool = True         # also search prefill/decode disaggregation
+    # (job, layout) -> the engine starts it: `serve --engine E` passes E's own export
+    # refusals (planner.frameworks.engines.writer.refusals); the ranking skips the others
+    accepts: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,16 @@ def concurrencies(max_conc: int) -> list[int]:
         c *= 2
     out.append(max_conc)
     return out
+
+
+def unit_concurrencies(max_conc: int, unit: int) -> list[int]:
+    """The concurrencies of an instance whose `unit` (its attention-DP) ranks each take an equal
+    share: `concurrencies` of whole shares times `unit`, which is what its launch command
+    sets (a per-rank batch limit) and reads back; plain `concurrencies` when one share does
+    not fit."""
+    if unit <= 1 or max_conc < unit:
+        return concurrencies(max_conc)
+    return [unit * c for c in concurrencies(max_conc // unit)]
 
 
 def cp_degrees(job, max_gpus: int, *, forced: bool = False) -> list[int]:
@@ -224,6 +246,8 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
             best_per_layout[p.layout] = p
     ranked = sorted(best_per_layout.values(), key=lambda p: (-p.per_gpu, p.estimate.tpot_s,
                                                              p.layout.num_gpus))
+    if opts.accepts is not None:
+        ranked = _accepted(ranked, opts, job, pruned)
     plans = [_with_rank(p, i + 1, job) for i, p in enumerate(ranked[:opts.top])]
     result = ServeSearchResult(job=job, options=opts, plans=plans,
                                pareto=pareto_front(points), steps=[], searched=len(points),
@@ -246,6 +270,20 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
     return result
 
 
+def _accepted(ranked: list, opts: ServeOptions, job, pruned: dict) -> list:
+    """The ranked deployments the engine starts, the first `top` of them (each checked in
+    rank order until `top` are found); the others counted under `engine-refuses`."""
+    out = []
+    for p in ranked:
+        if len(out) >= opts.top:
+            break
+        if opts.accepts(job, p.layout):
+            out.append(p)
+        else:
+            pruned["engine-refuses"] = pruned.get("engine-refuses", 0) + 1
+    return out
+
+
 def _fit(job, insts, shapes: dict, pruned: dict) -> None:
     """The instances whose KV cache holds one request, with their memory and cost."""
     for inst in insts:
@@ -253,7 +291,8 @@ def _fit(job, insts, shapes: dict, pruned: dict) -> None:
         if mem.max_concurrency < 1:
             pruned["fits-in-memory"] = pruned.get("fits-in-memory", 0) + 1
             continue
-        shapes[inst] = _Shape(inst, mem, ServeCost(job, inst), concurrencies(mem.max_concurrency))
+        shapes[inst] = _Shape(inst, mem, ServeCost(job, inst),
+                              unit_concurrencies(mem.max_concurrency, inst.dp))
 
 
 def search_caveats(job) -> list[str]:
@@ -275,12 +314,13 @@ def _sweep(concs: list[int], opts: ServeOptions, est_of, layout) -> list[Candida
     out = [Candidate(layout, e, _meets(e, opts)) for e in map(est_of, concs)]
     if opts.ttft_s is None and opts.tpot_s is None:
         return out
+    unit = _unit(layout.instance, concs)
     for a, b in zip(out, out[1:]):
         if a.meets and not b.meets:
             lo, hi = a.estimate.concurrency, b.estimate.concurrency
             best = None
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
+            while hi - lo > unit:
+                mid = (lo + hi) // 2 // unit * unit
                 e = est_of(mid)
                 if _meets(e, opts):
                     lo, best = mid, e
@@ -370,6 +410,13 @@ def _worker_counts(N, gp, gd, rp, rd, one, chunk_s, opts) -> list[int]:
     return out
 
 
+def _unit(inst, concs: list[int]) -> int:
+    """The step of an instance's concurrencies: its attention-DP ranks when its grid is in
+    whole shares (`unit_concurrencies`), else 1."""
+    u = inst.dp
+    return u if u > 1 and all(c % u == 0 for c in concs) else 1
+
+
 def _decode_concurrencies(job, d, opts: ServeOptions) -> list[int]:
     """A decode worker's concurrencies: the powers of two up to its KV capacity and, with a
     TPOT SLO, the largest that meets it (bisection; TPOT grows with concurrency)."""
@@ -380,13 +427,14 @@ def _decode_concurrencies(job, d, opts: ServeOptions) -> list[int]:
         return step.total / per
 
     concs = list(d.concs)
+    unit = _unit(d.inst, concs)
     ok = [opts.tpot_s is None or tpot(c) <= opts.tpot_s for c in concs]
     if opts.tpot_s is not None:
         for i in range(len(concs) - 1):
             if ok[i] and not ok[i + 1]:
                 lo, hi = concs[i], concs[i + 1]
-                while hi - lo > 1:
-                    mid = (lo + hi) // 2
+                while hi - lo > unit:
+                    mid = (lo + hi) // 2 // unit * unit
                     lo, hi = (mid, hi) if tpot(mid) <= opts.tpot_s else (lo, mid)
                 if lo not in concs:
                     concs.append(lo)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from html import escape
 
+from planner.savers import in_use
 from planner.units import GiB
 from planner.views import pictures as pics
 
@@ -376,16 +377,21 @@ def plan_html(result, *, scatter, per_plan: list[dict], caveats: dict[int, list[
                     + ("!" if caveats.get(p.rank) else ""))
             rows.append([f"{p.rank}{mark}", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vpp,
                          lay.micro_batch_size, lay.num_microbatches(gbs), lay.zero, lay.recompute,
+                         " ".join(in_use(lay, job.training)) or "-",
+                         ", ".join(p.frameworks) if p.frameworks is not None else "-",
                          f"{mem.total / GiB:.1f} ({mem.fraction:.0%})", f"{tm.bubble_fraction:.0%}",
                          f"{tm.step_time_s:.3f} {label(time_interval(job, lay))}",
                          f"{tm.tokens_per_s_per_gpu:,.0f}", f"{tm.mfu:.1%}",
                          ", ".join(v.rule for v in p.warnings) or "-"])
         body.append("<h2>Top layouts</h2>" + _table(
             ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "m", "zero", "recompute",
-             "GiB/GPU", "bubble", "step s", "tok/s/GPU", "MFU", "warnings"], rows))
+             "savers", "frameworks", "GiB/GPU", "bubble", "step s", "tok/s/GPU", "MFU", "warnings"], rows))
         body.append("<p>* the seven-step pick; = a tie with the fastest (their 80% step-time "
                     "intervals overlap); ! an estimate outside calibrated ground (see its "
-                    "caveats); step s: the estimate and its 80% interval</p>")
+                    "caveats); step s: the estimate and its 80% interval. Savers: sel/sel+ selective recompute (core_attn / more "
+                    "modules), fullN full recompute of N layers per stage, offN N layers' "
+                    "activations offloaded to the host, bf16g/bf16m bf16 gradient reduction / "
+                    "Adam moments, fp8pg FP8 parameter all-gather.</p>")
         body.append("<h2>Step time vs memory</h2>" + _figures({"scatter": scatter}))
     else:
         body.append("<h2>No layout fits</h2><ul>" + "".join(

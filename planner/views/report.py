@@ -230,10 +230,10 @@ def hardware_view(rows: list[dict]) -> Group:
 _COLUMNS = [  # key, header, compact header
     ("#", "#", "#"), ("tp", "tp", "tp"), ("pp", "pp", "pp"), ("dp", "dp", "dp"),
     ("cp", "cp", "cp"), ("ep", "ep", "ep"), ("vpp", "vpp", "vpp"), ("mbs", "mbs", "mbs"),
-    ("m", "m", "m"), ("zero", "zero", "z"), ("recompute", "recomp", "rc"),
+    ("m", "m", "m"), ("zero", "zero", "z"), ("recompute", "savers", "sv"),
     ("memory", "GiB/GPU", "GiB"), ("bubble", "bubble", "bub"), ("comm", "comm", "com"),
     ("step", "step s", "s"), ("tokens", "tok/s/GPU", "tok/s"), ("mfu", "MFU", "MFU"),
-    ("warn", "warn", "w"),
+    ("fw", "fw", "fw"), ("warn", "warn", "w"),
 ]
 _FOLDS = ["constant", "compact", "tokens", "memory-share", "comm", "bubble", "cards"]
 """What goes, in order, while the table is wider than the terminal: degree columns that are
@@ -246,6 +246,8 @@ under its rank. No degree is ever cut."""
 def _plan_rows(result) -> list[dict]:
     from planner.calibration.intervals import label, time_interval
     from planner.caveats import caveats
+    from planner.frameworks.runnable import SHORT
+    from planner.savers import in_use
     from planner.views.shapes import plan_ties
     gbs = result.job.training.global_batch_size
     rows = []
@@ -259,7 +261,9 @@ def _plan_rows(result) -> list[dict]:
             "dp": str(lay.dp), "cp": str(lay.cp), "ep": str(lay.ep), "vpp": str(lay.vpp),
             "mbs": str(lay.micro_batch_size), "m": str(lay.num_microbatches(gbs)),
             "zero": str(lay.zero),
-            "recompute": {"none": "none", "selective": "sel", "full": "full"}[lay.recompute],
+            "recompute": " ".join(in_use(lay, result.job.training)) or "-",
+            "fw": "".join(SHORT[f] for f in p.frameworks) or "none"
+                  if p.frameworks is not None else "",
             "memory": f"{mem.total / GiB:.1f} {mem.fraction:.0%}",
             "memory-short": f"{mem.total / GiB:.1f}",
             "bubble": f"{tm.bubble_fraction:.0%}",
@@ -284,12 +288,14 @@ def _table_for(rows: list[dict], folds: set[str], title: str):
     from rich import box
     constant = [k for k in ("cp", "ep", "vpp") if "constant" in folds
                 and all(r[k] == "1" for r in rows)]
+    if all(r["fw"] == rows[0]["fw"] for r in rows) and ("constant" in folds or not rows[0]["fw"]):
+        constant.append("fw")     # the same frameworks in every row: said in a note
     cols = [c for c in _COLUMNS if c[0] not in constant and c[0] not in folds]
     t = Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
               show_edge=False, collapse_padding=True)
     for key, head, short in cols:
         t.add_column(short if "compact" in folds else head,
-                     justify="left" if key in ("recompute", "warn") else "right", no_wrap=True)
+                     justify="left" if key in ("recompute", "fw", "warn") else "right", no_wrap=True)
     for r in rows:
         _row(t, *[r["memory-short" if key == "memory" and "memory-share" in folds else key]
                     for key, _, _ in cols])
@@ -301,8 +307,9 @@ def _cards(rows: list[dict], title: str) -> list[Any]:
     out: list[Any] = [Text(title)]
     width = max(len(r["#"]) for r in rows) + 2
     for r in rows:
-        text = (f"{r['name']}, micro-batch {r['mbs']} x {r['m']}, zero {r['zero']}, recompute "
-                f"{r['recompute']}: {r['memory']} GiB, {r['step_s']} s/step {r['interval']}, MFU {r['mfu']}, "
+        text = (f"{r['name']}, micro-batch {r['mbs']} x {r['m']}, zero {r['zero']}, savers "
+                f"{r['recompute']}" + (f", frameworks {r['fw']}" if r["fw"] else "") +
+                f": {r['memory']} GiB, {r['step_s']} s/step {r['interval']}, MFU {r['mfu']}, "
                 f"bubble {r['bubble']}, warnings {r['warn']}")
         out.append(_hanging(r["#"].rjust(width - 1) + " ", text))
     return out
@@ -313,11 +320,35 @@ def _natural_width(console, renderable) -> int:
     return Measurement.get(console, console.options.update(width=10_000), renderable).maximum
 
 
+_FW_LETTERS = {"M": "Megatron-LM", "B": "Megatron-Bridge", "N": "NeMo 1",
+               "D": "Megatron-DeepSpeed", "T": "torchtitan"}
+
+
+def _fw_names(letters: str) -> str:
+    if letters == "none":
+        return "none of the exporters' frameworks"
+    return ", ".join(_FW_LETTERS[c] for c in letters)
+
+
+def _saver_keys(rows: list[dict], modules: str) -> list[str]:
+    """The keys of the savers the rows use (planner.savers.in_use names them)."""
+    words = {w for r in rows for w in r["recompute"].split()}
+    used = [("sel+" in words, f"sel+ = selective recompute of {modules}"),
+            (any(w.startswith("full") and w != "full" for w in words),
+             "fullN = full recompute of N layers per stage"),
+            (any(w.startswith("off") for w in words),
+             "offN = N layers' activations offloaded to the host"),
+            (any(w.startswith("bf16") for w in words),
+             "bf16g/bf16m = bf16 gradient reduction/Adam moments"),
+            ("fp8pg" in words, "fp8pg = FP8 parameter all-gather")]
+    return [text for on, text in used if on]
+
+
 class _FittedTable:
     """The plan table folded to the console's width (see _FOLDS)."""
 
-    def __init__(self, rows, title):
-        self.rows, self.title = rows, title
+    def __init__(self, rows, title, modules: str = ""):
+        self.rows, self.title, self.modules = rows, title, modules
 
     def __rich_console__(self, console, options):
         width = options.max_width
@@ -336,8 +367,12 @@ class _FittedTable:
         else:
             yield table
         notes = []
-        if constant:
-            notes.append(" and ".join(f"{k} 1" for k in constant) + " in every row")
+        degrees = [k for k in constant if k != "fw"]
+        if degrees:
+            notes.append(" and ".join(f"{k} 1" for k in degrees) + " in every row")
+        fws = self.rows[0]["fw"] if self.rows else ""
+        if "fw" in constant and fws:
+            notes.append(f"every row runs on {_fw_names(fws)}")
         dropped = [label for key, label in (("tokens", "tok/s/GPU"), ("memory-share", "memory share"),
                                             ("comm", "comm"), ("bubble", "bubble")) if key in folds]
         if dropped:
@@ -345,7 +380,12 @@ class _FittedTable:
                          "terminal)")
         keys = ["m = micro-batches per step"] if "cards" not in folds else []
         if "compact" in folds:
-            keys.append("z = ZeRO stage, rc = recompute")
+            keys.append("z = ZeRO stage, sv = savers")
+        keys += _saver_keys(self.rows, self.modules)
+        if "fw" not in constant and "cards" not in folds and fws is not None and any(
+                r["fw"] for r in self.rows):
+            keys.append("fw = frameworks that run it: " + ", ".join(
+                f"{k} {v}" for k, v in _FW_LETTERS.items()))
         if "comm" not in folds and "cards" not in folds:
             keys.append("comm = exposed communication share of the step")
         if any(r["pp"].endswith("u") or r["name"].endswith("u") for r in self.rows):
@@ -374,7 +414,10 @@ def plan_table(result) -> Group:
     title = (f"Top {len(result.plans)} layouts for {job.model.name} on {job.num_gpus} x "
              f"{job.hardware.name} (seq {job.training.seq_length}, global batch {gbs}, "
              f"{job.training.precision})")
-    notes: list[Any] = [_FittedTable(rows, title)]
+    sel_plus = next((p.layout.selective_modules for p in result.plans
+                     if p.layout.recompute == "selective"
+                     and p.layout.selective_modules != ("core_attn",)), ())
+    notes: list[Any] = [_FittedTable(rows, title, ", ".join(sel_plus))]
     notes.append(Text(_interval_note(result, rows), style="dim"))
     for rule, key in legend.items():
         notes.append(Text(f"  {key}: {rule}", style="dim"))
@@ -449,8 +492,12 @@ def plan_summary(result) -> Text:
     if best is None:
         return Text(head + "; no layout fits", style="bold red")
     tm = best.time
+    from planner.savers import in_use
+    extra = [w for w in in_use(best.layout, result.job.training)
+             if not w.startswith(("sel", "full"))]
     text = (f"{head}; best is {best.layout.name} zero {best.layout.zero} recompute "
-            f"{best.layout.recompute} micro-batch {best.layout.micro_batch_size}: "
+            f"{best.layout.recompute}{' (' + ' '.join(extra) + ')' if extra else ''} "
+            f"micro-batch {best.layout.micro_batch_size}: "
             f"{tm.step_time_s:.2f} s/step, {tm.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
             f"MFU {tm.mfu:.1%}, {best.memory.total / GiB:.1f} GiB/GPU")
     if tm.train:
@@ -473,6 +520,8 @@ def plan_view(result) -> Group:
         parts.append(Text("layouts each rule removed: "
                           + ", ".join(f"{rule} {count:,}" for rule, count in ranked), style="dim"))
     parts.append(plan_summary(result))
+    if getattr(result, "batch_note", ""):
+        parts.append(Text(result.batch_note, style="dim"))
     return Group(*parts)
 
 

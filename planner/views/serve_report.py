@@ -50,8 +50,8 @@ def plan_table(result) -> Group:
     t = Table(title=f"Top {len(result.plans)}: {_head(job)}{_slo_text(result.options)}",
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
               collapse_padding=True)
-    for c in ("#", "layout", "conc", "max", "TTFT", "TPOT", "tok/s/u", "tok/s/GPU", "warn"):
-        t.add_column(c, justify="left" if c in ("layout", "warn") else "right", no_wrap=True)
+    heads = ("#", "layout", "conc", "max", "TTFT", "TPOT", "tok/s/u", "tok/s/GPU", "warn")
+    rows = []
     legend: dict[str, str] = {}
     for p in result.plans:
         keys = []
@@ -62,9 +62,10 @@ def plan_table(result) -> Group:
                 keys.append(legend[v.rule])
         mark = "*" if result.pick_rank == p.rank else ""
         e = p.estimate
-        t.add_row(f"{p.rank}{mark}", p.layout.name, str(e.concurrency),
-                  str(e.memory.max_concurrency), _ms(e.ttft_s), _ms(e.tpot_s),
-                  f"{p.per_user:,.0f}", f"{p.per_gpu:,.0f}", "".join(keys) or "-")
+        rows.append((f"{p.rank}{mark}", p.layout.name, str(e.concurrency),
+                     str(e.memory.max_concurrency), _ms(e.ttft_s), _ms(e.tpot_s),
+                     f"{p.per_user:,.0f}", f"{p.per_gpu:,.0f}", "".join(keys) or "-"))
+    _columns(t, heads, rows, fold=("layout",), left=("layout", "warn"))
     notes = [t, Text("conc = requests in flight per instance (decode worker), max = what its KV "
                      "cache holds; TTFT and TPOT in ms; tok/s/u = per user; xN = replicas; P/D = "
                      "prefill/decode workers; * = the procedure's pick", style="dim")]
@@ -81,25 +82,50 @@ def pareto_view(result, *, rows: int = 10) -> Group:
     t = Table(title="Pareto front: tokens/s per user vs tokens/s per GPU", title_justify="left",
               box=box.SIMPLE_HEAD, pad_edge=False)
     slo = result.options.ttft_s is not None or result.options.tpot_s is not None
-    for c in ("tok/s/u", "tok/s/GPU", "layout", "conc", "TTFT", "TPOT") + (("SLO",) if slo else ()):
-        t.add_column(c, justify="left" if c in ("layout", "SLO") else "right", no_wrap=True)
+    heads = ("tok/s/u", "tok/s/GPU", "layout", "conc", "TTFT", "TPOT") + (("SLO",) if slo else ())
+    rows = []
     for p in front:
         e = p.estimate
-        row = [f"{p.per_user:,.1f}", f"{p.per_gpu:,.0f}", p.layout.name, str(e.concurrency),
-               _ms(e.ttft_s), _ms(e.tpot_s)]
-        t.add_row(*row, *(("meets" if p.meets else "misses",) if slo else ()))
+        row = (f"{p.per_user:,.1f}", f"{p.per_gpu:,.0f}", p.layout.name, str(e.concurrency),
+               _ms(e.ttft_s), _ms(e.tpot_s))
+        rows.append(row + (("meets" if p.meets else "misses",) if slo else ()))
+    _columns(t, heads, rows, fold=("layout",), left=("layout", "SLO"))
     return Group(t)
+
+
+def _columns(t: Table, heads: tuple, rows: list, *, fold: tuple, left: tuple) -> None:
+    """The columns and rows of a serve table that reads at any width from 80 columns up: no
+    number is ever cut (each column at least as wide as its widest cell), the long layout
+    names fold onto more lines instead."""
+    for i, c in enumerate(heads):
+        widest = max([len(c)] + [len(r[i]) for r in rows])
+        if c in fold:
+            t.add_column(c, justify="left", overflow="fold", min_width=min(widest, 12))
+        else:
+            t.add_column(c, justify="left" if c in left else "right", no_wrap=True,
+                         min_width=widest)
+    for r in rows:
+        t.add_row(*r)
 
 
 def steps_view(result) -> Group:
     lines = [Text("Inference procedure (reference chapter, inference-side parallelism)",
                   style="bold")]
     for s in result.steps:
-        lines.append(Text(f"  ({s['step']}) {s['title']}: {s['decision']}"))
+        lines.append(_hanging(f"  ({s['step']}) ", f"{s['title']}: {s['decision']}"))
     if result.pick_note:
-        lines.append(Text(f"  => {result.pick_note}" + (" (marked * above)"
-                                                      if result.pick_rank else "")))
+        lines.append(_hanging("  => ", result.pick_note + (" (marked * above)"
+                                                          if result.pick_rank else "")))
     return Group(*lines)
+
+
+def _hanging(label: str, text: str) -> Table:
+    """`label` then `text`, its wrapped lines indented under the text's first character."""
+    g = Table.grid()
+    g.add_column(no_wrap=True)
+    g.add_column(overflow="fold")
+    g.add_row(Text(label), Text(text))
+    return g
 
 
 def summary_line(result) -> Text:

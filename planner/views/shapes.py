@@ -93,7 +93,10 @@ def job_json(job) -> dict[str, Any]:
 
 
 def plan_json(result) -> dict[str, Any]:
-    """{"plans": [...], "searched", "feasible", "steps", ...} (README, 'JSON output')."""
+    """{"plans": [...], "searched", "feasible", "steps", ...} (README, 'JSON output'); each
+    plan with its `savers` (planner.savers.in_use) and, from `planner plan`, the
+    `frameworks` whose exporter runs it."""
+    from planner.savers import in_use
     job = result.job
     gbs = job.training.global_batch_size
     plans = []
@@ -104,6 +107,9 @@ def plan_json(result) -> dict[str, Any]:
         d.update(estimate_json(_Est(p.memory, p.time), p.layout, gbs, job))
         d["caveats"] = _caveats(job, p.layout)
         d["tie_with_fastest"] = tie
+        d["savers"] = in_use(p.layout, job.training)
+        if p.frameworks is not None:
+            d["frameworks"] = list(p.frameworks)
         plans.append(d)
     out: dict[str, Any] = {
         "plans": plans, "searched": result.searched, "feasible": result.feasible,

@@ -63,7 +63,7 @@ from planner.layout import Layout
 from planner.specs import ModelSpec
 
 __all__ = ["render", "ds_config", "deepspeed_flags", "split_output", "SEPARATOR",
-           "check_supported", "stage_layers", "partition_split", "DeepSpeedSplit"]
+           "check_supported", "refusals", "runs_as", "stage_layers", "partition_split", "DeepSpeedSplit"]
 
 SEPARATOR = "# ---- Megatron-DeepSpeed launch (the JSON above is ds_config.json) ----"
 
@@ -117,14 +117,16 @@ def partition_split(num_layers: int, pp: int, *, method: str = "type:transformer
                           "first and the busiest stage are exact)")
 
 
-def check_supported(job, layout: Layout) -> None:
-    """Refuse what DeepSpeed or Megatron-DeepSpeed cannot run (one message, values and fix)."""
+def refusals(job, layout: Layout) -> list[str]:
+    """Why DeepSpeed or Megatron-DeepSpeed cannot run this layout, one message each (values
+    and fix); empty when it runs. The export (`check_supported`) and the search filter
+    (`planner plan --framework deepspeed`) both read this list."""
     m, tr = job.model, job.training
+    out = []
     if layout.zero >= 2 and layout.pp > 1:
-        raise InfeasibleError(
+        out.append(
             f"DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only: zero_stage {layout.zero} "
-            f"with pp {layout.pp}; set zero_stage 1, or pp 1 (exported with --no-pipeline-parallel)",
-                              field="zero_stage", value=layout.zero)
+            f"with pp {layout.pp}; set zero_stage 1, or pp 1 (exported with --no-pipeline-parallel)")
     own = partition_split(m.num_layers, layout.pp)
     problems = [
         (m.is_mla, f"{m.name} uses multi-latent attention, which Megatron-DeepSpeed lacks; "
@@ -160,9 +162,28 @@ def check_supported(job, layout: Layout) -> None:
          f"DeepSpeed-Ulysses (cp {layout.cp}) needs attention heads per TP rank "
          f"({m.num_attention_heads}/{layout.tp}) divisible by cp; lower cp or tp"),
     ] + _recipe_problems(m, layout)
-    for broken, msg in problems:
-        if broken:
-            raise InfeasibleError(f"cannot export to DeepSpeed: {msg}")
+    return out + [f"cannot export to DeepSpeed: {msg}" for broken, msg in problems if broken]
+
+
+def runs_as(job, layout: Layout) -> Layout:
+    """The layout as this export runs it (what reading it back gives): with bf16, ZeRO 0 is
+    DeepSpeed's BF16 optimizer, which shards like ZeRO-1; overlap_comm overlaps the gradient
+    reduction (and ZeRO-3's gathers); no TP communication overlap; DeepSpeed-Ulysses (a2a)
+    for cp > 1."""
+    zero = 1 if layout.zero == 0 and job.training.precision == "bf16" else layout.zero
+    return layout.with_(
+        zero=zero, tp_comm_overlap=False,
+        overlap_param_gather=layout.overlap_grad_reduce and zero == 3,
+        cp_comm_type="a2a" if layout.cp > 1 else "p2p")
+
+
+def check_supported(job, layout: Layout) -> None:
+    """Refuse what DeepSpeed or Megatron-DeepSpeed cannot run (one message, values and fix)."""
+    found = refusals(job, layout)
+    if found and found[0].startswith("DeepSpeed's pipeline engine runs ZeRO"):
+        raise InfeasibleError(found[0], field="zero_stage", value=layout.zero)
+    if found:
+        raise InfeasibleError(found[0])
 
 
 def _recipe_problems(m: ModelSpec, layout: Layout) -> list[tuple[bool, str]]:

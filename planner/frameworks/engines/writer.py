@@ -18,7 +18,8 @@ import json
 from planner.errors import InfeasibleError, SpecError
 from planner.serve.engines import engine_settings
 
-__all__ = ["ENGINE_FORMATS", "check_engine", "export", "HF_IDS", "header_fields"]
+__all__ = ["ENGINE_FORMATS", "check_engine", "export", "HF_IDS", "header_fields", "refusals",
+           "accepts"]
 
 ENGINE_FORMATS = ("vllm", "sglang", "trtllm")
 
@@ -274,6 +275,22 @@ def _launch(name: str, job, inst, role, c: int, devices: str, port: int, extra) 
                     + [("--port", port)], background=True)
     return _cmd(f'{env}trtllm-serve "$MODEL"', _trtllm_flags(job, inst, c, role, extra)
                 + [("--port", port)], background=True)
+
+
+def refusals(job, layout, engine: str | None = None) -> list[str]:
+    """Why `engine` (default: the job's) would not start this deployment, as its export
+    refuses it (the same checks: the start-up checks the export applies); empty when it
+    starts. `serve --engine E` filters its ranking with it."""
+    try:
+        export(job, layout, engine or job.serving.engine)
+    except InfeasibleError as exc:
+        return [exc.message]
+    return []
+
+
+def accepts(job, layout) -> bool:
+    """The job's engine starts this deployment (`ServeOptions.accepts`)."""
+    return not refusals(job, layout)
 
 
 def export(job, layout, engine: str, *, estimate=None) -> str:

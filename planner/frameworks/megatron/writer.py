@@ -60,8 +60,8 @@ from planner.specs import HardwareSpec, ModelSpec
 
 __all__ = ["render", "megatron_flags", "environment", "pre_blackwell", "model_flags",
            "mla_flags", "moe_flags", "moe_layer_freq", "parallel_flags", "precision_flags",
-           "fp8_flags", "recipe_flags", "check_supported", "flag_lines", "continued",
-           "launcher_lines", "whole", "Flag"]
+           "fp8_flags", "recipe_flags", "check_supported", "refusals", "runs_as", "flag_lines",
+           "continued", "launcher_lines", "whole", "Flag"]
 
 Flag = tuple[str, "str | list[str] | None"]
 """(flag, value): None for a switch, a list for a flag taking several values."""
@@ -80,8 +80,11 @@ def whole(value: float) -> str | None:
     return str(int(value)) if float(value).is_integer() else None
 
 
-def check_supported(job, layout: Layout) -> None:
-    """Refuse what Megatron-LM itself rejects (one message: the values and the fix)."""
+def refusals(job, layout: Layout, *, bridge: bool = False) -> list[str]:
+    """Why Megatron-LM (Megatron-Core) would refuse this layout, one message each (the values
+    and the fix); empty when it runs. The export (`check_supported`) and the search filter
+    (`planner plan --framework megatron`) both read this list. `bridge`: Megatron-Bridge, the
+    same Megatron-Core, whose provider takes a float rotary_base."""
     m, tr = job.model, job.training
     offload = layout.cpu_offloading_num_layers
     problems = [
@@ -111,9 +114,26 @@ def check_supported(job, layout: Layout) -> None:
          "overlap_moe_expert_parallel_comm with moe_token_dispatcher allgather: Megatron needs "
          "the alltoall or flex dispatcher for it"),
     ] + layer_kind_problems(m)
-    for broken, msg in problems:
-        if broken:
-            raise InfeasibleError(f"cannot export to Megatron-LM: {msg}")
+    if bridge:
+        problems = problems[:1] + problems[2:]
+    return [msg for broken, msg in problems if broken]
+
+
+def check_supported(job, layout: Layout) -> None:
+    """Refuse what Megatron-LM itself rejects (one message: the values and the fix)."""
+    found = refusals(job, layout)
+    if found:
+        raise InfeasibleError(f"cannot export to Megatron-LM: {found[0]}")
+
+
+def runs_as(job, layout: Layout) -> Layout:
+    """The layout as this export runs it (what reading it back gives, for what the estimate
+    reads): --overlap-param-gather goes with --overlap-grad-reduce and the distributed
+    optimizer only; the CP communication type means nothing at cp 1."""
+    return layout.with_(
+        overlap_param_gather=layout.overlap_param_gather and layout.overlap_grad_reduce
+        and layout.zero >= 1,
+        cp_comm_type=layout.cp_comm_type if layout.cp > 1 else "p2p")
 
 
 def environment(job, layout: Layout) -> tuple[dict[str, str], list[str]]:

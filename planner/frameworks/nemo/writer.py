@@ -45,7 +45,7 @@ from planner.errors import InfeasibleError
 from planner.frameworks.writing import header_lines, nodes_and_devices, pipeline_split
 from planner.layout import Layout
 
-__all__ = ["render", "nemo_config", "check_supported", "tokenizer"]
+__all__ = ["render", "nemo_config", "check_supported", "refusals", "runs_as", "tokenizer"]
 
 _ACTIVATION = {"swiglu": "fast-swiglu", "gelu": "gelu", "squared_relu": "squared-relu"}
 _PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp8": "bf16-mixed"}
@@ -69,41 +69,60 @@ _BRIDGE_FP8 = {"delayed": ("bf16_with_fp8_delayed_scaling_mixed", True),
                "blockwise": ("bf16_with_fp8_subchannel_scaling_mixed", False)}
 
 
-def _refuse(msg: str) -> None:
-    raise InfeasibleError(f"cannot export to NeMo 1: {msg}")
+def refusals(job, layout: Layout) -> list[str]:
+    """Why NeMo 1 cannot run this layout, one message each (values and fix); empty when it
+    runs. The export (`check_supported`) and the search filter (`planner plan --framework
+    nemo`) both read this list."""
+    moments = (layout.exp_avg_dtype, layout.exp_avg_sq_dtype)
+    sharded = layout.zero in (1, 2, 3)
+    problems = [
+        ("torchtitan_op" in layout.selective_modules,
+         "recompute_modules [torchtitan_op]: torchtitan's op-level checkpointing; NeMo's "
+         "selective recompute is by module: use recompute_modules core_attn (and mlp, "
+         "layernorm ...) or recompute full"),
+        (job.model.is_mla,
+         f"{job.model.name} uses multi-latent attention, which NeMo 1 lacks; use NeMo "
+         "2's DeepSeek recipe with the degrees of `--format megatron`, or export megatron-bridge"),
+        (layout.zero == 3 and layout.pp > 1,
+         f"zero_stage 3 (FSDP) with pp {layout.pp}; NeMo 1's FSDP has no pipeline "
+         "parallelism; set pp 1 or zero_stage 1"),
+        (layout.cuda_graphs == "full",
+         "cuda_graphs full: NeMo 1 captures per-layer graphs only (enable_cuda_graph); "
+         "use cuda_graphs partial, or NeMo 2 / Megatron-Bridge (cuda_graph_impl local, "
+         "cuda_graph_scope full_iteration)"),
+        (not layout.grad_reduce_in_fp32 and not sharded,
+         "grad_reduce_in_fp32 false with zero_stage 0: NeMo 1 reduces gradients in bf16 "
+         "only through the distributed optimizer (optim.grad_sync_dtype) or FSDP; set "
+         "zero_stage 1 or grad_reduce_in_fp32 true"),
+        ("bf16" in moments and (layout.zero not in (1, 2) or moments[0] != moments[1]),
+         f"exp_avg_dtype {moments[0]} / exp_avg_sq_dtype {moments[1]}: NeMo 1 sets one "
+         "dtype for both Adam moments, and only in Apex's distributed Adam "
+         "(optim.dtype, zero_stage 1 or 2); make them equal with zero_stage 1 or 2"),
+    ]
+    from planner.frameworks.megatron.writer import layer_kind_problems
+    problems += [(broken, msg.replace("Megatron-LM's GPT model", "NeMo 1's GPT model"))
+                 for broken, msg in layer_kind_problems(job.model)]
+    problems.append((job.model.attention_sinks, "attention_sinks (gpt-oss): NeMo 1 has no "
+                                                "learnable softmax offset"))
+    return [msg for broken, msg in problems if broken]
+
+
+def runs_as(job, layout: Layout) -> Layout:
+    """The layout as this export runs it (what reading it back gives): one distributed
+    optimizer for zero 1 and 2 (distributed_fused_adam, read back and counted as zero 1), its
+    overlap flags only with it."""
+    dist = layout.zero in (1, 2)
+    return layout.with_(
+        zero=1 if layout.zero == 2 else layout.zero,
+        overlap_grad_reduce=layout.overlap_grad_reduce and dist,
+        overlap_param_gather=layout.overlap_param_gather and layout.overlap_grad_reduce and dist,
+        cp_comm_type="p2p")   # the export leaves it to NeMo's default (p2p)
 
 
 def check_supported(job, layout: Layout) -> None:
-    if "torchtitan_op" in layout.selective_modules:
-        _refuse("recompute_modules [torchtitan_op]: torchtitan's op-level checkpointing; NeMo's "
-                "selective recompute is by module: use recompute_modules core_attn (and mlp, "
-                "layernorm ...) or recompute full")
-    from planner.frameworks.megatron.writer import layer_kind_problems
-    for broken, msg in layer_kind_problems(job.model) + [
-            (job.model.attention_sinks, "attention_sinks (gpt-oss): NeMo 1 has no learnable "
-                                        "softmax offset")]:
-        if broken:
-            _refuse(msg.replace("Megatron-LM's GPT model", "NeMo 1's GPT model"))
-    if job.model.is_mla:
-        _refuse(f"{job.model.name} uses multi-latent attention, which NeMo 1 lacks; use NeMo "
-                "2's DeepSeek recipe with the degrees of `--format megatron`")
-    if layout.zero == 3 and layout.pp > 1:
-        _refuse(f"zero_stage 3 (FSDP) with pp {layout.pp}; NeMo 1's FSDP has no pipeline "
-                "parallelism; set pp 1 or zero_stage 1")
-    if layout.cuda_graphs == "full":
-        _refuse("cuda_graphs full: NeMo 1 captures per-layer graphs only (enable_cuda_graph); "
-                "use cuda_graphs partial, or NeMo 2 / Megatron-Bridge (cuda_graph_impl local, "
-                "cuda_graph_scope full_iteration)")
-    sharded = layout.zero in (1, 2, 3)
-    if not layout.grad_reduce_in_fp32 and not sharded:
-        _refuse("grad_reduce_in_fp32 false with zero_stage 0: NeMo 1 reduces gradients in bf16 "
-                "only through the distributed optimizer (optim.grad_sync_dtype) or FSDP; set "
-                "zero_stage 1 or grad_reduce_in_fp32 true")
-    moments = (layout.exp_avg_dtype, layout.exp_avg_sq_dtype)
-    if "bf16" in moments and (layout.zero not in (1, 2) or moments[0] != moments[1]):
-        _refuse(f"exp_avg_dtype {moments[0]} / exp_avg_sq_dtype {moments[1]}: NeMo 1 sets one "
-                "dtype for both Adam moments, and only in Apex's distributed Adam "
-                "(optim.dtype, zero_stage 1 or 2); make them equal with zero_stage 1 or 2")
+    found = refusals(job, layout)
+    if found:
+        raise InfeasibleError(f"cannot export to NeMo 1: {found[0]}")
 
 
 def tokenizer(job, layout: Layout) -> dict:

@@ -60,7 +60,7 @@ from planner.frameworks.torchtitan.flavors import Flavor, find_flavor
 from planner.frameworks.writing import header_lines, pipeline_split
 from planner.layout import Layout
 
-__all__ = ["render", "sections", "check_supported", "SCHEMA", "layer_interval"]
+__all__ = ["render", "sections", "check_supported", "refusals", "runs_as", "SCHEMA", "layer_interval"]
 
 SCHEMA = "torchtitan <= v0.2.2 TOML job config"
 
@@ -71,10 +71,53 @@ def _fsdp_degrees(layout: Layout) -> tuple[int, int]:
 
 
 def _refuse(msg: str) -> None:
-    raise InfeasibleError(f"cannot export to torchtitan: {msg}")
+    raise InfeasibleError(f"{_PREFIX}{msg}")
+
+
+def refusals(job, layout: Layout) -> list[str]:
+    """Why torchtitan cannot run this layout, one message each (values and fix); empty when
+    it runs. The export (`check_supported`, and the pipeline, activation-checkpoint and
+    DualPipeV tables `sections` builds) and the search filter (`planner plan --framework
+    torchtitan`) both read this list."""
+    found = [msg for broken, msg in _problems(job, layout) + _recipe_problems(job, layout)
+             if broken]
+    if found:
+        return found
+    try:                  # what only building the tables finds (their own refusals)
+        _parallelism(job, layout)
+        _activation_checkpoint(job, layout)
+    except InfeasibleError as exc:
+        return [exc.message.removeprefix(_PREFIX)]
+    return []
+
+
+_PREFIX = "cannot export to torchtitan: "
+
+
+def runs_as(job, layout: Layout) -> Layout:
+    """The layout as this export runs it (what reading it back gives): FSDP2 has no ZeRO-1
+    (zero 1 is FSDP without resharding after forward: ZeRO-2) and nothing to shard over one
+    rank (dp * cp = 1: ZeRO 0); no async TP (it needs torch.compile); the CP rotation is
+    allgather or alltoall (p2p); the MoE all-to-all (or DeepEP)."""
+    zero = 0 if layout.dp * layout.cp == 1 else (2 if layout.zero == 1 else layout.zero)
+    moe = {}
+    if job.model.is_moe:
+        moe["moe_token_dispatcher"] = ("deepep" if layout.moe_token_dispatcher == "deepep"
+                                       else "alltoall")
+    return layout.with_(
+        zero=zero, tp_comm_overlap=False, overlap_grad_reduce=True, overlap_param_gather=True,
+        cp_comm_type="allgather" if layout.cp == 1 or layout.cp_comm_type == "allgather"
+        else "p2p", **moe)
 
 
 def check_supported(job, layout: Layout) -> None:
+    found = [msg for broken, msg in _problems(job, layout) + _recipe_problems(job, layout)
+             if broken]
+    if found:
+        _refuse(found[0])
+
+
+def _problems(job, layout: Layout) -> list[tuple[bool, str]]:
     m, tr = job.model, job.training
     _, shard = _fsdp_degrees(layout)
     seq_unit = layout.tp * (2 * layout.cp if layout.cp > 1 else 1)
@@ -105,13 +148,10 @@ def check_supported(job, layout: Layout) -> None:
          f"mtp_num_layers {m.mtp_num_layers}: torchtitan's models have no multi-token "
          "prediction; set mtp_num_layers 0"),
     ]
-    for broken, msg in problems:
-        if broken:
-            _refuse(msg)
-    _check_recipe(job, layout)
+    return problems
 
 
-def _check_recipe(job, layout: Layout) -> None:
+def _recipe_problems(job, layout: Layout) -> list[tuple[bool, str]]:
     tr = job.training
     problems = [
         (tr.precision == "fp8" and tr.fp8_recipe in ("delayed", "blockwise"),
@@ -148,9 +188,7 @@ def _check_recipe(job, layout: Layout) -> None:
          "(layers_per_stage, first/last_stage_less_layers); set first_stage_layers / "
          "last_stage_layers instead"),
     ]
-    for broken, msg in problems:
-        if broken:
-            _refuse(msg)
+    return problems
 
 
 def _pipeline(job, layout: Layout) -> dict:
