@@ -153,13 +153,11 @@ def test_the_default_engines_first_plan_always_exports():
 
 
 # The serving round trip's verdict, concurrency and time; the known disagreement of the
-# search and `validate` on an engine's launch commands (not fixed here) as a strict xfail.
+# search and `validate` on an engine's launch commands.
 KNOWN = [
-    pytest.param("llama3-70b", 8, "h100-sxm", "sglang", id="sglang-prefill-tp1-invalid",
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "SGLang's P/D prefill worker tp1: the search counts its memory with "
-                     "SGLang's reserved fraction, the launch command's reader leaves 0 GiB of "
-                     "KV cache (weights + activations + other): validate calls it INVALID"))),
+    # SGLang P/D: each worker keeps SGLang's own --mem-fraction-static default (its tp's); the
+    # export writes none for them, so the reader's one fraction does not starve the tp1 prefill
+    pytest.param("llama3-70b", 8, "h100-sxm", "sglang", id="sglang-prefill-tp1"),
     # attention-DP instances: the export writes a per-rank limit (--max-num-seqs conc // dp),
     # so the search's concurrencies are whole shares (search.unit_concurrencies)
     pytest.param("qwen3-235b-a22b", 8, "b200", "vllm", id="attention-dp-concurrency-vllm"),

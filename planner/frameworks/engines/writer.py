@@ -166,8 +166,11 @@ def _sglang_flags(job, inst, conc: int, role: str | None) -> list[tuple[str, obj
         f.append(("--enable-dp-attention", None))
     if job.model.is_moe and inst.ep > 1:
         f.append(("--expert-parallel-size", inst.ep))
-    f += [("--mem-fraction-static", st.memory_fraction),
-          ("--max-running-requests", conc),
+    if not (role is not None and st.memory_fraction_default):
+        # a P/D worker keeps SGLang's own default, which depends on its tp (the prefill and
+        # decode workers' differ, and a deployment read back has one fraction for both)
+        f.append(("--mem-fraction-static", st.memory_fraction))
+    f += [("--max-running-requests", conc),
           ("--context-length", sv.input_length + sv.output_length),
           ("--chunked-prefill-size", st.max_num_tokens * (inst.dp if inst.dp_attention else 1))]
     if sv.kv_dtype == "fp8":
