@@ -501,3 +501,14 @@ def test_every_view_reads_at_80_columns(args):
     assert r.exit_code in (0, 1), r.output
     assert "…" not in r.stdout
     assert max(len(line.rstrip()) for line in r.stdout.splitlines()) <= 80
+
+
+def test_compare_marks_the_memory_savers(tmp_path):
+    # two configs that differ only in the gradients' dtype: the savers row says so (bf16g vs -)
+    text = (EXAMPLES / "llama3-70b-2048xh100.yaml").read_text()
+    other = tmp_path / "bf16-grads.yaml"
+    other.write_text(text.replace("  pp: 4\n", "  pp: 4\n  grad_reduce_in_fp32: false\n"))
+    out = json.loads(_run(["compare", EXAMPLE_70B, str(other), "--json"], 120).stdout)
+    assert "savers" in out["differences"]
+    r = _run(["compare", EXAMPLE_70B, str(other)], 120)
+    assert re.search(r"\* savers\s+│?\s+-\s+│?\s+bf16g", r.stdout), r.stdout

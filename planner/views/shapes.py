@@ -190,6 +190,9 @@ def compare_rows(results: list) -> list[tuple[str, str, list[str], bool]]:
     add("sequence_parallel", "sp", ["on" if x.sp else "off" for x in lays])
     add("zero_stage", "ZeRO", [x.zero for x in lays])
     add("recompute", "recompute", [x.recompute for x in lays])
+    # the memory savers each config relies on (the plan table's savers column)
+    from planner.savers import in_use
+    add("savers", "savers", [" ".join(in_use(x, j.training)) or "-" for x, j in zip(lays, jobs)])
     gib = lambda v: f"{v / GiB:.2f}"   # noqa: E731
     for key, label in (("weights", "weights GiB"), ("gradients", "gradients GiB"),
                        ("optimizer", "optimizer GiB"), ("activations", "activations GiB"),
