@@ -10,7 +10,10 @@ per kernel group, plus the fixed costs that dominate small batches:
                  e(n) = gemm_efficiency * n / (n + gemm_half_tokens), 1/n = tp/h + 1/T
                  (TP thins the GEMMs, small batches shorten them: Calibration's form)
     MoE experts  the same with W = the experts the step touches, E/G * (1 - (1 - k/E)^T_g) of
-                 them (uniform routing), and e(n) x moe_efficiency with n = T_g*k/E per expert
+                 them (uniform routing; T_g the tokens of the step over the whole MoE group,
+                 all dp ranks with attention DP), and the grouped e(n) (moe_efficiency m:
+                 g m n / (n + m h)) with n = T_g k / touched, the tokens each TOUCHED expert
+                 gets (one token: k experts of 1 token each, not k/E of a token)
     attention    decode: max(KV bytes read / (B_hbm * e_hbm), 4 (a/tp) d ctx / P_bf16 e_attn)
                  prefill: 4 (a/tp) d tokens * span / (P_bf16 * attention_efficiency)
     TP           2 all-reduces of T*h*2 bytes per layer (ring, comm.all_reduce_time on the
@@ -86,7 +89,7 @@ from planner.serve.memory import (
     stage_layers,
 )
 
-__all__ = ["StepParts", "ServeCost", "accepted_tokens", "kv_transfer_time"]
+__all__ = ["StepParts", "ServeCost", "accepted_tokens", "kv_transfer_time", "touched_experts"]
 
 ACT = 2.0     # bytes per activation element on the wire (bf16)
 
@@ -119,6 +122,15 @@ class StepParts:
         d = {f: getattr(self, f) for f in self.__slots__}
         d["step_s"] = self.total
         return d
+
+
+def touched_experts(E: int, k: int, tokens: float) -> float:
+    """Expected distinct experts of E that `tokens` tokens routed to k experts each hit,
+    uniform routing: E (1 - (1 - k/E)^tokens) (each expert is missed by one token with
+    probability 1 - k/E)."""
+    if E <= 0 or tokens <= 0:
+        return 0.0
+    return E * (1.0 - (1.0 - k / E) ** tokens)
 
 
 def accepted_tokens(k: int, a: float) -> float:
@@ -196,10 +208,14 @@ class ServeCost:
         self.pp_link = _link(hw, 2, tp * cp * inst.dp)
 
     # ------------------------------------------------------------------ one stage, one step
-    def _gemm(self, w: float, f: float, n: float, eff_scale: float = 1.0) -> tuple[float, float]:
-        """(weight-stream time, extra compute time) of a GEMM group: max(W/B, F/(P e(n)))."""
+    def _gemm(self, w: float, f: float, n: float, eff_scale: float = 1.0,
+              grouped: bool = False) -> tuple[float, float]:
+        """(weight-stream time, extra compute time) of a GEMM group: max(W/B, F/(P e(n))).
+        Grouped (expert) GEMMs: e(n) = g m n / (n + m h), which is a dense GEMM's g n / h for
+        short GEMMs (both pad a tile) and g m (moe_efficiency m) for long ones."""
         c = self.c
-        eff = c.gemm_efficiency * eff_scale * n / (n + c.gemm_half_tokens) if n > 0 else c.gemm_efficiency
+        half = c.gemm_half_tokens * (eff_scale if grouped else 1.0)
+        eff = c.gemm_efficiency * eff_scale * n / (n + half) if n > 0 else c.gemm_efficiency
         t_mem = w / self.bw
         t_cmp = f / (self.peak * eff) if f > 0 else 0.0
         return t_mem, max(0.0, t_cmp - t_mem)
@@ -225,11 +241,11 @@ class ServeCost:
         if nm:
             a, b = self._gemm(self.moe_w, self.moe_f * T, n)
             Tg = T * self.group_tokens
-            touched = 1.0 - (1.0 - self.k / self.E) ** Tg
-            ne = Tg * self.k / self.E
+            touched = touched_experts(self.E, self.k, Tg) / self.E   # share of the experts
+            ne = Tg * self.k / (self.E * touched)                     # tokens per touched expert
             n_e = 1.0 / (self.inst.etp / self.h + 1.0 / ne) if ne > 0 else 0.0
             a2, b2 = self._gemm(self.experts_w * touched, self.pair_f * Tg * self.k, n_e,
-                                c.moe_efficiency)
+                                c.moe_efficiency, grouped=True)
             w, cmp = w + nm * (a + a2), cmp + nm * (b + b2)
             if self.inst.dp_attention and self.inst.ep > 1:
                 ep = self.inst.ep
