@@ -66,8 +66,12 @@ def _decode(cost: ServeCost, job, conc: float, *, mixed: bool) -> tuple[StepPart
     tokens = accepted_tokens(k, spec.acceptance_rate) if spec is not None else 1.0
     prefill = seqs * tokens * isl / osl if mixed else 0.0
     requests = conc * tokens / osl if mixed else 0.0     # host work: one front end per instance
+    eager = None
+    if mixed:   # the steps that carry the prompt chunks run eagerly, the rest from graphs
+        chunks = max(1, math.ceil(seqs * isl / max(1, cost.settings.max_num_tokens)))
+        eager = max(cost.eager_share(seqs, 0.0, k + 1), min(1.0, chunks * tokens / osl))
     step = cost.interval(seqs=seqs, ctx=ctx, prefill=prefill, span=isl / 2, q=k + 1,
-                         requests=requests)
+                         requests=requests, eager=eager)
     if spec is not None:
         step = step.plus(_draft_cost(cost, job, seqs, ctx, k))
     return step, tokens

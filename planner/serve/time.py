@@ -36,7 +36,8 @@ per kernel group, plus the fixed costs that dominate small batches:
                  read and attention FLOPs / cp), then one latency-bound all-reduce per layer
                  over cp combines the partial outputs and their log-sum-exp (per token a/tp
                  heads x (d_v x 2 + 4) bytes; comm.all_reduce_time)
-    fixed        layer_overhead_us per layer, step_overhead_us per step, sequence_overhead_us
+    fixed        layer_overhead_us per layer of an eager step (graph_layer_overhead_us of a
+                 decode-only step within the engine's CUDA graph batch), step_overhead_us per step, sequence_overhead_us
                  per sequence in the step, request_overhead_us per request admitted and
                  finished in the step (host work); the output layer on the last stage (a GEMM
                  of the sampled tokens); B_hbm the profile's HBM bandwidth, P the precision's
@@ -220,12 +221,18 @@ class ServeCost:
         t_cmp = f / (self.peak * eff) if f > 0 else 0.0
         return t_mem, max(0.0, t_cmp - t_mem)
 
+    def eager_share(self, seqs: float, prefill: float, q: int = 1) -> float:
+        """1 when a step runs eagerly (prompt tokens in it, or more sequences than the
+        engine's CUDA graphs hold), else 0 (a graph replay)."""
+        return 1.0 if prefill > 0 or seqs * q > self.settings.cuda_graph_batch else 0.0
+
     def stage(self, s: int, *, seqs: float, ctx: float, prefill: float = 0.0,
               span: float = 0.0, q: int = 1, last_logits: float | None = None,
-              requests: float = 0.0) -> StepParts:
+              requests: float = 0.0, eager: float | None = None) -> StepParts:
         """One step of stage s on one GPU: `seqs` decoding sequences of mean context `ctx`
         (q tokens each), `prefill` prompt tokens attending `span` tokens on average,
-        `requests` requests admitted (and as many finished) in the step."""
+        `requests` requests admitted (and as many finished) in the step; `eager` the share
+        of such steps run eagerly rather than from a CUDA graph (default: eager_share)."""
         c = self.c
         nd, nm = self.stages[s]
         cp = self.cp
@@ -268,7 +275,9 @@ class ServeCost:
                 cpc += L * all_reduce_time(seqs * q * self.cp_combine, cp, self.cp_link)
         if self.tp > 1:
             tpc = L * 2 * all_reduce_time(T * self.h * ACT, self.tp, self.tp_link)
-        over = L * c.layer_overhead_us * 1e-6 + c.step_overhead_us * 1e-6
+        e = self.eager_share(seqs, prefill, q) if eager is None else eager
+        per_layer = e * c.layer_overhead_us + (1.0 - e) * c.graph_layer_overhead_us
+        over = L * per_layer * 1e-6 + c.step_overhead_us * 1e-6
         ppc = p2p_time(T * self.h * ACT, self.pp_link) if self.pp > 1 and s < self.pp - 1 else 0.0
         if s == self.pp - 1:
             logits = seqs if last_logits is None else last_logits
@@ -307,13 +316,13 @@ class ServeCost:
         return total
 
     def interval(self, *, seqs: float, ctx: float, prefill: float = 0.0, span: float = 0.0,
-                 q: int = 1, requests: float = 0.0) -> StepParts:
+                 q: int = 1, requests: float = 0.0, eager: float | None = None) -> StepParts:
         """The token interval of the instance for `seqs` sequences per (DP) rank (`requests`
         requests of the whole instance arriving and leaving per interval, handled by its one
         front end): with pp stages, pp x the slowest stage's step on a micro-batch of seqs/pp."""
         pp = self.pp
         parts = [self.stage(s, seqs=seqs / pp, ctx=ctx, prefill=prefill / pp, span=span, q=q,
-                            requests=requests / pp)
+                            requests=requests / pp, eager=eager)
                  for s in range(pp)]
         worst = max(parts, key=lambda p: p.total)
         return worst.scaled(pp)
