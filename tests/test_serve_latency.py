@@ -141,3 +141,67 @@ def test_planner_serve_deepseek_v3_on_8_h200_meets_tpot_30_ms(runner):
     result = runner.invoke(app, ["serve", "--model", "deepseek-v3", "--gpus", "8", "--hardware",
                                  "h200", "--engine", "sglang", "--tpot-ms", "30", "--json"])
     assert result.exit_code == 0, result.output
+
+
+# --------------------------------------------------------------- closed loop at a concurrency
+
+def _llama8b_job(engine, conc, hw=None, **sv):
+    from tests.test_serve import _model
+    return ServeJob(_model("llama3-8b"), hw or _cal(H100, layer_overhead_us=40,
+                                                     graph_layer_overhead_us=4),
+                    1, ServingSpec(precision="fp8", input_length=1024, output_length=128,
+                                   engine=engine, concurrency=conc, **sv))
+
+
+@pytest.mark.parametrize("conc, groups", [
+    pytest.param(8, 1, id="c8-one-chunk"),      # 8 x 1024 = 8,192 tokens: one chunk of 8,192
+    pytest.param(64, 8, id="c64-eight-chunks"),
+])
+def test_closed_loop_ttft_mixed_engine_is_half_a_step_plus_its_groups_chunk(conc, groups):
+    # TensorRT-LLM mixes prefill chunks into decode steps. C clients start together: C x ISL
+    # prompt tokens in n = ceil(C x 1024 / 8192) chunks of g = C/n prompts; a group waits half
+    # a step for the step boundary, then its chunk runs with the other C - g decoding.
+    job = _llama8b_job("trtllm", conc, max_num_tokens=8192)
+    lay = ServeLayout(instance=Instance())
+    est = estimate(job, lay)
+    cost = ServeCost(job, Instance())
+    g = conc / groups
+    step = est.decode_step.total
+    chunk = cost.prefill_time(g * 1024, span=512, seqs=g, decode_seqs=conc - g,
+                              decode_ctx=1024 + 64)
+    assert est.ttft_s == pytest.approx(step / 2 + max(chunk, step))
+    assert est.tpot_s == pytest.approx(step)
+    assert est.e2e_s == pytest.approx(est.ttft_s + 127 * est.tpot_s)
+
+
+def test_closed_loop_sglang_prefills_first_and_the_burst_waits_for_its_chunks():
+    # SGLang runs a waiting prompt as a prefill batch of its own, decodes paused: 64 clients of
+    # 1024 tokens with chunks of 8192 are n = 8 groups of 8; each group waits for the chunks
+    # before it, the mean over the groups (n + 1)/2 = 4.5 chunk times; the decode steps carry
+    # no prompts, and the (n - 1)/2 chunks an early request sits through after its first
+    # token spread over its 127 later tokens.
+    job = _llama8b_job("sglang", 64, max_num_tokens=8192)
+    est = estimate(job, ServeLayout(instance=Instance()))
+    cost = ServeCost(job, Instance())
+    decode = cost.interval(seqs=64, ctx=1024 + 64).total
+    group = cost.prefill_time(8 * 1024, span=512, seqs=8)
+    assert est.ttft_s == pytest.approx(decode / 2 + 4.5 * group)
+    assert est.tpot_s == pytest.approx(decode + 3.5 * group / 127)
+
+
+@pytest.mark.parametrize("engine, seqs, prefill, graph", [
+    pytest.param("vllm", 1, 0, True, id="vllm-decode-1"),
+    pytest.param("vllm", 512, 0, True, id="vllm-decode-512"),
+    pytest.param("vllm", 513, 0, False, id="vllm-decode-513"),
+    pytest.param("vllm", 1, 256, False, id="vllm-mixed"),
+    pytest.param("sglang", 256, 0, True, id="sglang-tp1-256"),     # H100: 256 below tp 4
+    pytest.param("sglang", 257, 0, False, id="sglang-tp1-257"),
+    pytest.param("trtllm", 128, 0, True, id="trtllm-128"),
+    pytest.param("trtllm", 129, 0, False, id="trtllm-129"),
+])
+def test_decode_steps_within_the_engines_graph_batch_pay_the_graph_overhead(engine, seqs,
+                                                                            prefill, graph):
+    # 32 layers x (graph 4 us | eager 40 us); the output layer's per-sequence cost is 0 here
+    job = _llama8b_job(engine, 1)
+    step = ServeCost(job, Instance()).stage(0, seqs=seqs, ctx=1024, prefill=prefill, span=128)
+    assert step.overhead_s == pytest.approx(32 * (4 if graph else 40) * 1e-6)
