@@ -165,9 +165,14 @@ def write_block(name: str, block: str) -> None:
         end = start + 1
         while end < len(lines) and lines[end].startswith("  "):
             end += 1
-        while start > 0 and lines[start - 1].startswith("#") and "serving" in "".join(
-                lines[max(0, start - 4):start]).lower():
-            start -= 1
+        head = next((i for i in range(start - 1, -1, -1)
+                     if lines[i].startswith("# Parameters of the serving time model")), None)
+        if head is not None and all(x.startswith("#") for x in lines[head:start]):
+            start = head           # the block's own comment lines, written by render_block
+        else:
+            while start > 0 and lines[start - 1].startswith("#") and "serving" in "".join(
+                    lines[max(0, start - 4):start]).lower():
+                start -= 1
         lines[start:end] = [block]
     else:
         lines.append(block)

@@ -206,3 +206,29 @@ def test_decode_steps_within_the_engines_graph_batch_pay_the_graph_overhead(engi
     job = _llama8b_job(engine, 1)
     step = ServeCost(job, Instance()).stage(0, seqs=seqs, ctx=1024, prefill=prefill, span=128)
     assert step.overhead_s == pytest.approx(32 * (4 if graph else 40) * 1e-6)
+
+
+# ------------------------------------------------------------------------------ accuracy
+
+def test_latency_accuracy_on_the_measured_runs():
+    # inference-latency.yaml (AIConfigurator's silicon runs: vLLM, SGLang, TensorRT-LLM under
+    # Dynamo) with each profile's serving_calibration (benchmarks/serve_calibrate.py). The
+    # figures of docs/serving.md, as bars a regression crosses: aggregated TPOT median 10.8 %,
+    # TTFT median 32.8 %; the targets (10 % / 20 %) are not met yet (docs say where).
+    # The one run planner calls infeasible cannot run as written: Qwen3-235B-A22B in FP8 is
+    # 235 GB of weights, on one 141 GB H200.
+    import math
+    import statistics
+
+    from benchmarks.serve_accuracy import evaluate, infeasible, load_latency_cases
+    rows = evaluate(load_latency_cases())
+    assert len({r["id"] for r in rows}) == 36
+    assert not any(math.isnan(r["error"]) for r in rows)
+    bad = {r["id"] for r in infeasible(rows)}
+    assert len(bad) == 1 and "h200_sxm_vllm_agg_2000x100_c5_tp1" in next(iter(bad))
+    agg = [r for r in rows if r["class"] == "serving-latency" and r["id"] not in bad]
+
+    def med(metric):
+        return statistics.median(abs(r["error"]) for r in agg if r["metric"] == metric)
+    assert med("tpot_s") <= 0.12
+    assert med("ttft_s") <= 0.35
