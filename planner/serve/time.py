@@ -50,8 +50,9 @@ requests fit) but does not cut the time per token, and a prompt crosses every st
 
 Continuous batching at concurrency C (per instance, steady state, uniform lengths): each step
 decodes C sequences of mean context ISL + OSL/2 and prefills C*ISL/OSL prompt tokens (each
-request's prompt once per its OSL tokens; the engines mix them into the steps, chunked);
-TPOT = the step, throughput = C / TPOT; TTFT = the steps that carry one prompt's chunks.
+request's prompt once per its OSL tokens; vLLM and TRT-LLM mix them into the steps, chunked);
+TPOT = the step, throughput = C / TPOT; TTFT and SGLang's prefill-first schedule follow the
+closed loop of benchmark clients (estimate.closed_loop, its docstring has the assumptions).
 A static batch prefills C*ISL tokens in chunks of max_num_tokens, then decodes OSL-1 steps.
 Speculative decoding: each step verifies k drafted tokens (T = C*(k+1)) after k draft passes
 (the MTP layers, or the draft model) and yields (1 - a^(k+1)) / (1 - a) tokens (Leviathan et
@@ -60,7 +61,7 @@ alone to a full chunk of prompts as its load grows) plus the KV transfer of ISL 
 decode worker over the real link (NVLink inside one domain, else the network, over min(P, D)
 GPUs' links); throughput is the lesser of the prefill and decode pools.
 
-Left out: queueing (TTFT excludes it), prefix caching, sampling cost beyond the fixed terms,
+Left out: queueing beyond the closed loop's bursts, prefix caching, sampling cost beyond the fixed terms,
 routing skew beyond uniform, overlap of communication with compute (counted exposed).
 """
 
