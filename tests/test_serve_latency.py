@@ -94,6 +94,30 @@ def test_expert_gemm_efficiency_is_sized_on_tokens_per_touched_expert():
     assert step.weights_s + step.compute_s == pytest.approx(hand, rel=1e-3)
 
 
+def test_attention_dp_experts_see_every_ranks_tokens_and_pay_dispatch_and_combine():
+    # tp 1 x dp 4 with attention DP, ep 4: each rank decodes 2 sequences; the routed experts
+    # (2 per GPU) see the 8 tokens of all ranks: 8 (1 - (3/4)^8) = 7.2 of the 8 experts are
+    # touched, so this GPU streams that share of its 2 experts. Weights per GPU, bf16:
+    #   2 layers x (attention 16,384 + 7.2/8 x 2 x 6,144) + the output layer 128 x 64.
+    # Dispatch and combine per MoE layer: each of the rank's 2 tokens goes to the ranks holding
+    # its 2 experts, 4 (1 - (3/4)^2) = 1.75 ranks on average, h = 64 values each, dispatched
+    # in the GEMM precision (bf16 here, 2 bytes) and combined in bf16 (comm.all_to_all_time
+    # over the ep group's link).
+    from planner.cost.comm import all_to_all_time
+    hw = _cal(H100)
+    job = _job(ModelSpec(**TINY_MOE), hw)
+    inst = Instance(tp=1, dp=4, dp_attention=True, ep=4)
+    cost = ServeCost(job, inst)
+    step = cost.stage(0, seqs=2, ctx=0)
+    touched = 8 * (1 - 0.75 ** 8)
+    w = (2 * (ATTN + touched / 8 * 2 * EXPERT) + 128 * 64) * 2
+    assert step.weights_s == pytest.approx(w / (H100.hbm_bandwidth_gb_per_s * 1e9))
+    fan = 4 * (1 - 0.75 ** 2)
+    a2a = all_to_all_time(2 * 64 * fan * 2, 4, cost.ep_link)
+    assert step.ep_comm_s == pytest.approx(2 * (a2a + a2a))
+    assert step.tp_comm_s == 0.0          # attention TP 1: no all-reduce
+
+
 # DeepSeek-V3 (deepseek-ai/DeepSeek-V3 config.json): h 7168, 61 layers of which the first 3
 # dense (ffn 18432), 58 MoE with 256 routed experts of ffn 2048, top-8, one shared expert;
 # MLA: q_lora_rank 1536, kv_lora_rank 512, 128 heads, qk_nope 128 + qk_rope 64, v 128;
