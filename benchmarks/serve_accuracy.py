@@ -1,14 +1,17 @@
-"""Serving accuracy: predicted vs measured on the runs of inference-calibration.yaml.
+"""Serving accuracy: predicted vs measured on the runs of inference-calibration.yaml and
+inference-latency.yaml.
 
     python benchmarks/serve_accuracy.py [--data PATH] [--json] [--hardware NAME]
 
-Reads benchmarks/data/inference-calibration.yaml. Each case
+Reads benchmarks/data/inference-calibration.yaml and benchmarks/data/inference-latency.yaml
+(or the one --data file). Each case
 is a serving config in planner's terms (model, hardware, num_gpus, serving, parallel), read
 exactly as written, plus what the benchmark harness the source names does and the case leaves
 out (below); planner predicts it and the report gives the error per case, then per class
 (offline-throughput: output tokens/s of the deployment at max concurrency; static-latency:
-end-to-end seconds of one static batch) and per GPU: n, median |error|, max |error|, bias
-(the median signed error).
+end-to-end seconds of one static batch; serving-latency and disagg: TPOT and TTFT at the
+run's concurrency, aggregated or disaggregated), per GPU and per engine: n, median |error|,
+max |error|, bias (the median signed error).
 
 Harness settings (not per case; each from the tool's own source or docs):
 - trtllm-bench (TensorRT-LLM perf-overview; the rocm blog's H100 runs "with the same method"):
@@ -22,6 +25,10 @@ Harness settings (not per case; each from the tool's own source or docs):
   the perf-overview's MoE options): TRT-LLM's tp_size then counts the attention-DP ranks
   (attention TP 1, experts over EP), i.e. planner's tp 1, dp = tp_size, dp_attention, same ep.
 - Static-latency runs (vLLM benchmark_latency, TRT-LLM static batching): batching static.
+- inference-latency.yaml (AIConfigurator's silicon runs under Dynamo): `concurrency` is the
+  requests in flight of the whole deployment (its header; "replicas = concurrency /
+  batch_size"), a closed loop of that many clients; planner's concurrency is per instance,
+  so it is divided by the replicas (aggregated) or the decode workers (disaggregated).
 """
 
 from __future__ import annotations
@@ -41,7 +48,11 @@ from planner.serve.estimate import estimate  # noqa: E402
 from planner.serve.specs import serve_config_from_data  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "inference-calibration.yaml"
+LATENCY = Path(__file__).resolve().parent / "data" / "inference-latency.yaml"
 CLASSES = ("offline-throughput", "static-latency")
+LATENCY_CLASSES = ("serving-latency", "disagg")
+METRICS = {"offline-throughput": ("output_tokens_per_s",), "static-latency": ("e2e_s",),
+           "serving-latency": ("tpot_s", "ttft_s"), "disagg": ("tpot_s", "ttft_s")}
 
 
 def default_path() -> Path:
@@ -55,7 +66,8 @@ class Case:
     hardware: str
     data: dict            # the serving config, harness settings applied
     measured: float
-    metric: str           # output_tokens_per_s | e2e_s
+    metric: str           # output_tokens_per_s | e2e_s | tpot_s | ttft_s
+    engine: str = ""
 
 
 def _trtllm_bench(case: dict) -> dict:
@@ -109,11 +121,16 @@ def harness(case: dict) -> dict:
     par = dict(case.get("parallel", {}))
     if "attention DP enabled" in notes and par.get("tp", 1) > 1:
         par.update(dp=par["tp"], tp=1, dp_attention=True)
+    if case["class"] in LATENCY_CLASSES:      # deployment-wide clients -> per instance
+        par = {k: (dict(v) if isinstance(v, dict) else v) for k, v in par.items()}
+        share = par["decode"].get("workers", 1) if "decode" in par else par.get("replicas", 1)
+        sv["concurrency"] = max(1, round(sv["concurrency"] / share))
     return {"model": case["model"], "hardware": case["hardware"], "num_gpus": case["num_gpus"],
             "serving": sv, "parallel": par}
 
 
 def load_cases(path: Path | None = None, classes=CLASSES) -> list[Case]:
+    """The cases of one data file in `classes`, one Case per measured metric."""
     import yaml
 
     data = yaml.safe_load(Path(path or default_path()).read_text())
@@ -121,10 +138,21 @@ def load_cases(path: Path | None = None, classes=CLASSES) -> list[Case]:
     for c in data["cases"]:
         if c["class"] not in classes:
             continue
-        metric = "e2e_s" if c["class"] == "static-latency" else "output_tokens_per_s"
-        out.append(Case(c["id"], c["class"], c["hardware"], harness(c),
-                        float(c["measured"][metric]), metric))
+        for metric in METRICS[c["class"]]:
+            if metric in c["measured"]:
+                out.append(Case(c["id"], c["class"], c["hardware"], harness(c),
+                                float(c["measured"][metric]), metric, c["serving"]["engine"]))
     return out
+
+
+def load_latency_cases(path: Path | None = None) -> list[Case]:
+    """inference-latency.yaml: TPOT and TTFT at a concurrency (serving-latency, disagg)."""
+    return load_cases(path or LATENCY, LATENCY_CLASSES)
+
+
+def load_all() -> list[Case]:
+    """Both data files: what the calibration fits and the report shows by default."""
+    return load_cases() + load_latency_cases()
 
 
 def predict(case: Case, hardware=None) -> dict:
@@ -132,29 +160,39 @@ def predict(case: Case, hardware=None) -> dict:
     data = case.data if hardware is None else {**case.data, "hardware": hardware.model_dump()}
     job, layout = serve_config_from_data(data, source=case.id)
     est = estimate(job, layout)
-    pred = est.e2e_s if case.metric == "e2e_s" else est.output_tokens_per_s
+    pred = getattr(est, case.metric)
     return {"id": case.id, "class": case.cls, "hardware": case.hardware, "layout": layout.name,
+            "metric": case.metric, "engine": case.engine,
             "predicted": pred, "measured": case.measured, "error": pred / case.measured - 1,
-            "concurrency": est.concurrency, "max_concurrency": est.memory.max_concurrency}
+            "concurrency": est.concurrency, "max_concurrency": est.memory.max_concurrency,
+            "requested": job.serving.concurrency}
 
 
 def evaluate(cases, hardware: dict | None = None) -> list[dict]:
     return [predict(c, (hardware or {}).get(c.hardware)) for c in cases]
 
 
-def summary(rows: list[dict]) -> list[dict]:
-    """Per class and per GPU: n, median |error|, max |error|, bias (median signed error)."""
+def summary(rows: list[dict], by: str = "hardware") -> list[dict]:
+    """Per class, metric and GPU (`by` "engine": per engine): n, median |error|, max |error|,
+    bias (median signed error); the key `by` is "all" on the class's overall row."""
     groups: dict[tuple, list[float]] = {}
     for r in rows:
-        groups.setdefault((r["class"], "all"), []).append(r["error"])
-        groups.setdefault((r["class"], r["hardware"]), []).append(r["error"])
+        metric = r.get("metric", "")
+        groups.setdefault((r["class"], metric, "all"), []).append(r["error"])
+        groups.setdefault((r["class"], metric, r.get(by, "")), []).append(r["error"])
     out = []
-    for (cls, hw), errs in sorted(groups.items()):
-        out.append({"class": cls, "hardware": hw, "n": len(errs),
+    for (cls, metric, key), errs in sorted(groups.items()):
+        out.append({"class": cls, "metric": metric, by: key, "n": len(errs),
                     "median_abs_error": statistics.median(abs(e) for e in errs),
                     "max_abs_error": max(abs(e) for e in errs),
                     "bias": statistics.median(errs)})
     return out
+
+
+def infeasible(rows: list[dict]) -> list[dict]:
+    """Runs that ran but that planner cannot hold at their concurrency (KV cache or batch)."""
+    return [r for r in rows if r.get("requested") not in (None, "max")
+            and r["max_concurrency"] < int(r["requested"])]
 
 
 def main(argv=None) -> int:
@@ -163,23 +201,31 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--hardware", default=None, help="only the cases on this profile")
     args = ap.parse_args(argv)
-    cases = load_cases(args.data)
+    cases = load_all() if args.data is None else (
+        load_cases(args.data, CLASSES + LATENCY_CLASSES))
     if args.hardware:
         cases = [c for c in cases if c.hardware == args.hardware]
     rows = evaluate(cases)
-    summ = summary(rows)
+    summ = summary(rows) + summary(rows, by="engine")
     if args.json:
-        print(json.dumps({"cases": rows, "summary": summ}, indent=2))
+        print(json.dumps({"cases": rows, "summary": summ, "infeasible": infeasible(rows)},
+                         indent=2))
         return 0
-    print(f"{'case':62s} {'layout':12s} {'conc':>5s} {'pred':>9s} {'meas':>9s} {'error':>7s}")
+    print(f"{'case':62s} {'metric':7s} {'layout':12s} {'conc':>5s} {'pred':>9s} {'meas':>9s} "
+          f"{'error':>7s}")
     for r in rows:
-        print(f"{r['id'][:62]:62s} {r['layout'][:12]:12s} {r['concurrency']:5d} "
-              f"{r['predicted']:9.1f} {r['measured']:9.1f} {r['error']:+7.1%}")
+        scale = 1e3 if r["metric"] in ("tpot_s", "ttft_s") else 1.0
+        print(f"{r['id'][-62:]:62s} {r['metric'][:7]:7s} {r['layout'][:12]:12s} "
+              f"{r['concurrency']:5d} {r['predicted'] * scale:9.1f} {r['measured'] * scale:9.1f} "
+              f"{r['error']:+7.1%}")
     print()
     for s in summ:
-        print(f"{s['class']:19s} {s['hardware']:13s} n={s['n']:3d}  median |error| "
+        key = s.get("hardware", s.get("engine"))
+        print(f"{s['class']:19s} {s['metric'][:7]:7s} {key:13s} n={s['n']:3d}  median |error| "
               f"{s['median_abs_error']:6.1%}  max |error| {s['max_abs_error']:6.1%}  "
               f"bias {s['bias']:+6.1%}")
+    for r in infeasible(rows):
+        print(f"infeasible: {r['id']} holds {r['max_concurrency']} of {r['requested']} requests")
     return 0
 
 

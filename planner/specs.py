@@ -399,6 +399,11 @@ class ServingCalibration(_Spec):
     step_overhead_us: float = Field(default=500.0, ge=0, le=1e6)
     """Fixed time per engine step (scheduling, input preparation, host-device sync, sampling
     launch), microseconds."""
+    graph_layer_overhead_us: float = Field(default=5.0, ge=0, le=1e4)
+    """Fixed time per layer of a decode step replayed from a CUDA graph (decode-only, at
+    most the engine's graph batch size; planner/serve/engines.py), microseconds: the gaps
+    between back-to-back kernels and the small ones; layer_overhead_us is then the eager
+    steps' (mixed prefill chunks, larger batches)."""
     sequence_overhead_us: float = Field(default=1.0, ge=0, le=1e4)
     """Time per sequence in the batch per engine step (sampling, logits processing, the
     scheduler's per-request bookkeeping), microseconds."""

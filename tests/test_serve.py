@@ -133,7 +133,8 @@ def _simple_hw(alpha_us: float):
     cal = ServingCalibration(hbm_efficiency=1, gemm_efficiency=1, gemm_half_tokens=0,
                              moe_efficiency=1, attention_efficiency=1, layer_overhead_us=0,
                              step_overhead_us=0, sequence_overhead_us=0, request_overhead_us=0,
-                             link_efficiency=1, allreduce_latency_us=alpha_us)
+                             link_efficiency=1, allreduce_latency_us=alpha_us,
+                             graph_layer_overhead_us=0)
     return H100.model_copy(update={"serving_calibration": cal})
 
 

@@ -21,6 +21,14 @@ M is the GPU's memory. Defaults and sources:
 - TensorRT-LLM 1.x trtllm-serve (tensorrt_llm/commands/serve.py, BuildConfig): f 0.90,
   max_batch_size 2048, max_num_tokens 8192, KV blocks of 32 tokens (tokens_per_block).
 
+Decode steps of at most `cuda_graph_batch` sequences (per rank) and no prompt tokens replay a
+captured CUDA graph (the per-layer fixed cost graph_layer_overhead_us instead of the eager
+layer_overhead_us): vLLM V1 captures batch sizes up to 512 (compilation config
+cudagraph_capture_sizes, max 512); SGLang 0.5 `cuda_graph_max_bs` 256 below tp 4 and 512 from
+tp 4 on GPUs of 60 GiB and more (server_args.py; 160 or less on smaller GPUs); TensorRT-LLM's
+PyTorch backend `cuda_graph_config` as the serving recipes set it, max_batch_size 128 (an
+assumption where a deployment does not say).
+
 `other` is the CUDA context and NCCL buffers (the profile's) plus the engine's CUDA graphs
 (captured decode graphs: about 1 GiB per GPU in vLLM's logs, ~0.5 GiB in TRT-LLM's; an
 estimate, not a measured constant).
@@ -52,6 +60,7 @@ class EngineSettings:
     memory_fraction_default: bool
     max_batch_size_default: bool
     max_num_tokens_default: bool
+    cuda_graph_batch: int = 512      # decode steps of at most this many sequences replay a graph
 
 
 def _sglang_fraction(memory_gib: float, tp: int, pp: int, *, speculative: bool,
@@ -96,7 +105,19 @@ def engine_settings(job, inst) -> EngineSettings:
         block_tokens=block, cuda_graph_bytes=CUDA_GRAPH_GIB[eng] * GiB,
         memory_fraction_default=sv.memory_fraction is None,
         max_batch_size_default=sv.max_batch_size is None,
-        max_num_tokens_default=sv.max_num_tokens is None)
+        max_num_tokens_default=sv.max_num_tokens is None,
+        cuda_graph_batch=_graph_batch(eng, mem, inst.tp))
+
+
+def _graph_batch(engine: str, memory_gib: float, tp: int) -> int:
+    """The largest decode batch the engine replays from a CUDA graph (module docstring)."""
+    if engine == "vllm":
+        return 512
+    if engine == "sglang":
+        if memory_gib < 60:
+            return 32 if tp < 4 else 160
+        return 256 if tp < 4 else 512
+    return 128
 
 
 def kv_budget(settings: EngineSettings, *, capacity: float, weights: float,

@@ -4,6 +4,7 @@ add up (the formulas are in time.py's docstring)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from planner.serve.memory import ServeMemory, instance_memory
@@ -65,8 +66,12 @@ def _decode(cost: ServeCost, job, conc: float, *, mixed: bool) -> tuple[StepPart
     tokens = accepted_tokens(k, spec.acceptance_rate) if spec is not None else 1.0
     prefill = seqs * tokens * isl / osl if mixed else 0.0
     requests = conc * tokens / osl if mixed else 0.0     # host work: one front end per instance
+    eager = None
+    if mixed:   # the steps that carry the prompt chunks run eagerly, the rest from graphs
+        chunks = max(1, math.ceil(seqs * isl / max(1, cost.settings.max_num_tokens)))
+        eager = max(cost.eager_share(seqs, 0.0, k + 1), min(1.0, chunks * tokens / osl))
     step = cost.interval(seqs=seqs, ctx=ctx, prefill=prefill, span=isl / 2, q=k + 1,
-                         requests=requests)
+                         requests=requests, eager=eager)
     if spec is not None:
         step = step.plus(_draft_cost(cost, job, seqs, ctx, k))
     return step, tokens
@@ -122,18 +127,66 @@ def aggregated(job, layout, *, mem: ServeMemory, cost: ServeCost, conc: int) -> 
         rate = conc * osl / e2e * layout.replicas
         return ServeEstimate(mem, conc, ttft, tpot, e2e, rate, layout.num_gpus, step,
                              prefill_s=ttft, layout=layout)
-    step, per = _decode(cost, job, conc, mixed=True)
-    tpot = step.total / per
-    seqs = conc / inst.dp
-    chunk = cost.settings.max_num_tokens
-    prompt = cost.prefill_time(isl, span=isl / 2, seqs=1,
-                               decode_seqs=max(0.0, seqs - 1) / cost.pp if isl <= chunk else 0.0,
-                               decode_ctx=isl + osl / 2)
-    ttft = max(prompt, tpot)
+    ttft, tpot, step = closed_loop(cost, job, conc)
     e2e = ttft + (osl - 1) * tpot
     rate = conc / tpot * layout.replicas
     return ServeEstimate(mem, conc, ttft, tpot, e2e, rate, layout.num_gpus, step,
                          prefill_s=cost.prefill_time(isl, span=isl / 2), layout=layout)
+
+
+PREFILL_FIRST = {"sglang"}
+"""Engines whose scheduler runs a waiting prompt's prefill as a batch of its own, the running
+decodes paused (SGLang's default, without --enable-mixed-chunk); vLLM V1 and TensorRT-LLM mix
+prefill chunks into the decode steps (chunked prefill, the running requests first)."""
+
+
+def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepParts]:
+    """(TTFT, TPOT, the mean decode interval) of continuous batching at `conc` clients per
+    instance in a closed loop, as benchmark tools run (genai-perf, vllm bench serve
+    --max-concurrency, AIConfigurator): each client sends its next request when the last
+    finishes.
+
+    Assumptions: fixed ISL and OSL; the clients start together (the tool's first wave), so
+    the C prompts of a rank arrive as one burst of C*ISL tokens, prefilled in n =
+    ceil(C*ISL / max_num_tokens) chunks of g = C/n prompts; requests of the same chunk start
+    decoding in the same step and, with the same OSL, finish in the same step and return
+    together, so the groups persist from cycle to cycle (no arrival process to randomize
+    them; prefix caching off). A new group waits on average half a step for the step
+    boundary. Then, by the engine's rule (PREFILL_FIRST):
+    - mixed (vLLM, TensorRT-LLM): the groups stay one chunk apart; a group's prompts go in
+      the next step with the other C - g requests decoding: TTFT = step/2 + that step (or
+      steps, for prompts longer than a chunk); TPOT = the mean decode interval with the
+      prompts of C*ISL/OSL tokens a step mixed in (each request's prompt once per OSL
+      tokens), as before.
+    - prefill-first (SGLang): a group's arrival pauses decoding, prefill has priority, so
+      every group of the burst waits for the chunks before it and all start decoding
+      together after the last: TTFT = step/2 + (n+1)/2 chunk times (the mean over the
+      groups), the decode steps carry no prompt tokens, and the prefill time the requests
+      of the early chunks sit through after their first token, (n-1)/2 chunks, spreads over
+      their OSL-1 tokens of TPOT.
+    Not modelled: random lengths and think time (they desynchronize the groups towards a
+    Poisson-like arrival), requests beyond the engine's batch limit queueing (conc is held
+    to what the instance can run), prefix caching."""
+    sv = job.serving
+    isl, osl = sv.input_length, sv.output_length
+    seqs = conc / cost.inst.dp
+    chunk = max(1, cost.settings.max_num_tokens)
+    n = max(1, math.ceil(seqs * isl / chunk))
+    g = seqs / n
+    ctx = isl + osl / 2
+    prefill_first = sv.engine in PREFILL_FIRST
+    if prefill_first:
+        step, per = _decode(cost, job, conc, mixed=False)
+        group = cost.prefill_time(g * isl, span=isl / 2, seqs=g)
+        tpot = (step.total + (n - 1) / 2 * group / max(1, osl - 1)) / per
+        ttft = step.total / 2 + (n + 1) / 2 * group
+        return ttft, tpot, step
+    step, per = _decode(cost, job, conc, mixed=True)
+    tpot = step.total / per
+    others = max(0.0, seqs - g) / cost.pp
+    group = cost.prefill_time(g * isl, span=isl / 2, seqs=g, decode_seqs=others, decode_ctx=ctx)
+    ttft = step.total / 2 + max(group, step.total)
+    return ttft, tpot, step
 
 
 def prefill_pool(job, pcost: ServeCost) -> tuple[float, float, float]:

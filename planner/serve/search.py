@@ -303,6 +303,8 @@ def search_caveats(job) -> list[str]:
     if not fitted:
         return [f"{hw.name} has no serving calibration: its serving parameters are defaults, "
                 "so treat the estimates as rough"]
+    if "serving-latency" in fitted:
+        return []
     return [f"TTFT and TPOT at a given concurrency are not yet checked against measured runs: "
             f"the {hw.name} parameters were fitted to {', '.join(sorted(fitted))} runs"]
 
@@ -376,6 +378,10 @@ def _disaggregated_points(job, shapes: dict, opts: ServeOptions) -> list[Candida
     for tp in sorted({x[0].inst.tp for x in dec_pts}):
         dec_front += _front([x for x in dec_pts if x[0].inst.tp == tp],
                             lambda x: x[3], lambda x: x[2])
+    if opts.ttft_s is not None:
+        # a TTFT SLO couples the sides (the prefill load is the decode pool's rate over the
+        # prefill pool's): a point off the (cost, TPOT) front can be the best that meets it
+        dec_front = dec_pts
     out = []
     for p in pre_front:
         gp, (one, rp, chunk_s) = p.inst.gpus, p.prefill

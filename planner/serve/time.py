@@ -10,7 +10,10 @@ per kernel group, plus the fixed costs that dominate small batches:
                  e(n) = gemm_efficiency * n / (n + gemm_half_tokens), 1/n = tp/h + 1/T
                  (TP thins the GEMMs, small batches shorten them: Calibration's form)
     MoE experts  the same with W = the experts the step touches, E/G * (1 - (1 - k/E)^T_g) of
-                 them (uniform routing), and e(n) x moe_efficiency with n = T_g*k/E per expert
+                 them (uniform routing; T_g the tokens of the step over the whole MoE group,
+                 all dp ranks with attention DP), and the grouped e(n) (moe_efficiency m:
+                 g m n / (n + m h)) with n = T_g k / touched, the tokens each TOUCHED expert
+                 gets (one token: k experts of 1 token each, not k/E of a token)
     attention    decode: max(KV bytes read / (B_hbm * e_hbm), 4 (a/tp) d ctx / P_bf16 e_attn)
                  prefill: 4 (a/tp) d tokens * span / (P_bf16 * attention_efficiency)
     TP           2 all-reduces of T*h*2 bytes per layer (ring, comm.all_reduce_time on the
@@ -33,7 +36,8 @@ per kernel group, plus the fixed costs that dominate small batches:
                  read and attention FLOPs / cp), then one latency-bound all-reduce per layer
                  over cp combines the partial outputs and their log-sum-exp (per token a/tp
                  heads x (d_v x 2 + 4) bytes; comm.all_reduce_time)
-    fixed        layer_overhead_us per layer, step_overhead_us per step, sequence_overhead_us
+    fixed        layer_overhead_us per layer of an eager step (graph_layer_overhead_us of a
+                 decode-only step within the engine's CUDA graph batch), step_overhead_us per step, sequence_overhead_us
                  per sequence in the step, request_overhead_us per request admitted and
                  finished in the step (host work); the output layer on the last stage (a GEMM
                  of the sampled tokens); B_hbm the profile's HBM bandwidth, P the precision's
@@ -46,8 +50,9 @@ requests fit) but does not cut the time per token, and a prompt crosses every st
 
 Continuous batching at concurrency C (per instance, steady state, uniform lengths): each step
 decodes C sequences of mean context ISL + OSL/2 and prefills C*ISL/OSL prompt tokens (each
-request's prompt once per its OSL tokens; the engines mix them into the steps, chunked);
-TPOT = the step, throughput = C / TPOT; TTFT = the steps that carry one prompt's chunks.
+request's prompt once per its OSL tokens; vLLM and TRT-LLM mix them into the steps, chunked);
+TPOT = the step, throughput = C / TPOT; TTFT and SGLang's prefill-first schedule follow the
+closed loop of benchmark clients (estimate.closed_loop, its docstring has the assumptions).
 A static batch prefills C*ISL tokens in chunks of max_num_tokens, then decodes OSL-1 steps.
 Speculative decoding: each step verifies k drafted tokens (T = C*(k+1)) after k draft passes
 (the MTP layers, or the draft model) and yields (1 - a^(k+1)) / (1 - a) tokens (Leviathan et
@@ -56,7 +61,7 @@ alone to a full chunk of prompts as its load grows) plus the KV transfer of ISL 
 decode worker over the real link (NVLink inside one domain, else the network, over min(P, D)
 GPUs' links); throughput is the lesser of the prefill and decode pools.
 
-Left out: queueing (TTFT excludes it), prefix caching, sampling cost beyond the fixed terms,
+Left out: queueing beyond the closed loop's bursts, prefix caching, sampling cost beyond the fixed terms,
 routing skew beyond uniform, overlap of communication with compute (counted exposed).
 """
 
@@ -86,7 +91,7 @@ from planner.serve.memory import (
     stage_layers,
 )
 
-__all__ = ["StepParts", "ServeCost", "accepted_tokens", "kv_transfer_time"]
+__all__ = ["StepParts", "ServeCost", "accepted_tokens", "kv_transfer_time", "touched_experts"]
 
 ACT = 2.0     # bytes per activation element on the wire (bf16)
 
@@ -119,6 +124,15 @@ class StepParts:
         d = {f: getattr(self, f) for f in self.__slots__}
         d["step_s"] = self.total
         return d
+
+
+def touched_experts(E: int, k: int, tokens: float) -> float:
+    """Expected distinct experts of E that `tokens` tokens routed to k experts each hit,
+    uniform routing: E (1 - (1 - k/E)^tokens) (each expert is missed by one token with
+    probability 1 - k/E)."""
+    if E <= 0 or tokens <= 0:
+        return 0.0
+    return E * (1.0 - (1.0 - k / E) ** tokens)
 
 
 def accepted_tokens(k: int, a: float) -> float:
@@ -196,20 +210,30 @@ class ServeCost:
         self.pp_link = _link(hw, 2, tp * cp * inst.dp)
 
     # ------------------------------------------------------------------ one stage, one step
-    def _gemm(self, w: float, f: float, n: float, eff_scale: float = 1.0) -> tuple[float, float]:
-        """(weight-stream time, extra compute time) of a GEMM group: max(W/B, F/(P e(n)))."""
+    def _gemm(self, w: float, f: float, n: float, eff_scale: float = 1.0,
+              grouped: bool = False) -> tuple[float, float]:
+        """(weight-stream time, extra compute time) of a GEMM group: max(W/B, F/(P e(n))).
+        Grouped (expert) GEMMs: e(n) = g m n / (n + m h), which is a dense GEMM's g n / h for
+        short GEMMs (both pad a tile) and g m (moe_efficiency m) for long ones."""
         c = self.c
-        eff = c.gemm_efficiency * eff_scale * n / (n + c.gemm_half_tokens) if n > 0 else c.gemm_efficiency
+        half = c.gemm_half_tokens * (eff_scale if grouped else 1.0)
+        eff = c.gemm_efficiency * eff_scale * n / (n + half) if n > 0 else c.gemm_efficiency
         t_mem = w / self.bw
         t_cmp = f / (self.peak * eff) if f > 0 else 0.0
         return t_mem, max(0.0, t_cmp - t_mem)
 
+    def eager_share(self, seqs: float, prefill: float, q: int = 1) -> float:
+        """1 when a step runs eagerly (prompt tokens in it, or more sequences than the
+        engine's CUDA graphs hold), else 0 (a graph replay)."""
+        return 1.0 if prefill > 0 or seqs * q > self.settings.cuda_graph_batch else 0.0
+
     def stage(self, s: int, *, seqs: float, ctx: float, prefill: float = 0.0,
               span: float = 0.0, q: int = 1, last_logits: float | None = None,
-              requests: float = 0.0) -> StepParts:
+              requests: float = 0.0, eager: float | None = None) -> StepParts:
         """One step of stage s on one GPU: `seqs` decoding sequences of mean context `ctx`
         (q tokens each), `prefill` prompt tokens attending `span` tokens on average,
-        `requests` requests admitted (and as many finished) in the step."""
+        `requests` requests admitted (and as many finished) in the step; `eager` the share
+        of such steps run eagerly rather than from a CUDA graph (default: eager_share)."""
         c = self.c
         nd, nm = self.stages[s]
         cp = self.cp
@@ -225,11 +249,11 @@ class ServeCost:
         if nm:
             a, b = self._gemm(self.moe_w, self.moe_f * T, n)
             Tg = T * self.group_tokens
-            touched = 1.0 - (1.0 - self.k / self.E) ** Tg
-            ne = Tg * self.k / self.E
+            touched = touched_experts(self.E, self.k, Tg) / self.E   # share of the experts
+            ne = Tg * self.k / (self.E * touched)                     # tokens per touched expert
             n_e = 1.0 / (self.inst.etp / self.h + 1.0 / ne) if ne > 0 else 0.0
             a2, b2 = self._gemm(self.experts_w * touched, self.pair_f * Tg * self.k, n_e,
-                                c.moe_efficiency)
+                                c.moe_efficiency, grouped=True)
             w, cmp = w + nm * (a + a2), cmp + nm * (b + b2)
             if self.inst.dp_attention and self.inst.ep > 1:
                 ep = self.inst.ep
@@ -252,7 +276,9 @@ class ServeCost:
                 cpc += L * all_reduce_time(seqs * q * self.cp_combine, cp, self.cp_link)
         if self.tp > 1:
             tpc = L * 2 * all_reduce_time(T * self.h * ACT, self.tp, self.tp_link)
-        over = L * c.layer_overhead_us * 1e-6 + c.step_overhead_us * 1e-6
+        e = self.eager_share(seqs, prefill, q) if eager is None else eager
+        per_layer = e * c.layer_overhead_us + (1.0 - e) * c.graph_layer_overhead_us
+        over = L * per_layer * 1e-6 + c.step_overhead_us * 1e-6
         ppc = p2p_time(T * self.h * ACT, self.pp_link) if self.pp > 1 and s < self.pp - 1 else 0.0
         if s == self.pp - 1:
             logits = seqs if last_logits is None else last_logits
@@ -291,13 +317,13 @@ class ServeCost:
         return total
 
     def interval(self, *, seqs: float, ctx: float, prefill: float = 0.0, span: float = 0.0,
-                 q: int = 1, requests: float = 0.0) -> StepParts:
+                 q: int = 1, requests: float = 0.0, eager: float | None = None) -> StepParts:
         """The token interval of the instance for `seqs` sequences per (DP) rank (`requests`
         requests of the whole instance arriving and leaving per interval, handled by its one
         front end): with pp stages, pp x the slowest stage's step on a micro-batch of seqs/pp."""
         pp = self.pp
         parts = [self.stage(s, seqs=seqs / pp, ctx=ctx, prefill=prefill / pp, span=span, q=q,
-                            requests=requests / pp)
+                            requests=requests / pp, eager=eager)
                  for s in range(pp)]
         worst = max(parts, key=lambda p: p.total)
         return worst.scaled(pp)

@@ -1,0 +1,258 @@
+"""Serving latency from first principles: the bytes and FLOPs of a decode step counted by
+hand on small models, the routed experts a batch touches, DeepSeek-V3 at concurrency 1 on
+8 H200 against its roofline derivation, and the closed-loop latency at a concurrency."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.config import resolve_hardware
+from planner.cost.comm import all_reduce_time
+from planner.serve.estimate import estimate
+from planner.serve.layout import Instance, ServeLayout
+from planner.serve.specs import ServeJob, ServingSpec
+from planner.serve.time import ServeCost, touched_experts
+from planner.specs import ModelSpec, ServingCalibration
+
+H100 = resolve_hardware("h100-sxm")
+H200 = resolve_hardware("h200")
+
+# A model of our own, small enough to count by hand: 2 MoE layers, h 64, 4 heads of 16 (MHA),
+# 8 experts of ffn 32 (SwiGLU: 3 x 64 x 32 = 6,144 params each), top-2, no shared expert,
+# vocab 128. Attention q, k, v, o: 4 x 64 x 64 = 16,384 params per layer.
+TINY_MOE = dict(name="tiny-moe", num_layers=2, hidden_size=64, ffn_hidden_size=128,
+                num_attention_heads=4, num_kv_heads=4, vocab_size=128, activation="swiglu",
+                num_experts=8, moe_top_k=2, moe_ffn_hidden_size=32, num_shared_experts=0,
+                num_dense_layers=0, tied_embeddings=False)
+ATTN, EXPERT = 4 * 64 * 64, 3 * 64 * 32
+
+
+def _cal(hw, **kw):
+    base = dict(hbm_efficiency=1, gemm_efficiency=1, gemm_half_tokens=0, moe_efficiency=1,
+                attention_efficiency=1, layer_overhead_us=0, step_overhead_us=0,
+                sequence_overhead_us=0, request_overhead_us=0, link_efficiency=1,
+                allreduce_latency_us=0, graph_layer_overhead_us=0)
+    base.update(kw)
+    return hw.model_copy(update={"serving_calibration": ServingCalibration(**base)})
+
+
+def _job(model, hw, **sv):
+    spec = dict(precision="bf16", kv_cache_dtype="bf16", input_length=1024, output_length=256)
+    spec.update(sv)
+    return ServeJob(model, hw, 8, ServingSpec(**spec))
+
+
+@pytest.mark.parametrize("E, k, tokens, expected", [
+    pytest.param(8, 2, 1, 2.0, id="one-token-hits-k"),
+    pytest.param(8, 2, 3, 8 * (1 - (6 / 8) ** 3), id="three-tokens"),    # 4.625
+    pytest.param(256, 8, 1, 8.0, id="deepseek-one-token"),
+    pytest.param(256, 8, 64, 256 * (1 - (248 / 256) ** 64), id="deepseek-64"),   # ~222
+    pytest.param(8, 2, 0, 0.0, id="no-tokens"),
+])
+def test_touched_experts_is_the_expected_distinct_count(E, k, tokens, expected):
+    # each expert is missed by one token's k picks with probability 1 - k/E (uniform routing)
+    assert touched_experts(E, k, tokens) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 16])
+def test_decode_weights_are_attention_plus_the_touched_experts(tokens):
+    # One GPU (tp 1), bf16, every efficiency 1, no fixed costs: the weight stream of a decode
+    # step of `tokens` sequences is, by hand,
+    #   2 layers x (attention 16,384 + touched x 6,144) + the output layer 128 x 64, x 2 bytes
+    # over the HBM bandwidth (the norms and the router, 640 params a layer, are not streamed
+    # as GEMM weights).
+    hw = _cal(H100)
+    job = _job(ModelSpec(**TINY_MOE), hw)
+    step = ServeCost(job, Instance()).stage(0, seqs=tokens, ctx=0)
+    touched = 8 * (1 - (1 - 2 / 8) ** tokens)
+    w = (2 * (ATTN + touched * EXPERT) + 128 * 64) * 2
+    assert step.weights_s == pytest.approx(w / (H100.hbm_bandwidth_gb_per_s * 1e9))
+
+
+def test_expert_gemm_efficiency_is_sized_on_tokens_per_touched_expert():
+    # 16 tokens x top-2 = 32 routings over the touched 8 (1 - (3/4)^16) = 7.920 experts:
+    # n = 4.04 tokens each (averaging over all 8 experts would say 4.0; at one token it is
+    # 1 per touched expert, not 2/8). With gemm_half_tokens h = 64 and moe_efficiency m = 0.5
+    # the grouped efficiency is g m n / (n + m h); the experts' FLOPs are 2 x 6,144 per
+    # routing and layer; with HBM made infinite, the step's GEMM time is all compute:
+    #   attention GEMMs 2 x 16,384 x 16 / (P g 16/(16+64)) per layer, experts as above,
+    #   output layer 2 x 128 x 64 x 16 / (P g 16/(16+64)).
+    hw = _cal(H100, gemm_half_tokens=64, moe_efficiency=0.5)
+    hw = hw.model_copy(update={"hbm_bandwidth_gb_per_s": 1e12})
+    job = _job(ModelSpec(**TINY_MOE), hw)
+    P = hw.peak_flops("bf16")
+    T = 16
+    touched = 8 * (1 - 0.75 ** T)
+    n = T * 2 / touched
+    n_dense = 1 / (1 / 64 + 1 / T)        # TP 1: 1/n = tp/h + 1/T
+    e_dense = n_dense / (n_dense + 64)
+    n_e = 1 / (1 / 64 + 1 / n)            # one expert rank of 1 GPU: 1/n = etp/h + 1/n_e
+    e_moe = 0.5 * n_e / (n_e + 0.5 * 64)
+    hand = (2 * (2 * ATTN * T / (P * e_dense) + 2 * EXPERT * 2 * T / (P * e_moe))
+            + 2 * 128 * 64 * T / (P * T / (T + 64)))
+    step = ServeCost(job, Instance()).stage(0, seqs=T, ctx=0)
+    assert step.weights_s + step.compute_s == pytest.approx(hand, rel=1e-3)
+
+
+def test_attention_dp_experts_see_every_ranks_tokens_and_pay_dispatch_and_combine():
+    # tp 1 x dp 4 with attention DP, ep 4: each rank decodes 2 sequences; the routed experts
+    # (2 per GPU) see the 8 tokens of all ranks: 8 (1 - (3/4)^8) = 7.2 of the 8 experts are
+    # touched, so this GPU streams that share of its 2 experts. Weights per GPU, bf16:
+    #   2 layers x (attention 16,384 + 7.2/8 x 2 x 6,144) + the output layer 128 x 64.
+    # Dispatch and combine per MoE layer: each of the rank's 2 tokens goes to the ranks holding
+    # its 2 experts, 4 (1 - (3/4)^2) = 1.75 ranks on average, h = 64 values each, dispatched
+    # in the GEMM precision (bf16 here, 2 bytes) and combined in bf16 (comm.all_to_all_time
+    # over the ep group's link).
+    from planner.cost.comm import all_to_all_time
+    hw = _cal(H100)
+    job = _job(ModelSpec(**TINY_MOE), hw)
+    inst = Instance(tp=1, dp=4, dp_attention=True, ep=4)
+    cost = ServeCost(job, inst)
+    step = cost.stage(0, seqs=2, ctx=0)
+    touched = 8 * (1 - 0.75 ** 8)
+    w = (2 * (ATTN + touched / 8 * 2 * EXPERT) + 128 * 64) * 2
+    assert step.weights_s == pytest.approx(w / (H100.hbm_bandwidth_gb_per_s * 1e9))
+    fan = 4 * (1 - 0.75 ** 2)
+    a2a = all_to_all_time(2 * 64 * fan * 2, 4, cost.ep_link)
+    assert step.ep_comm_s == pytest.approx(2 * (a2a + a2a))
+    assert step.tp_comm_s == 0.0          # attention TP 1: no all-reduce
+
+
+# DeepSeek-V3 (deepseek-ai/DeepSeek-V3 config.json): h 7168, 61 layers of which the first 3
+# dense (ffn 18432), 58 MoE with 256 routed experts of ffn 2048, top-8, one shared expert;
+# MLA: q_lora_rank 1536, kv_lora_rank 512, 128 heads, qk_nope 128 + qk_rope 64, v 128;
+# vocab 129280.
+_H = 7168
+MLA_PARAMS = (_H * 1536 + 1536 * 128 * 192 + _H * (512 + 64) + 512 * 128 * (128 + 128)
+              + 128 * 128 * _H)                       # 187,105,280 per layer
+EXPERT_PARAMS = 3 * _H * 2048                          # 44,040,192 (routed or shared)
+DENSE_MLP = 3 * _H * 18432
+
+
+def test_deepseek_v3_decode_at_concurrency_1_is_its_roofline_derivation():
+    # 8 H200, SGLang, tp 8, FP8 weights and KV, one request at context 2048 + 256. Per GPU:
+    #   weights  61 x 187.1 M (MLA) / 8 + 3 x 396.4 M (dense MLP) / 8 + 58 x 44.0 M (shared)
+    #            / 8 + 58 x 8 touched experts x 44.0 M / 8 (each expert TP-split over 8),
+    #            1 byte each; the output layer 129,280 x 7,168 / 8 in bf16
+    #   KV       the MLA latent (512 + 64) x 1 byte x 61 layers x 2,304 tokens (replicated)
+    #   over HBM: bandwidth x the profile's hbm_efficiency
+    #   comm     2 all-reduces of 7,168 x 2 bytes per layer over the tp 8 NVLink group
+    #   fixed    61 x graph_layer_overhead_us (a decode step of 1 sequence replays SGLang's CUDA
+    #            graph: at most 512 at tp 8) + step_overhead_us + 1 x sequence_overhead_us
+    # The model's step must be within 25 % of that sum (the issue's bar); before the touched-
+    # expert fix the expert GEMMs alone took 68 ms (efficiency sized on k/E tokens per expert).
+    from tests.test_serve import _model
+    job = ServeJob(_model("deepseek-v3"), H200, 8,
+                   ServingSpec(precision="fp8", input_length=2048, output_length=512,
+                               engine="sglang", concurrency=1))
+    cost = ServeCost(job, Instance(tp=8))
+    c = H200.serving_calibration
+    ctx = 2048 + 256
+    weights = (61 * MLA_PARAMS + 3 * DENSE_MLP + 58 * EXPERT_PARAMS
+               + 58 * 8 * EXPERT_PARAMS) / 8 + 129280 * _H / 8 * 2
+    kv = (512 + 64) * 61 * ctx
+    hbm = (weights + kv) / (H200.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency)
+    comm = 61 * 2 * all_reduce_time(_H * 2, 8, cost.tp_link)
+    fixed = (61 * c.graph_layer_overhead_us + c.step_overhead_us + c.sequence_overhead_us) * 1e-6
+    derivation = hbm + comm + fixed
+    step = cost.interval(seqs=1, ctx=ctx).total
+    assert step == pytest.approx(derivation, rel=0.25)
+    est = estimate(job, ServeLayout(instance=Instance(tp=8)), concurrency=1)
+    assert est.tpot_s < 0.030     # what `planner serve ... --tpot-ms 30` asks
+
+
+def test_planner_serve_deepseek_v3_on_8_h200_meets_tpot_30_ms(runner):
+    from planner.cli import app
+    result = runner.invoke(app, ["serve", "--model", "deepseek-v3", "--gpus", "8", "--hardware",
+                                 "h200", "--engine", "sglang", "--tpot-ms", "30", "--json"])
+    assert result.exit_code == 0, result.output
+
+
+# --------------------------------------------------------------- closed loop at a concurrency
+
+def _llama8b_job(engine, conc, hw=None, **sv):
+    from tests.test_serve import _model
+    return ServeJob(_model("llama3-8b"), hw or _cal(H100, layer_overhead_us=40,
+                                                     graph_layer_overhead_us=4),
+                    1, ServingSpec(precision="fp8", input_length=1024, output_length=128,
+                                   engine=engine, concurrency=conc, **sv))
+
+
+@pytest.mark.parametrize("conc, groups", [
+    pytest.param(8, 1, id="c8-one-chunk"),      # 8 x 1024 = 8,192 tokens: one chunk of 8,192
+    pytest.param(64, 8, id="c64-eight-chunks"),
+])
+def test_closed_loop_ttft_mixed_engine_is_half_a_step_plus_its_groups_chunk(conc, groups):
+    # TensorRT-LLM mixes prefill chunks into decode steps. C clients start together: C x ISL
+    # prompt tokens in n = ceil(C x 1024 / 8192) chunks of g = C/n prompts; a group waits half
+    # a step for the step boundary, then its chunk runs with the other C - g decoding.
+    job = _llama8b_job("trtllm", conc, max_num_tokens=8192)
+    lay = ServeLayout(instance=Instance())
+    est = estimate(job, lay)
+    cost = ServeCost(job, Instance())
+    g = conc / groups
+    step = est.decode_step.total
+    chunk = cost.prefill_time(g * 1024, span=512, seqs=g, decode_seqs=conc - g,
+                              decode_ctx=1024 + 64)
+    assert est.ttft_s == pytest.approx(step / 2 + max(chunk, step))
+    assert est.tpot_s == pytest.approx(step)
+    assert est.e2e_s == pytest.approx(est.ttft_s + 127 * est.tpot_s)
+
+
+def test_closed_loop_sglang_prefills_first_and_the_burst_waits_for_its_chunks():
+    # SGLang runs a waiting prompt as a prefill batch of its own, decodes paused: 64 clients of
+    # 1024 tokens with chunks of 8192 are n = 8 groups of 8; each group waits for the chunks
+    # before it, the mean over the groups (n + 1)/2 = 4.5 chunk times; the decode steps carry
+    # no prompts, and the (n - 1)/2 chunks an early request sits through after its first
+    # token spread over its 127 later tokens.
+    job = _llama8b_job("sglang", 64, max_num_tokens=8192)
+    est = estimate(job, ServeLayout(instance=Instance()))
+    cost = ServeCost(job, Instance())
+    decode = cost.interval(seqs=64, ctx=1024 + 64).total
+    group = cost.prefill_time(8 * 1024, span=512, seqs=8)
+    assert est.ttft_s == pytest.approx(decode / 2 + 4.5 * group)
+    assert est.tpot_s == pytest.approx(decode + 3.5 * group / 127)
+
+
+@pytest.mark.parametrize("engine, seqs, prefill, graph", [
+    pytest.param("vllm", 1, 0, True, id="vllm-decode-1"),
+    pytest.param("vllm", 512, 0, True, id="vllm-decode-512"),
+    pytest.param("vllm", 513, 0, False, id="vllm-decode-513"),
+    pytest.param("vllm", 1, 256, False, id="vllm-mixed"),
+    pytest.param("sglang", 256, 0, True, id="sglang-tp1-256"),     # H100: 256 below tp 4
+    pytest.param("sglang", 257, 0, False, id="sglang-tp1-257"),
+    pytest.param("trtllm", 128, 0, True, id="trtllm-128"),
+    pytest.param("trtllm", 129, 0, False, id="trtllm-129"),
+])
+def test_decode_steps_within_the_engines_graph_batch_pay_the_graph_overhead(engine, seqs,
+                                                                            prefill, graph):
+    # 32 layers x (graph 4 us | eager 40 us); the output layer's per-sequence cost is 0 here
+    job = _llama8b_job(engine, 1)
+    step = ServeCost(job, Instance()).stage(0, seqs=seqs, ctx=1024, prefill=prefill, span=128)
+    assert step.overhead_s == pytest.approx(32 * (4 if graph else 40) * 1e-6)
+
+
+# ------------------------------------------------------------------------------ accuracy
+
+def test_latency_accuracy_on_the_measured_runs():
+    # inference-latency.yaml (AIConfigurator's silicon runs: vLLM, SGLang, TensorRT-LLM under
+    # Dynamo) with each profile's serving_calibration (benchmarks/serve_calibrate.py). The
+    # figures of docs/serving.md, as bars a regression crosses: aggregated TPOT median 10.8 %,
+    # TTFT median 32.8 %; the issue's targets (10 % / 20 %) are not met yet (docs say where).
+    # The one run planner calls infeasible cannot run as written: Qwen3-235B-A22B in FP8 is
+    # 235 GB of weights, on one 141 GB H200.
+    import math
+    import statistics
+
+    from benchmarks.serve_accuracy import evaluate, infeasible, load_latency_cases
+    rows = evaluate(load_latency_cases())
+    assert len({r["id"] for r in rows}) == 36
+    assert not any(math.isnan(r["error"]) for r in rows)
+    bad = {r["id"] for r in infeasible(rows)}
+    assert len(bad) == 1 and "h200_sxm_vllm_agg_2000x100_c5_tp1" in next(iter(bad))
+    agg = [r for r in rows if r["class"] == "serving-latency" and r["id"] not in bad]
+
+    def med(metric):
+        return statistics.median(abs(r["error"]) for r in agg if r["metric"] == metric)
+    assert med("tpot_s") <= 0.12
+    assert med("ttft_s") <= 0.35
