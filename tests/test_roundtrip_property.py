@@ -145,11 +145,16 @@ def test_the_default_engines_first_plan_always_exports():
     job = ServeJob(model=resolve_model("deepseek-v3"), hardware=resolve_hardware("h200"),
                    num_gpus=16, serving=ServingSpec(precision="fp8", input_length=2048,
                                                    output_length=512))
-    plain = serve_search(job, ServeOptions(top=3))
+    # without the engine's filter the ranking holds layouts vLLM refuses (ep 2 over 8 GPUs)
+    plain = serve_search(job, ServeOptions(top=50))
+    refused = [p for p in plain.plans if not accepts(job, p.layout)]
+    assert refused
     with pytest.raises(InfeasibleError, match="ep 2 over 8"):
-        serve_export(job, plain.plans[0].layout, "vllm")
-    best = serve_search(job, ServeOptions(top=3, accepts=accepts)).plans[0]
-    assert "vllm serve" in serve_export(job, best.layout, "vllm")
+        serve_export(job, refused[0].layout, "vllm")
+    # with it, every ranked deployment exports, the first above all
+    kept = serve_search(job, ServeOptions(top=10, accepts=accepts)).plans
+    assert kept and all(accepts(job, p.layout) for p in kept)
+    assert "vllm serve" in serve_export(job, kept[0].layout, "vllm")
 
 
 # The serving round trip's verdict, concurrency and time; the known disagreement of the
