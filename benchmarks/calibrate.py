@@ -236,17 +236,27 @@ def _derived_header(name: str, parent: str) -> str:
             " carry a caveat.")
 
 
+def fit_cases(paths, log=print) -> list:
+    """The runs the fit uses: every case of `paths` but the `suspect` ones (load_cases leaves
+    them out; they are reported by accuracy.py, never fitted) and NOT_THIS_HARDWARE's."""
+    cases = load_cases(paths=paths)
+    suspect = load_cases(paths=paths, suspect=True)
+    if suspect:
+        log(f"# not fitted: {len(suspect)} suspect runs ({', '.join(c.id for c in suspect)})")
+    for prefix, why in NOT_THIS_HARDWARE.items():
+        n = sum(c.id.startswith(prefix) for c in cases)
+        if n:
+            log(f"# not fitted: {n} runs {prefix}*: {why}")
+    return [c for c in cases if not c.suspect
+            and not any(c.id.startswith(p) for p in NOT_THIS_HARDWARE)]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibration", type=Path, action="append", default=None)
     ap.add_argument("--write", action="store_true", help="write the blocks into the profiles")
     args = ap.parse_args(argv)
-    cases = load_cases(paths=args.calibration or default_paths())
-    for prefix, why in NOT_THIS_HARDWARE.items():
-        n = sum(c.id.startswith(prefix) for c in cases)
-        if n:
-            print(f"# not fitted: {n} runs {prefix}*: {why}")
-    cases = [c for c in cases if not any(c.id.startswith(p) for p in NOT_THIS_HARDWARE)]
+    cases = fit_cases(args.calibration or default_paths())
     by_hw: dict[str, list] = {}
     for c in cases:
         by_hw.setdefault(c.job.hardware.name, []).append(c)

@@ -200,10 +200,12 @@ def _a2a(S: float, n: int, g: int, hw) -> float:
     cal = hw.calibration
     b_nvl = hw.nvlink_bandwidth_gb_per_s * 1e9 * cal.nvlink_efficiency
     b_net = hw.network_bandwidth_gb_per_s * 1e9 * cal.network_efficiency
+    # NCCL's all-to-all posts the sends to all n-1 peers at once: the tier's latency once plus
+    # delta = 1 us per peer (cost/comm.py A2A_PEER_ISSUE_S), not a ring's (n-1) latencies
     if n <= g:
-        return (n - 1) / n * S / b_nvl + (n - 1) * hw.nvlink_latency_us * 1e-6
+        return (n - 1) / n * S / b_nvl + hw.nvlink_latency_us * 1e-6 + (n - 1) * 1e-6
     return (max((g - 1) / n * S / b_nvl, (n - g) / n * S / b_net)
-            + (n - 1) * hw.network_latency_us * 1e-6)
+            + hw.network_latency_us * 1e-6 + (n - 1) * 1e-6)
 
 
 def _derived_dispatch_per_layer(hw, ep: int) -> float:
@@ -247,7 +249,7 @@ def test_ep64_inside_a_larger_nvlink_domain_only_changes_the_ep_time(dispatcher)
 def test_ep16_across_two_nodes_vs_ep8_inside_one(profile):
     # 8-GPU nodes: EP 8 stays on NVLink, EP 16 sends half of each rank's copies to the other
     # node over its NIC. Per rank the routed bytes S are the same at EP 8 and EP 16, so
-    #   ratio = [max(7/16 S/B_nvl, 8/16 S/B_net) + 15 a_net] / [7/8 S/B_nvl + 7 a_nvl]
+    #   ratio = [max(7/16 S/B_nvl, 8/16 S/B_net) + a_net + 15 d] / [7/8 S/B_nvl + a_nvl + 7 d]
     #         ~ (8/16)/(7/8) * B_nvl/B_net     (bandwidth terms only)
     # h100-sxm: 450 GB/s NVLink, 50 GB/s NIC per GPU; b200: 900 and 50 (before efficiencies).
     hw = resolve_hardware(profile)

@@ -45,7 +45,12 @@ from planner.cost.memory import (
     state_bytes,
     state_dtypes,
 )
-from planner.cost.moe import dispatch_seconds, expert_tokens, exposed_dispatch
+from planner.cost.moe import (
+    FP8_DISPATCH_BYTES,
+    dispatch_seconds,
+    expert_tokens,
+    exposed_dispatch,
+)
 from planner.cost.params import padded_vocab
 from planner.cost.pipeline import bubble_fraction, pipeline_time
 from planner.cost.precision import QUANTIZE_BYTES, linear_peak, quantized_elements
@@ -168,6 +173,8 @@ class CostModel:
         s = self.shape
         self.model_flops = model_flops_per_step(s, seq=self.seq, global_batch_size=self.gbs)
         self.L_dense = s.L_dense if s.E else s.L
+        m = job.model
+        self.router_groups = (m.moe_router_num_groups, m.moe_router_group_topk)
 
     # ------------------------------------------------------------------ cached pieces
     def link(self, n: int, stride: int) -> Link:
@@ -215,15 +222,29 @@ class CostModel:
             if lay.ep > 1:
                 s = self.shape
                 again = b.full or "moe" in b.mods   # recomputing the MoE layer dispatches again
-                one = dispatch_seconds(lay.moe_token_dispatcher, tokens=b.local, h=s.h, k=s.k,
+                kind = lay.moe_token_dispatcher
+                one = dispatch_seconds(kind, tokens=b.local, h=s.h, k=s.k,
                                        cf=s.capacity_factor, experts=s.E, ep=lay.ep,
-                                       link=self.link(lay.ep, lay.etp))
+                                       link=self.link(lay.ep, lay.etp),
+                                       dispatch_bytes=self._dispatch_bytes(kind),
+                                       groups=self.router_groups[0],
+                                       group_topk=self.router_groups[1])
                 ep_s = exposed_dispatch((2 + again) * one, window=e.fwd + e.bwd,
                                         overlap=lay.overlap_moe_expert_parallel_comm,
                                         hide=self.cal.ep_overlap_efficiency)
         return LayerCosts(b.tokens, b.act_d, b.act_e, b.work_d, b.work_e, d.fwd, d.bwd,
                           d.recompute, e.fwd, e.bwd, e.recompute, b.tp_s, b.tp_e, ep_s, b.cp_s,
                           b.logits, b.logits_bytes, b.transient)
+
+    def _dispatch_bytes(self, kind: str) -> float | None:
+        """Bytes per element of the forward dispatch: FP8 with its 1x128 scales where DeepEP /
+        HybridEP run under the blockwise recipe (DeepSeek-V3's: the activations are quantized
+        to 1x128 tiles before the dispatch, cost/moe.py), else the combine's BF16 (None):
+        with the other recipes the model takes the dispatch in BF16 and the quantization
+        after it, in the expert GEMMs."""
+        if self.recipe == "blockwise" and kind in ("deepep", "hybridep"):
+            return FP8_DISPATCH_BYTES
+        return None
 
     def _layer_base(self, lay: Layout) -> _LayerBase:
         """What `_layer_costs` computes that does not depend on ep or the dispatcher: the

@@ -1,0 +1,95 @@
+"""MoE dispatch traffic (planner/cost/moe.py): DeepEP's node-limited volume, FP8 dispatch with
+BF16 combine, derived on small cases.
+
+Sources: DeepSeek-V3 report (arXiv:2412.19437) §2.1.2 (node-limited routing: each token to at
+most M = 4 nodes), §3.2 (dispatch over IB to the same-index GPU of each target node, then
+NVLink forwarding), §3.3.2 (FP8 dispatch, BF16 combine); deepseek-ai/DeepEP README ("Normal
+kernels with NVLink and RDMA forwarding", the V3 setting: 7168 hidden, top-4 groups, top-8
+experts, FP8 dispatching and BF16 combining).
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+import pytest
+
+from planner.cost.comm import Link
+from planner.cost.moe import (
+    FP8_DISPATCH_BYTES,
+    dispatch_seconds,
+    distinct_groups,
+    limited_nodes,
+)
+
+# DeepSeek-V3: 256 routed experts, top-8, EP 64 over 8 nodes of 8 GPUs, 8 groups, top-4 groups
+E, K, EP, NODES, G, GK, H = 256, 8, 64, 8, 8, 4, 7168
+NVL, NET = 160e9, 50e9          # DeepEP README: H800 ~160 GB/s NVLink, CX7 ~50 GB/s RDMA
+LINK = Link(bandwidth=NET * 8, latency=8e-6, crosses_network=True, local_ranks=8,
+            nvlink_bandwidth=NVL, network_bandwidth=NET)
+
+
+def _miss(pool: int, out: int, k: int) -> float:
+    """P(none of k draws without replacement from `pool` lands in a given `out` of them)."""
+    return comb(pool - out, k) / comb(pool, k)
+
+
+@pytest.mark.parametrize("groups, experts, k, want", [
+    # 8 nodes of 32 experts, top-8: 8 * (1 - C(224, 8) / C(256, 8))
+    (8, 256, 8, 8 * (1 - _miss(256, 32, 8))),
+    # 4 groups chosen of 8 (groups as the 'experts', 1 per node): 8 * (1 - C(7,4)/C(8,4)) = 4
+    (8, 8, 4, 4.0),
+    # one group: always 1; k covering all but one group's experts: every group
+    (1, 64, 8, 1.0),
+    (4, 8, 7, 4.0),
+], ids=["v3-nodes-free", "v3-groups", "one-group", "k-covers-all"])
+def test_distinct_groups(groups, experts, k, want):
+    assert distinct_groups(groups, experts, k) == pytest.approx(want, rel=1e-12)
+
+
+def test_node_limited_routing_reaches_at_most_the_group_limit():
+    # the 4 chosen groups sit on 4 distinct nodes (one group per node: D = 4 exactly); each
+    # chosen group gets >= 1 of the 8 experts drawn from its 4*32 = 128 with probability
+    # 1 - C(96, 8)/C(128, 8)
+    hit = 1 - _miss(128, 32, 8)
+    want = 4 * hit
+    got = limited_nodes(NODES, E, K, G, GK)
+    assert got == pytest.approx(want, rel=1e-12)
+    assert got <= GK                                     # §2.1.2: at most 4 nodes per token
+    assert got < limited_nodes(NODES, E, K, None, None)  # free routing reaches ~5.3 nodes
+    assert limited_nodes(NODES, E, K, None, None) == pytest.approx(
+        8 * (1 - _miss(256, 32, 8)), rel=1e-12)
+
+
+def test_deepep_node_limited_volume_fp8_dispatch_bf16_combine():
+    # One rank with T tokens: each token crosses the network once to each distinct remote node
+    # it needs (the share (nodes-1)/nodes of the D_lim nodes is remote) and is forwarded over
+    # NVLink once to each distinct GPU of the chosen groups: D(32 ranks, 128 experts, 8).
+    # Dispatch carries FP8 + one fp32 scale per 128 (h * 1.03125 bytes), combine BF16 (2h).
+    T = 4096
+    remote = limited_nodes(NODES, E, K, G, GK) * (NODES - 1) / NODES
+    ranks = 32 * (1 - _miss(128, 4, 8))
+    row = H * (1 + 4 / 128) + 2 * H
+    net_s = T * remote * row / NET
+    nvl_s = T * ranks * row / NVL
+    want = max(net_s, nvl_s) + 2 * (20e-6 + LINK.latency)
+    got = dispatch_seconds("deepep", tokens=T, h=H, k=K, cf=1.0, experts=E, ep=EP, link=LINK,
+                           dispatch_bytes=FP8_DISPATCH_BYTES, groups=G, group_topk=GK)
+    assert got == pytest.approx(want, rel=1e-12)
+    assert net_s > nvl_s                      # the RDMA side is DeepEP's bottleneck (README)
+    # network bytes per token and direction, about 3.2 nodes of 7168 bytes FP8 dispatch
+    assert remote * H * FP8_DISPATCH_BYTES == pytest.approx(
+        4 * (1 - _miss(128, 32, 8)) * 7 / 8 * 7168 * 1.03125, rel=1e-12)
+    # BF16 both ways moves 4h per copy where FP8 dispatch moves 3.03h
+    bf16 = dispatch_seconds("deepep", tokens=T, h=H, k=K, cf=1.0, experts=E, ep=EP, link=LINK,
+                            groups=G, group_topk=GK)
+    assert (bf16 - 2 * (20e-6 + LINK.latency)) / (got - 2 * (20e-6 + LINK.latency)) == \
+        pytest.approx(4 / (2 + FP8_DISPATCH_BYTES), rel=1e-12)
+
+
+def test_group_limit_does_not_change_the_flat_all_to_all():
+    # NCCL's all-to-all sends every routed copy (no dedup): the router's group limit changes
+    # where copies go, not how many
+    kw = dict(tokens=4096, h=H, k=K, cf=1.0, experts=E, ep=EP, link=LINK)
+    assert dispatch_seconds("alltoall", **kw) == dispatch_seconds("alltoall", groups=G,
+                                                                  group_topk=GK, **kw)
