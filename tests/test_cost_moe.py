@@ -16,10 +16,13 @@ import pytest
 
 from planner.cost.comm import Link
 from planner.cost.moe import (
+    COMM_SM_SHARE,
     FP8_DISPATCH_BYTES,
     dispatch_seconds,
     distinct_groups,
+    exposed_dispatch,
     limited_nodes,
+    unpaired_share,
 )
 
 # DeepSeek-V3: 256 routed experts, top-8, EP 64 over 8 nodes of 8 GPUs, 8 groups, top-4 groups
@@ -93,3 +96,53 @@ def test_group_limit_does_not_change_the_flat_all_to_all():
     kw = dict(tokens=4096, h=H, k=K, cf=1.0, experts=E, ep=EP, link=LINK)
     assert dispatch_seconds("alltoall", **kw) == dispatch_seconds("alltoall", groups=G,
                                                                   group_topk=GK, **kw)
+
+
+@pytest.mark.parametrize("comm, window, hide, want", [
+    # the compute window three times the traffic: all hidden, the compute slowed by the SMs
+    # the communication kernels take, 20 of 132 (DeepSeek-V3 §3.2): 20/132 * 1.0
+    (1.0, 3.0, 0.9, 20 / 132),
+    # the traffic beyond the usable window sticks out: 2.0 - 0.9 * 1.0 = 1.1
+    (2.0, 1.0, 0.9, 1.1),
+    # no window: all of it
+    (1.0, 0.0, 0.9, 1.0),
+], ids=["window-3x", "comm-exceeds-window", "no-window"])
+def test_paired_exposed_dispatch(comm, window, hide, want):
+    assert exposed_dispatch(comm, window=window, overlap=True, hide=hide) == pytest.approx(want)
+    assert exposed_dispatch(comm, window=window, overlap=False, hide=hide) == comm
+    assert COMM_SM_SHARE == pytest.approx(20 / 132)
+
+
+@pytest.mark.parametrize("schedule, p, rank, m, want", [
+    ("1f1b", 1, 0, 8, 1 / 8),      # pp 1: the first forward and the last backward, 1 of 8
+    ("1f1b", 4, 0, 16, 4 / 16),    # rank 0 of 4: 3 warm-up forwards and the seam
+    ("1f1b", 4, 3, 16, 1 / 16),    # the last rank: no warm-up
+    ("1f1b", 8, 0, 4, 1.0),        # fewer micro-batches than stages: none paired
+    ("dualpipe", 16, 0, 64, 8 / 64),   # each end of the bidirectional pipeline: pp/2
+], ids=["pp1", "pp4-rank0", "pp4-last", "m-below-p", "dualpipe-pp16"])
+def test_unpaired_share(schedule, p, rank, m, want):
+    assert unpaired_share(schedule, p=p, rank=rank, m=m) == pytest.approx(want)
+
+
+def test_overlap_law_in_a_step():
+    # EP exposed per MoE layer and micro-batch on a pp-1 rank: the paired law on (m-1)/m of
+    # the micro-batches, all of it on 1/m (Qwen3-30B-A3B on 16 H100, ep 16, alltoall)
+    from planner.config import config_from_data
+    from planner.cost import estimate
+    from planner.cost.model import CostModel
+
+    job, lay = config_from_data({
+        "model": {"name": "q", "num_layers": 4, "hidden_size": 2048, "num_attention_heads": 32,
+                  "num_kv_heads": 4, "kv_channels": 128, "vocab_size": 151936,
+                  "ffn_hidden_size": 6144, "num_experts": 128, "moe_top_k": 8,
+                  "moe_ffn_hidden_size": 768, "num_dense_layers": 0},
+        "hardware": "h100-sxm", "num_gpus": 16,
+        "training": {"seq_length": 4096, "global_batch_size": 64, "precision": "bf16"},
+        "parallel": {"ep": 16, "moe_token_dispatcher": "alltoall",
+                     "overlap_moe_expert_parallel_comm": True, "micro_batch_size": 1}})
+    cm = CostModel(job)
+    lc = cm.layer_costs(lay)
+    m = lay.num_microbatches(64)
+    assert m == 4 and lc.ep_end > lc.ep
+    want = m * 4 * ((1 - 1 / m) * lc.ep + 1 / m * lc.ep_end)
+    assert estimate(job, lay).time.ep_comm_s == pytest.approx(want, rel=1e-9)

@@ -64,3 +64,39 @@ def test_parameter_copies_and_activations(schedule, copies, acts):
 def test_unknown_schedule_is_refused():
     with pytest.raises(ValueError, match="gpipe"):
         schedule_bubble("gpipe", p=4, f=F, b=B, w=W)
+
+
+def _v3_job(schedule: str, vpp: int = 1):
+    from planner.config import config_from_data
+    return config_from_data({
+        "model": "deepseek-v3", "hardware": "h800", "num_gpus": 2048,
+        "training": {"seq_length": 4096, "global_batch_size": 15360, "precision": "bf16"},
+        "parallel": {"tp": 1, "pp": 16, "ep": 64, "etp": 1, "micro_batch_size": 1,
+                     "vpp": vpp, "moe_token_dispatcher": "deepep",
+                     "pipeline_schedule": schedule, "first_stage_layers": 4,
+                     "last_stage_layers": 3}})
+
+
+def test_dualpipe_in_the_step_and_the_memory():
+    # The same layout under 1F1B and DualPipe: DualPipe's pipeline part is m * t_max plus
+    # (p/2-1)(F&B + B - 3W) of the slowest rank (F, B in the ratio of its compute, W half of
+    # the backward), its weights, gradients and optimizer states twice 1F1B's, and its
+    # first rank holds p + 1 micro-batches of activations where 1F1B's holds p.
+    from planner.cost.model import CostModel
+
+    job, one = _v3_job("1f1b")
+    _, dual = _v3_job("dualpipe")
+    cm = CostModel(job)
+    m, pipe, t_slow = cm._pipeline(dual)[:3]
+    assert m == 15360 // (1 * 128)
+    # stage_times: each rank's (F, B with recompute, recompute) per micro-batch
+    f, b, rec = max(cm.stage_times(dual), key=lambda x: x[0] + x[1])
+    assert f + b == pytest.approx(t_slow, rel=1e-12)
+    w = (b - rec) / 2
+    assert pipe == pytest.approx(m * t_slow + (16 / 2 - 1) * (f + b + b - 3 * w), rel=1e-9)
+    a, b = cm.memory(one), cm.memory(dual)
+    assert b.weights == pytest.approx(2 * a.weights, rel=1e-12)
+    assert b.gradients == pytest.approx(2 * a.gradients, rel=1e-12)
+    assert b.optimizer == pytest.approx(2 * a.optimizer, rel=1e-12)
+    # the DualPipe bubble is below 1F1B's (p-1) t_max of the same stage times
+    assert pipe - m * t_slow < (16 - 1) * t_slow / 3

@@ -39,11 +39,19 @@ Every dispatcher hands the experts' grouped GEMM its per-expert token counts, wh
 Transformer Engine's GroupedLinear takes as a host list: a device-to-host sync in every MoE
 layer (launch.host_mode), unless the dispatch is padded to a fixed capacity, which
 full-iteration CUDA graphs require (`cuda_graphs: full`).
-`overlap_moe_expert_parallel_comm` (Megatron's 1F1B all-to-all overlap) hides a layer's
-dispatch and combine behind the other micro-batch's compute of that layer: at most the
-profile's `ep_overlap_efficiency` of it (the communication kernels share the SMs, and the
-first and last micro-batch of a stage have no partner), and no more than that share of the
-compute window.
+`overlap_moe_expert_parallel_comm` (Megatron's 1F1B all-to-all overlap) and DualPipe pair a
+micro-batch's forward with another's backward and run one's dispatch and combine under the
+other's compute. For a paired micro-batch, with c its layer's traffic, W the compute it is
+paired with (the layer's forward + backward) and η the profile's `ep_overlap_efficiency`
+(the share of W the traffic can run under: the dependencies inside a layer leave some of it
+exposed), the communication kernels take s = COMM_SM_SHARE of the SMs (DeepSeek-V3 §3.2: 20
+of H800's 132 for DeepEP), so the compute under them runs at 1 - s:
+    paired    max(c - η·W, s·c)     (all hidden: the compute slows by s·c; else what sticks out)
+    unpaired  c                     (the first and last micro-batches of a stage: the warm-up
+                                     forwards and cool-down backwards have no partner)
+The pipeline part weighs them by the unpaired share u = min(1, w/m) of a stage's m
+micro-batches, w = pp - rank for 1F1B (its warm-up forwards and the one at the seam) and
+pp/2 for DualPipe (each end of the bidirectional pipeline half as long).
 """
 
 from __future__ import annotations
@@ -53,7 +61,7 @@ from math import comb
 from planner.cost.comm import Link, all_gather_time, all_to_all_time, reduce_scatter_time
 
 __all__ = ["distinct_groups", "limited_nodes", "expert_tokens", "dispatch_seconds",
-           "exposed_dispatch", "FP8_DISPATCH_BYTES"]
+           "exposed_dispatch", "unpaired_share", "FP8_DISPATCH_BYTES", "COMM_SM_SHARE"]
 
 _KERNEL_LATENCY_S = 20e-6   # a DeepEP / HybridEP dispatch or combine kernel's fixed cost
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
@@ -126,9 +134,22 @@ def dispatch_seconds(kind: str, *, tokens: float, h: int, k: int, cf: float, exp
     return max(inside, outside) * rows + 2.0 * (_KERNEL_LATENCY_S + link.latency)
 
 
+COMM_SM_SHARE = 20 / 132
+"""The SMs the overlapped dispatch / combine kernels take from the compute (DeepSeek-V3 report,
+arXiv:2412.19437 §3.2: 20 of the H800's 132 SMs)."""
+
+
 def exposed_dispatch(comm: float, *, window: float, overlap: bool, hide: float) -> float:
-    """What of a layer's dispatcher traffic stays on the critical path: all of it, or with
-    the all-to-all overlap what the other micro-batch's compute `window` cannot hide."""
+    """What of a paired micro-batch's layer traffic `comm` stays on the critical path: all of
+    it without overlap, else max(comm - hide*window, COMM_SM_SHARE*comm) (the compute it runs
+    under slows by the SMs the communication kernels take)."""
     if not overlap:
         return comm
-    return max(comm - hide * window, (1.0 - hide) * comm)
+    return max(comm - hide * window, COMM_SM_SHARE * comm)
+
+
+def unpaired_share(schedule: str, *, p: int, rank: int, m: int) -> float:
+    """The share of a stage's m micro-batches whose dispatch has no compute partner: w/m,
+    w = p - rank for 1F1B (warm-up forwards and the seam), max(1, p/2) for DualPipe(V)."""
+    w = max(1.0, p / 2) if schedule in ("dualpipe", "dualpipev") else float(max(1, p - rank))
+    return min(1.0, w / max(m, 1))

@@ -127,6 +127,9 @@ def check_supported(job, layout: Layout) -> None:
                               field="zero_stage", value=layout.zero)
     own = partition_split(m.num_layers, layout.pp)
     problems = [
+        (layout.pipeline_schedule in ("dualpipe", "dualpipev", "interleaved"),
+         f"pipeline_schedule {layout.pipeline_schedule}: DeepSpeed's pipeline engine runs 1F1B "
+         "only; set pipeline_schedule 1f1b"),
         (m.is_mla, f"{m.name} uses multi-latent attention, which Megatron-DeepSpeed lacks; "
                    "export megatron instead"),
         (m.num_shared_experts > 0, "shared experts are not in Megatron-DeepSpeed; export megatron"),

@@ -106,6 +106,9 @@ def check_supported(job, layout: Layout) -> None:
         (tr.fp8_param_gather and tr.precision == "fp8" and layout.zero == 0,
          "fp8_param_gather with zero_stage 0: Megatron's --fp8-param-gather needs the "
          "distributed optimizer (zero_stage 1) or FSDP"),
+        (layout.pipeline_schedule in ("dualpipe", "dualpipev"),
+         f"pipeline_schedule {layout.pipeline_schedule}: DualPipe is not in Megatron-LM (it is "
+         "deepseek-ai/DualPipe's own schedule); use 1f1b (interleaved with vpp > 1)"),
         (m.is_moe and layout.overlap_moe_expert_parallel_comm
          and layout.moe_token_dispatcher == "allgather",
          "overlap_moe_expert_parallel_comm with moe_token_dispatcher allgather: Megatron needs "

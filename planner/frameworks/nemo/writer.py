@@ -74,6 +74,9 @@ def _refuse(msg: str) -> None:
 
 
 def check_supported(job, layout: Layout) -> None:
+    if layout.pipeline_schedule in ("dualpipe", "dualpipev"):
+        _refuse(f"pipeline_schedule {layout.pipeline_schedule}: DualPipe is not in NeMo's "
+                "Megatron core; use 1f1b (interleaved with vpp > 1)")
     if "torchtitan_op" in layout.selective_modules:
         _refuse("recompute_modules [torchtitan_op]: torchtitan's op-level checkpointing; NeMo's "
                 "selective recompute is by module: use recompute_modules core_attn (and mlp, "
