@@ -3,12 +3,16 @@
     python benchmarks/calibrate.py [--calibration PATH ...] [--write]
 
 One parameter set per GPU type (planner/specs.py Calibration), fitted to every run of
-calibration.yaml and calibration-modern.yaml on that GPU at once, never per case. A profile
-fits only the parameters its runs exercise (no FP8 run: not the FP8 efficiency; no run across
-nodes: not the network's; no run with the MoE all-to-all overlap: not its efficiency), at most
-one per RUNS_PER_PARAMETER runs, in the order of PRIORITY (the hardware's shares of peak
-first, then the software stack's overheads); the rest it takes from its PARENT profile, the
-nearest GPU fitted before it, so two runs on a GPU never carry twelve parameters.
+calibration.yaml and calibration-modern.yaml on that GPU at once, never per case (`suspect`
+runs never). A profile fits only the parameters its runs exercise (no FP8 run: not the FP8
+efficiency; no run across nodes: not the network's; no run with the MoE all-to-all overlap:
+not its efficiency) and identify (`identifiable`: sweeping the parameter over its range moves
+the runs' log step times by at least SENSITIVITY_MIN, root mean square, and adding it keeps
+the fitted set's Jacobian condition number under CONDITION_MAX), at most one per
+RUNS_PER_PARAMETER runs, in the order of PRIORITY (the hardware's shares of peak first, then
+the software stack's overheads); the rest it takes from its PARENT profile, the nearest GPU
+fitted before it, so two runs on a GPU never carry twelve parameters. The log reports, per
+profile, each exercised parameter left out and why.
 
 Every parameter is bounded to a physical range (BOUNDS). The loss is the mean Huber-weighted
 squared log error of the step time (linear beyond 20%), each calibration file weighted alike;
@@ -109,10 +113,104 @@ def with_values(hw, values: dict):
     return hw.model_copy(update={"calibration": cal})
 
 
+SENSITIVITY_MIN = 0.10
+"""A parameter is identified by a profile's runs only if sweeping it over its whole BOUNDS
+range moves their log step times by at least this much (root mean square over the runs):
+below it, the runs' 5-10% scatter decides its value, not the runs."""
+CONDITION_MAX = 30.0
+"""The fitted set's Jacobian (runs x parameters, columns scaled to unit length) must have a
+condition number below this: above it two parameters trade against each other (a higher
+matmul share and more elementwise bytes predict the same runs) and neither is pinned."""
+STEP = 0.05
+"""The finite-difference step, as a share of a parameter's BOUNDS range."""
+
+
+def sensitivities(cases, hw, names) -> dict[str, list[float]]:
+    """d ln(predicted step) / d u per run, u the parameter scaled to its BOUNDS range (a
+    central difference of STEP, one-sided at a bound)."""
+    base = errors(cases, {hw.name: hw})
+    out = {}
+    for name in names:
+        lo, hi = BOUNDS[name]
+        cur = min(hi, max(lo, getattr(hw.calibration, name)))
+        d = STEP * (hi - lo)
+        up, down = min(hi, cur + d), max(lo, cur - d)
+        e_up = errors(cases, {hw.name: with_values(hw, {name: up})}) if up > cur else base
+        e_dn = errors(cases, {hw.name: with_values(hw, {name: down})}) if down < cur else base
+        span = (up - down) / (hi - lo)
+        out[name] = [(a - b) / span for a, b in zip(e_up, e_dn)]
+    return out
+
+
+def _condition(columns: list[list[float]]) -> float:
+    """Condition number of the matrix with these columns, each scaled to unit length:
+    sqrt(largest / smallest eigenvalue of its Gram matrix) (cyclic Jacobi rotations)."""
+    cols = []
+    for c in columns:
+        n = math.sqrt(sum(x * x for x in c))
+        if n == 0:
+            return math.inf
+        cols.append([x / n for x in c])
+    k = len(cols)
+    a = [[sum(x * y for x, y in zip(cols[i], cols[j])) for j in range(k)] for i in range(k)]
+    for _ in range(50):
+        off = sum(a[i][j] ** 2 for i in range(k) for j in range(k) if i != j)
+        if off < 1e-24:
+            break
+        for p in range(k):
+            for q in range(p + 1, k):
+                if abs(a[p][q]) < 1e-30:
+                    continue
+                theta = (a[q][q] - a[p][p]) / (2 * a[p][q])
+                t = math.copysign(1.0, theta) / (abs(theta) + math.sqrt(theta * theta + 1))
+                c = 1 / math.sqrt(t * t + 1)
+                sn = t * c
+                for r in range(k):
+                    arp, arq = a[r][p], a[r][q]
+                    a[r][p], a[r][q] = c * arp - sn * arq, sn * arp + c * arq
+                for r in range(k):
+                    apr, aqr = a[p][r], a[q][r]
+                    a[p][r], a[q][r] = c * apr - sn * aqr, sn * apr + c * aqr
+    eig = [a[i][i] for i in range(k)]
+    lo = min(eig)
+    return math.inf if lo <= 1e-15 else math.sqrt(max(eig) / lo)
+
+
+def identifiable(cases, hw, candidates) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The candidates (in order) the runs pin: RMS sensitivity >= SENSITIVITY_MIN, and each
+    added only if the fitted set's Jacobian stays below CONDITION_MAX. Returns them and, for
+    every candidate left out, why."""
+    sens = sensitivities(cases, hw, candidates)
+    chosen: list[str] = []
+    why: dict[str, str] = {}
+    for name in candidates:
+        col = sens[name]
+        rms = math.sqrt(sum(x * x for x in col) / len(col)) if col else 0.0
+        if rms < SENSITIVITY_MIN:
+            why[name] = f"not identified (sensitivity {rms:.3f} < {SENSITIVITY_MIN})"
+            continue
+        cond = _condition([sens[n] for n in chosen] + [col])
+        if cond > CONDITION_MAX:
+            why[name] = f"not separable from {', '.join(chosen)} (condition {cond:.0f})"
+            continue
+        chosen.append(name)
+    return tuple(chosen), why
+
+
 def free_parameters(cases, hw) -> tuple[str, ...]:
     """The parameters a profile's runs can fit: those they exercise, one per
     RUNS_PER_PARAMETER runs (at least one from two runs), in PRIORITY's order (the FP8 share
-    before the bf16 one where most runs are FP8)."""
+    before the bf16 one where most runs are FP8), and of those only the ones the runs
+    identify (`identifiable`)."""
+    if len(cases) < 2:
+        return ()
+    chosen = identifiable(cases, hw, _exercised(cases, hw))[0]
+    return chosen[:max(1, len(cases) // RUNS_PER_PARAMETER)]
+
+
+def _exercised(cases, hw) -> tuple[str, ...]:
+    """The parameters a profile's runs exercise, in PRIORITY's order (the FP8 share before
+    the bf16 one where most runs are FP8)."""
     order = list(PRIORITY)
     if 2 * sum(c.job.training.precision == "fp8" for c in cases) > len(cases):
         order[0], order[1] = order[1], order[0]     # mostly FP8 runs: the FP8 share first
@@ -128,9 +226,7 @@ def free_parameters(cases, hw) -> tuple[str, ...]:
                 c.layout.overlap_moe_expert_parallel_comm for c in cases):
             continue
         seen.append(name)
-    if len(cases) < 2:
-        return ()
-    return tuple(seen[:max(1, len(cases) // RUNS_PER_PARAMETER)])
+    return tuple(seen)
 
 
 def _descend(f, point: dict, names, sweeps: int = 3, steps: int = 11) -> tuple[dict, float]:
@@ -174,9 +270,10 @@ def fit_profile(cases, hw, names, starts: int = 3) -> tuple[object, float]:
     return with_values(hw, best_p), best
 
 
-def fit_all(by_hw: dict, profiles: dict, log=print) -> dict:
+def fit_all(by_hw: dict, profiles: dict, log=print, fitted: dict | None = None) -> dict:
     """Each profile in ORDER on its own runs, starting from (and keeping what it cannot fit
-    of) its parent's values."""
+    of) its parent's values; only the parameters its runs identify (`identifiable`, reported
+    per profile). `fitted` collects each profile's fitted names."""
     for name in ORDER:
         if name not in by_hw:
             continue
@@ -184,9 +281,16 @@ def fit_all(by_hw: dict, profiles: dict, log=print) -> dict:
         if name in PARENT:
             hw = with_values(hw, {k: getattr(profiles[PARENT[name]].calibration, k)
                                   for k in PRIORITY})
-        names = free_parameters(by_hw[name], hw)
-        profiles[name], val = fit_profile(by_hw[name], hw, names)
-        log(f"# {name:12s} n={len(by_hw[name]):3d} fits {', '.join(names)} (loss {val:.4f})")
+        cases = by_hw[name]
+        _, why = identifiable(cases, hw, _exercised(cases, hw)) if len(cases) >= 2 else ((), {})
+        names = free_parameters(cases, hw)
+        profiles[name], val = fit_profile(cases, hw, names)
+        if fitted is not None:
+            fitted[name] = names
+        log(f"# {name:12s} n={len(cases):3d} fits {', '.join(names) or 'nothing'} "
+            f"(loss {val:.4f})")
+        for k, reason in why.items():
+            log(f"#   {k}: {reason}")
     return profiles
 
 
@@ -220,12 +324,46 @@ def _header(name: str, cases, names, hw) -> str:
     tail = f"; the others ({', '.join(rest)}) are {parent}'s" if parent and rest else ""
     cal = hw.calibration
     edge = [k for k in names if getattr(cal, k) in BOUNDS[k]]
-    note = (f"\n# At a bound of its physical range (what the model misses, the fit pushes there): "
-            f"{', '.join(edge)}." if edge else "")
+    note = "".join(
+        f"\n# At its {'lower' if getattr(cal, k) == BOUNDS[k][0] else 'upper'} bound: {k} "
+        f"({MISSING[k][getattr(cal, k) != BOUNDS[k][0]]})." for k in edge)
     return ("# Efficiency parameters of the time model (planner/specs.py Calibration), fitted by\n"
             "# `python benchmarks/calibrate.py --write` (never per case) to the "
             f"{len(cases)} runs on this GPU in {files}.\n"
-            f"# Fitted here: {', '.join(names) or 'none'}{tail}.{note}")
+            f"# Fitted here (identified by the runs: sensitivity >= {SENSITIVITY_MIN}, condition "
+            f"<= {CONDITION_MAX:.0f}): {', '.join(names) or 'none'}{tail}.{note}")
+
+
+MISSING = {   # (at the lower bound, at the upper bound): what the model misses
+    "matmul_efficiency": ("MoE compute the model leaves out: router and top-k, grouped GEMMs at "
+                          "few tokens per expert (tile padding), load imbalance",
+                          "elementwise or attention time the model overcounts"),
+    "fp8_matmul_efficiency": ("FP8 quantize/cast kernels and grouped FP8 GEMMs at few tokens "
+                              "per expert", "FP8 GEMM time the model overcounts"),
+    "attention_efficiency": ("attention is the implementation's (cuDNN, FlashAttention, SDPA), "
+                             "not the GPU's: one share per GPU absorbs the mix",
+                             "attention FLOPs the model overcounts"),
+    "network_efficiency": ("dispatch kernels' own overheads (permute, sync) counted as network "
+                           "time", "network traffic the model overcounts or does not overlap"),
+    "nvlink_efficiency": ("NVLink traffic the model does not count",
+                          "NVLink traffic the model counts twice"),
+    "overlap_efficiency": ("TP/DP/CP overlap the schedule does not give",
+                           "TP/DP/CP traffic the model overcounts"),
+    "ep_overlap_efficiency": ("EP traffic the paired-window law leaves hidden",
+                              "EP traffic the model overcounts"),
+    "elementwise_bytes_per_activation": ("GEMM time the model overcounts",
+                                         "elementwise or MoE kernels the model leaves out"),
+    "launch_overhead_us": ("host work the model overcounts (CUDA graphs, fusion)",
+                           "host work per layer the model leaves out (CPU-bound MoE layers)"),
+    "layer_overhead_us": ("per-layer time the model overcounts elsewhere",
+                          "per-layer kernels the model leaves out"),
+    "step_overhead_ms": ("per-step time the model overcounts",
+                         "per-step host work the model leaves out (logging, checkpoint "
+                         "hooks, the first-micro-batch sync)"),
+    "matmul_half_size": ("small GEMMs running faster than the size law",
+                         "small GEMMs (few tokens per expert) slower than the size law"),
+}
+"""What a parameter at a bound stands in for (the header names it)."""
 
 
 def _derived_header(name: str, parent: str) -> str:
@@ -269,13 +407,14 @@ def main(argv=None) -> int:
     for n in ORDER:     # a parent with no runs of its own still lends its values
         if n in PARENT and PARENT[n] not in profiles:
             profiles[PARENT[n]] = load_hardware(PARENT[n])
-    profiles = fit_all(by_hw, profiles)
+    fitted: dict = {}
+    profiles = fit_all(by_hw, profiles, fitted=fitted)
     for name in ORDER:
         if name not in by_hw:
             continue
         cs = by_hw[name]
         errs = errors(cs, {name: profiles[name]})
-        names = free_parameters(cs, profiles[name])
+        names = fitted[name]
         classes = sorted({c.cls for c in cs})
         recipes = sorted({c.job.training.recipe for c in cs if c.job.training.recipe})
         cal = profiles[name].calibration.model_copy(update={
