@@ -626,7 +626,8 @@ class CostModel:
         EP traffic out: a bound for every dispatcher of the layout at once.
         """
         return self.scale_bound(self.bound_sum(lay, with_ep=with_ep), lay.pp, lay.vpp,
-                                lay.dp, lay.micro_batch_size)
+                                lay.dp, lay.micro_batch_size,
+                                self.bound_ends(lay) if with_ep else ())
 
     def bound_sum(self, lay: Layout, *, with_ep: bool = True) -> float:
         """Σ_i t_i of `time_lower_bound`: one micro-batch's compute and TP/EP/CP time summed
@@ -635,18 +636,36 @@ class CostModel:
         key of its own (planner.search.walk._least_bound_sum)."""
         lc = self.layer_costs(lay)
         total = 0.0
-        m_most = max(1, self.gbs // lay.micro_batch_size)   # dp 1: the fewest unpaired ends
         for st in self.stages(lay):
-            c, tp, ep, cp = self._stage_parts(lay, lc, st, m_most)
+            c, tp, ep, cp = self._stage_parts(lay, lc, st)
             total += st.count * (c + tp + cp + (ep if with_ep else 0.0))
         return total
 
-    def scale_bound(self, total: float, pp: int, vpp: int, dp: int, mbs: int) -> float:
-        """`time_lower_bound` from its `bound_sum`: t̄·(m + (p−1)/v) with t̄ = Σt_i / p.
-        Increasing in `total` (rounding is monotonic), so the least bound over layouts that
-        differ only in what `bound_sum` reads is this of the least sum."""
+    def bound_ends(self, lay: Layout) -> tuple[tuple[int, int, float], ...]:
+        """The unpaired micro-batches' EP traffic `bound_sum` leaves out, per stage group:
+        (first rank, ranks, extra seconds per unpaired micro-batch on each), for
+        `scale_bound` to add Σ_r min(m, w_r)·Δ_r / p (moe.unpaired_share's w). Empty
+        without EP overlap. It reads what `bound_sum` reads."""
+        lc = self.layer_costs(lay)
+        if lc.ep_end <= lc.ep:
+            return ()
+        delta = lc.ep_end - lc.ep
+        mtp = 1 if self.shape.E else 0
+        return tuple((st.rank, st.count, (st.moe_layers + mtp * st.mtp) * delta)
+                     for st in self.stages(lay))
+
+    def scale_bound(self, total: float, pp: int, vpp: int, dp: int, mbs: int,
+                    ends: tuple[tuple[int, int, float], ...] = ()) -> float:
+        """`time_lower_bound` from its `bound_sum`: t̄·(m + (p−1)/v) with t̄ = Σt_i / p, plus
+        the unpaired micro-batches' EP traffic `ends` (`bound_ends`): Σ_r min(m, p−r)·Δ_r / p
+        (m·t̄ holds m·u_r·Δ_r = min(m, w_r)·Δ_r of each rank's). Increasing in `total` and in
+        each Δ, so the least bound over layouts that differ only in what `bound_sum` reads is
+        this of the least sum and the least Δs."""
         m = self.gbs // (mbs * dp) or 1
-        return total / pp * (m + (pp - 1) / vpp)
+        extra = 0.0
+        for rank, count, delta in ends:
+            extra += delta * sum(min(m, pp - r) for r in range(rank, rank + count))
+        return total / pp * (m + (pp - 1) / vpp) + extra / pp
 
     def _first_rank_params(self, lay: Layout, first: Stage) -> tuple[float, float, float]:
         """(dense, of which linear, expert) parameters on a first-stage rank (experts already
