@@ -146,3 +146,22 @@ def test_overlap_law_in_a_step():
     assert m == 4 and lc.ep_end > lc.ep
     want = m * 4 * ((1 - 1 / m) * lc.ep + 1 / m * lc.ep_end)
     assert estimate(job, lay).time.ep_comm_s == pytest.approx(want, rel=1e-9)
+
+
+def test_router_group_limit_round_trips_through_megatron(tmp_path):
+    # Megatron's --moe-router-num-groups / --moe-router-group-topk carry the group limit both
+    # ways (the deepseek-v3 preset: 8 groups, 4 a token; its config.json n_group / topk_group)
+    from planner.config import config_from_data
+    from planner.frameworks import load_any
+    from planner.frameworks.export import export
+
+    job, lay = config_from_data({"model": "deepseek-v3", "hardware": "h800", "num_gpus": 2048,
+                                 "parallel": {"pp": 16, "ep": 64, "etp": 1,
+                                              "first_stage_layers": 3, "last_stage_layers": 2}})
+    assert (job.model.moe_router_num_groups, job.model.moe_router_group_topk) == (8, 4)
+    text = export(job, lay, "megatron")
+    assert "--moe-router-num-groups 8" in text and "--moe-router-group-topk 4" in text
+    script = tmp_path / "train.sh"
+    script.write_text(text)
+    back = load_any(script, hardware="h800", gpus=2048)
+    assert (back.job.model.moe_router_num_groups, back.job.model.moe_router_group_topk) == (8, 4)

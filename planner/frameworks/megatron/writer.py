@@ -189,6 +189,9 @@ def moe_flags(m: ModelSpec, layout: Layout | None = None) -> list[Flag]:
                        str(m.num_shared_experts * m.expert_ffn)))
     if m.num_dense_layers:
         flags.append(("--moe-layer-freq", moe_layer_freq(m)))
+    if m.moe_router_num_groups and m.moe_router_group_topk:     # group-limited routing
+        flags += [("--moe-router-num-groups", str(m.moe_router_num_groups)),
+                  ("--moe-router-group-topk", str(m.moe_router_group_topk))]
     dispatcher = layout.moe_token_dispatcher if layout is not None else "alltoall"
     if dispatcher in ("deepep", "hybridep"):
         flags += [("--moe-token-dispatcher-type", "flex"),

@@ -143,6 +143,9 @@ def _model_shape(job, layout: Layout) -> dict:
             d["moe_layer_freq"] = [0] * m.num_dense_layers + [1] * m.num_moe_layers
         if m.moe_capacity_factor != 1.0:
             d["moe_expert_capacity_factor"] = m.moe_capacity_factor
+        if m.moe_router_num_groups and m.moe_router_group_topk:   # group-limited routing
+            d.update(moe_router_num_groups=m.moe_router_num_groups,
+                     moe_router_group_topk=m.moe_router_group_topk)
     if m.mtp_num_layers:
         d["mtp_num_layers"] = m.mtp_num_layers
     return d
