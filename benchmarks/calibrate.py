@@ -3,12 +3,16 @@
     python benchmarks/calibrate.py [--calibration PATH ...] [--write]
 
 One parameter set per GPU type (planner/specs.py Calibration), fitted to every run of
-calibration.yaml and calibration-modern.yaml on that GPU at once, never per case. A profile
-fits only the parameters its runs exercise (no FP8 run: not the FP8 efficiency; no run across
-nodes: not the network's; no run with the MoE all-to-all overlap: not its efficiency), at most
-one per RUNS_PER_PARAMETER runs, in the order of PRIORITY (the hardware's shares of peak
-first, then the software stack's overheads); the rest it takes from its PARENT profile, the
-nearest GPU fitted before it, so two runs on a GPU never carry twelve parameters.
+calibration.yaml and calibration-modern.yaml on that GPU at once, never per case (`suspect`
+runs never). A profile fits only the parameters its runs exercise (no FP8 run: not the FP8
+efficiency; no run across nodes: not the network's; no run with the MoE all-to-all overlap:
+not its efficiency) and identify (`identifiable`: sweeping the parameter over its range moves
+the runs' log step times by at least SENSITIVITY_MIN, root mean square, and adding it keeps
+the fitted set's Jacobian condition number under CONDITION_MAX), at most one per
+RUNS_PER_PARAMETER runs, in the order of PRIORITY (the hardware's shares of peak first, then
+the software stack's overheads); the rest it takes from its PARENT profile, the nearest GPU
+fitted before it, so two runs on a GPU never carry twelve parameters. The log reports, per
+profile, each exercised parameter left out and why.
 
 The fit itself (BOUNDS, PRIORITY, RUNS_PER_PARAMETER, the loss, the descent) is
 planner/calibration/fit.py, which `planner calibrate` shares. Every parameter is bounded to a
@@ -32,14 +36,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.accuracy import default_paths, load_cases
 from planner.calibration.fit import (  # noqa: F401  (the fit's names, re-exported here)
     BOUNDS,
+    CONDITION_MAX,
     HUBER,
     PRIORITY,
     RUNS_PER_PARAMETER,
+    SENSITIVITY_MIN,
+    _condition,
     at_bound,
     errors,
+    exercised,
     fit_profile,
     free_parameters,
+    identifiable,
     loss,
+    sensitivities,
     with_values,
 )
 from planner.config import profile_dir
@@ -65,9 +75,10 @@ NOT_THIS_HARDWARE = {
 """Runs the data file files under a profile whose hardware differs from it, by id prefix and
 why; they are reported by accuracy.py like every run but do not shape the fit."""
 
-def fit_all(by_hw: dict, profiles: dict, log=print) -> dict:
+def fit_all(by_hw: dict, profiles: dict, log=print, fitted: dict | None = None) -> dict:
     """Each profile in ORDER on its own runs, starting from (and keeping what it cannot fit
-    of) its parent's values."""
+    of) its parent's values; only the parameters its runs identify (`identifiable`, reported
+    per profile). `fitted` collects each profile's fitted names."""
     for name in ORDER:
         if name not in by_hw:
             continue
@@ -75,9 +86,16 @@ def fit_all(by_hw: dict, profiles: dict, log=print) -> dict:
         if name in PARENT:
             hw = with_values(hw, {k: getattr(profiles[PARENT[name]].calibration, k)
                                   for k in PRIORITY})
-        names = free_parameters(by_hw[name], hw)
-        profiles[name], val = fit_profile(by_hw[name], hw, names)
-        log(f"# {name:12s} n={len(by_hw[name]):3d} fits {', '.join(names)} (loss {val:.4f})")
+        cases = by_hw[name]
+        _, why = identifiable(cases, hw, tuple(exercised(cases, hw))) if len(cases) >= 2 else ((), {})
+        names = free_parameters(cases, hw)
+        profiles[name], val = fit_profile(cases, hw, names)
+        if fitted is not None:
+            fitted[name] = names
+        log(f"# {name:12s} n={len(cases):3d} fits {', '.join(names) or 'nothing'} "
+            f"(loss {val:.4f})")
+        for k, reason in why.items():
+            log(f"#   {k}: {reason}")
     return profiles
 
 
@@ -109,13 +127,48 @@ def _header(name: str, cases, names, hw) -> str:
     parent = PARENT.get(name)
     rest = [k for k in PRIORITY if k not in names]
     tail = f"; the others ({', '.join(rest)}) are {parent}'s" if parent and rest else ""
-    edge = at_bound(hw, names)
-    note = (f"\n# At a bound of its physical range (what the model misses, the fit pushes there): "
-            f"{', '.join(edge)}." if edge else "")
+    cal = hw.calibration
+    edge = [k for k in names if getattr(cal, k) in BOUNDS[k]]
+    note = "".join(
+        f"\n# At its {'lower' if getattr(cal, k) == BOUNDS[k][0] else 'upper'} bound: {k} "
+        f"({MISSING[k][getattr(cal, k) != BOUNDS[k][0]]})." for k in edge)
     return ("# Efficiency parameters of the time model (planner/specs.py Calibration), fitted by\n"
             "# `python benchmarks/calibrate.py --write` (never per case) to the "
             f"{len(cases)} runs on this GPU in {files}.\n"
-            f"# Fitted here: {', '.join(names) or 'none'}{tail}.{note}")
+            f"# Fitted here (identified by the runs: sensitivity >= {SENSITIVITY_MIN}, condition "
+            f"<= {CONDITION_MAX:.0f}): {', '.join(names) or 'none'}{tail}.{note}")
+
+
+MISSING = {   # (at the lower bound, at the upper bound): what the model misses
+    "matmul_efficiency": ("MoE compute the model leaves out: router and top-k, grouped GEMMs at "
+                          "few tokens per expert (tile padding), load imbalance",
+                          "elementwise or attention time the model overcounts"),
+    "fp8_matmul_efficiency": ("FP8 quantize/cast kernels and grouped FP8 GEMMs at few tokens "
+                              "per expert", "FP8 GEMM time the model overcounts"),
+    "attention_efficiency": ("attention is the implementation's (cuDNN, FlashAttention, SDPA), "
+                             "not the GPU's: one share per GPU absorbs the mix",
+                             "attention FLOPs the model overcounts"),
+    "network_efficiency": ("dispatch kernels' own overheads (permute, sync) counted as network "
+                           "time", "network traffic the model overcounts or does not overlap"),
+    "nvlink_efficiency": ("NVLink traffic the model does not count",
+                          "NVLink traffic the model counts twice"),
+    "overlap_efficiency": ("TP/DP/CP overlap the schedule does not give",
+                           "TP/DP/CP traffic the model overcounts"),
+    "ep_overlap_efficiency": ("EP traffic the paired-window law leaves hidden",
+                              "EP traffic the model overcounts"),
+    "elementwise_bytes_per_activation": ("GEMM time the model overcounts",
+                                         "elementwise or MoE kernels the model leaves out"),
+    "launch_overhead_us": ("host work the model overcounts (CUDA graphs, fusion)",
+                           "host work per layer the model leaves out (CPU-bound MoE layers)"),
+    "layer_overhead_us": ("per-layer time the model overcounts elsewhere",
+                          "per-layer kernels the model leaves out"),
+    "step_overhead_ms": ("per-step time the model overcounts",
+                         "per-step host work the model leaves out (logging, checkpoint "
+                         "hooks, the first-micro-batch sync)"),
+    "matmul_half_size": ("small GEMMs running faster than the size law",
+                         "small GEMMs (few tokens per expert) slower than the size law"),
+}
+"""What a parameter at a bound stands in for (the header names it)."""
 
 
 def _derived_header(name: str, parent: str) -> str:
@@ -126,17 +179,27 @@ def _derived_header(name: str, parent: str) -> str:
             " carry a caveat.")
 
 
+def fit_cases(paths, log=print) -> list:
+    """The runs the fit uses: every case of `paths` but the `suspect` ones (load_cases leaves
+    them out; they are reported by accuracy.py, never fitted) and NOT_THIS_HARDWARE's."""
+    cases = load_cases(paths=paths)
+    suspect = load_cases(paths=paths, suspect=True)
+    if suspect:
+        log(f"# not fitted: {len(suspect)} suspect runs ({', '.join(c.id for c in suspect)})")
+    for prefix, why in NOT_THIS_HARDWARE.items():
+        n = sum(c.id.startswith(prefix) for c in cases)
+        if n:
+            log(f"# not fitted: {n} runs {prefix}*: {why}")
+    return [c for c in cases if not c.suspect
+            and not any(c.id.startswith(p) for p in NOT_THIS_HARDWARE)]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibration", type=Path, action="append", default=None)
     ap.add_argument("--write", action="store_true", help="write the blocks into the profiles")
     args = ap.parse_args(argv)
-    cases = load_cases(paths=args.calibration or default_paths())
-    for prefix, why in NOT_THIS_HARDWARE.items():
-        n = sum(c.id.startswith(prefix) for c in cases)
-        if n:
-            print(f"# not fitted: {n} runs {prefix}*: {why}")
-    cases = [c for c in cases if not any(c.id.startswith(p) for p in NOT_THIS_HARDWARE)]
+    cases = fit_cases(args.calibration or default_paths())
     by_hw: dict[str, list] = {}
     for c in cases:
         by_hw.setdefault(c.job.hardware.name, []).append(c)
@@ -149,13 +212,14 @@ def main(argv=None) -> int:
     for n in ORDER:     # a parent with no runs of its own still lends its values
         if n in PARENT and PARENT[n] not in profiles:
             profiles[PARENT[n]] = load_hardware(PARENT[n])
-    profiles = fit_all(by_hw, profiles)
+    fitted: dict = {}
+    profiles = fit_all(by_hw, profiles, fitted=fitted)
     for name in ORDER:
         if name not in by_hw:
             continue
         cs = by_hw[name]
         errs = errors(cs, {name: profiles[name]})
-        names = free_parameters(cs, profiles[name])
+        names = fitted[name]
         classes = sorted({c.cls for c in cs})
         recipes = sorted({c.job.training.recipe for c in cs if c.job.training.recipe})
         cal = profiles[name].calibration.model_copy(update={

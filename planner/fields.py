@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Literal
 
-__all__ = ["Recompute", "RecomputeModule", "Dispatcher", "CudaGraphs", "StateDtype",
+__all__ = ["Recompute", "RecomputeModule", "Dispatcher", "PipelineSchedule", "CudaGraphs",
+           "StateDtype",
            "CpCommType", "PARTS", "ALL_PARTS", "FieldInfo", "row", "info", "layout_fields",
            "layout_key", "key_fields", "config_name", "framework_names", "SAME", "MAX_DIM",
            "MAX_BATCH"]
@@ -39,6 +40,7 @@ Recompute = Literal["none", "selective", "full"]
 RecomputeModule = Literal["core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj",
                           "shared_experts", "torchtitan_op"]
 Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
+PipelineSchedule = Literal["1f1b", "interleaved", "dualpipe", "dualpipev"]
 CudaGraphs = Literal["none", "partial", "full"]
 StateDtype = Literal["fp32", "bf16"]
 CpCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]

@@ -17,6 +17,7 @@ from planner.fields import (
     CpCommType,
     CudaGraphs,
     Dispatcher,
+    PipelineSchedule,
     Recompute,
     RecomputeModule,
     StateDtype,
@@ -165,6 +166,14 @@ class Layout:
         reads={"layer", "pipeline"}, spec_type=Dispatcher,
         megatron="--moe-token-dispatcher-type", nemo="moe_token_dispatcher_type",
         torchtitan="parallelism.expert_parallel_comm_backend")
+    pipeline_schedule: str = row(
+        "1f1b", "Pipeline schedule: 1f1b (Megatron's; interleaved when vpp > 1) | interleaved | "
+                "dualpipe (DeepSeek-V3's bidirectional schedule: bubble (pp/2-1)(F&B+B-3W), two "
+                "copies of the parameters, pp+1 micro-batches of activations, EP all-to-all "
+                "overlapped; not in Megatron-LM) | dualpipev (DualPipe cut in half: one copy, "
+                "two chunks a rank; torchtitan `DualPipeV`).",
+        reads={"moe_layer", "layer", "pipeline", "states", "act_vector", "first_params", "dp"},
+        spec_type=PipelineSchedule, torchtitan="parallelism.pipeline_parallel_schedule")
     overlap_moe_expert_parallel_comm: bool = row(
         False, "Hide the EP dispatch/combine behind the other micro-batch's compute "
                "(`--overlap-moe-expert-parallel-comm`).",
@@ -299,6 +308,7 @@ def layout_from_spec(spec: Any, *, num_gpus: int) -> Layout:
         grad_reduce_in_fp32=spec.grad_reduce_in_fp32,
         exp_avg_dtype=spec.exp_avg_dtype, exp_avg_sq_dtype=spec.exp_avg_sq_dtype,
         moe_token_dispatcher=spec.moe_token_dispatcher,
+        pipeline_schedule=spec.pipeline_schedule,
         overlap_moe_expert_parallel_comm=spec.overlap_moe_expert_parallel_comm,
         cuda_graphs=spec.cuda_graphs,
         pipeline_model_parallel_layout=spec.pipeline_model_parallel_layout,

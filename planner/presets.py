@@ -62,7 +62,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                           vocab_size=32768, seq_length=65536, num_experts=8, moe_top_k=2,
                           rotary_base=1e6, **_LLAMA),
     # deepseek-ai/DeepSeek-V3 config.json; DeepSeek-V3 report (arXiv:2412.19437) §4.2: MLA,
-    # 3 dense layers, 256 routed + 1 shared expert, top-8, 4k pre-training sequences.
+    # 3 dense layers, 256 routed + 1 shared expert, top-8, 4k pre-training sequences; config.json
+    # n_group 8, topk_group 4 (§2.1.2: node-limited routing, at most 4 nodes per token).
     # No MTP layer here although the published model has one (config.json
     # num_nextn_predict_layers 1; the report's MTP depth D = 1, §4.2): the preset plans the 671B
     # main model (the published total; the 14B MTP module is apart), and its training exports
@@ -73,7 +74,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                         seq_length=4096, num_experts=256, moe_top_k=8, moe_ffn_hidden_size=2048,
                         num_shared_experts=1, num_dense_layers=3, q_lora_rank=1536,
                         kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
-                        v_head_dim=128, rotary_base=10000.0, **_LLAMA),
+                        v_head_dim=128, rotary_base=10000.0, moe_router_num_groups=8,
+                        moe_router_group_topk=4, **_LLAMA),
     # Qwen/Qwen3-235B-A22B config.json; Qwen3 report (arXiv:2505.09388): 4k stage-1 pre-training
     "qwen3-235b-a22b": dict(name="Qwen3-235B-A22B", num_layers=94, hidden_size=4096,
                             ffn_hidden_size=12288, num_attention_heads=64, num_kv_heads=4,
@@ -336,6 +338,9 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
                     qk_head_dim=need("qk_nope_head_dim"),
                     qk_pos_emb_head_dim=need("qk_rope_head_dim", minimum=0),
                     v_head_dim=need("v_head_dim"))
+        groups, topk = need("n_group", required=False), need("topk_group", required=False)
+        if groups and topk and topk < groups:      # group-limited routing (V3: 8 groups, 4)
+            spec.update(moe_router_num_groups=groups, moe_router_group_topk=topk)
         spec.pop("num_kv_heads")
         # DeepSeek-V3 config.json: num_nextn_predict_layers 1, the MTP module (report §2.2)
         mtp = need("num_nextn_predict_layers", minimum=0, required=False)

@@ -138,6 +138,12 @@ class ModelSpec(_Spec):
     """Leading dense layers before the MoE layers (DeepSeek's first_k_dense_replace)."""
     moe_capacity_factor: float = Field(default=1.0, ge=0.1, le=100.0)
     """Tokens an expert rank holds relative to perfect balance (memory and all-to-all load)."""
+    moe_router_num_groups: int | None = Field(default=None, ge=1, le=100_000)
+    """Group-limited routing: the groups the experts are split into (Megatron
+    `--moe-router-num-groups`, HF `n_group`; DeepSeek-V3: 8, one per node of EP 64)."""
+    moe_router_group_topk: int | None = Field(default=None, ge=1, le=100_000)
+    """Group-limited routing: the groups each token's experts may come from (Megatron
+    `--moe-router-group-topk`, HF `topk_group`; DeepSeek-V3: 4, so at most 4 nodes)."""
     q_lora_rank: int | None = Field(default=None, ge=1, le=_MAX_DIM)
     """MLA query low-rank size (`--q-lora-rank`); unset = full-rank queries."""
     kv_lora_rank: int | None = Field(default=None, ge=1, le=_MAX_DIM)
@@ -207,6 +213,14 @@ class ModelSpec(_Spec):
             if self.moe_top_k > self.num_experts:
                 raise ValueError(
                     f"moe_top_k ({self.moe_top_k}) must be <= num_experts ({self.num_experts})")
+            g, gk = self.moe_router_num_groups, self.moe_router_group_topk
+            if (g is None) != (gk is None):
+                raise ValueError("moe_router_num_groups and moe_router_group_topk go together "
+                                 "(group-limited routing); set both or neither")
+            if g is not None and gk is not None and (self.num_experts % g or gk > g):
+                raise ValueError(
+                    f"moe_router_num_groups ({g}) must divide num_experts ({self.num_experts}) "
+                    f"and moe_router_group_topk ({gk}) be <= it")
             if self.num_dense_layers >= self.num_layers:
                 raise ValueError(
                     f"num_dense_layers ({self.num_dense_layers}) must be < num_layers "

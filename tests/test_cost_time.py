@@ -20,9 +20,11 @@ import pytest
 from planner.config import Job, default_training, resolve_hardware
 from planner.cost import estimate, shape_of
 from planner.cost.comm import (
+    A2A_PEER_ISSUE_S,
     Link,
     all_gather_time,
     all_reduce_time,
+    all_to_all_latency,
     all_to_all_time,
     group_link,
     p2p_time,
@@ -153,10 +155,42 @@ def test_reduce_scatter_and_all_gather_time(n, S, want):
 
 
 def test_all_to_all_and_p2p_time_inside_a_domain():
-    # docs/reference/formulas.md#f6a-alpha-beta-times: all-to-all (n-1)/n * S/B + (n-1)*alpha;
-    # point-to-point S/B + alpha.
-    assert all_to_all_time(1e9, 8, LINK) == pytest.approx(7 / 8 * 1e9 / 100e9 + 7 * 5e-6, rel=1e-12)
+    # docs/reference/formulas.md#f6a-alpha-beta-times: all-to-all (n-1)/n * S/B + alpha +
+    # (n-1)*delta (NCCL posts the sends to all peers in one group: latency once, delta = 1 us
+    # per peer); point-to-point S/B + alpha.
+    assert all_to_all_time(1e9, 8, LINK) == pytest.approx(
+        7 / 8 * 1e9 / 100e9 + 5e-6 + 7 * 1e-6, rel=1e-12)
     assert p2p_time(1e9, LINK) == pytest.approx(1e9 / 100e9 + 5e-6, rel=1e-12)
+
+
+@pytest.mark.parametrize("n, stride, local, nvlink_share, network_share", [
+    # EP 16 on two 8-GPU nodes: 7 of the 16 destinations share the node (NVLink), 8 are on
+    # the other node (network); 1/16 stays on the rank itself
+    (16, 1, 8, 7 / 16, 8 / 16),
+    # EP 128 over 16 nodes: 7/128 over NVLink, 120/128 leaves the domain
+    (128, 1, 8, 7 / 128, 120 / 128),
+    # EP 16 outside TP 4 (stride 4): 2 ranks of the group per node, 14/16 off the node
+    (16, 4, 2, 1 / 16, 14 / 16),
+], ids=["ep16-2nodes", "ep128-16nodes", "ep16-stride4"])
+def test_all_to_all_bytes_and_latency_per_tier(n, stride, local, nvlink_share, network_share):
+    # Each rank sends S bytes split evenly over the n ranks (one share to itself): the shares
+    # to the other ranks of its NVLink domain go over NVLink, the rest over the NIC, both at
+    # once; the latency is the network's alpha once plus delta per peer (NCCL user guide,
+    # "Point-to-point communication": an all-to-all is one group of sends and receives that
+    # progress independently), not the ring's (n-1)*alpha.
+    link = _h100_link(n, stride)
+    assert link.crosses_network and link.local_ranks == local
+    S = 1e9
+    alpha = H100.network_latency_us * 1e-6
+    latency = alpha + (n - 1) * A2A_PEER_ISSUE_S
+    assert all_to_all_latency(n, link) == pytest.approx(latency, rel=1e-12)
+    want = max(nvlink_share * S / link.nvlink_bandwidth,
+               network_share * S / link.network_bandwidth) + latency
+    assert all_to_all_time(S, n, link) == pytest.approx(want, rel=1e-12)
+    # the issue's example: 127 peers cost alpha + 127 us, an eighth of the ring's 127*alpha
+    if n == 128:
+        assert latency == pytest.approx(8e-6 + 127e-6, rel=1e-12)
+        assert latency < (n - 1) * alpha / 7
 
 
 def _h100_link(n: int, stride: int):

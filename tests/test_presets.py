@@ -196,6 +196,9 @@ def test_hf_import_parameter_count(hf_dir, repo, published, non_embedding, sourc
                                      num_dense_layers=3, moe_ffn_hidden_size=2048, q_lora_rank=1536,
                                      kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
                                      v_head_dim=128), id="deepseek-mla"),
+    # config.json n_group 8, topk_group 4: node-limited routing (DeepSeek-V3 report §2.1.2)
+    pytest.param("DeepSeek-V3", dict(moe_router_num_groups=8, moe_router_group_topk=4),
+                 id="deepseek-group-limited-routing"),
 ])
 def test_hf_import_fields(hf_dir, repo, expected):
     m = resolve_model(str(hf_dir / repo / "config.json"))

@@ -86,6 +86,15 @@ def test_scaled_bound_sum_is_the_lower_bound():
         lay = _Group(head, tail, space, cm).layout(zero, mbs, sv)
         bound = cm.scale_bound(cm.bound_sum(lay), lay.pp, lay.vpp, lay.dp, lay.micro_batch_size)
         assert bound == cost_model(job).time_lower_bound(lay) <= cm.time(lay).step_time_s
+        # with the EP overlap the unpaired micro-batches' traffic joins the bound
+        # (CostModel.bound_ends): still below the step time, and above the bound without it
+        if lay.ep > 1 and lay.recompute != "full":
+            on = lay.with_(moe_token_dispatcher="alltoall", overlap_moe_expert_parallel_comm=True)
+            ends = cm.bound_ends(on)
+            full = cm.scale_bound(cm.bound_sum(on), on.pp, on.vpp, on.dp, on.micro_batch_size, ends)
+            assert ends and full == cm.time_lower_bound(on) <= cm.time(on).step_time_s * (1 + 1e-12)
+            assert full > cm.scale_bound(cm.bound_sum(on), on.pp, on.vpp, on.dp,
+                                         on.micro_batch_size)
 
 
 @pytest.mark.parametrize("model, gpus", [("deepseek-v3", 512), ("mixtral-8x7b", 256)])

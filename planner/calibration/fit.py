@@ -132,13 +132,99 @@ def exercised(runs, hw: HardwareSpec) -> list[str]:
     return seen
 
 
+SENSITIVITY_MIN = 0.10
+"""A parameter is identified by a profile's runs only if sweeping it over its whole BOUNDS
+range moves their log step times by at least this much (root mean square over the runs):
+below it, the runs' 5-10% scatter decides its value, not the runs."""
+CONDITION_MAX = 30.0
+"""The fitted set's Jacobian (runs x parameters, columns scaled to unit length) must have a
+condition number below this: above it two parameters trade against each other (a higher
+matmul share and more elementwise bytes predict the same runs) and neither is pinned."""
+STEP = 0.05
+"""The finite-difference step, as a share of a parameter's BOUNDS range."""
+
+
+def sensitivities(cases, hw: HardwareSpec, names) -> dict[str, list[float]]:
+    """d ln(predicted step) / d u per run, u the parameter scaled to its BOUNDS range (a
+    central difference of STEP, one-sided at a bound)."""
+    base = errors(cases, {hw.name: hw})
+    out = {}
+    for name in names:
+        lo, hi = BOUNDS[name]
+        cur = min(hi, max(lo, getattr(hw.calibration, name)))
+        d = STEP * (hi - lo)
+        up, down = min(hi, cur + d), max(lo, cur - d)
+        e_up = errors(cases, {hw.name: with_values(hw, {name: up})}) if up > cur else base
+        e_dn = errors(cases, {hw.name: with_values(hw, {name: down})}) if down < cur else base
+        span = (up - down) / (hi - lo)
+        out[name] = [(a - b) / span for a, b in zip(e_up, e_dn)]
+    return out
+
+
+def _condition(columns: list[list[float]]) -> float:
+    """Condition number of the matrix with these columns, each scaled to unit length:
+    sqrt(largest / smallest eigenvalue of its Gram matrix) (cyclic Jacobi rotations)."""
+    cols = []
+    for c in columns:
+        n = math.sqrt(sum(x * x for x in c))
+        if n == 0:
+            return math.inf
+        cols.append([x / n for x in c])
+    k = len(cols)
+    a = [[sum(x * y for x, y in zip(cols[i], cols[j])) for j in range(k)] for i in range(k)]
+    for _ in range(50):
+        off = sum(a[i][j] ** 2 for i in range(k) for j in range(k) if i != j)
+        if off < 1e-24:
+            break
+        for p in range(k):
+            for q in range(p + 1, k):
+                if abs(a[p][q]) < 1e-30:
+                    continue
+                theta = (a[q][q] - a[p][p]) / (2 * a[p][q])
+                t = math.copysign(1.0, theta) / (abs(theta) + math.sqrt(theta * theta + 1))
+                c = 1 / math.sqrt(t * t + 1)
+                sn = t * c
+                for r in range(k):
+                    arp, arq = a[r][p], a[r][q]
+                    a[r][p], a[r][q] = c * arp - sn * arq, sn * arp + c * arq
+                for r in range(k):
+                    apr, aqr = a[p][r], a[q][r]
+                    a[p][r], a[q][r] = c * apr - sn * aqr, sn * apr + c * aqr
+    eig = [a[i][i] for i in range(k)]
+    lo = min(eig)
+    return math.inf if lo <= 1e-15 else math.sqrt(max(eig) / lo)
+
+
+def identifiable(cases, hw: HardwareSpec, candidates) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The candidates (in order) the runs pin: RMS sensitivity >= SENSITIVITY_MIN, and each
+    added only if the fitted set's Jacobian stays below CONDITION_MAX. Returns them and, for
+    every candidate left out, why."""
+    sens = sensitivities(cases, hw, candidates)
+    chosen: list[str] = []
+    why: dict[str, str] = {}
+    for name in candidates:
+        col = sens[name]
+        rms = math.sqrt(sum(x * x for x in col) / len(col)) if col else 0.0
+        if rms < SENSITIVITY_MIN:
+            why[name] = f"not identified (sensitivity {rms:.3f} < {SENSITIVITY_MIN})"
+            continue
+        cond = _condition([sens[n] for n in chosen] + [col])
+        if cond > CONDITION_MAX:
+            why[name] = f"not separable from {', '.join(chosen)} (condition {cond:.0f})"
+            continue
+        chosen.append(name)
+    return tuple(chosen), why
+
+
 def free_parameters(runs, hw: HardwareSpec, *, min_runs: int = 2,
                     runs_per_parameter: int = RUNS_PER_PARAMETER) -> tuple[str, ...]:
-    """The parameters the runs can fit: those they exercise, one per `runs_per_parameter`
-    runs (at least one once there are `min_runs`), in PRIORITY's order."""
+    """The parameters the runs can fit: those they exercise and identify (`identifiable`),
+    one per `runs_per_parameter` runs (at least one once there are `min_runs`), in
+    PRIORITY's order; every other parameter keeps the base profile's value."""
     if len(runs) < min_runs:
         return ()
-    return tuple(exercised(runs, hw)[:max(1, len(runs) // runs_per_parameter)])
+    chosen = identifiable(runs, hw, tuple(exercised(runs, hw)))[0]
+    return chosen[:max(1, len(runs) // runs_per_parameter)]
 
 
 def _descend(f, point: dict, names, sweeps: int = 3, steps: int = 11) -> tuple[dict, float]:

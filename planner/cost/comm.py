@@ -4,7 +4,7 @@ docs/reference/formulas.md#f6-collectives).
 Ring collectives over n ranks, S bytes, achieved bandwidth B, per-step latency α:
     all-reduce            2(n-1)/n * S/B + 2(n-1)α
     reduce-scatter        (n-1)/n * S/B + (n-1)α        (all-gather the same)
-    all-to-all            (n-1)/n * S/B + (n-1)α        (S = bytes each rank sends in total)
+    all-to-all            (n-1)/n * S/B + α + (n-1)δ    (S = bytes each rank sends in total)
     point-to-point        S/B + α
     CP ring (one layer)   (cp-1) * (S/B + α)             (S = the local K/V block; ring attention)
     exposed               max(0, t_comm - hide * t_compute)   (what overlap leaves visible)
@@ -15,6 +15,13 @@ a hierarchical (NCCL multi-ring / NVLS) reduction spreads the inter-node volume 
 `g = domain/stride` ranks of the group inside each domain, each with its own NIC, so the
 achieved bandwidth is min(NVLink, g * network) (efficiencies applied); an all-to-all sends
 the off-domain share (n - g)/n of its bytes over the NIC and the rest over NVLink.
+
+The all-to-all is not a ring: NCCL runs it as one group of ncclSend/ncclRecv to every peer
+(NCCL user guide, "Point-to-point communication", all-to-all: the calls in a group "progress
+independently"), so the sends are in flight at once and the latency is paid once, α of the
+slowest tier, plus a per-peer issue cost δ = A2A_PEER_ISSUE_S (~1 µs: the proxy posts one
+work request per peer and channel) for each of the n-1 peers. Over 128 ranks across nodes that
+is 8 + 127 µs, not the ring's 127 × 8 µs.
 """
 
 from __future__ import annotations
@@ -23,7 +30,11 @@ from dataclasses import dataclass
 
 __all__ = ["Link", "group_link", "all_reduce_time", "reduce_scatter_time", "all_gather_time",
            "all_to_all_time", "p2p_time", "ring_all_reduce_volume", "cp_ring_time",
-           "exposed_time"]
+           "exposed_time", "A2A_PEER_ISSUE_S", "all_to_all_latency"]
+
+A2A_PEER_ISSUE_S = 1e-6
+"""δ: the per-peer issue cost of NCCL's grouped all-to-all (one send and one receive posted per
+peer; ~1 µs each, the order of one small ncclSend's host-side launch)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,17 +81,23 @@ def reduce_scatter_time(size: float, n: int, link: Link) -> float:
 all_gather_time = reduce_scatter_time
 
 
+def all_to_all_latency(n: int, link: Link) -> float:
+    """α + (n-1)δ: the sends to all n-1 peers are posted at once (NCCL's grouped send/recv),
+    the slowest tier's latency paid once and δ per peer."""
+    return link.latency + (n - 1) * A2A_PEER_ISSUE_S if n > 1 else 0.0
+
+
 def all_to_all_time(size: float, n: int, link: Link) -> float:
-    """(n-1)/n * S/B + (n-1)α; across domains the off-domain share (n-g)/n goes over the
+    """(n-1)/n * S/B + α + (n-1)δ; across domains the off-domain share (n-g)/n goes over the
     network and the rest over NVLink, concurrently: max of the two."""
     if n <= 1:
         return 0.0
     if not link.crosses_network:
-        return (n - 1) / n * size / link.bandwidth + (n - 1) * link.latency
+        return (n - 1) / n * size / link.bandwidth + all_to_all_latency(n, link)
     g = link.local_ranks
     inside = (g - 1) / n * size / link.nvlink_bandwidth
     outside = (n - g) / n * size / link.network_bandwidth
-    return max(inside, outside) + (n - 1) * link.latency
+    return max(inside, outside) + all_to_all_latency(n, link)
 
 
 def p2p_time(size: float, link: Link) -> float:

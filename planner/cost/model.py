@@ -45,9 +45,21 @@ from planner.cost.memory import (
     state_bytes,
     state_dtypes,
 )
-from planner.cost.moe import dispatch_seconds, expert_tokens, exposed_dispatch
+from planner.cost.moe import (
+    FP8_DISPATCH_BYTES,
+    dispatch_seconds,
+    expert_tokens,
+    exposed_dispatch,
+    unpaired_share,
+)
 from planner.cost.params import padded_vocab
-from planner.cost.pipeline import bubble_fraction, pipeline_time
+from planner.cost.pipeline import (
+    activations_in_flight,
+    bubble_fraction,
+    parameter_copies,
+    pipeline_time,
+    schedule_bubble,
+)
 from planner.cost.precision import QUANTIZE_BYTES, linear_peak, quantized_elements
 from planner.cost.shape import ModelShape, model_shape
 from planner.cost.step import OPTIMIZER_BYTES_PER_PARAM, StepTime, dp_exposed
@@ -89,6 +101,7 @@ class LayerCosts:
     logits: float         # output layer + loss, fwd + bwd
     logits_bytes: float   # fp32 logits + final norm output
     transient: float      # TP/SP all-gather buffer
+    ep_end: float = 0.0   # EP per MoE layer of an unpaired micro-batch (all of it exposed)
 
 
 class _LayerBase(NamedTuple):
@@ -168,6 +181,8 @@ class CostModel:
         s = self.shape
         self.model_flops = model_flops_per_step(s, seq=self.seq, global_batch_size=self.gbs)
         self.L_dense = s.L_dense if s.E else s.L
+        m = job.model
+        self.router_groups = (m.moe_router_num_groups, m.moe_router_group_topk)
 
     # ------------------------------------------------------------------ cached pieces
     def link(self, n: int, stride: int) -> Link:
@@ -209,21 +224,37 @@ class CostModel:
 
     def _layer_costs(self, lay: Layout) -> LayerCosts:
         b = self._layer_base(lay)
-        d, e, ep_s = b.d, b.d, 0.0
+        d, e, ep_s, ep_end = b.d, b.d, 0.0, 0.0
         if self.shape.E:
             e = self._moe_layer(lay, b)
             if lay.ep > 1:
                 s = self.shape
                 again = b.full or "moe" in b.mods   # recomputing the MoE layer dispatches again
-                one = dispatch_seconds(lay.moe_token_dispatcher, tokens=b.local, h=s.h, k=s.k,
+                kind = lay.moe_token_dispatcher
+                one = dispatch_seconds(kind, tokens=b.local, h=s.h, k=s.k,
                                        cf=s.capacity_factor, experts=s.E, ep=lay.ep,
-                                       link=self.link(lay.ep, lay.etp))
-                ep_s = exposed_dispatch((2 + again) * one, window=e.fwd + e.bwd,
-                                        overlap=lay.overlap_moe_expert_parallel_comm,
+                                       link=self.link(lay.ep, lay.etp),
+                                       dispatch_bytes=self._dispatch_bytes(kind),
+                                       groups=self.router_groups[0],
+                                       group_topk=self.router_groups[1])
+                ep_end = (2 + again) * one
+                overlap = (lay.overlap_moe_expert_parallel_comm
+                           or lay.pipeline_schedule in ("dualpipe", "dualpipev"))
+                ep_s = exposed_dispatch(ep_end, window=e.fwd + e.bwd, overlap=overlap,
                                         hide=self.cal.ep_overlap_efficiency)
         return LayerCosts(b.tokens, b.act_d, b.act_e, b.work_d, b.work_e, d.fwd, d.bwd,
                           d.recompute, e.fwd, e.bwd, e.recompute, b.tp_s, b.tp_e, ep_s, b.cp_s,
-                          b.logits, b.logits_bytes, b.transient)
+                          b.logits, b.logits_bytes, b.transient, max(ep_s, ep_end))
+
+    def _dispatch_bytes(self, kind: str) -> float | None:
+        """Bytes per element of the forward dispatch: FP8 with its 1x128 scales where DeepEP /
+        HybridEP run under the blockwise recipe (DeepSeek-V3's: the activations are quantized
+        to 1x128 tiles before the dispatch, cost/moe.py), else the combine's BF16 (None):
+        with the other recipes the model takes the dispatch in BF16 and the quantization
+        after it, in the expert GEMMs."""
+        if self.recipe == "blockwise" and kind in ("deepep", "hybridep"):
+            return FP8_DISPATCH_BYTES
+        return None
 
     def _layer_base(self, lay: Layout) -> _LayerBase:
         """What `_layer_costs` computes that does not depend on ep or the dispatcher: the
@@ -440,7 +471,8 @@ class CostModel:
             w, g, o = state_bytes(dense_params=dense_p, linear_params=linear_p,
                                   expert_params=expert_p / (lay.ep * lay.etp), zero=zero,
                                   shard=lay.optimizer_shard, expert_shard=lay.edp, dtypes=dt)
-            stages.append((st, w, g, o))
+            c = parameter_copies(lay.pipeline_schedule)    # DualPipe: two stages a rank
+            stages.append((st, c * w, c * g, c * o))
         gather = 0.0
         if zero == 3:
             # FSDP: the gathered (unsharded) layer and the prefetched next one, and the
@@ -488,6 +520,10 @@ class CostModel:
         kept_e = r * act_e + (1 - r) * work_e if lay.recompute == "full" else act_e
         per_layer = ((layers - moe) * kept_d + moe * kept_e) / layers
         held = in_flight_layers(layers, lay.pp, lay.vpp, m, st.rank if rank is None else rank)
+        if lay.pipeline_schedule in ("dualpipe", "dualpipev") and lay.pp > 1:
+            # pp + 1 micro-batches of one stage's activations (DualPipeV: 2pp + 1 of half one)
+            p = lay.pp * (2 if lay.pipeline_schedule == "dualpipev" else 1)
+            held = min(m, activations_in_flight(lay.pipeline_schedule, p=p)) * layers * lay.pp / p
         off = min(lay.cpu_offloading_num_layers, layers)
         if off:
             # offloaded layers leave the GPU: Transformer Engine's offload synchronizer
@@ -568,8 +604,12 @@ class CostModel:
                    <= (b[1] + b[2] + b[3]) * (1.0 + self.frag) + g2 for a, b in zip(st3, st2))
 
     # ------------------------------------------------------------------ time
-    def _stage_parts(self, lay: Layout, lc: LayerCosts, st: Stage) -> tuple[Any, ...]:
-        """(compute, TP, EP, CP exposed) seconds per micro-batch on a rank of this group."""
+    def _stage_parts(self, lay: Layout, lc: LayerCosts, st: Stage,
+                     m: int | None = None) -> tuple[Any, ...]:
+        """(compute, TP, EP, CP exposed) seconds per micro-batch on a rank of this group. With
+        `m` the EP part counts the unpaired micro-batches at the schedule's ends in full
+        (moe.unpaired_share); without it only the paired law. The search's lower bound
+        passes the most micro-batches any dp gives (dp 1), the smallest unpaired share."""
         s = self.shape
         mtp_moe = st.mtp if s.E else 0
         dl = st.layers - st.moe_layers + (st.mtp - mtp_moe)
@@ -578,7 +618,11 @@ class CostModel:
         compute = (dl * (lc.fwd_d + lc.bwd_d + r * lc.rec_d)
                    + el * (lc.fwd_e + lc.bwd_e + r * lc.rec_e)
                    + (lc.logits * (1 + st.mtp) if st.output else 0.0))
-        return compute, dl * lc.tp + el * lc.tp_e, el * lc.ep, (dl + el) * lc.cp
+        ep = lc.ep
+        if m is not None and lc.ep_end > ep:
+            u = unpaired_share(lay.pipeline_schedule, p=lay.pp, rank=st.rank, m=m)
+            ep += u * (lc.ep_end - ep)
+        return compute, dl * lc.tp + el * lc.tp_e, el * ep, (dl + el) * lc.cp
 
     def time_lower_bound(self, lay: Layout, *, with_ep: bool = True) -> float:
         """A cheap bound below `time(lay).step_time_s`, the same for every ZeRO stage.
@@ -590,7 +634,8 @@ class CostModel:
         EP traffic out: a bound for every dispatcher of the layout at once.
         """
         return self.scale_bound(self.bound_sum(lay, with_ep=with_ep), lay.pp, lay.vpp,
-                                lay.dp, lay.micro_batch_size)
+                                lay.dp, lay.micro_batch_size,
+                                self.bound_ends(lay) if with_ep else ())
 
     def bound_sum(self, lay: Layout, *, with_ep: bool = True) -> float:
         """Σ_i t_i of `time_lower_bound`: one micro-batch's compute and TP/EP/CP time summed
@@ -604,12 +649,31 @@ class CostModel:
             total += st.count * (c + tp + cp + (ep if with_ep else 0.0))
         return total
 
-    def scale_bound(self, total: float, pp: int, vpp: int, dp: int, mbs: int) -> float:
-        """`time_lower_bound` from its `bound_sum`: t̄·(m + (p−1)/v) with t̄ = Σt_i / p.
-        Increasing in `total` (rounding is monotonic), so the least bound over layouts that
-        differ only in what `bound_sum` reads is this of the least sum."""
+    def bound_ends(self, lay: Layout) -> tuple[tuple[int, int, float], ...]:
+        """The unpaired micro-batches' EP traffic `bound_sum` leaves out, per stage group:
+        (first rank, ranks, extra seconds per unpaired micro-batch on each), for
+        `scale_bound` to add Σ_r min(m, w_r)·Δ_r / p (moe.unpaired_share's w). Empty
+        without EP overlap. It reads what `bound_sum` reads."""
+        lc = self.layer_costs(lay)
+        if lc.ep_end <= lc.ep:
+            return ()
+        delta = lc.ep_end - lc.ep
+        mtp = 1 if self.shape.E else 0
+        return tuple((st.rank, st.count, (st.moe_layers + mtp * st.mtp) * delta)
+                     for st in self.stages(lay))
+
+    def scale_bound(self, total: float, pp: int, vpp: int, dp: int, mbs: int,
+                    ends: tuple[tuple[int, int, float], ...] = ()) -> float:
+        """`time_lower_bound` from its `bound_sum`: t̄·(m + (p−1)/v) with t̄ = Σt_i / p, plus
+        the unpaired micro-batches' EP traffic `ends` (`bound_ends`): Σ_r min(m, p−r)·Δ_r / p
+        (m·t̄ holds m·u_r·Δ_r = min(m, w_r)·Δ_r of each rank's). Increasing in `total` and in
+        each Δ, so the least bound over layouts that differ only in what `bound_sum` reads is
+        this of the least sum and the least Δs."""
         m = self.gbs // (mbs * dp) or 1
-        return total / pp * (m + (pp - 1) / vpp)
+        extra = 0.0
+        for rank, count, delta in ends:
+            extra += delta * sum(min(m, pp - r) for r in range(rank, rank + count))
+        return total / pp * (m + (pp - 1) / vpp) + extra / pp
 
     def _first_rank_params(self, lay: Layout, first: Stage) -> tuple[float, float, float]:
         """(dense, of which linear, expert) parameters on a first-stage rank (experts already
@@ -621,7 +685,9 @@ class CostModel:
                 self.shape, layers=first.layers, moe_layers=first.moe_layers, t=lay.tp,
                 with_embedding=first.embedding, with_output=first.output,
                 vocab=padded_vocab(self.shape.V, lay.tp), mtp=first.mtp)
-            got = self._first_params[key] = (dense_p, linear_p, expert_p / (lay.ep * lay.etp))
+            c = parameter_copies(lay.pipeline_schedule)    # DualPipe: two stages a rank
+            got = self._first_params[key] = (c * dense_p, c * linear_p,
+                                             c * expert_p / (lay.ep * lay.etp))
         return got
 
     def _offload_exposed(self, lay: Layout, lc: LayerCosts, st: Stage) -> float:
@@ -657,9 +723,10 @@ class CostModel:
         them."""
         lc = self.layer_costs(lay)
         pp_s = self._pp_seconds(lay, lc)
+        m = max(1, lay.num_microbatches(self.gbs))
         out = []
         for st in self.stages(lay):
-            compute, tp_s, ep_s, cp_s = self._stage_parts(lay, lc, st)
+            compute, tp_s, ep_s, cp_s = self._stage_parts(lay, lc, st, m)
             total = max(0.0, compute + self._offload_exposed(lay, lc, st) + tp_s + ep_s + cp_s
                         + pp_s)
             fwd, bwd, rec = self._stage_work(lay, lc, st)
@@ -685,22 +752,44 @@ class CostModel:
         pp_s = self._pp_seconds(lay, lc)
         totals, groups = [], []     # per rank; per stage group (its ranks' total, parts)
         stage_list = self.stages(lay)
+        works = []
+        dual = lay.pipeline_schedule in ("dualpipe", "dualpipev") and lay.pp > 1
         for st in stage_list:
-            compute, tp_s, ep_s, cp_s = self._stage_parts(lay, lc, st)
+            compute, tp_s, ep_s, cp_s = self._stage_parts(lay, lc, st, m)
             compute += self._offload_exposed(lay, lc, st)
             # an invalid split (layers-divisible) can leave a stage a negative layer count:
             # it does no work, it does not run backwards in time (bubble_s >= 0)
             total = max(0.0, compute + tp_s + ep_s + cp_s + pp_s)
             totals += [total] * st.count
             groups.append((total, (compute, tp_s, ep_s, cp_s)))
+            if dual:
+                works.append(self._stage_work(lay, lc, st))
         first = stage_list[0]
         f_moe = first.moe_layers
         first_fwd = (first.layers - f_moe) * lc.fwd_d + f_moe * lc.fwd_e
         first_bwd = (first.layers - f_moe) * lc.bwd_d + f_moe * lc.bwd_e
-        pipe = pipeline_time(totals, m=m, v=lay.vpp)
         # the slowest rank (the first of them): the groups hold consecutive ranks in order
-        t_slow, parts = groups[max(range(len(groups)), key=lambda i: groups[i][0])]
+        slow = max(range(len(groups)), key=lambda i: groups[i][0])
+        t_slow, parts = groups[slow]
+        if dual:
+            pipe = m * t_slow + self._dualpipe_bubble(lay, t_slow, works[slow])
+        else:
+            pipe = pipeline_time(totals, m=m, v=lay.vpp)
         return m, pipe, t_slow, parts, pp_s, first, first_fwd, first_bwd
+
+    @staticmethod
+    def _dualpipe_bubble(lay: Layout, total: float, work: tuple[float, float, float]) -> float:
+        """DualPipe's (pp/2-1)(F&B + B - 3W) (pipeline.schedule_bubble) of the slowest rank:
+        its micro-batch time `total` split into F and B in the ratio of its compute, W half
+        of the backward without recompute (the weight-gradient GEMMs match the input-gradient
+        ones), F&B = F + B. DualPipeV's chunks are half a rank's layers, on 2·pp stages."""
+        fwd, bwd, rec = work
+        all_ = fwd + bwd + rec
+        f = total * fwd / all_ if all_ else total / 3
+        b, w = total - f, (total * bwd / all_ / 2 if all_ else total / 3)
+        if lay.pipeline_schedule == "dualpipev":
+            return schedule_bubble("dualpipev", p=2 * lay.pp, f=f / 2, b=b / 2, w=w / 2)
+        return schedule_bubble("dualpipe", p=lay.pp, f=f, b=b, w=w)
 
     def _dp_and_optimizer(self, lay: Layout, m: int, first: Stage, first_fwd: float,
                           first_bwd: float) -> tuple[float, float]:

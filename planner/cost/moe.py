@@ -18,16 +18,40 @@ Dispatchers (Megatron `--moe-token-dispatcher-type`, flex backends), per MoE lay
                  D(g) = g * (1 - C(E - E/g, k) / C(E, k))  distinct groups of g hit by top-k
              network bytes T * D(nodes) * (nodes-1)/nodes * 2h, NVLink bytes T * D(ranks) * 2h,
              concurrently.
+             With group-limited routing (Megatron `moe_router_num_groups` G,
+             `moe_router_group_topk` G_k; DeepSeek-V3 §2.1.2: each token to at most 4 of 8
+             nodes) a token's k experts lie in G_k of the G groups, so the nodes it reaches are
+             at most the nodes those G_k groups sit on:
+                 D_lim(nodes) = D_groups * hit,  D_groups = distinct nodes of G_k groups
+                 drawn from G (the same D with groups for experts), hit = D(G_k, G_k*E/G, k)/G_k
+                 the chance a chosen group gets at least one of the k experts,
+             taken where it is below the unlimited D(nodes); the GPUs it reaches are
+             D(G_k*ep/G, G_k*E/G, k), the ranks of the chosen groups. One RDMA hop per node, then
+             NVLink forwarding inside it (DeepEP's "normal kernels with NVLink and RDMA
+             forwarding", deepseek-ai/DeepEP README: 43-51 GB/s RDMA of CX7's ~50 at EP 16-64,
+             153-158 GB/s NVLink of H800's ~160).
   hybridep   the same deduplicated traffic (NVIDIA's HybridEP kernels).
+Bytes per copy: BF16, 2h each way; with an FP8 recipe the DeepEP / HybridEP dispatch sends
+FP8 with one fp32 scale per 128 elements, h * (1 + 4/128) bytes, and the combine stays BF16
+(DeepSeek-V3 §3.3.2; DeepEP README: "FP8 dispatching and BF16 combining"); the backward's
+dispatch (the combine's gradient) is BF16 and its combine (the dispatch's gradient) too.
 Every dispatcher hands the experts' grouped GEMM its per-expert token counts, which
 Transformer Engine's GroupedLinear takes as a host list: a device-to-host sync in every MoE
 layer (launch.host_mode), unless the dispatch is padded to a fixed capacity, which
 full-iteration CUDA graphs require (`cuda_graphs: full`).
-`overlap_moe_expert_parallel_comm` (Megatron's 1F1B all-to-all overlap) hides a layer's
-dispatch and combine behind the other micro-batch's compute of that layer: at most the
-profile's `ep_overlap_efficiency` of it (the communication kernels share the SMs, and the
-first and last micro-batch of a stage have no partner), and no more than that share of the
-compute window.
+`overlap_moe_expert_parallel_comm` (Megatron's 1F1B all-to-all overlap) and DualPipe pair a
+micro-batch's forward with another's backward and run one's dispatch and combine under the
+other's compute. For a paired micro-batch, with c its layer's traffic, W the compute it is
+paired with (the layer's forward + backward) and η the profile's `ep_overlap_efficiency`
+(the share of W the traffic can run under: the dependencies inside a layer leave some of it
+exposed), the communication kernels take s = COMM_SM_SHARE of the SMs (DeepSeek-V3 §3.2: 20
+of H800's 132 for DeepEP), so the compute under them runs at 1 - s:
+    paired    max(c - η·W, s·c)     (all hidden: the compute slows by s·c; else what sticks out)
+    unpaired  c                     (the first and last micro-batches of a stage: the warm-up
+                                     forwards and cool-down backwards have no partner)
+The pipeline part weighs them by the unpaired share u = min(1, w/m) of a stage's m
+micro-batches, w = pp - rank for 1F1B (its warm-up forwards and the one at the seam) and
+pp/2 for DualPipe (each end of the bidirectional pipeline half as long).
 """
 
 from __future__ import annotations
@@ -36,9 +60,12 @@ from math import comb
 
 from planner.cost.comm import Link, all_gather_time, all_to_all_time, reduce_scatter_time
 
-__all__ = ["distinct_groups", "expert_tokens", "dispatch_seconds", "exposed_dispatch"]
+__all__ = ["distinct_groups", "limited_nodes", "expert_tokens", "dispatch_seconds",
+           "exposed_dispatch", "unpaired_share", "FP8_DISPATCH_BYTES", "COMM_SM_SHARE"]
 
 _KERNEL_LATENCY_S = 20e-6   # a DeepEP / HybridEP dispatch or combine kernel's fixed cost
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
+"""Bytes per element of an FP8 dispatch: 1 byte plus one fp32 scale per 1x128 block."""
 
 
 def distinct_groups(groups: int, experts: int, k: int) -> float:
@@ -52,14 +79,36 @@ def distinct_groups(groups: int, experts: int, k: int) -> float:
     return groups * (1.0 - comb(experts - per, k) / comb(experts, k))
 
 
+def limited_nodes(nodes: int, experts: int, k: int, groups: int | None,
+                  group_topk: int | None) -> float:
+    """Expected distinct nodes a token reaches: D(nodes) for free routing, and with
+    group-limited routing (G groups, G_k of them per token) at most D_groups * hit, where
+    D_groups = the distinct nodes of G_k of the G groups (groups spread evenly, G/nodes to a
+    node when G >= nodes) and hit = D(G_k, G_k*E/G, k)/G_k."""
+    free = distinct_groups(nodes, experts, k)
+    if not groups or not group_topk or group_topk >= groups or nodes <= 1:
+        return free
+    if groups >= nodes:
+        d_groups = distinct_groups(nodes, groups, group_topk)
+    else:                     # a group spans nodes/groups nodes
+        d_groups = group_topk * nodes / groups
+    hit = distinct_groups(group_topk, group_topk * experts // groups, k) / group_topk
+    return min(free, d_groups * hit)
+
+
 def expert_tokens(*, tokens: float, ep: int, k: int, cf: float, experts: int) -> float:
     """Tokens one local expert's GEMM gets per micro-batch: T * ep * k * cf / E."""
     return tokens * ep * k * cf / max(experts, 1)
 
 
 def dispatch_seconds(kind: str, *, tokens: float, h: int, k: int, cf: float, experts: int,
-                     ep: int, link: Link, elem_bytes: float = 2.0) -> float:
-    """Dispatch + combine of one MoE layer's forward on one rank holding `tokens` tokens."""
+                     ep: int, link: Link, elem_bytes: float = 2.0,
+                     dispatch_bytes: float | None = None, groups: int | None = None,
+                     group_topk: int | None = None) -> float:
+    """Dispatch + combine of one MoE layer's forward on one rank holding `tokens` tokens.
+    `dispatch_bytes` (per element; default `elem_bytes`) is the dispatch's, the combine's is
+    `elem_bytes` (DeepEP / HybridEP only: FP8 dispatch, BF16 combine); `groups` /
+    `group_topk` the router's group limit (DeepEP / HybridEP: fewer nodes per token)."""
     if ep <= 1:
         return 0.0
     row = elem_bytes * h
@@ -72,17 +121,35 @@ def dispatch_seconds(kind: str, *, tokens: float, h: int, k: int, cf: float, exp
     local = link.local_ranks if link.crosses_network else ep
     nodes = max(1, ep // max(local, 1))
     ranks = distinct_groups(ep, experts, k) * cf
-    inside = tokens * ranks * row / link.nvlink_bandwidth
+    if groups and group_topk and group_topk < groups and ep % groups == 0:
+        # the k experts lie among the G_k*E/G experts on the G_k*ep/G ranks of the chosen groups
+        ranks = min(ranks, distinct_groups(group_topk * ep // groups,
+                                           group_topk * experts // groups, k) * cf)
+    inside = tokens * ranks / link.nvlink_bandwidth
     outside = 0.0
     if link.crosses_network and nodes > 1:
-        remote = distinct_groups(nodes, experts, k) * (nodes - 1) / nodes * cf
-        outside = tokens * remote * row / link.network_bandwidth
-    return 2.0 * (max(inside, outside) + _KERNEL_LATENCY_S + link.latency)
+        remote = limited_nodes(nodes, experts, k, groups, group_topk) * (nodes - 1) / nodes * cf
+        outside = tokens * remote / link.network_bandwidth
+    rows = h * (dispatch_bytes if dispatch_bytes is not None else elem_bytes) + row
+    return max(inside, outside) * rows + 2.0 * (_KERNEL_LATENCY_S + link.latency)
+
+
+COMM_SM_SHARE = 20 / 132
+"""The SMs the overlapped dispatch / combine kernels take from the compute (DeepSeek-V3 report,
+arXiv:2412.19437 §3.2: 20 of the H800's 132 SMs)."""
 
 
 def exposed_dispatch(comm: float, *, window: float, overlap: bool, hide: float) -> float:
-    """What of a layer's dispatcher traffic stays on the critical path: all of it, or with
-    the all-to-all overlap what the other micro-batch's compute `window` cannot hide."""
+    """What of a paired micro-batch's layer traffic `comm` stays on the critical path: all of
+    it without overlap, else max(comm - hide*window, COMM_SM_SHARE*comm) (the compute it runs
+    under slows by the SMs the communication kernels take)."""
     if not overlap:
         return comm
-    return max(comm - hide * window, (1.0 - hide) * comm)
+    return max(comm - hide * window, COMM_SM_SHARE * comm)
+
+
+def unpaired_share(schedule: str, *, p: int, rank: int, m: int) -> float:
+    """The share of a stage's m micro-batches whose dispatch has no compute partner: w/m,
+    w = p - rank for 1F1B (warm-up forwards and the seam), max(1, p/2) for DualPipe(V)."""
+    w = max(1.0, p / 2) if schedule in ("dualpipe", "dualpipev") else float(max(1, p - rank))
+    return min(1.0, w / max(m, 1))

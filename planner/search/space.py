@@ -137,7 +137,7 @@ class _Space:
                           for sv in self.rec if sv.bf16_states}
         self.zero_order = _zero_order(self.zero)
         self.variants = _moe_variants(m, fix)
-        self.bound_sums: dict[tuple, float] = {}   # `_least_bound_sum`'s, for this search
+        self.bound_sums: dict[tuple, tuple] = {}   # `_least_bound_sum`'s, for this search
         self.act_tables: dict[tuple, dict] = {}     # `_Group.acts`, for this search
         # what the activations (`_Group.acts`) and the time bound (`_least_bound_sum`) read
         # of a saver; the options before each saver in its chain and its fp32 twin (they

@@ -376,8 +376,9 @@ def _contenders(group: _Group, valid: list[int], prefix: list, pairs: _Pairs, sp
     def bound(mbs: int, sv: Saver) -> float:
         lb = bounds.get((mbs, sv.key))
         if lb is None:
-            lb = bounds[(mbs, sv.key)] = cm.scale_bound(
-                _least_bound_sum(head, mbs, sv, tail, space, cm), pp, vpp, dp, mbs)
+            lb = bounds[(mbs, sv.key)] = min(
+                cm.scale_bound(total, pp, vpp, dp, mbs, ends)
+                for total, ends in _least_bound_sum(head, mbs, sv, tail, space, cm))
         return lb
 
     for zero in space.zero:
@@ -403,20 +404,26 @@ def _contenders(group: _Group, valid: list[int], prefix: list, pairs: _Pairs, sp
 
 
 def _least_bound_sum(head: _Head, mbs: int, sv: Saver, tail: _Tail, space: _Space,
-                     cm) -> float:
-    """The least `bound_sum` over the dispatcher variants: with `scale_bound` (increasing in
-    it) the least `time_lower_bound` of the candidate, the same for every ZeRO stage and dp.
-    Kept for the whole search in `space.bound_sums`, keyed on every field `bound_sum` reads
-    (the head without dp, and without vpp unless block recompute; the tail; micro-batch;
-    the saver's recompute settings, not its state dtypes or offload); the variants tried
-    depend only on ep and the recompute."""
+                     cm) -> tuple[tuple[float, tuple], ...]:
+    """The `bound_sum` and `bound_ends` of each dispatcher variant, the least `bound_sum`
+    first: with `scale_bound` (increasing in both) the least of them scaled is the least
+    `time_lower_bound` of the candidate, the same for every ZeRO stage; the variants whose
+    sum is the least's and whose ends add nothing are dropped. Kept for the whole search in
+    `space.bound_sums`, keyed on every field `bound_sum` reads (the head without dp, and
+    without vpp unless block recompute; the tail; micro-batch; the saver's recompute
+    settings, not its state dtypes or offload); the variants tried depend only on ep and the
+    recompute."""
     h = head
     key = (h.tp, h.cp, h.ep, h.pp, h.vpp if sv.num_layers else 1, h.etp, h.sp, tail, mbs,
            space.time_class[sv.key])
     got = space.bound_sums.get(key)
     if got is None:
-        got = space.bound_sums[key] = min(
-            cm.bound_sum(_build(head, 0, mbs, sv, tail, v)) for v in _variants_for(space, head, sv))
+        parts = sorted({(cm.bound_sum(lay), cm.bound_ends(lay))
+                        for lay in (_build(head, 0, mbs, sv, tail, v)
+                                    for v in _variants_for(space, head, sv))})
+        # a variant no cheaper in its sum and with no unpaired ends never gives the least
+        got = space.bound_sums[key] = tuple(
+            p for i, p in enumerate(parts) if i == 0 or p[1])
     return got
 
 

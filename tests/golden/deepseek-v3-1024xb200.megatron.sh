@@ -39,6 +39,8 @@ torchrun \
     --moe-ffn-hidden-size 2048 \
     --moe-shared-expert-intermediate-size 2048 \
     --moe-layer-freq '([0]*3+[1]*58)' \
+    --moe-router-num-groups 8 \
+    --moe-router-group-topk 4 \
     --moe-token-dispatcher-type allgather \
     --moe-grouped-gemm \
     --attention-dropout 0 \

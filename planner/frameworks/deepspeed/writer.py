@@ -129,6 +129,9 @@ def refusals(job, layout: Layout) -> list[str]:
             f"with pp {layout.pp}; set zero_stage 1, or pp 1 (exported with --no-pipeline-parallel)")
     own = partition_split(m.num_layers, layout.pp)
     problems = [
+        (layout.pipeline_schedule in ("dualpipe", "dualpipev", "interleaved"),
+         f"pipeline_schedule {layout.pipeline_schedule}: DeepSpeed's pipeline engine runs 1F1B "
+         "only; set pipeline_schedule 1f1b"),
         (m.is_mla, f"{m.name} uses multi-latent attention, which Megatron-DeepSpeed lacks; "
                    "export megatron instead"),
         (m.num_shared_experts > 0, "shared experts are not in Megatron-DeepSpeed; export megatron"),

@@ -100,7 +100,8 @@ _SINGLE = frozenset({
     "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--cuda-graph-impl",
     "--pipeline-model-parallel-layout", "--mtp-num-layers", "--cpu-offloading-num-layers",
     "--exp-avg-dtype", "--exp-avg-sq-dtype", "--rotary-base", "--moe-expert-capacity-factor",
-    "--attention-backend", "--moe-layer-freq",
+    "--attention-backend", "--moe-layer-freq", "--moe-router-num-groups",
+    "--moe-router-group-topk",
 })
 _SHAPE_REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads",
                    "--max-position-embeddings")
@@ -746,6 +747,10 @@ def _moe_fields(flags: Flags, fields: dict, deepspeed: bool, out: list[Violation
     capacity = flags.float("--moe-expert-capacity-factor", fix=fix)
     if capacity is not None:
         moe["moe_capacity_factor"] = capacity
+    groups = flags.int("--moe-router-num-groups", fix=fix)
+    group_topk = flags.int("--moe-router-group-topk", fix=fix)
+    if groups is not None or group_topk is not None:   # ModelSpec checks they go together
+        moe.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
     return moe
 
 

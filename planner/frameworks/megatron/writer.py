@@ -109,6 +109,9 @@ def refusals(job, layout: Layout, *, bridge: bool = False) -> list[str]:
         (tr.fp8_param_gather and tr.precision == "fp8" and layout.zero == 0,
          "fp8_param_gather with zero_stage 0: Megatron's --fp8-param-gather needs the "
          "distributed optimizer (zero_stage 1) or FSDP"),
+        (layout.pipeline_schedule in ("dualpipe", "dualpipev"),
+         f"pipeline_schedule {layout.pipeline_schedule}: DualPipe is not in Megatron-LM (it is "
+         "deepseek-ai/DualPipe's own schedule); use 1f1b (interleaved with vpp > 1)"),
         (m.is_moe and layout.overlap_moe_expert_parallel_comm
          and layout.moe_token_dispatcher == "allgather",
          "overlap_moe_expert_parallel_comm with moe_token_dispatcher allgather: Megatron needs "
@@ -257,6 +260,9 @@ def moe_flags(m: ModelSpec, layout: Layout | None = None) -> list[Flag]:
                        str(m.num_shared_experts * m.expert_ffn)))
     if m.num_moe_layers != m.num_layers:
         flags.append(("--moe-layer-freq", moe_layer_freq(m)))
+    if m.moe_router_num_groups and m.moe_router_group_topk:     # group-limited routing
+        flags += [("--moe-router-num-groups", str(m.moe_router_num_groups)),
+                  ("--moe-router-group-topk", str(m.moe_router_group_topk))]
     dispatcher = layout.moe_token_dispatcher if layout is not None else "alltoall"
     if dispatcher in ("deepep", "hybridep"):
         flags += [("--moe-token-dispatcher-type", "flex"),

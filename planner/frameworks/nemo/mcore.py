@@ -544,6 +544,10 @@ def moe_fields(cfg: dict, *, where: str, num_layers: int, out: list[Violation],
                             "between 0.1 and 100; fix the value",
                             field=f"{where}.moe_expert_capacity_factor", value=capacity)
         fields["moe_capacity_factor"] = float(capacity)
+    groups = as_int(cfg, "moe_router_num_groups", None, where=where, minimum=1)
+    group_topk = as_int(cfg, "moe_router_group_topk", None, where=where, minimum=1)
+    if groups is not None or group_topk is not None:   # ModelSpec checks they go together
+        fields.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
     return fields
 
 

@@ -88,7 +88,8 @@ _MODEL_USED = frozenset({
     "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
     "rotary_base", "override_vocab_size", "moe_shared_expert_intermediate_size",
-    "moe_layer_freq", "moe_expert_capacity_factor", "fp8_params", "fp8_recipe",
+    "moe_layer_freq", "moe_expert_capacity_factor", "moe_router_num_groups",
+    "moe_router_group_topk", "fp8_params", "fp8_recipe",
     "fsdp_grad_reduce_dtype", "enable_cuda_graph", "recompute_modules",
 })
 # The keys of NeMo 1's megatron_gpt_config.yaml and the launcher's training configs that the

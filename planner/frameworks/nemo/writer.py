@@ -76,6 +76,9 @@ def refusals(job, layout: Layout) -> list[str]:
     moments = (layout.exp_avg_dtype, layout.exp_avg_sq_dtype)
     sharded = layout.zero in (1, 2, 3)
     problems = [
+        (layout.pipeline_schedule in ("dualpipe", "dualpipev"),
+         f"pipeline_schedule {layout.pipeline_schedule}: DualPipe is not in NeMo's Megatron "
+         "core; use 1f1b (interleaved with vpp > 1)"),
         ("torchtitan_op" in layout.selective_modules,
          "recompute_modules [torchtitan_op]: torchtitan's op-level checkpointing; NeMo's "
          "selective recompute is by module: use recompute_modules core_attn (and mlp, "
@@ -165,6 +168,9 @@ def _model_shape(job, layout: Layout) -> dict:
             d["moe_layer_freq"] = [int(x) for x in m.moe_layers]
         if m.moe_capacity_factor != 1.0:
             d["moe_expert_capacity_factor"] = m.moe_capacity_factor
+        if m.moe_router_num_groups and m.moe_router_group_topk:   # group-limited routing
+            d.update(moe_router_num_groups=m.moe_router_num_groups,
+                     moe_router_group_topk=m.moe_router_group_topk)
     if m.mtp_num_layers:
         d["mtp_num_layers"] = m.mtp_num_layers
     kinds = m.attention_kinds

@@ -446,6 +446,14 @@ def _loss(data: dict, par: dict) -> dict:
             "loss_parallel": not par.get("disable_loss_parallel", False)}
 
 
+def _schedule(par: dict, pp: int) -> dict:
+    """`pipeline_parallel_schedule` DualPipeV is the dualpipev schedule (Interleaved1F1B and
+    1F1B are the default 1f1b, interleaved by vpp; the others keep it, and
+    torchtitan-pp-schedule reports the unknown ones)."""
+    schedule = str(par.get("pipeline_parallel_schedule", "1F1B")).lower()
+    return {"pipeline_schedule": "dualpipev"} if schedule == "dualpipev" and pp > 1 else {}
+
+
 def _moe(par: dict, model: ModelSpec, pp: int, ep: int, out: list[Violation]) -> dict:
     if not model.is_moe:
         return {}
@@ -454,7 +462,7 @@ def _moe(par: dict, model: ModelSpec, pp: int, ep: int, out: list[Violation]) ->
         raise SpecError(f"[parallelism] expert_parallel_comm_backend = {_short(backend)} must be "
                         "standard or deepep",
                         field="parallelism.expert_parallel_comm_backend", value=backend)
-    fields = {"moe_token_dispatcher": "deepep" if backend == "deepep" else "alltoall"}
+    fields: dict = {"moe_token_dispatcher": "deepep" if backend == "deepep" else "alltoall"}
     schedule = str(par.get("pipeline_parallel_schedule", "1F1B")).lower()
     if schedule == "dualpipev" and pp > 1 and ep > 1 \
             and par.get("pipeline_parallel_expert_parallel_overlap", True):
@@ -569,7 +577,7 @@ def load(path: str | Path, data: dict, ov: Overrides) -> Imported:
                     cp_comm_type="allgather" if rotate == "allgather" else "p2p",
                     tp_comm_overlap=bool(par.get("enable_async_tensor_parallel", False)),
                     **_recompute(data, ranks, vpp, out), **_precision_settings(train, out),
-                    **_moe(par, model, pp, ep, out))
+                    **_moe(par, model, pp, ep, out), **_schedule(par, pp))
     job = make_job(model=model, hardware=hardware, num_gpus=num_gpus, seq_length=seq,
                    global_batch_size=gbs, precision=precision, accounting="deepspeed",
                    source=source, **fp8_fields, **_loss(data, par))

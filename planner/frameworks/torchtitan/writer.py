@@ -220,7 +220,18 @@ def _pipeline(job, layout: Layout) -> dict:
 
 
 def _dualpipe(job, layout: Layout, par: dict) -> None:
-    """overlap_moe_expert_parallel_comm: torchtitan overlaps EP with PP in DualPipeV only."""
+    """pipeline_schedule dualpipev, or overlap_moe_expert_parallel_comm: torchtitan overlaps EP
+    with PP in DualPipeV only; DualPipe (two parameter copies) it does not have."""
+    if layout.pipeline_schedule == "dualpipe":
+        _refuse("pipeline_schedule dualpipe: torchtitan has DualPipeV (one parameter copy, two "
+                "chunks a rank), not DualPipe; set pipeline_schedule dualpipev with vpp 2")
+    if layout.pipeline_schedule == "dualpipev":
+        if layout.pp == 1 or layout.vpp != 2 or layout.uneven:
+            _refuse(f"pipeline_schedule dualpipev with pp {layout.pp}, vpp {layout.vpp}: "
+                    "torchtitan's DualPipeV runs two stages a rank (pp > 1, vpp 2, an even "
+                    "split); set those")
+        par["pipeline_parallel_schedule"] = "DualPipeV"
+        return
     if not (layout.overlap_moe_expert_parallel_comm and job.model.is_moe and layout.ep > 1):
         return
     if layout.pp == 1 or layout.vpp != 2 or layout.uneven or layout.recompute != "none":

@@ -1,0 +1,102 @@
+"""Pipeline schedules' bubbles, parameter copies and activation counts (planner/cost/pipeline.py).
+
+Sources: DeepSeek-V3 report (arXiv:2412.19437) Table 2 and the deepseek-ai/DualPipe README
+(1F1B (PP-1)(F+B), 1x, PP; DualPipe (PP/2-1)(F&B+B-3W), 2x, PP+1; DualPipeV the same bubble
+with 1x); Narayanan et al. 2021 (arXiv:2104.04473) §2.2 for the interleaved schedule.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.cost.pipeline import (
+    activations_in_flight,
+    parameter_copies,
+    schedule_bubble,
+)
+from planner.cost.schedule import build_schedule
+
+# a chunk: forward 1, backward 2 (input 1 + weight 1): the usual 1:2 forward:backward FLOPs
+F, B, W = 1.0, 2.0, 1.0
+
+
+@pytest.mark.parametrize("schedule, p, v, fb, want", [
+    ("1f1b", 4, 1, None, 3 * (F + B)),                    # (4-1)(1+2) = 9
+    ("interleaved", 4, 2, None, 3 * (F + B) / 2),         # 9/2
+    # DualPipe, PP 16 (DeepSeek-V3): (16/2-1)(F&B + B - 3W) = 7 (3 + 2 - 3) = 14 with
+    # F&B = F+B (no overlap credit) against 1F1B's 15 * 3 = 45
+    ("dualpipe", 16, 1, None, 7 * (F + B + B - 3 * W)),
+    # with the forward and backward chunks fully overlapped (F&B = max(F, B) = 2): 7 * 1 = 7
+    ("dualpipe", 16, 1, 2.0, 7 * (2.0 + B - 3 * W)),
+    ("dualpipev", 8, 1, None, 3 * (F + B + B - 3 * W)),
+    ("1f1b", 1, 1, None, 0.0),
+], ids=["1f1b-p4", "interleaved-p4-v2", "dualpipe-p16", "dualpipe-p16-overlapped",
+        "dualpipev-p8", "no-pipeline"])
+def test_schedule_bubble(schedule, p, v, fb, want):
+    assert schedule_bubble(schedule, p=p, f=F, b=B, w=W, fb=fb, v=v) == pytest.approx(want)
+
+
+def test_dualpipe_bubble_is_below_1f1b_at_deepseek_v3_scale():
+    one = schedule_bubble("1f1b", p=16, f=F, b=B, w=W)
+    dual = schedule_bubble("dualpipe", p=16, f=F, b=B, w=W)
+    assert dual < one / 3          # 14 against 45
+
+
+def test_1f1b_bubble_matches_the_simulated_schedule():
+    # the closed form against the block-by-block schedule Megatron runs (schedule.py): with
+    # equal stages the busiest rank idles (p-1)(F+B)
+    p, m = 4, 8
+    sim = build_schedule(forward=[F] * p, backward=[B] * p, m=m)
+    assert sim.makespan - sim.ideal == pytest.approx(schedule_bubble("1f1b", p=p, f=F, b=B, w=W))
+
+
+@pytest.mark.parametrize("schedule, copies, acts", [
+    ("1f1b", 1, 8.0),
+    ("interleaved", 1, 8 * (1 + 7 / (8 * 2))),   # v = 2: p (1 + (p-1)/(p v))
+    ("dualpipe", 2, 9.0),
+    ("dualpipev", 1, 9.0),
+], ids=["1f1b", "interleaved", "dualpipe", "dualpipev"])
+def test_parameter_copies_and_activations(schedule, copies, acts):
+    assert parameter_copies(schedule) == copies
+    assert activations_in_flight(schedule, p=8, v=2) == pytest.approx(acts)
+
+
+def test_unknown_schedule_is_refused():
+    with pytest.raises(ValueError, match="gpipe"):
+        schedule_bubble("gpipe", p=4, f=F, b=B, w=W)
+
+
+def _v3_job(schedule: str, vpp: int = 1):
+    from planner.config import config_from_data
+    return config_from_data({
+        "model": "deepseek-v3", "hardware": "h800", "num_gpus": 2048,
+        "training": {"seq_length": 4096, "global_batch_size": 15360, "precision": "bf16"},
+        "parallel": {"tp": 1, "pp": 16, "ep": 64, "etp": 1, "micro_batch_size": 1,
+                     "vpp": vpp, "moe_token_dispatcher": "deepep",
+                     "pipeline_schedule": schedule, "first_stage_layers": 4,
+                     "last_stage_layers": 3}})
+
+
+def test_dualpipe_in_the_step_and_the_memory():
+    # The same layout under 1F1B and DualPipe: DualPipe's pipeline part is m * t_max plus
+    # (p/2-1)(F&B + B - 3W) of the slowest rank (F, B in the ratio of its compute, W half of
+    # the backward), its weights, gradients and optimizer states twice 1F1B's, and its
+    # first rank holds p + 1 micro-batches of activations where 1F1B's holds p.
+    from planner.cost.model import CostModel
+
+    job, one = _v3_job("1f1b")
+    _, dual = _v3_job("dualpipe")
+    cm = CostModel(job)
+    m, pipe, t_slow = cm._pipeline(dual)[:3]
+    assert m == 15360 // (1 * 128)
+    # stage_times: each rank's (F, B with recompute, recompute) per micro-batch
+    f, b, rec = max(cm.stage_times(dual), key=lambda x: x[0] + x[1])
+    assert f + b == pytest.approx(t_slow, rel=1e-12)
+    w = (b - rec) / 2
+    assert pipe == pytest.approx(m * t_slow + (16 / 2 - 1) * (f + b + b - 3 * w), rel=1e-9)
+    a, b = cm.memory(one), cm.memory(dual)
+    assert b.weights == pytest.approx(2 * a.weights, rel=1e-12)
+    assert b.gradients == pytest.approx(2 * a.gradients, rel=1e-12)
+    assert b.optimizer == pytest.approx(2 * a.optimizer, rel=1e-12)
+    # the DualPipe bubble is below 1F1B's (p-1) t_max of the same stage times
+    assert pipe - m * t_slow < (16 - 1) * t_slow / 3
