@@ -88,7 +88,7 @@ def fit_all(by_hw: dict, profiles: dict, log=print, fitted: dict | None = None) 
                                   for k in PRIORITY})
         cases = by_hw[name]
         _, why = identifiable(cases, hw, tuple(exercised(cases, hw))) if len(cases) >= 2 else ((), {})
-        names = free_parameters(cases, hw)
+        names = free_parameters(cases, hw, identify=True)
         profiles[name], val = fit_profile(cases, hw, names)
         if fitted is not None:
             fitted[name] = names
