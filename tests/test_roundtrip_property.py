@@ -168,6 +168,10 @@ KNOWN = [
     pytest.param("qwen3-235b-a22b", 8, "b200", "vllm", id="attention-dp-concurrency-vllm"),
     pytest.param("deepseek-v3", 16, "h200", "trtllm", id="attention-dp-concurrency-trtllm"),
     pytest.param("llama3-70b", 8, "h100-sxm", "vllm", id="llama-70b-vllm"),
+    # SGLang with attention DP: --chunked-prefill-size is the instance's, each rank's share is
+    # it / dp (as the export writes it), so the prefill chunk and its TTFT read back
+    pytest.param("deepseek-v3", 16, "h200", "sglang", id="attention-dp-chunk-sglang-dsv3"),
+    pytest.param("qwen3-235b-a22b", 8, "b200", "sglang", id="attention-dp-chunk-sglang-qwen3"),
 ]
 
 
@@ -181,3 +185,4 @@ def test_serving_round_trip_gives_the_same_verdict_and_time(tmp_path, model, gpu
         assert back.valid
         assert back.estimate.concurrency == p.estimate.concurrency
         assert back.estimate.tpot_s == pytest.approx(p.estimate.tpot_s, rel=1e-3)
+        assert back.estimate.ttft_s == pytest.approx(p.estimate.ttft_s, rel=1e-3)

@@ -101,7 +101,11 @@ def engine_settings(job, inst) -> EngineSettings:
         engine=eng,
         memory_fraction=sv.memory_fraction if sv.memory_fraction is not None else frac,
         max_batch_size=sv.max_batch_size if sv.max_batch_size is not None else batch,
-        max_num_tokens=sv.max_num_tokens if sv.max_num_tokens is not None else tokens,
+        max_num_tokens=(tokens if sv.max_num_tokens is None else
+                        # SGLang's --chunked-prefill-size is the instance's; with attention DP
+                        # each rank prefills its share (the export writes per rank x dp)
+                        max(1, sv.max_num_tokens // inst.dp)
+                        if eng == "sglang" and inst.dp_attention else sv.max_num_tokens),
         block_tokens=block, cuda_graph_bytes=CUDA_GRAPH_GIB[eng] * GiB,
         memory_fraction_default=sv.memory_fraction is None,
         max_batch_size_default=sv.max_batch_size is None,
