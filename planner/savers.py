@@ -116,7 +116,7 @@ def chains(options: list[Saver]) -> list[list[Saver]]:
     return out
 
 
-def in_use(layout, training=None) -> list[str]:
+def in_use(layout: Any, training: Any = None) -> list[str]:
     """The memory savers a layout relies on, compactly, in a fixed order (the plan table's
     savers column, the HTML report, JSON `savers`): the recompute ("sel" core_attn only,
     "sel+" more modules, "full", "fullN" N layers per virtual stage), "offN" (N layers'

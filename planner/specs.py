@@ -213,13 +213,13 @@ class ModelSpec(_Spec):
             if self.moe_top_k > self.num_experts:
                 raise ValueError(
                     f"moe_top_k ({self.moe_top_k}) must be <= num_experts ({self.num_experts})")
-            g, gk = self.moe_router_num_groups, self.moe_router_group_topk
-            if (g is None) != (gk is None):
+            ng, gk = self.moe_router_num_groups, self.moe_router_group_topk
+            if (ng is None) != (gk is None):
                 raise ValueError("moe_router_num_groups and moe_router_group_topk go together "
                                  "(group-limited routing); set both or neither")
-            if g is not None and gk is not None and (self.num_experts % g or gk > g):
+            if ng is not None and gk is not None and (self.num_experts % ng or gk > ng):
                 raise ValueError(
-                    f"moe_router_num_groups ({g}) must divide num_experts ({self.num_experts}) "
+                    f"moe_router_num_groups ({ng}) must divide num_experts ({self.num_experts}) "
                     f"and moe_router_group_topk ({gk}) be <= it")
             if self.num_dense_layers >= self.num_layers:
                 raise ValueError(
@@ -644,7 +644,7 @@ _KIND_ALIASES = {"full_attention": "full", "sliding_attention": "sliding",
                  "local": "sliding"}
 
 
-def pattern_list(value: Any, *, field: str) -> list:
+def pattern_list(value: Any, *, field: str) -> list[Any]:
     """A list expression as Megatron writes `--moe-layer-freq`: list literals of ints or
     strings joined by + and repeated by * (an int), parentheses, e.g. "[0]*3+[1]*58" or
     "([0]+[1]*1)*24". Evaluated by walking the syntax tree (no eval), at most 100,000 items."""

@@ -25,12 +25,12 @@ class LayerParams:
     """Parameters of one layer by how they are sharded."""
 
     attention: float    # TP-sharded (the mean layer's: an int when all layers are alike)
-    mlp: int            # TP-sharded (dense MLP or shared experts)
+    mlp: float          # TP-sharded (dense MLP or shared experts)
     experts: int        # EP x ETP-sharded (routed experts, all of them)
     replicated: int     # norms, router: on every TP rank
 
     @property
-    def total(self) -> int:
+    def total(self) -> float:
         return self.attention + self.mlp + self.experts + self.replicated
 
 

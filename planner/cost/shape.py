@@ -8,6 +8,7 @@ computed here once (pure, from the `ModelSpec`) and the cost functions do arithm
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from planner.cost.params import (
     attention_params,
@@ -44,9 +45,9 @@ class ModelShape:
     mla: bool
     capacity_factor: float
     # parameters of one layer, by sharding
-    dense_tp: int           # TP-sharded params of a dense layer (attention + MLP)
+    dense_tp: float         # TP-sharded params of a dense layer (attention + MLP)
     dense_rep: int          # replicated params of a dense layer (norms)
-    moe_tp: int             # TP-sharded params of an MoE layer (attention + shared experts)
+    moe_tp: float           # TP-sharded params of an MoE layer (attention + shared experts)
     moe_rep: int            # replicated params of an MoE layer (norms + router)
     moe_experts: int        # routed-expert params of an MoE layer (all experts)
     emb_extra: int          # learned position embedding params (first stage)
@@ -175,7 +176,7 @@ def model_shape(m: ModelSpec) -> ModelShape:
     )
 
 
-def _pattern(m: ModelSpec, proj: float, act_qkv: float, act_latent: float) -> dict | None:
+def _pattern(m: ModelSpec, proj: float, act_qkv: float, act_latent: float) -> dict[str, Any] | None:
     """The layer-pattern fields of ModelShape, and the mean layer's (projection params,
     act_qkv, act_latent) under "_avg"; None for a model of full causal layers, MoE last.
 
@@ -197,7 +198,7 @@ def _pattern(m: ModelSpec, proj: float, act_qkv: float, act_latent: float) -> di
     plain_attention = not (m.attention_output_gate or m.attention_sinks)
     if dense_first and not special and plain_attention:
         return None
-    out: dict = {}
+    out: dict[str, Any] = {}
     if not dense_first:
         pre = [0]
         for x in moe:
