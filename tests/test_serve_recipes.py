@@ -374,3 +374,18 @@ def test_a_header_naming_an_unknown_profile_says_to_give_hardware(tmp_path):
     with pytest.raises(SpecError) as exc:
         load_any(path, model="llama3-8b")
     assert exc.value.field == "--hardware" and "'my-gpu'" in exc.value.message
+
+
+def test_a_trtllm_option_planner_does_not_apply_is_named(runner, tmp_path):
+    # moe_config (the MoE backend) and kv_cache_config.free_gpu_memory_fraction change memory
+    # or time; planner reads neither from the options file, so the verdict says so by name
+    options = OPTIONS.replace("kv_cache_config:\n  dtype: fp8\n",
+                              "kv_cache_config:\n  dtype: fp8\n  free_gpu_memory_fraction: 0.8\n")
+    text = (f"FILE=/tmp/extra.yml\ncat > $FILE <<'EOF'\n{options}moe_config:\n"
+            "  backend: DEEPGEMM\nEOF\n"
+            "trtllm-serve deepseek-ai/DeepSeek-R1-0528 --tp_size 8 --ep_size 8 "
+            "--extra_llm_api_options $FILE\n")
+    out = _ok(_run(runner, _script(tmp_path, text), *WORK, "--hardware", "h200",
+                   "--acceptance-rate", "0.7"))
+    [w] = [w for w in out["warnings"] if w["rule"] == "trtllm-extra-option-not-modelled"]
+    assert "kv_cache_config.free_gpu_memory_fraction, moe_config" in w["message"]

@@ -569,7 +569,36 @@ def _warnings(engine: str, parsed: list[_Launch], script: shell.Script,
                     "trtllm-extra-options-not-read",
                     f"--extra_llm_api_options {shown}: {why}; its settings (attention DP, KV "
                     "dtype, speculative decoding) are not modelled", "warning"))
+                continue
+            ignored = _extra_not_modelled(_extra(script, name, source)[0])
+            if ignored:
+                out.append(Violation(
+                    "trtllm-extra-option-not-modelled",
+                    f"--extra_llm_api_options {shown}: {', '.join(ignored)}: not modelled by "
+                    "planner (the estimate does not reflect them)", "warning"))
     return out + shell_notes(script, engine)
+
+
+_EXTRA_READ = {"enable_attention_dp": (), "context_parallel_size": (),
+               "speculative_config": None, "cache_transceiver_config": None,
+               "cp_config": None, "cuda_graph_config": None, "print_iter_log": None,
+               "kv_cache_config": ("dtype", "tokens_per_block")}
+"""The TRT-LLM options-file keys planner reads or assumes (None: the whole section; a tuple:
+those sub-keys of it): attention DP, CP, speculative decoding and the KV dtype are read; CUDA
+graphs, the KV transfer of P/D workers and Helix's cp_config are what the cost model assumes
+(docs/serving.md); iteration logging changes nothing."""
+
+
+def _extra_not_modelled(extra: dict) -> list[str]:
+    """The keys of a TRT-LLM options file that change memory or time and planner does not
+    apply (everything `_EXTRA_READ` does not name), as `section.key`."""
+    out = []
+    for key, value in extra.items():
+        if key not in _EXTRA_READ:
+            out.append(str(key))
+        elif isinstance(_EXTRA_READ[key], tuple) and isinstance(value, dict):
+            out += [f"{key}.{sub}" for sub in value if sub not in _EXTRA_READ[key]]
+    return out
 
 
 def _roles(engine: str, parsed: list[_Launch], script: shell.Script, model,
@@ -631,7 +660,8 @@ def _workload(head: dict, ov, source: str) -> dict:
             out[key] = value
             continue
         want = {"concurrency": 'a whole number of requests or "max"',
-                "acceptance_rate": "a number between 0 and 1"}.get(key, "a whole number")
+                "acceptance_rate": "a number between 0 and 1"}.get(
+            key, "a whole number of tokens, at least 1")
         try:
             n = float(value) if key == "acceptance_rate" else int(value)
         except ValueError:
