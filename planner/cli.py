@@ -689,14 +689,16 @@ def serve(
                 out["export"] = {"format": fmt, "text": text}
             print(json.dumps(out, indent=2))
         else:
-            if chosen:
-                print(f"precision {prec} (chosen by planner: {hw.name} "
-                      f"{'has' if prec == 'fp8' else 'has no'} FP8 tensor cores; --precision "
-                      "to pin)")
-            if slo_note:
-                print(slo_note)
             from planner.views import serve_report
-            _console(serve=True).print(serve_report.plan_view(result))
+            from planner.views.console import print_note
+            con = _console(serve=True)      # the notes wrap at the table's width
+            if chosen:
+                print_note(con, f"precision {prec} (chosen by planner: {hw.name} "
+                                f"{'has' if prec == 'fp8' else 'has no'} FP8 tensor cores; "
+                                "--precision to pin)")
+            if slo_note:
+                print_note(con, slo_note)
+            con.print(serve_report.plan_view(result))
             if text is not None:
                 print(text, end="")
         if not result.plans:

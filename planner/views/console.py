@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["PIPE_WIDTH", "SERVE_PIPE_WIDTH", "make_console"]
+__all__ = ["PIPE_WIDTH", "SERVE_PIPE_WIDTH", "make_console", "print_note"]
 
 PIPE_WIDTH = 132
 """Width of output that goes to a pipe or file when COLUMNS does not say (rich would take 80)."""
@@ -47,3 +47,11 @@ def make_console(*, stderr: bool = False, pipe_width: int = PIPE_WIDTH) -> Conso
     if width is None and not console.is_terminal:
         console = _Console(width=pipe_width, **settings)
     return console
+
+
+def print_note(console: Console, text: str) -> None:
+    """A line of prose, printed as written and wrapped at the console's width."""
+    from rich.text import Text
+
+    console.print(Text(text))
+
