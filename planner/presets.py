@@ -439,7 +439,8 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
     shared expert, intermediate_size_mlp for dense layers, interleave_moe_layer_step or
     moe_layers, attention_chunk_size on the RoPE layers of no_rope_layers), GLM-4.5/4.6
     (n_routed_experts, first_k_dense_replace; glm_moe_dsa adds the index_* keys), Qwen3-Next
-    and Qwen3.5 (layer_types or full_attention_interval, linear_* keys, gated attention,
+    and Qwen3.5 (layer_types or full_attention_interval, linear_* keys, gated attention
+    (attn_output_gate, on unless false),
     decoder_sparse_step, mlp_only_layers; intermediate_size only where they make a layer
     dense, as Qwen3.5 has none). num_nextn_predict_layers or mtp_num_hidden_layers (Qwen3.5)
     becomes mtp_num_layers."""
@@ -495,7 +496,8 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
     elif mtype in ("qwen3_next", "qwen3_5_moe"):
         f_e = need("moe_intermediate_size")
         out.update(num_experts=need("num_experts"), moe_top_k=need("num_experts_per_tok"),
-                   moe_ffn_hidden_size=f_e, attention_output_gate=True,
+                   moe_ffn_hidden_size=f_e,
+                   attention_output_gate=hf.flag("attn_output_gate", True),
                    linear_num_key_heads=need("linear_num_key_heads"),
                    linear_num_value_heads=need("linear_num_value_heads"),
                    linear_key_head_dim=need("linear_key_head_dim"),

@@ -539,6 +539,23 @@ def test_qwen3_5_reads_its_mtp_depth_and_rope_parameters():
         assert needle in err.value.message and "\n" not in err.value.message, text
 
 
+def test_qwen3_5_reads_the_output_gate_and_the_wrappers_tied_embeddings():
+    from planner.presets import model_from_hf_config
+    m = model_from_hf_config(_qwen3_5())
+    assert m.attention_output_gate                       # text_config attn_output_gate true
+    # without the gate a full layer loses its h x q gate projection: 4096 x 32*256 on each of
+    # the 15 full-attention layers
+    ungated = model_from_hf_config(_qwen3_5(attn_output_gate=False))
+    assert total_params(m) - total_params(ungated) == 15 * 4096 * 32 * 256
+    # tie_word_embeddings: text_config's, else the wrapper's (Qwen3_5MoeConfig has one)
+    cfg = _qwen3_5(tie_word_embeddings=None)
+    assert not model_from_hf_config(cfg).tied_embeddings
+    cfg["tie_word_embeddings"] = True
+    assert model_from_hf_config(cfg).tied_embeddings
+    cfg["text_config"]["tie_word_embeddings"] = False
+    assert not model_from_hf_config(cfg).tied_embeddings
+
+
 def test_qwen3_5_needs_intermediate_size_only_for_dense_layers(runner, tmp_path):
     from planner.presets import model_from_hf_config
     # Qwen3_5MoeTextConfig has no intermediate_size (and no decoder_sparse_step): every layer
