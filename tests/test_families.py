@@ -329,7 +329,8 @@ FAMILIES = [
     pytest.param("llama4-scout", 109e9, 17e9, "all", 0.015,
                  "huggingface.co/meta-llama/Llama-4-Scout-17B-16E model card: 17B active, 109B "
                  "total; the total includes the vision encoder, which planner does not count "
-                 "(text model 107.8B, 1.1% below)", id="llama4-scout"),
+                 "(text model 107.8B, 1.1% below; with the 0.872B encoder 108.6B, 0.33% below: "
+                 "test_llama4_totals_with_the_vision_encoder)", id="llama4-scout"),
     pytest.param("glm-4.5", 355e9, 32e9, "no embeddings", 0.01,
                  "GLM-4.5 report (arXiv:2508.06471) Table 1: 355B total, 32B activated, 3 dense "
                  "+ 89 MoE layers (MTP layer not counted)", id="glm-4.5"),
@@ -442,6 +443,45 @@ def test_qwen3_5_totals_include_the_vision_encoder(folder, key, total, vision_m)
     assert vision == pytest.approx(vision_m * 1e6, abs=1)
     text = total_params(get_preset(key))
     assert text < total                           # planner counts the language model only
+    assert text + vision == pytest.approx(total, rel=0.005)
+
+
+def _llama4_vision_params(vc: dict, text_hidden: int) -> int:
+    """The Llama 4 vision encoder and projector, from a config.json vision_config
+    (transformers modeling_llama4: Llama4VisionModel, Llama4VisionEncoderLayer,
+    Llama4VisionPixelShuffleMLP, Llama4MultiModalProjector): class embedding h, positions
+    ((image/patch)^2 + 1) x h, the unfold patch embedding C*p^2 x h (no bias), LayerNorms
+    before and after (2h each); per layer q, k, v, o of h x h with biases, fc1 h x f and fc2
+    f x h with biases, two LayerNorms (4h); the pixel-shuffle adapter h/ratio^2 x
+    projector_input_dim and projector_input_dim x projector_output_dim, and the projector
+    vision_output_dim x the text hidden size (no biases: multi_modal_projector_bias false)."""
+    h, f, n = vc["hidden_size"], vc["intermediate_size"], vc["num_hidden_layers"]
+    assert vc["multi_modal_projector_bias"] is False
+    patches = (vc["image_size"] // vc["patch_size"]) ** 2 + 1
+    stem = h + patches * h + vc["num_channels"] * vc["patch_size"] ** 2 * h + 4 * h
+    layer = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 4 * h
+    shuffled = int(h / vc["pixel_shuffle_ratio"] ** 2)
+    adapter = shuffled * vc["projector_input_dim"] \
+        + vc["projector_input_dim"] * vc["projector_output_dim"]
+    return stem + n * layer + adapter + vc["vision_output_dim"] * text_hidden
+
+
+@pytest.mark.parametrize("folder, key, total", [
+    # Scout 109B and Maverick 400B (their model cards); both checkpoints share one
+    # vision_config (hidden 1408, 34 layers, MLP 5632, 336-pixel images of 14-pixel patches)
+    pytest.param("Llama-4-Scout-17B-16E", "llama4-scout", 109e9, id="scout"),
+    pytest.param("Llama-4-Maverick-17B-128E", "llama4-maverick", 400e9, id="maverick"),
+])
+def test_llama4_totals_with_the_vision_encoder(folder, key, total):
+    # stem 1,408 + 577*1,408 + 588*1,408 + 4*1,408 = 1,647,360; a layer 4*(1408^2 + 1408)
+    # + 2*1408*5632 + 5632 + 1408 + 4*1408 = 23,807,872, 34 of them 809,467,648; adapter
+    # 5632*4096 + 4096^2 = 39,845,888; projector 4096*5120 = 20,971,520: 0.872B
+    cfg = json.loads((HF / folder / "config.json").read_text())
+    vision = _llama4_vision_params(cfg["vision_config"], cfg["text_config"]["hidden_size"])
+    assert vision == 1_647_360 + 34 * 23_807_872 + 39_845_888 + 20_971_520 == 871_932_416
+    text = total_params(get_preset(key))
+    # Scout: text 107.770B, 1.13% below 109B (the FAMILIES row's 1.5%); with the encoder
+    # 108.642B, 0.33% below. Maverick: 400.712B, +0.18%; with it 401.584B, +0.40%.
     assert text + vision == pytest.approx(total, rel=0.005)
 
 
