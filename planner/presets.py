@@ -413,7 +413,7 @@ def _rope(hf: _HfConfig) -> float | None:
     """RoPE theta: rope_theta at the top level or in rope_parameters (newer transformers write
     rope_parameters: rope_theta, partial_rotary_factor, mrope_*). partial_rotary_factor, where
     it sits, is checked (0 < f <= 1) but changes no planner number: RoPE has no parameters and
-    runs among the elementwise kernels (docs/config.md "What each family's costs leave out")."""
+    runs among the elementwise kernels (docs/cost-model.md "Layer kinds")."""
     rope = hf.cfg.get("rope_parameters")
     if rope is not None and not isinstance(rope, dict):
         raise hf._bad("rope_parameters", rope, "a mapping (rope_type, rope_theta, ...)")
@@ -439,11 +439,10 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
     shared expert, intermediate_size_mlp for dense layers, interleave_moe_layer_step or
     moe_layers, attention_chunk_size on the RoPE layers of no_rope_layers), GLM-4.5/4.6
     (n_routed_experts, first_k_dense_replace; glm_moe_dsa adds the index_* keys), Qwen3-Next
-    and Qwen3.5 (layer_types or full_attention_interval, linear_* keys, gated attention
-    (attn_output_gate, on unless false),
-    decoder_sparse_step, mlp_only_layers; intermediate_size only where they make a layer
-    dense, as Qwen3.5 has none). num_nextn_predict_layers or mtp_num_hidden_layers (Qwen3.5)
-    becomes mtp_num_layers."""
+    and Qwen3.5 (layer_types or full_attention_interval, linear_* keys, gated attention by
+    attn_output_gate (on unless false), decoder_sparse_step, mlp_only_layers; intermediate_size
+    only where they make a layer dense, as Qwen3.5 has none). num_nextn_predict_layers or
+    mtp_num_hidden_layers (Qwen3.5) becomes mtp_num_layers."""
     need, cfg = hf.count, hf.cfg
     L = spec["num_layers"]
     out: dict[str, Any] = {}

@@ -265,6 +265,24 @@ def test_serve_sizes_the_kv_cache_of_qwen3_5_from_its_config(runner):
         ranks * (mem["kv_cache_bytes"] // per_token), abs=ranks)
 
 
+def test_serving_workspace_makes_up_no_dense_mlp_for_an_all_moe_model():
+    """Qwen3.5's config.json has no intermediate_size (every layer MoE): the engine step's
+    workspace takes no dense MLP width for it (Megatron's swiglu default would be made up).
+    A small model: h 256, 4 heads of 64, 2 KV heads, 8 experts of 64, top-1, on attention DP
+    8 with EP 8 (one routed copy a token): per token 2h + (q + 2*g*d) = 512 + 512 = 1,024
+    elements against the MoE layer's 2h + 1*(h + 2*64) = 896; a declared width f = 640 keeps
+    its 2f = 1,280 more (as every preset with an ffn_hidden_size does)."""
+    from planner.serve.memory import activation_bytes
+    m = ModelSpec(**dict(TINY, ffn_hidden_size=None, num_experts=8, moe_top_k=1,
+                         moe_ffn_hidden_size=64))
+    assert m.num_moe_layers == m.num_layers and m.ffn == 640    # the made-up default
+    inst = Instance(tp=1, ep=8, dp=8, dp_attention=True)
+    logits = 1 * 1000 * 4
+    assert activation_bytes(m, inst, tokens=100, batch=1) == 100 * 1024 * 2 + logits
+    declared = m.model_copy(update={"ffn_hidden_size": 640})
+    assert activation_bytes(declared, inst, tokens=100, batch=1) == 100 * 2304 * 2 + logits
+
+
 def test_mxfp4_experts_are_served_as_published():
     # gpt-oss ships MXFP4 routed experts (config.json quantization_config): 4-bit values with
     # an E8M0 scale per 32, 0.53125 B a parameter, below fp8's 1 B; the rest stays fp8
