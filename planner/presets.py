@@ -160,6 +160,33 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
                                linear_num_key_heads=16, linear_num_value_heads=32,
                                linear_key_head_dim=128, linear_value_head_dim=128,
                                attention_output_gate=True, rotary_base=1e7, **_LLAMA),
+    # Qwen/Qwen3.5-35B-A3B (model_type qwen3_5_moe, the language model under text_config):
+    # transformers' Qwen3_5MoeTextConfig defaults (configuration_qwen3_5_moe.py, checkpoint
+    # Qwen/Qwen3.5-35B-A3B): 40 layers of 2048, three Gated DeltaNet layers (16 QK / 32 V heads
+    # of 128) then one gated full-attention layer (16 heads of 256, 2 KV heads), 256 experts
+    # top-8 + 1 shared of 512 on every layer (no dense MLP, no intermediate_size), vocabulary
+    # 248,320. The vision encoder is not counted (tests/test_families.py FAMILIES).
+    "qwen3.5-35b-a3b": dict(name="Qwen3.5-35B-A3B", num_layers=40, hidden_size=2048,
+                            num_attention_heads=16, num_kv_heads=2, kv_channels=256,
+                            vocab_size=248320, seq_length=4096, num_experts=256, moe_top_k=8,
+                            moe_ffn_hidden_size=512, num_shared_experts=1,
+                            layer_types="(['linear']*3+['full'])*10",
+                            linear_num_key_heads=16, linear_num_value_heads=32,
+                            linear_key_head_dim=128, linear_value_head_dim=128,
+                            attention_output_gate=True, rotary_base=1e7, **_LLAMA),
+    # Qwen/Qwen3.5-397B-A17B model card: 60 layers of 4096, 15 x (3 x Gated DeltaNet + 1 x
+    # gated attention), DeltaNet 16 QK / 64 V heads of 128, attention 32 Q / 2 KV heads of 256,
+    # 512 experts top-10 + 1 shared of 1024 on every layer, vocabulary 248,320; trained with
+    # multi-token prediction (text_config mtp_num_hidden_layers 1). As the DeepSeek-V3 preset,
+    # the preset plans the main model (mtp_num_layers 0); its config.json reads the MTP layer.
+    "qwen3.5-397b-a17b": dict(name="Qwen3.5-397B-A17B", num_layers=60, hidden_size=4096,
+                              num_attention_heads=32, num_kv_heads=2, kv_channels=256,
+                              vocab_size=248320, seq_length=4096, num_experts=512,
+                              moe_top_k=10, moe_ffn_hidden_size=1024, num_shared_experts=1,
+                              layer_types="(['linear']*3+['full'])*15",
+                              linear_num_key_heads=16, linear_num_value_heads=64,
+                              linear_key_head_dim=128, linear_value_head_dim=128,
+                              attention_output_gate=True, rotary_base=1e7, **_LLAMA),
 }
 
 ALIASES = {
@@ -172,6 +199,8 @@ FAMILY_ALIASES = {
     "kimi-k2-instruct": "kimi-k2", "deepseek-v3.2-exp": "deepseek-v3.2",
     "llama4-17b-16e": "llama4-scout", "llama4-17b-128e": "llama4-maverick",
     "qwen3-next": "qwen3-next-80b-a3b", "glm4.5": "glm-4.5", "glm4.6": "glm-4.6",
+    "qwen3.5": "qwen3.5-397b-a17b", "qwen3.5-397b": "qwen3.5-397b-a17b",
+    "qwen3.5-35b": "qwen3.5-35b-a3b",
 }
 
 # Published totals (model cards / papers), for the tests and `planner models`.
@@ -182,7 +211,8 @@ PUBLISHED_PARAMS = {
     # the 2026 families (sources and the two documented gaps: tests/test_families.py FAMILIES)
     "gpt-oss-120b": 116.83e9, "gpt-oss-20b": 20.91e9, "llama4-maverick": 400e9,
     "llama4-scout": 109e9, "glm-4.5": 355e9, "glm-4.6": 355e9, "qwen3-next-80b-a3b": 80e9,
-    "deepseek-v3.2": 671e9, "kimi-k2": 1.04e12,
+    "deepseek-v3.2": 671e9, "kimi-k2": 1.04e12, "qwen3.5-35b-a3b": 35e9,
+    "qwen3.5-397b-a17b": 397e9,
 }
 
 
@@ -233,6 +263,7 @@ _HF_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen
              "glm4_moe", "glm_moe_dsa", "qwen3_next", "qwen3_5_moe"}
 _DEEPSEEK_LIKE = {"deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32"}
 _NESTED = {"llama4", "qwen3_5_moe"}     # the language model's keys under text_config
+_QWEN_HYBRID = {"qwen3_next", "qwen3_5_moe"}
 
 
 class _HfConfig:
@@ -295,7 +326,10 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
         raise SpecError(f"{short(source, 200)}: model_type {short(raw_type)} is not supported; "
                         f"supported: {', '.join(sorted(_HF_TYPES))} (or write a model YAML, see "
                         "README)", field="model_type", value=raw_type)
-    outer_name = _HfConfig(cfg, source, mtype).name()
+    outer = _HfConfig(cfg, source, mtype)
+    outer_name = outer.name()
+    # the wrapper's tie_word_embeddings (Qwen3_5MoeConfig has one) where text_config has none
+    outer_tied = outer.flag("tie_word_embeddings", False)
     if mtype in _NESTED and "text_config" in cfg:
         inner = cfg["text_config"]
         if not isinstance(inner, dict):
@@ -307,13 +341,15 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
     need = hf.count
     h, a = need("hidden_size"), need("num_attention_heads")
     ffn_key = "intermediate_size_mlp" if mtype == "llama4" else "intermediate_size"
+    # Qwen3.5's Qwen3_5MoeTextConfig has no intermediate_size: every layer is MoE, and
+    # _family_2026 demands it only where mlp_only_layers / decoder_sparse_step make dense layers
     spec: dict[str, Any] = dict(
         name=outer_name if hf.name() == mtype else hf.name(),
         num_layers=need("num_hidden_layers"), hidden_size=h,
-        ffn_hidden_size=need(ffn_key), num_attention_heads=a,
+        ffn_hidden_size=need(ffn_key, required=mtype not in _QWEN_HYBRID), num_attention_heads=a,
         num_kv_heads=need("num_key_value_heads", required=False) or a,
         vocab_size=need("vocab_size"),
-        activation="swiglu", tied_embeddings=hf.flag("tie_word_embeddings", False),
+        activation="swiglu", tied_embeddings=hf.flag("tie_word_embeddings", outer_tied),
     )
     head_dim = need("head_dim", required=False)
     if head_dim and head_dim != h // a:
@@ -343,19 +379,56 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
             spec.update(moe_router_num_groups=groups, moe_router_group_topk=topk)
         spec.pop("num_kv_heads")
         # DeepSeek-V3 config.json: num_nextn_predict_layers 1, the MTP module (report §2.2)
-        mtp = need("num_nextn_predict_layers", minimum=0, required=False)
+        mtp = _mtp_layers(hf)
         if mtp:
             spec["mtp_num_layers"] = mtp
     if mtype not in ("deepseek_v3", "deepseek_v2") and mtype not in (
             "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe"):
         spec.update(_family_2026(hf, mtype, spec))
-    theta = hf.positive("rope_theta")
+    theta = _rope(hf)
     if theta is not None:
         spec["rotary_base"] = theta
     seq = need("max_position_embeddings", required=False)
     if seq:
         spec["seq_length"] = min(seq, 8192)   # train at <= 8k unless told otherwise
     return parse_spec(ModelSpec, spec, where=f"model ({short(source, 200)})")
+
+
+_MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+
+
+def _mtp_layers(hf: _HfConfig) -> int:
+    """Multi-token-prediction depth: num_nextn_predict_layers (DeepSeek-V3, Kimi K2, GLM-4.5,
+    Qwen3-Next) or mtp_num_hidden_layers (Qwen3.5's text_config); two that differ are an error."""
+    found = {k: v for k in _MTP_KEYS
+             if (v := hf.count(k, minimum=0, required=False)) is not None}
+    if len(set(found.values())) > 1:
+        a, b = _MTP_KEYS
+        raise SpecError(f"{hf.source}: {a} = {found[a]} and {b} = {found[b]} disagree on the "
+                        "multi-token-prediction depth; keep one of them", field=b, value=found[b])
+    return next(iter(found.values()), 0)
+
+
+def _rope(hf: _HfConfig) -> float | None:
+    """RoPE theta: rope_theta at the top level or in rope_parameters (newer transformers write
+    rope_parameters: rope_theta, partial_rotary_factor, mrope_*). partial_rotary_factor, where
+    it sits, is checked (0 < f <= 1) but changes no planner number: RoPE has no parameters and
+    runs among the elementwise kernels (docs/cost-model.md "Layer kinds")."""
+    rope = hf.cfg.get("rope_parameters")
+    if rope is not None and not isinstance(rope, dict):
+        raise hf._bad("rope_parameters", rope, "a mapping (rope_type, rope_theta, ...)")
+    nested = _HfConfig(rope or {}, hf.source, hf.mtype)
+    for where, key in ((hf, "partial_rotary_factor"), (nested, "partial_rotary_factor")):
+        f = where.positive(key)
+        if f is not None and f > 1:
+            name = key if where is hf else f"rope_parameters.{key}"
+            raise hf._bad(name, f, "a fraction of the head dim in (0, 1]")
+    top, inner = hf.positive("rope_theta"), nested.positive("rope_theta")
+    if top is not None and inner is not None and top != inner:
+        raise SpecError(f"{hf.source}: rope_theta = {short(top)} and rope_parameters.rope_theta "
+                        f"= {short(inner)} disagree; keep one of them",
+                        field="rope_parameters.rope_theta", value=inner)
+    return top if top is not None else inner
 
 
 def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -366,12 +439,14 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
     shared expert, intermediate_size_mlp for dense layers, interleave_moe_layer_step or
     moe_layers, attention_chunk_size on the RoPE layers of no_rope_layers), GLM-4.5/4.6
     (n_routed_experts, first_k_dense_replace; glm_moe_dsa adds the index_* keys), Qwen3-Next
-    and Qwen3.5 (layer_types or full_attention_interval, linear_* keys, gated attention,
-    decoder_sparse_step, mlp_only_layers). num_nextn_predict_layers becomes mtp_num_layers."""
+    and Qwen3.5 (layer_types or full_attention_interval, linear_* keys, gated attention by
+    attn_output_gate (on unless false), decoder_sparse_step, mlp_only_layers; intermediate_size
+    only where they make a layer dense, as Qwen3.5 has none). num_nextn_predict_layers or
+    mtp_num_hidden_layers (Qwen3.5) becomes mtp_num_layers."""
     need, cfg = hf.count, hf.cfg
     L = spec["num_layers"]
     out: dict[str, Any] = {}
-    mtp = need("num_nextn_predict_layers", minimum=0, required=False)
+    mtp = _mtp_layers(hf)
     if mtp:
         out["mtp_num_layers"] = mtp
     if mtype in ("deepseek_v32", "glm_moe_dsa") and cfg.get("index_topk") is not None:
@@ -420,7 +495,8 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
     elif mtype in ("qwen3_next", "qwen3_5_moe"):
         f_e = need("moe_intermediate_size")
         out.update(num_experts=need("num_experts"), moe_top_k=need("num_experts_per_tok"),
-                   moe_ffn_hidden_size=f_e, attention_output_gate=True,
+                   moe_ffn_hidden_size=f_e,
+                   attention_output_gate=hf.flag("attn_output_gate", True),
                    linear_num_key_heads=need("linear_num_key_heads"),
                    linear_num_value_heads=need("linear_num_value_heads"),
                    linear_key_head_dim=need("linear_key_head_dim"),
@@ -436,6 +512,12 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
         pattern = [0 if (i in only or (i + 1) % step) else 1 for i in range(L)]
         if 0 in pattern:
             out["moe_layer_freq"] = tuple(pattern)
+            if spec.get("ffn_hidden_size") is None:   # no silent width for the dense layers
+                dense = [i for i, x in enumerate(pattern) if not x]
+                raise SpecError(
+                    f"{hf.source}: missing 'intermediate_size', the dense MLP width of layers "
+                    f"{short(dense)} (mlp_only_layers / decoder_sparse_step); add it",
+                    field="intermediate_size", value=None)
         every = need("full_attention_interval", required=False) or 4
         out.update(_layer_types(hf, L, default=tuple(
             "full" if (i + 1) % every == 0 else "linear" for i in range(L))))

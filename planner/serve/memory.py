@@ -223,7 +223,10 @@ def activation_bytes(m: ModelSpec, inst, *, tokens: int, batch: int) -> float:
     prompt chunk) and fp32 logits for `batch` requests."""
     sh = shape_of(m)
     tp = inst.tp
-    dense = 2 * m.hidden_size + (sh.q + 2 * sh.g * sh.d) / tp + 2 * sh.f / tp
+    # a model with no dense layer and no dense width of its own (Qwen3.5's config has no
+    # intermediate_size) has no dense MLP: no width is made up for it
+    f = 0 if (sh.L_dense == 0 and m.ffn_hidden_size is None) else sh.f
+    dense = 2 * m.hidden_size + (sh.q + 2 * sh.g * sh.d) / tp + 2 * f / tp
     per_token = dense
     if m.is_moe:
         routed = (inst.dp if inst.dp_attention else 1) * sh.k / inst.ep
