@@ -143,12 +143,14 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     "glm-4.5": dict(name="GLM-4.5", num_layers=92, hidden_size=5120, ffn_hidden_size=12288,
                     num_attention_heads=96, num_kv_heads=8, kv_channels=128, vocab_size=151552,
                     seq_length=4096, num_experts=160, moe_top_k=8, moe_ffn_hidden_size=1536,
-                    num_shared_experts=1, num_dense_layers=3, rotary_base=1e6, **_LLAMA),
+                    num_shared_experts=1, num_dense_layers=3, rotary_base=1e6,
+                    rotary_percent=0.5, **_LLAMA),
     # zai-org/GLM-4.6 config.json: GLM-4.5's shape (a longer context window)
     "glm-4.6": dict(name="GLM-4.6", num_layers=92, hidden_size=5120, ffn_hidden_size=12288,
                     num_attention_heads=96, num_kv_heads=8, kv_channels=128, vocab_size=151552,
                     seq_length=4096, num_experts=160, moe_top_k=8, moe_ffn_hidden_size=1536,
-                    num_shared_experts=1, num_dense_layers=3, rotary_base=1e6, **_LLAMA),
+                    num_shared_experts=1, num_dense_layers=3, rotary_base=1e6,
+                    rotary_percent=0.5, **_LLAMA),
     # Qwen/Qwen3-Next-80B-A3B-Instruct config.json (model_type qwen3_next): 48 layers, three
     # Gated DeltaNet layers (16 QK / 32 V heads of 128) then one gated full-attention layer
     # (16 heads of 256, 2 KV heads); 512 experts top-10 + 1 shared of 512
@@ -159,7 +161,8 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
                                num_shared_experts=1, layer_types="(['linear']*3+['full'])*12",
                                linear_num_key_heads=16, linear_num_value_heads=32,
                                linear_key_head_dim=128, linear_value_head_dim=128,
-                               attention_output_gate=True, rotary_base=1e7, **_LLAMA),
+                               attention_output_gate=True, rotary_base=1e7,
+                               rotary_percent=0.25, **_LLAMA),
     # Qwen/Qwen3.5-35B-A3B (model_type qwen3_5_moe, the language model under text_config):
     # transformers' Qwen3_5MoeTextConfig defaults (configuration_qwen3_5_moe.py, checkpoint
     # Qwen/Qwen3.5-35B-A3B): 40 layers of 2048, three Gated DeltaNet layers (16 QK / 32 V heads
@@ -173,7 +176,8 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
                             layer_types="(['linear']*3+['full'])*10",
                             linear_num_key_heads=16, linear_num_value_heads=32,
                             linear_key_head_dim=128, linear_value_head_dim=128,
-                            attention_output_gate=True, rotary_base=1e7, **_LLAMA),
+                            attention_output_gate=True, rotary_base=1e7,
+                            rotary_percent=0.25, **_LLAMA),
     # Qwen/Qwen3.5-397B-A17B model card: 60 layers of 4096, 15 x (3 x Gated DeltaNet + 1 x
     # gated attention), DeltaNet 16 QK / 64 V heads of 128, attention 32 Q / 2 KV heads of 256,
     # 512 experts top-10 + 1 shared of 1024 on every layer, vocabulary 248,320; trained with
@@ -186,7 +190,8 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
                               layer_types="(['linear']*3+['full'])*15",
                               linear_num_key_heads=16, linear_num_value_heads=64,
                               linear_key_head_dim=128, linear_value_head_dim=128,
-                              attention_output_gate=True, rotary_base=1e7, **_LLAMA),
+                              attention_output_gate=True, rotary_base=1e7,
+                              rotary_percent=0.25, **_LLAMA),
 }
 
 ALIASES = {
@@ -385,9 +390,11 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
     if mtype not in ("deepseek_v3", "deepseek_v2") and mtype not in (
             "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe"):
         spec.update(_family_2026(hf, mtype, spec))
-    theta = _rope(hf)
+    theta, factor = _rope(hf)
     if theta is not None:
         spec["rotary_base"] = theta
+    if factor is not None:
+        spec["rotary_percent"] = factor
     seq = need("max_position_embeddings", required=False)
     if seq:
         spec["seq_length"] = min(seq, 8192)   # train at <= 8k unless told otherwise
@@ -409,26 +416,37 @@ def _mtp_layers(hf: _HfConfig) -> int:
     return next(iter(found.values()), 0)
 
 
-def _rope(hf: _HfConfig) -> float | None:
-    """RoPE theta: rope_theta at the top level or in rope_parameters (newer transformers write
-    rope_parameters: rope_theta, partial_rotary_factor, mrope_*). partial_rotary_factor, where
-    it sits, is checked (0 < f <= 1) but changes no planner number: RoPE has no parameters and
-    runs among the elementwise kernels (docs/cost-model.md "Layer kinds")."""
+def _rope(hf: _HfConfig) -> tuple[float | None, float | None]:
+    """RoPE theta and the rotated share: rope_theta and partial_rotary_factor at the top level
+    or in rope_parameters (newer transformers write rope_parameters: rope_theta,
+    partial_rotary_factor, mrope_*). The factor (0 < f <= 1) becomes rotary_percent, which
+    changes no planner number (RoPE has no parameters and runs among the elementwise kernels,
+    docs/cost-model.md "Layer kinds") but is written by the exports."""
     rope = hf.cfg.get("rope_parameters")
     if rope is not None and not isinstance(rope, dict):
         raise hf._bad("rope_parameters", rope, "a mapping (rope_type, rope_theta, ...)")
     nested = _HfConfig(rope or {}, hf.source, hf.mtype)
+    factors = {}
     for where, key in ((hf, "partial_rotary_factor"), (nested, "partial_rotary_factor")):
         f = where.positive(key)
+        name = key if where is hf else f"rope_parameters.{key}"
         if f is not None and f > 1:
-            name = key if where is hf else f"rope_parameters.{key}"
             raise hf._bad(name, f, "a fraction of the head dim in (0, 1]")
+        if f is not None:
+            factors[name] = f
+    if len(set(factors.values())) > 1:
+        raise SpecError(f"{hf.source}: partial_rotary_factor = {factors['partial_rotary_factor']} "
+                        "and rope_parameters.partial_rotary_factor = "
+                        f"{factors['rope_parameters.partial_rotary_factor']} disagree; keep one "
+                        "of them", field="rope_parameters.partial_rotary_factor",
+                        value=factors["rope_parameters.partial_rotary_factor"])
+    factor = next(iter(factors.values()), None)
     top, inner = hf.positive("rope_theta"), nested.positive("rope_theta")
     if top is not None and inner is not None and top != inner:
         raise SpecError(f"{hf.source}: rope_theta = {short(top)} and rope_parameters.rope_theta "
                         f"= {short(inner)} disagree; keep one of them",
                         field="rope_parameters.rope_theta", value=inner)
-    return top if top is not None else inner
+    return (top if top is not None else inner), factor
 
 
 def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, Any]:

@@ -126,6 +126,12 @@ class ModelSpec(_Spec):
     rotary_base: float | None = Field(default=None, gt=0, le=1e12)
     """RoPE base theta (Megatron `--rotary-base`, HF `rope_theta`): 500000 for Llama 3, 1e6
     for Qwen and Mixtral; unset = the framework's default (10000)."""
+    rotary_percent: float = Field(default=1.0, gt=0, le=1)
+    """Share of each head's dimensions RoPE rotates (Megatron `--rotary-percent`, NeMo
+    `rotary_percent` / NeMo 1 `rotary_percentage`, HF `partial_rotary_factor`): 0.5 for
+    GLM-4.5, 0.25 for Qwen3-Next and Qwen3.5. It changes no memory or time (RoPE has no
+    parameters and runs among the elementwise kernels); it is read and written so that an
+    export builds the same model."""
     num_experts: int | None = Field(default=None, ge=1, le=100_000)
     """Routed experts per MoE layer (`--num-experts`); unset for a dense model."""
     moe_top_k: int = Field(default=2, ge=1, le=1_000)

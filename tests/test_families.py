@@ -773,3 +773,48 @@ def test_megatron_bridge_keys_take_the_layer_pattern(tmp_path):
     assert m.window_size == 128 and m.attention_sinks
     assert not [v for v in imp.violations if "window_size" in v.message
                 or "moe_layer_freq" in v.message]
+
+
+# -------------------------------------------------------- partial RoPE (rotary_percent)
+
+def test_hf_partial_rotary_factor_becomes_rotary_percent():
+    # GLM-4.5's config.json: partial_rotary_factor 0.5; Qwen3.5's sits under rope_parameters
+    # (0.25); Llama 3 rotates the whole head
+    assert resolve_model(str(HF / "GLM-4.5" / "config.json")).rotary_percent == 0.5
+    assert resolve_model(str(HF / "Qwen3.5-397B-A17B" / "config.json")).rotary_percent == 0.25
+    assert resolve_model(str(HF / "Meta-Llama-3-70B" / "config.json")).rotary_percent == 1.0
+    assert get_preset("glm-4.5").rotary_percent == 0.5 and get_preset("70b").rotary_percent == 1.0
+
+
+@pytest.mark.parametrize("fmt, ext, needle", [
+    pytest.param("megatron", ".sh", "--rotary-percent 0.5", id="megatron"),
+    pytest.param("nemo", ".yaml", "rotary_percentage: 0.5", id="nemo1"),
+    pytest.param("megatron-bridge", ".yaml", "rotary_percent: 0.5", id="megatron-bridge"),
+])
+def test_exports_write_the_rotary_share_and_read_it_back(tmp_path, fmt, ext, needle):
+    from planner.frameworks import load_any
+    text = _export("glm-4.5", fmt, tp=8, pp=4, ep=8, dp=8, sp=True)
+    assert needle in text
+    path = tmp_path / f"glm{ext}"
+    path.write_text(text)
+    back = load_any(path, hardware="h100-sxm", model="glm-4.5" if fmt == "nemo" else None,
+                    gpus=256 if fmt == "megatron-bridge" else None).job.model
+    assert back.rotary_percent == 0.5
+
+
+def test_a_full_rotary_share_writes_nothing():
+    # --rotary-percent defaults to 1.0 in Megatron-LM (arguments.py); the goldens of the dense
+    # presets carry no such flag
+    assert "rotary-percent" not in _export("llama3-8b", "megatron", ep=1)
+
+
+@pytest.mark.parametrize("flag, ok", [("0.5", True), ("1.5", False), ("0", False)])
+def test_megatron_reader_takes_rotary_percent(tmp_path, flag, ok):
+    from planner.errors import SpecError
+    from planner.frameworks import load_any
+    path = _script(tmp_path, f"--position-embedding-type rope --rotary-percent {flag}")
+    if ok:
+        assert load_any(path).job.model.rotary_percent == 0.5
+    else:
+        with pytest.raises(SpecError, match="--rotary-percent"):
+            load_any(path)

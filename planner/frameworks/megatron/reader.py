@@ -101,7 +101,7 @@ _SINGLE = frozenset({
     "--pipeline-model-parallel-layout", "--mtp-num-layers", "--cpu-offloading-num-layers",
     "--exp-avg-dtype", "--exp-avg-sq-dtype", "--rotary-base", "--moe-expert-capacity-factor",
     "--attention-backend", "--moe-layer-freq", "--moe-router-num-groups",
-    "--moe-router-group-topk",
+    "--moe-router-group-topk", "--rotary-percent",
 })
 _SHAPE_REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads",
                    "--max-position-embeddings")
@@ -726,6 +726,13 @@ def _position(flags: Flags, deepspeed: bool = False) -> dict:
     base = flags.float("--rotary-base")
     if base is not None and fields["position_embedding_type"] == "rope":
         fields["rotary_base"] = base
+    share = flags.float("--rotary-percent")
+    if share is not None and not 0 < share <= 1:
+        raise SpecError(f"{flags.source}: --rotary-percent {share:g} is outside (0, 1] (the share "
+                        "of each head's dimensions RoPE rotates); fix the value",
+                        field="--rotary-percent", value=share)
+    if share is not None and fields["position_embedding_type"] == "rope":
+        fields["rotary_percent"] = share
     return fields
 
 

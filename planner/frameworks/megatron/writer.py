@@ -174,6 +174,8 @@ def model_flags(m: ModelSpec, *, seq_length: int) -> list[Flag]:
         flags.append(("--position-embedding-type", m.position_embedding))
     if m.position_embedding == "rope" and m.rotary_base is not None and whole(m.rotary_base):
         flags.append(("--rotary-base", whole(m.rotary_base)))
+    if m.position_embedding == "rope" and m.rotary_percent != 1.0:
+        flags.append(("--rotary-percent", f"{m.rotary_percent:g}"))
     flags += attention_flags(m)
     flags += shape_tail_flags(m, seq_length)
     return flags

@@ -87,7 +87,7 @@ _MODEL_USED = frozenset({
     "ub_tp_comm_overlap", "fsdp", "fsdp_sharding_strategy", "cp_comm_type",
     "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
-    "rotary_base", "override_vocab_size", "moe_shared_expert_intermediate_size",
+    "rotary_base", "rotary_percent", "rotary_percentage", "override_vocab_size", "moe_shared_expert_intermediate_size",
     "moe_layer_freq", "moe_expert_capacity_factor", "moe_router_num_groups",
     "moe_router_group_topk", "fp8_params", "fp8_recipe",
     "fsdp_grad_reduce_dtype", "enable_cuda_graph", "recompute_modules",
@@ -361,6 +361,7 @@ def _nemo1_model(model: dict, ov: Overrides, source: str, seq: int | None,
         add_bias_linear=as_bool(model, "bias", True, where=w),
         position_embedding_type=_position(model.get("position_embedding_type", "learned_absolute")),
         seq_length=seq, rotary_base=_rotary(model, w),
+        rotary_percent=_rotary_share(model, w, "rotary_percentage"),
     )
     fields.update(mcore.moe_fields(model, where=w, num_layers=num_layers, out=out, prefix="nemo"))
     fields.update(mcore.mla_fields(model, where=w))
@@ -377,6 +378,20 @@ def _rotary(section: dict, where: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise SpecError(f"{where}.rotary_base = {value!r} must be a positive number; fix it",
                         field=f"{where}.rotary_base", value=value)
+    return float(value)
+
+
+def _rotary_share(section: dict, where: str, key: str) -> float:
+    """The share of each head RoPE rotates: NeMo 1's `rotary_percentage`, Megatron-Core's
+    (NeMo 2, Megatron-Bridge) `rotary_percent`; 1.0 when unset, as in both."""
+    value = section.get(key)
+    if isinstance(value, Unresolved):
+        value.fail()
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise SpecError(f"{where}.{key} = {value!r} must be a share of the head dim in (0, 1]; "
+                        "fix it", field=f"{where}.{key}", value=value)
     return float(value)
 
 
@@ -539,6 +554,7 @@ def mcore_model(config: dict, ov: Overrides, source: str, seq: int | None, *, pr
         position_embedding_type=_position(config.get("position_embedding_type", "rope")),
         seq_length=_int(config, "seq_length", None, where=where) or seq,
         rotary_base=_rotary(config, where),
+        rotary_percent=_rotary_share(config, where, "rotary_percent"),
     )
     fields.update(mcore.moe_fields(config, where=where, num_layers=num_layers, out=out,
                                    prefix="nemo"))

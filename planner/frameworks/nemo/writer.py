@@ -155,6 +155,8 @@ def _model_shape(job, layout: Layout) -> dict:
     }
     if m.position_embedding == "rope" and m.rotary_base is not None:
         d["rotary_base"] = m.rotary_base
+    if m.position_embedding == "rope" and m.rotary_percent != 1.0:
+        d["rotary_percentage"] = m.rotary_percent      # NeMo 1's name (megatron_gpt_config)
     d.update(share_embeddings_and_output_weights=m.tied_embeddings, hidden_dropout=0.0,
              attention_dropout=0.0)
     d.update(tokenizer(job, layout))
@@ -304,6 +306,8 @@ def _config_fields(job, layout: Layout) -> list[tuple[str, object]]:
                 ("cpu_offloading_num_layers", layout.cpu_offloading_num_layers)]
     if m.position_embedding == "rope" and m.rotary_base is not None:
         out.append(("rotary_base", m.rotary_base))
+    if m.position_embedding == "rope" and m.rotary_percent != 1.0:
+        out.append(("rotary_percent", m.rotary_percent))
     if m.is_moe:
         out += list(_dispatcher(layout).items())
     if layout.cuda_graphs != "none":

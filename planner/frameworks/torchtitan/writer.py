@@ -383,6 +383,11 @@ def _notes(job, layout: Layout, found: Flavor | None) -> list[str]:
         notes.append(f"RoPE base: the plan's model has {job.model.rotary_base:g}; torchtitan's "
                      f"{found.name} {found.flavor} uses {found.spec.rotary_base:g} (no TOML knob; "
                      "it changes no memory or time).")
+    if found is not None and job.model.rotary_percent != found.spec.rotary_percent:
+        notes.append(f"RoPE share: the plan's model rotates {job.model.rotary_percent:g} of each "
+                     f"head; torchtitan's {found.name} {found.flavor} rotates "
+                     f"{found.spec.rotary_percent:g} (no TOML knob; it changes no memory or "
+                     "time).")
     notes += _recipe_notes(job, layout)
     if tr.cross_entropy == "vocab_parallel":
         notes.append("[compile]: torch.compile of the blocks and the loss, as the plan counts a "
