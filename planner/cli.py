@@ -1009,6 +1009,7 @@ def _serving_run(ref, hardware: str | None, log_format: str | None):
                          (("--isl", s.input_length), ("--osl", s.output_length)) if v)
     imported = load_any(ref.config, hardware=hardware, gpus=ref.gpus, workload=workload)
     job, notes = with_log_workload(imported.job, imported.layout, s)
+    notes = [f"{v.severity}: {v.message}" for v in imported.violations] + notes
     return ServeRun(str(ref.config), job, imported.layout, s.measured()), ref, s, notes
 
 

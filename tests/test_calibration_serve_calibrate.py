@@ -214,7 +214,8 @@ def test_a_launch_command_takes_its_request_lengths_from_the_log(runner, tmp_pat
     # `vllm serve` says the deployment, not the request shape: the log's mean lengths fill it
     _write_runs(tmp_path, 0.7, RUNS[3:], ["vllm"])
     script = tmp_path / "launch.sh"
-    script.write_text("vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 1\n")
+    script.write_text("vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 1 "
+                      "--enable-prefix-caching\n")
     data = _calibrate(runner, ["--config", str(script), "--log", str(tmp_path / "bench0.txt"),
                                "--gpus", "1", "--hardware", "h100-sxm", "--out",
                                str(tmp_path / "p.yaml")])["serving"]
@@ -222,6 +223,8 @@ def test_a_launch_command_takes_its_request_lengths_from_the_log(runner, tmp_pat
                                    str(tmp_path / "bench0.txt"), "--out",
                                    str(tmp_path / "q.yaml")])["serving"]
     assert data["runs"][0]["error_before"] == pytest.approx(yaml_run["runs"][0]["error_before"])
+    # a flag planner does not model is said, as validate says it
+    assert any("--enable-prefix-caching: not modelled" in n for n in data["runs"][0]["notes"])
 
 
 def test_a_mixed_runs_file_fits_both_parts(runner, tmp_path):
