@@ -1009,6 +1009,12 @@ def _serving_run(ref, hardware: str | None, log_format: str | None):
                          (("--isl", s.input_length), ("--osl", s.output_length)) if v)
     imported = load_any(ref.config, hardware=hardware, gpus=ref.gpus, workload=workload)
     job, notes = with_log_workload(imported.job, imported.layout, s)
+    from planner.serve.validate import validate as serve_validate
+    checked = serve_validate(job, imported.layout, extra=imported.violations)
+    broken = [v for v in checked.violations if v.severity == "error"]
+    if broken:
+        raise SpecError(f"{short(str(ref.config))}: {broken[0].message}; `planner validate` "
+                        "says what to fix", field="config", value=str(ref.config))
     notes = [f"{v.severity}: {v.message}" for v in imported.violations] + notes
     return ServeRun(str(ref.config), job, imported.layout, s.measured()), ref, s, notes
 

@@ -278,3 +278,30 @@ def test_a_training_config_with_a_serving_log_format_is_refused(runner, tmp_path
                                  str(tmp_path / "p.yaml")])
     assert result.exit_code == 2
     assert "--log-format vllm is a serving benchmark's" in result.stderr
+
+
+def test_a_run_planner_cannot_hold_is_left_out_and_named(runner, tmp_path):
+    # 5,000 clients on one H100 with Llama 3 8B: the KV cache holds a few hundred requests
+    # (planner validate's concurrency-above-capacity); the fit stands on the other run
+    runs = _write_runs(tmp_path, 0.7, [RUNS[3], ("llama3-8b", 1, "bf16", 1024, 256, 5000,
+                                                 "vllm")], ["vllm", "vllm"])
+    result = runner.invoke(app, ["calibrate", str(runs), "--out", str(tmp_path / "p.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "left out of the fit (planner cannot hold their concurrency): serve1.yaml" \
+        in result.stdout
+    alone = tmp_path / "alone.yaml"          # the run planner cannot hold, alone
+    alone.write_text("runs:\n  - {config: serve1.yaml, log: bench1.txt}\n")
+    refused = runner.invoke(app, ["calibrate", str(alone), "--out", str(tmp_path / "q.yaml")])
+    assert refused.exit_code == 2
+    assert "every serving run asks for more requests than planner can hold" in refused.stderr
+
+
+def test_a_deployment_that_does_not_fit_is_refused(runner, tmp_path):
+    _write_runs(tmp_path, 0.7, RUNS[:1], ["vllm"])
+    cfg = tmp_path / "serve0.yaml"
+    cfg.write_text(cfg.read_text().replace("fp8", "bf16").replace("num_gpus: 2", "num_gpus: 1")
+                   .replace("tp: 2", "tp: 1"))
+    result = runner.invoke(app, ["calibrate", "--config", str(cfg), "--log",
+                                 str(tmp_path / "bench0.txt"), "--out", str(tmp_path / "p.yaml")])
+    assert result.exit_code == 2
+    assert "weights" in result.stderr and "`planner validate` says what to fix" in result.stderr

@@ -8,7 +8,8 @@ profiles with it, `planner calibrate` a user's profile to the user's benchmark r
   the squared log error capped at 1 (a run off by more than a factor e counts as e), averaged
   over the runs (WEIGHTING "run"; "class": over classes of runs); plus a soft bar keeping the
   offline-throughput and static-latency runs inside 35% (each run past it adds ten times its
-  excess log error squared). Runs planner cannot hold at their concurrency are left out.
+  excess log error squared; not for a user's runs). Runs planner cannot hold at their
+  concurrency are left out (a user's: out of the fit, named; none left is an error).
 - `fit`: a coarse grid per parameter, then a pattern search within the bounds.
 - At most one parameter per two runs (`free_parameters`); `planner calibrate` also keeps only
   the parameters its runs identify (`identified`, the rule of planner/calibration/fit.py).
@@ -76,14 +77,16 @@ def _capped(r: dict) -> float:
     return min(1.0, math.log(max(1e-6, 1 + r["error"])) ** 2)   # beyond e-fold: e-fold
 
 
-def rows_loss(rows: list[dict], weighting: str | None = None) -> float:
-    """The loss of the module's doc over evaluated rows."""
+def rows_loss(rows: list[dict], weighting: str | None = None,
+              bar_classes: tuple[str, ...] = BAR_CLASSES) -> float:
+    """The loss of the module's doc over evaluated rows (`bar_classes`: the classes the soft
+    bar applies to; none for a user's runs)."""
     bad = {r["id"] for r in infeasible(rows)}
     # the accuracy bar of tests/test_serve.py: no run of inference-calibration.yaml beyond
     # 40 %; a run past 35 % adds its excess squared, ten-fold (a soft bound, not a fit to it)
     bar = math.log(1.35)
     over = sum(10 * max(0.0, abs(math.log(max(1e-6, 1 + r["error"]))) - bar) ** 2
-               for r in rows if r["class"] in BAR_CLASSES)
+               for r in rows if r["class"] in bar_classes)
     if (weighting or WEIGHTING) == "run":
         runs: dict[str, list[float]] = {}
         for r in rows:
@@ -119,12 +122,13 @@ def at_bounds(hw, b: dict) -> list[str]:
 
 
 def fit(evaluate: Callable[[HardwareSpec], list[dict]], hw, b: dict, *, sweeps: int = 6,
-        steps: int = 9, weighting: str | None = None):
+        steps: int = 9, weighting: str | None = None,
+        bar_classes: tuple[str, ...] = BAR_CLASSES):
     """Minimise rows_loss(evaluate(hw)) over the parameters of `b` (name -> bounds): a coarse
     grid per parameter, then a pattern search: each parameter moved by +-step while the loss
     falls, the steps halved when no move helps, within the bounds."""
     def loss(h):
-        return rows_loss(evaluate(h), weighting)
+        return rows_loss(evaluate(h), weighting, bar_classes)
 
     hw = replace_cal(hw, **{n: min(hi, max(lo, getattr(hw.serving_calibration, n)))
                             for n, (lo, hi) in b.items()})   # start inside the bounds
@@ -194,7 +198,10 @@ class ServeRun:
 
     @property
     def cls(self) -> str:
-        return "disagg" if self.layout.disaggregated else "serving-latency"
+        """Its class (planner.serve.validate.serve_class): serving-latency at a concurrency,
+        offline-throughput at "max", static-latency, disagg."""
+        from planner.serve.validate import serve_class
+        return serve_class(self.job, self.layout)
 
 
 def evaluate_runs(runs, hw) -> list[dict]:
@@ -243,22 +250,33 @@ def calibrate_serving(runs, base: HardwareSpec) -> ServeCalibrated:
     def ev(h):
         return evaluate_runs(runs, h)
 
+    from planner.errors import SpecError
+
     ids = [r.id for r in runs]
     if len(set(ids)) != len(ids):   # rows are grouped by id: make them unique
         runs = [ServeRun(f"{r.id}#{i}", r.job, r.layout, r.measured) for i, r in enumerate(runs)]
-    names, why = identified(ev, base, bounds(base))
-    b = free_parameters(runs, base, names)
+    bad = {r["id"] for r in infeasible(ev(base))}
+    fit_runs = [r for r in runs if r.id not in bad]
+    if not fit_runs:
+        raise SpecError(f"every serving run asks for more requests than planner can hold "
+                        f"({', '.join(sorted(bad))[:200]}); check each config's concurrency "
+                        "with `planner validate`", field="config")
+
+    def ev_fit(h):
+        return evaluate_runs(fit_runs, h)
+
+    names, why = identified(ev_fit, base, bounds(base))
+    b = free_parameters(fit_runs, base, names)
     for n in names:
         if n not in b:
-            why[n] = f"identified, but {len(runs)} run(s) fit at most {len(b)} parameter(s)"
-    fitted, _ = fit(ev, base, b) if b else (base, 0.0)
-    classes = sorted({r.cls for r in runs}) if b else []
+            why[n] = f"identified, but {len(fit_runs)} run(s) fit at most {len(b)} parameter(s)"
+    fitted, _ = fit(ev_fit, base, b, bar_classes=()) if b else (base, 0.0)
+    classes = sorted({r.cls for r in fit_runs}) if b else []
     cal = fitted.serving_calibration
     fitted = replace_cal(fitted, fitted_on=tuple(sorted(set(cal.fitted_on) | set(classes))))
     before, after = ev(base), ev(fitted)
     return ServeCalibrated(base, fitted, tuple(b), at_bounds(fitted, b),
-                           _per_run(runs, before), _per_run(runs, after), why,
-                           sorted({r["id"] for r in infeasible(after)}))
+                           _per_run(runs, before), _per_run(runs, after), why, sorted(bad))
 
 
 def serve_profile_yaml(result: ServeCalibrated, *, runs: int, source: str) -> str:
