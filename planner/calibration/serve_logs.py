@@ -156,7 +156,7 @@ def _vllm_json(data: dict) -> ServeLogSummary:
 
 def _trtllm(lines: list[str]) -> ServeLogSummary:
     kv = _key_values(lines)
-    pct = {}
+    pct: dict[tuple[str, str], float] = {}
     for line in lines:   # `[TTFT] P50    : 12.3400`
         m = re.match(r"^\s*\[(TTFT|TPOT)\]\s+(\w+)\s*:\s*" + _NUM, line)
         if m:
