@@ -1008,6 +1008,11 @@ def _serving_run(ref, hardware: str | None, log_format: str | None):
         workload = tuple((flag, str(round(v))) for flag, v in
                          (("--isl", s.input_length), ("--osl", s.output_length)) if v)
     imported = load_any(ref.config, hardware=hardware, gpus=ref.gpus, workload=workload)
+    if s.format == "trtllm" and imported.job.serving.engine != "trtllm":
+        raise SpecError(f"{short(str(ref.log))} is a trtllm-bench report, which runs TensorRT-LLM "
+                        f"only; {short(str(ref.config))} serves with "
+                        f"{imported.job.serving.engine}: give that run's benchmark output",
+                        field="log", value=str(ref.log))
     job, notes = with_log_workload(imported.job, imported.layout, s)
     from planner.serve.validate import validate as serve_validate
     checked = serve_validate(job, imported.layout, extra=imported.violations)
@@ -1016,6 +1021,9 @@ def _serving_run(ref, hardware: str | None, log_format: str | None):
         raise SpecError(f"{short(str(ref.config))}: {broken[0].message}; `planner validate` "
                         "says what to fix", field="config", value=str(ref.config))
     notes = [f"{v.severity}: {v.message}" for v in imported.violations] + notes
+    if workload:
+        notes.append("request lengths from the log (the launch command has none): "
+                     + ", ".join(f"{flag} {v}" for flag, v in workload))
     return ServeRun(str(ref.config), job, imported.layout, s.measured()), ref, s, notes
 
 

@@ -225,6 +225,15 @@ def test_a_launch_command_takes_its_request_lengths_from_the_log(runner, tmp_pat
     assert data["runs"][0]["error_before"] == pytest.approx(yaml_run["runs"][0]["error_before"])
     # a flag planner does not model is said, as validate says it
     assert any("--enable-prefix-caching: not modelled" in n for n in data["runs"][0]["notes"])
+    assert data["runs"][0]["notes"][-1] == ("request lengths from the log (the launch command "
+                                            "has none): --isl 512, --osl 2048")
+    # trtllm-bench runs TensorRT-LLM only: its report is not a vLLM deployment's
+    (tmp_path / "trt.txt").write_text(_trtllm(0.1, 0.01, 1000.0, 4, 512, 2048))
+    refused = runner.invoke(app, ["calibrate", "--config", str(script), "--log",
+                                  str(tmp_path / "trt.txt"), "--gpus", "1", "--out",
+                                  str(tmp_path / "r.yaml")])
+    assert refused.exit_code == 2
+    assert "runs TensorRT-LLM only" in refused.stderr
 
 
 def test_a_mixed_runs_file_fits_both_parts(runner, tmp_path):
