@@ -44,6 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from planner.serve.calibrate import infeasible  # noqa: E402  (runs planner cannot hold)
 from planner.serve.estimate import estimate  # noqa: E402
 from planner.serve.specs import serve_config_from_data  # noqa: E402
 
@@ -187,12 +188,6 @@ def summary(rows: list[dict], by: str = "hardware") -> list[dict]:
                     "max_abs_error": max(abs(e) for e in errs),
                     "bias": statistics.median(errs)})
     return out
-
-
-def infeasible(rows: list[dict]) -> list[dict]:
-    """Runs that ran but that planner cannot hold at their concurrency (KV cache or batch)."""
-    return [r for r in rows if r.get("requested") not in (None, "max")
-            and r["max_concurrency"] < int(r["requested"])]
 
 
 def main(argv=None) -> int:

@@ -31,118 +31,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.serve_accuracy import evaluate, infeasible, load_all, summary
 from planner.config import resolve_hardware
+from planner.serve import calibrate as _fit
+from planner.serve.calibrate import BOUNDS, PCIE, XGMI, at_bounds, bounds, replace_cal  # noqa: F401
 from planner.specs import ServingCalibration
 
-BOUNDS = {   # physically plausible ranges (README, 'Inference: calibration')
-    "hbm_efficiency": (0.55, 0.92),        # streaming reads reach 60-90 % of the HBM peak
-    "gemm_efficiency": (0.3, 0.85),        # large fp8/fp4/bf16 GEMMs: 30-85 % of the dense peak
-    "gemm_half_tokens": (0.0, 512.0),      # GEMMs reach half their efficiency at M ~ 0-512
-    "moe_efficiency": (0.1, 1.0),          # grouped GEMMs relative to a dense one
-    "attention_efficiency": (0.25, 0.75),  # flash attention forward: 25-75 % of the bf16 peak
-    "layer_overhead_us": (0.0, 150.0),     # 10-20 kernels per layer, 1-4 us each in CUDA graphs,
-                                           #   5-10 us launched eagerly (mixed steps)
-    "graph_layer_overhead_us": (0.0, 60.0),  # a CUDA-graph replay: 10-20 kernels a layer
-                                           #   back to back, ~0.5-3 us of gap and tail each
-    "step_overhead_us": (0.0, 8000.0),     # scheduler and host work per engine step
-    "sequence_overhead_us": (0.0, 60.0),   # per request per step (sampling, bookkeeping)
-    "request_overhead_us": (0.0, 8000.0),  # host work per request: admit, respond
-    "link_efficiency": (0.5, 0.9),         # NVLink / Infinity Fabric bus bandwidth / link rate
-    "allreduce_latency_us": (0.3, 1.5),    # per ring step on NVLink: 8-GPU small all-reduces
-                                           #   take ~5-20 us (one-shot kernels, NCCL LL)
-}
-PCIE = {"allreduce_latency_us": (2.0, 20.0),   # per ring step over PCIe (NCCL, no NVLink)
-        "link_efficiency": (0.1, 0.9)}         # PCIe topology: switches, CPU root complexes
-XGMI = {"allreduce_latency_us": (0.5, 3.0)}   # RCCL over Infinity Fabric: higher than NVLink
-
-
-def bounds(hw) -> dict:
-    out = dict(BOUNDS)
-    out.update({"pcie": PCIE, "xgmi": XGMI}.get(hw.intra_node_link, {}))
-    return out
-
-
-def replace_cal(hw, **values):
-    cal = ServingCalibration(**{**hw.serving_calibration.model_dump(), **values})
-    return hw.model_copy(update={"serving_calibration": cal})
-
-
-WEIGHTING = "run"   # "run": every run once (its metrics averaged); "class": every class once
+# The fitting code (bounds, loss, the pattern search) is planner/serve/calibrate.py's, shared
+# with `planner calibrate`; this script picks the cases and writes the shipped profiles.
+WEIGHTING = _fit.WEIGHTING   # "run": every run once (its metrics averaged); "class": every class once
 
 
 def loss(cases, hw, weighting: str | None = None) -> float:
-    rows = evaluate(cases, {hw.name: hw})
-    by: dict[tuple, list[float]] = {}
-    bad = {r["id"] for r in infeasible(rows)}
-    for r in rows:
-        if r["id"] in bad:
-            continue
-        by.setdefault((r["class"], r.get("metric", "")), []).append(
-            min(1.0, math.log(max(1e-6, 1 + r["error"])) ** 2))   # beyond e-fold: e-fold
-    # the accuracy bar of tests/test_serve.py: no run of inference-calibration.yaml beyond
-    # 40 %; a run past 35 % adds its excess squared, ten-fold (a soft bound, not a fit to it)
-    bar = math.log(1.35)
-    over = sum(10 * max(0.0, abs(math.log(max(1e-6, 1 + r["error"]))) - bar) ** 2
-               for r in rows if r["class"] in ("offline-throughput", "static-latency"))
-    if (weighting or WEIGHTING) == "run":
-        runs: dict[str, list[float]] = {}
-        for r in rows:
-            if r["id"] not in bad:
-                runs.setdefault(r["id"], []).append(
-                    min(1.0, math.log(max(1e-6, 1 + r["error"])) ** 2))
-        return sum(sum(v) / len(v) for v in runs.values()) / max(1, len(runs)) + over
-    classes: dict[str, list[float]] = {}
-    for (cls, _), v in by.items():
-        classes.setdefault(cls, []).append(sum(v) / len(v))
-    return sum(sum(v) / len(v) for v in classes.values()) / len(classes) + over
+    return _fit.rows_loss(evaluate(cases, {hw.name: hw}), weighting or WEIGHTING)
 
 
 def free_parameters(cases, hw) -> dict:
     """The bounds of the parameters the runs on this GPU may move: at most one per two runs
     (a run measured TPOT and TTFT counts once)."""
-    b = bounds(hw)
-    runs = len({c.id for c in cases})
-    return dict(list(b.items())[:max(1, runs // 2)])
-
-
-def at_bounds(hw, b: dict) -> list[str]:
-    cal = hw.serving_calibration
-    return [n for n, (lo, hi) in b.items()
-            if math.isclose(getattr(cal, n), lo, abs_tol=1e-9)
-            or math.isclose(getattr(cal, n), hi, abs_tol=1e-9)]
+    return _fit.free_parameters(cases, hw)
 
 
 def fit(cases, hw, *, sweeps: int = 6, steps: int = 9):
-    """A coarse grid per parameter, then a pattern search: each parameter moved by +-step
-    while the loss falls, the steps halved when no move helps, within the bounds."""
-    b = free_parameters(cases, hw)
-    hw = replace_cal(hw, **{n: min(hi, max(lo, getattr(hw.serving_calibration, n)))
-                            for n, (lo, hi) in b.items()})   # start inside the bounds
-    best = loss(cases, hw)
-    for name, (lo, hi) in b.items():                      # coarse grid, one pass
-        for i in range(steps):
-            cand = replace_cal(hw, **{name: round(lo + (hi - lo) * i / (steps - 1), 4)})
-            lval = loss(cases, cand)
-            if lval < best - 1e-9:
-                best, hw = lval, cand
-    step = {n: (hi - lo) / 8 for n, (lo, hi) in b.items()}
-    for _ in range(sweeps * 8):
-        moved = False
-        for name, (lo, hi) in b.items():
-            cur = getattr(hw.serving_calibration, name)
-            for val in (cur - step[name], cur + step[name]):
-                val = round(min(hi, max(lo, val)), 4)
-                if val == cur:
-                    continue
-                cand = replace_cal(hw, **{name: val})
-                lval = loss(cases, cand)
-                if lval < best - 1e-9:
-                    best, hw, moved = lval, cand, True
-                    break
-        if not moved:
-            step = {n: v / 2 for n, v in step.items()}
-            if all(v < (b[n][1] - b[n][0]) / 256 for n, v in step.items()):
-                break
-    return hw, best
+    """planner.serve.calibrate.fit over the cases on this GPU (its doc: grid, pattern search)."""
+    return _fit.fit(lambda h: evaluate(cases, {h.name: h}), hw, free_parameters(cases, hw),
+                    sweeps=sweeps, steps=steps, weighting=WEIGHTING)
 
 
 def render_block(hw, head: str) -> str:

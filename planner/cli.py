@@ -815,25 +815,26 @@ def export_cmd(
 
 def calibrate_cmd(
     runs_file: Annotated[Path | None, typer.Argument(help="RUNS.yaml: runs: [{config: PATH, log: PATH, hardware: NAME}] (paths relative to it; hardware optional).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="One run's config (any format validate reads), instead of RUNS.yaml.")] = None,
-    log: Annotated[Path | None, typer.Option("--log", help="That run's training log (Megatron-LM, NeMo / Megatron-Bridge, torchtitan, DeepSpeed).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="One run's config (any format validate reads, training or serving), instead of RUNS.yaml.")] = None,
+    log: Annotated[Path | None, typer.Option("--log", help="That run's log: training (Megatron-LM, NeMo / Megatron-Bridge, torchtitan, DeepSpeed) or serving benchmark (vllm bench serve, sglang.bench_serving, trtllm-bench).")] = None,
     hardware: HardwareOpt = None,
     gpus: Annotated[int | None, typer.Option("--gpus", help="Total GPUs of the --config run, where the config does not say (torchtitan).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write the fitted hardware profile YAML here (use it with --hardware).")] = None,
-    log_format: Annotated[str | None, typer.Option("--log-format", help="megatron | nemo | torchtitan | deepspeed (default: detected from the lines).")] = None,
+    log_format: Annotated[str | None, typer.Option("--log-format", help="megatron | nemo | torchtitan | deepspeed | vllm | sglang | trtllm (default: detected from the lines).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Fit a hardware profile to your own runs (configs + their logs); see docs/calibration.md."""
 
     def body() -> int:
         from planner.calibration.logs import LOG_FORMATS
-        from planner.calibration.runs import RunRef, calibrate, profile_yaml, read_runs_file
+        from planner.calibration.runs import RunRef, calibrate, read_runs_file
+        from planner.calibration.serve_logs import SERVE_LOG_FORMATS
 
         if out is None:
             raise SpecError("--out is missing: give the file to write the profile to, e.g. "
                             "--out my-cluster.yaml", field="--out")
         if log_format is not None:
-            _choice("--log-format", log_format, LOG_FORMATS)
+            _choice("--log-format", log_format, LOG_FORMATS + SERVE_LOG_FORMATS)
         if runs_file is not None and (config is not None or log is not None):
             raise SpecError("give RUNS.yaml or --config with --log, not both", field="--config")
         if runs_file is not None and gpus is not None:
@@ -847,59 +848,124 @@ def calibrate_cmd(
             refs, source = [RunRef(config, log, None, gpus)], str(config)
         else:
             refs, source = read_runs_file(runs_file), str(runs_file)
-        runs, logs = _calibration_runs(refs, hardware, log_format)
-        result = calibrate(runs, runs[0].job.hardware)
-        text = profile_yaml(result, runs=len(runs), source=Path(source).name)
+        train, serving = _calibration_runs(refs, hardware, log_format)
+        runs, logs, trefs = train
+        base = (runs[0].job if runs else serving[0][0].job).hardware
+        result = calibrate(runs, base) if runs else None
+        sresult = None
+        if serving:
+            from planner.serve.calibrate import calibrate_serving
+            sresult = calibrate_serving([r for r, _, _, _ in serving],
+                                        result.profile if result else base)
+        text = _calibrated_profile(result, sresult, len(runs), len(serving),
+                                   Path(source).name)
         try:
             out.write_text(text, encoding="utf-8")
         except OSError as exc:
             raise SpecError(f"--out {short(str(out))} cannot be written "
                             f"({exc.__class__.__name__}); check the path", field="--out") from None
         if json_out:
-            print(json.dumps({
-                "profile": str(out), "base": result.base.name, "fitted": list(result.fitted),
-                "at_bound": result.at_bound,
-                "calibration": result.profile.calibration.model_dump(mode="json"),
-                "runs": [{"config": str(r.id), "log": str(ref.log), "format": s.format,
-                          "measured_step_time_s": r.measured_s, "steady_state": s.rule,
-                          "error_before": b, "error_after": a}
-                         for r, ref, s, b, a in zip(runs, refs, logs, result.before,
-                                                    result.after)]}, indent=2))
+            data: dict[str, Any] = {"profile": str(out), "base": base.name}
+            if result is not None:
+                data.update({
+                    "fitted": list(result.fitted), "at_bound": result.at_bound,
+                    "calibration": result.profile.calibration.model_dump(mode="json"),
+                    "runs": [{"config": str(r.id), "log": str(ref.log), "format": s.format,
+                              "measured_step_time_s": r.measured_s, "steady_state": s.rule,
+                              "error_before": b, "error_after": a}
+                             for r, ref, s, b, a in zip(runs, trefs, logs, result.before,
+                                                        result.after)]})
+            if sresult is not None:
+                data["serving"] = {
+                    "fitted": list(sresult.fitted), "at_bound": sresult.at_bound,
+                    "not_fitted": sresult.left_out, "infeasible": sresult.infeasible,
+                    "serving_calibration":
+                        sresult.profile.serving_calibration.model_dump(mode="json"),
+                    "runs": [{"config": str(ref.config), "log": str(ref.log),
+                              "format": s.format, "measured": r.measured,
+                              "aggregate": s.aggregate, "notes": notes,
+                              "error_before": b, "error_after": a}
+                             for (r, ref, s, notes), b, a in zip(serving, sresult.before,
+                                                                 sresult.after)]}
+            print(json.dumps(data, indent=2))
             return 0
-        print(f"{'run':40s} {'log':10s} {'measured':>10s} {'before':>8s} {'after':>8s}  steady state")
-        for r, s, b, a in zip(runs, logs, result.before, result.after):
-            print(f"{Path(r.id).name[:40]:40s} {s.format:10s} {r.measured_s:9.3f}s {b:+8.1%} {a:+8.1%}"
-                  f"  {s.rule}" + "".join(f"; {n}" for n in s.notes))
-        print(f"fitted from {result.base.name}: {', '.join(result.fitted) or 'none'}")
-        if result.at_bound:
-            print(f"at a bound of its physical range: {', '.join(result.at_bound)}")
+        if result is not None:
+            print(f"{'run':40s} {'log':10s} {'measured':>10s} {'before':>8s} {'after':>8s}  steady state")
+            for r, s, b, a in zip(runs, logs, result.before, result.after):
+                print(f"{Path(r.id).name[:40]:40s} {s.format:10s} {r.measured_s:9.3f}s {b:+8.1%} {a:+8.1%}"
+                      f"  {s.rule}" + "".join(f"; {n}" for n in s.notes))
+            print(f"fitted from {result.base.name}: {', '.join(result.fitted) or 'none'}")
+            if result.at_bound:
+                print(f"at a bound of its physical range: {', '.join(result.at_bound)}")
+        if sresult is not None:
+            _print_serving_calibration(serving, sresult)
         print(f"wrote {out} (use it with --hardware {out})", file=sys.stderr)
         return 0
 
     _run(body, json_mode=json_out)
 
 
+def _calibrated_profile(result, sresult, n_train: int, n_serve: int, source: str) -> str:
+    """The profile YAML: the training fit's, the serving fit's (fitted from the training
+    one's profile), or both headers over the serving fit's profile."""
+    from planner.calibration.runs import profile_yaml
+    if sresult is None:
+        return profile_yaml(result, runs=n_train, source=source)
+    from planner.serve.calibrate import serve_profile_yaml
+    text = serve_profile_yaml(sresult, runs=n_serve, source=source)
+    if result is None:
+        return text
+    head = [line for line in profile_yaml(result, runs=n_train, source=source).splitlines()
+            if line.startswith("#")]
+    return "\n".join(head) + "\n" + text
+
+
+def _print_serving_calibration(serving, sresult) -> None:
+    scale = {"ttft_s": (1e3, "ms"), "tpot_s": (1e3, "ms"), "output_tokens_per_s": (1.0, "tok/s")}
+    label = {"ttft_s": "TTFT", "tpot_s": "TPOT", "output_tokens_per_s": "output"}
+    print(f"{'serving run':32s} {'log':7s} {'metric':7s} {'measured':>14s} {'before':>8s} "
+          f"{'after':>8s}  aggregate")
+    for (r, _, s, notes), b, a in zip(serving, sresult.before, sresult.after):
+        for m, v in r.measured.items():
+            k, unit = scale[m]
+            print(f"{Path(r.id).name[:32]:32s} {s.format:7s} {label[m]:7s} "
+                  f"{v * k:>8.1f} {unit:5s} {b[m]:+8.1%} {a[m]:+8.1%}  {s.aggregate[m]}")
+        for n in notes:
+            print(f"  note: {n}")
+    print(f"serving parameters fitted from {sresult.base.name}: "
+          f"{', '.join(sresult.fitted) or 'none'}")
+    if sresult.at_bound:
+        print(f"at a bound of its physical range: {', '.join(sresult.at_bound)}")
+    if sresult.infeasible:
+        print(f"left out of the fit (planner cannot hold their concurrency): "
+              f"{', '.join(Path(i).name for i in sresult.infeasible)}")
+
+
 def _calibration_runs(refs, hardware: str | None, log_format: str | None):
     """Each run's config read as validate reads it (knobs it left out chosen as validate
-    does), and its log's steady state; every run on one profile."""
+    does), and its log's steady state; every run on one profile. Returns the training runs
+    (runs, logs, refs) and the serving ones ([(ServeRun, ref, log summary, notes)])."""
     from planner.calibration.fit import Run
-    from planner.calibration.logs import load_log
-    from planner.frameworks import load_any
+    from planner.calibration.logs import LOG_FORMATS, load_log
+    from planner.frameworks import detect_format, load_any
     from planner.frameworks.engines.reader import SERVE_FORMATS
     from planner.validate import why_no_estimate
 
-    runs, logs = [], []
+    runs, logs, trefs, serving = [], [], [], []
     for ref in refs:
         if hardware is not None and ref.hardware is not None:
             raise SpecError(f"run {short(str(ref.config))} names hardware {short(ref.hardware)} "
                             f"and --hardware {short(hardware)} is given: keep one",
                             field="--hardware", value=hardware)
+        if detect_format(ref.config) in SERVE_FORMATS:
+            serving.append(_serving_run(ref, ref.hardware or hardware, log_format))
+            continue
+        if log_format is not None and log_format not in LOG_FORMATS:
+            raise SpecError(f"--log-format {log_format} is a serving benchmark's; "
+                            f"{short(str(ref.config))} is a training config: give megatron, "
+                            "nemo, torchtitan or deepspeed (or leave it out)",
+                            field="--log-format", value=log_format)
         imported = load_any(ref.config, hardware=ref.hardware or hardware, gpus=ref.gpus)
-        if imported.format in SERVE_FORMATS:
-            raise SpecError(f"{short(str(ref.config))} is a {imported.format} serving config; "
-                            "calibrate reads training runs only (serving: "
-                            "benchmarks/serve_calibrate.py)", field="config",
-                            value=str(ref.config))
         job, layout = imported.job, imported.layout
         why = why_no_estimate(layout, job)
         if why:
@@ -913,12 +979,52 @@ def _calibration_runs(refs, hardware: str | None, log_format: str | None):
             layout = fill_auto(job, layout)
         runs.append(Run(str(ref.config), job, layout, t, "runs", s.peak_memory_gib))
         logs.append(s)
-    names = sorted({r.job.hardware.name for r in runs})
+        trefs.append(ref)
+    names = sorted({r.job.hardware.name for r in runs} | {r.job.hardware.name
+                                                           for r, _, _, _ in serving})
     if len(names) > 1:
         raise SpecError(f"the runs are on {', '.join(names)}: one profile is fitted per GPU "
                         "type; calibrate each apart (or give --hardware)", field="hardware",
                         value=", ".join(names))
-    return runs, logs
+    return (runs, logs, trefs), serving
+
+
+def _serving_run(ref, hardware: str | None, log_format: str | None):
+    """A serving config (a serving YAML or an engine's launch command) and its benchmark
+    output: the launch command's request lengths come from the log where it states them,
+    and the concurrency the benchmark's clients kept replaces the config's."""
+    from planner.calibration.logs import LOG_FORMATS
+    from planner.calibration.serve_logs import load_serve_log
+    from planner.frameworks import detect_format, load_any
+    from planner.serve.calibrate import ServeRun, with_log_workload
+
+    if log_format in LOG_FORMATS:
+        raise SpecError(f"--log-format {log_format} is a training log; {short(str(ref.config))} "
+                        "is a serving config: give vllm, sglang or trtllm (or leave it out)",
+                        field="--log-format", value=log_format)
+    s = load_serve_log(ref.log, fmt=log_format)
+    workload: tuple[tuple[str, str], ...] = ()
+    if detect_format(ref.config) != "serve":
+        workload = tuple((flag, str(round(v))) for flag, v in
+                         (("--isl", s.input_length), ("--osl", s.output_length)) if v)
+    imported = load_any(ref.config, hardware=hardware, gpus=ref.gpus, workload=workload)
+    if s.format == "trtllm" and imported.job.serving.engine != "trtllm":
+        raise SpecError(f"{short(str(ref.log))} is a trtllm-bench report, which runs TensorRT-LLM "
+                        f"only; {short(str(ref.config))} serves with "
+                        f"{imported.job.serving.engine}: give that run's benchmark output",
+                        field="log", value=str(ref.log))
+    job, notes = with_log_workload(imported.job, imported.layout, s)
+    from planner.serve.validate import validate as serve_validate
+    checked = serve_validate(job, imported.layout, extra=imported.violations)
+    broken = [v for v in checked.violations if v.severity == "error"]
+    if broken:
+        raise SpecError(f"{short(str(ref.config))}: {broken[0].message}; `planner validate` "
+                        "says what to fix", field="config", value=str(ref.config))
+    notes = [f"{v.severity}: {v.message}" for v in imported.violations] + notes
+    if workload:
+        notes.append("request lengths from the log (the launch command has none): "
+                     + ", ".join(f"{flag} {v}" for flag, v in workload))
+    return ServeRun(str(ref.config), job, imported.layout, s.measured()), ref, s, notes
 
 
 _COMMANDS = (("plan", plan), ("validate", validate), ("compare", compare), ("serve", serve),

@@ -127,7 +127,7 @@ def test_one_run_fits_one_parameter_and_says_which_sat_at_a_bound(runner, tmp_pa
     (["--config", "c.yaml", "--out", "p.yaml"], "give RUNS.yaml, or one run"),
     (["runs.yaml", "--config", "c.yaml", "--log", "c.log", "--out", "p.yaml"], "not both"),
     (["--config", "c.yaml", "--log", "empty.log", "--out", "p.yaml"], "no step lines"),
-    (["--config", "c.yaml", "--log", "c.log", "--out", "p.yaml", "--log-format", "vllm"],
+    (["--config", "c.yaml", "--log", "c.log", "--out", "p.yaml", "--log-format", "bogus"],
      "--log-format"),
     (["bad-runs.yaml", "--out", "p.yaml"], "runs[0].cfg is not a key"),
 ], ids=["no-out", "no-log", "both", "no-steps", "bad-format", "bad-key"])

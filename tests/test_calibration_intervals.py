@@ -1,8 +1,9 @@
 """The 80% prediction intervals (planner/calibration/intervals.py): the shipped table is what
 benchmarks/data give now, the quantile rule covers 80% of exchangeable draws, and, leave one
 run out, the measured step time falls inside its interval for 70-90% of the runs of every
-class with at least MIN_RUNS runs (benchmarks/intervals.py prints every class; long-context,
-4 runs, misses: docs/calibration.md)."""
+class with at least MIN_RUNS runs (benchmarks/intervals.py prints every class; the smaller
+ones have their own small-sample interval, and their coverage moves in steps of 1/4 or 1/6:
+docs/calibration.md)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,33 @@ def test_small_groups_fall_back_to_the_class_then_to_all():
     rows = [("a", "g1", 0.0)] * (MIN_RUNS - 1) + [("a", "g2", 0.1)] * MIN_RUNS
     t = build_table(rows)
     assert ("a", "g1") not in t and ("a", "g2") in t and t[("a", "*")][2] == 2 * MIN_RUNS - 1
+
+
+@pytest.mark.parametrize("n", [3, 4, 6])
+def test_the_small_sample_rule_covers_80_percent_of_new_draws(n):
+    # a class of n < MIN_RUNS runs, its residuals normal: mean +- t(0.9, n-1) s sqrt(1 + 1/n)
+    # covers a new draw with probability 0.80 exactly; over 4000 trials, within +-0.03
+    # (binomial sd sqrt(0.8 x 0.2 / 4000) = 0.0063)
+    rng = random.Random(n)
+    inside = 0
+    for _ in range(4000):
+        rows = [("c", "g", rng.gauss(0.3, 0.2)) for _ in range(n)]
+        lo, hi, runs = build_table(rows)[("c", "*")]
+        assert runs == n and ("c", "g") not in build_table(rows)
+        inside += lo <= rng.gauss(0.3, 0.2) <= hi
+    assert 0.77 <= inside / 4000 <= 0.83
+
+
+def test_a_small_class_stands_on_its_own_runs_not_the_pool():
+    # 3 runs of class "s" far from 10 of class "b": its interval is about its own mean
+    rows = [("b", "g", 0.0)] * 5 + [("b", "g", 0.01)] * 5 + [("s", "g", v)
+                                                             for v in (0.50, 0.55, 0.60)]
+    t = build_table(rows)
+    lo, hi, n = t[("s", "*")]
+    half = 1.886 * 0.05 * math.sqrt(1 + 1 / 3)     # t(0.9, 2) x s x sqrt(1 + 1/n)
+    assert (lo, hi, n) == (pytest.approx(0.55 - half, abs=1e-4),
+                           pytest.approx(0.55 + half, abs=1e-4), 3)
+    assert ("s", "g") not in t     # per GPU, a group still needs MIN_RUNS
 
 
 @pytest.mark.parametrize("cls", ["dense-bf16", "fsdp", "moe"])

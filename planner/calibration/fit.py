@@ -28,7 +28,8 @@ from planner.specs import Calibration, HardwareSpec
 from planner.tune import fill_auto
 
 __all__ = ["BOUNDS", "PRIORITY", "RUNS_PER_PARAMETER", "HUBER", "Run", "predict", "errors",
-           "loss", "with_values", "free_parameters", "fit_profile", "at_bound"]
+           "loss", "with_values", "free_parameters", "fit_profile", "at_bound", "select_identified",
+           "SENSITIVITY_MIN", "CONDITION_MAX", "STEP"]
 
 BOUNDS = {   # physically plausible ranges (docs/accuracy.md, 'Calibration')
     "matmul_efficiency": (0.55, 0.9),       # large bf16 GEMMs reach 60-85% of the dense peak
@@ -199,17 +200,25 @@ def identifiable(cases, hw: HardwareSpec, candidates) -> tuple[tuple[str, ...], 
     """The candidates (in order) the runs pin: RMS sensitivity >= SENSITIVITY_MIN, and each
     added only if the fitted set's Jacobian stays below CONDITION_MAX. Returns them and, for
     every candidate left out, why."""
-    sens = sensitivities(cases, hw, candidates)
+    return select_identified(sensitivities(cases, hw, candidates), candidates)
+
+
+def select_identified(sens: dict[str, list[float]], candidates,
+                      sensitivity_min: float = SENSITIVITY_MIN,
+                      condition_max: float = CONDITION_MAX
+                      ) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The rule of `identifiable` on given sensitivities (name -> d ln(prediction) / d u per
+    run and metric): the serving fit (planner/serve/calibrate.py) uses it on its own."""
     chosen: list[str] = []
     why: dict[str, str] = {}
     for name in candidates:
         col = sens[name]
         rms = math.sqrt(sum(x * x for x in col) / len(col)) if col else 0.0
-        if rms < SENSITIVITY_MIN:
-            why[name] = f"not identified (sensitivity {rms:.3f} < {SENSITIVITY_MIN})"
+        if rms < sensitivity_min:
+            why[name] = f"not identified (sensitivity {rms:.3f} < {sensitivity_min})"
             continue
         cond = _condition([sens[n] for n in chosen] + [col])
-        if cond > CONDITION_MAX:
+        if cond > condition_max:
             why[name] = f"not separable from {', '.join(chosen)} (condition {cond:.0f})"
             continue
         chosen.append(name)

@@ -8,6 +8,10 @@ p(n+1) (statistics.quantiles' 'exclusive' method): for a new run exchangeable wi
 the chance to fall below the k-th of n sorted residuals is k/(n+1), so the interval covers 80%.
 
 Groups, first that has MIN_RUNS runs: the class and GPU; the class on every GPU; every run.
+A class with SMALL_RUNS to MIN_RUNS - 1 runs (on every GPU) has its own interval by a
+small-sample rule instead of the pool's: mean +- t(0.90, n-1) s sqrt(1 + 1/n) of its
+residuals, the normal prediction interval (order statistics of so few runs cannot make an
+80% interval: of 3 runs, their range covers a 4th with chance 2/4).
 Where the estimate leaves calibrated ground (planner/caveats.py has a caveat for it: a class
 not fitted on this GPU, a profile fitted to nothing, an FP8 recipe never fitted) the interval
 is widened WIDEN times in log space about its middle: a stated rule, which no calibration run
@@ -30,7 +34,7 @@ if TYPE_CHECKING:
     from planner.layout import Layout
     from planner.specs import JobLike
 
-__all__ = ["MIN_RUNS", "WIDEN", "CLASSES", "SERVE_METRICS", "Interval", "interval_class",
+__all__ = ["MIN_RUNS", "SMALL_RUNS", "WIDEN", "CLASSES", "SERVE_METRICS", "Interval", "interval_class",
            "build_table", "time_interval", "memory_interval", "serve_class", "serve_intervals",
            "label"]
 
@@ -62,9 +66,30 @@ def _quantiles(values: list[float]) -> tuple[float, float]:
     return q[0], q[-1]
 
 
+SMALL_RUNS = 3
+"""Fewest runs a class (on every GPU) needs for its own small-sample interval (below)."""
+T90 = {2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440}
+"""Student's t 90th percentile by degrees of freedom (any table of the t distribution, e.g.
+NIST/SEMATECH e-Handbook 1.3.6.7.2): n - 1 for a class of n = SMALL_RUNS..MIN_RUNS - 1."""
+
+
+def _small_sample(values: list[float]) -> tuple[float, float]:
+    """The 80% prediction interval of a new run from n < MIN_RUNS residuals of its class:
+    mean +- t(0.90, n-1) x s x sqrt(1 + 1/n) (normal residuals; s the sample standard
+    deviation; exact coverage 80% for any n, where the k/(n+1) order statistics of 3 runs
+    would only give their range, a 50% interval)."""
+    n = len(values)
+    mean = statistics.fmean(values)
+    half = T90[n - 1] * statistics.stdev(values) * math.sqrt(1 + 1 / n)
+    return mean - half, mean + half
+
+
 def build_table(rows) -> dict:
     """rows: (class, gpu, log residual). The groups' (q10, q90, n), keyed by (class, gpu),
-    (class, "*") and ("*", "*"); only groups of MIN_RUNS or more (and "*", "*" always)."""
+    (class, "*") and ("*", "*"); only groups of MIN_RUNS or more (and "*", "*" always), and
+    a class on every GPU with SMALL_RUNS to MIN_RUNS - 1 runs by the small-sample rule
+    (`_small_sample`): a small class's own residuals say more about it than the pool of
+    every other class does (long-context runs sit apart from the pool)."""
     groups: dict[tuple[str, str], list[float]] = {}
     for cls, gpu, r in rows:
         for key in ((cls, gpu), (cls, "*"), ("*", "*")):
@@ -73,7 +98,11 @@ def build_table(rows) -> dict:
     for key, vals in sorted(groups.items()):
         if len(vals) >= MIN_RUNS or key == ("*", "*"):
             lo, hi = _quantiles(vals)
-            out[key] = (round(lo, 4), round(hi, 4), len(vals))
+        elif key[1] == "*" and len(vals) >= SMALL_RUNS:
+            lo, hi = _small_sample(vals)
+        else:
+            continue
+        out[key] = (round(lo, 4), round(hi, 4), len(vals))
     return out
 
 
