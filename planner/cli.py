@@ -1075,6 +1075,38 @@ def main(argv: list[str] | None = None) -> None:
             gc.freeze()
 
 
+# typer (0.29) coerces option values with pydantic and reports pydantic's words without the
+# value; these say what to give instead
+_COERCION_WORDS = {
+    "Input should be a valid integer, unable to parse string as an integer": "must be a whole number",
+    "Input should be a valid integer, got a number with a fractional part": "must be a whole number",
+    "Input should be a valid number, unable to parse string as a number": "must be a number",
+}
+
+
+def _raw_value(args: list[str], opts: list[str]) -> str | None:
+    """What the command line gave an option (`--gpus abc` or `--gpus=abc`; the last one
+    given, as click keeps the last), or None when the option is not on it."""
+    found = None
+    for i, token in enumerate(args):
+        if token == "--":
+            break
+        for opt in opts:
+            if token == opt and i + 1 < len(args):
+                found = args[i + 1]
+            elif token.startswith(opt + "="):
+                found = token[len(opt) + 1:]
+    return found
+
+
+def _bad_value_message(flag: str, raw: str, message: str) -> str:
+    """`--gpus = 'abc': must be a whole number` from typer's
+    `Invalid value for '--gpus': Input should be a valid integer, ...`."""
+    reason = message.split("': ", 1)[1] if message.startswith("Invalid value for '") else message
+    reason = _COERCION_WORDS.get(reason, reason)
+    return f"{flag} = {short(raw)}: {reason}"
+
+
 def _main(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     json_mode = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
@@ -1104,8 +1136,12 @@ def _main(argv: list[str] | None) -> None:
             sys.exit(2)
         cmd = ctx.command_path if ctx is not None else "planner"
         param = getattr(exc, "param", None)
-        flag = (param.opts[0] if getattr(param, "opts", None) else None) if param else None
-        _fail(SpecError(f"{clip(exc.format_message(), 400).rstrip('.')}; see '{cmd} --help'",
-                        field=flag), json_mode)
+        opts = list(getattr(param, "opts", None) or []) if param else []
+        flag = opts[0] if opts else None
+        message = clip(exc.format_message(), 400).rstrip(".")
+        raw = _raw_value(args, opts) if type(exc).__name__ == "BadParameter" else None
+        if raw is not None and flag is not None:
+            message = _bad_value_message(flag, raw, message)
+        _fail(SpecError(f"{message}; see '{cmd} --help'", field=flag, value=raw), json_mode)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)

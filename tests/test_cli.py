@@ -279,3 +279,30 @@ def test_validate_chooses_the_knobs_a_config_leaves_out(runner, tmp_path):
     pinned = json.loads(runner.invoke(app, ["validate", str(cfg), "--json"]).stdout)
     assert pinned["chosen_by_planner"] == []
     assert (pinned["layout"]["vpp"], pinned["layout"]["micro_batch_size"]) == (1, 1)
+
+
+# ------------------------------------------------------------- values typer cannot coerce
+
+@pytest.mark.parametrize("argv, flag, value, reason", [
+    (["plan", "--model", "70b", "--gpus", "abc"], "--gpus", "abc", "must be a whole number"),
+    (["plan", "--model", "70b", "--gpus=1.5"], "--gpus", "1.5", "must be a whole number"),
+    (["plan", "--model", "70b", "--gpus", "8", "--top", "x"], "--top", "x",
+     "must be a whole number"),
+    (["plan", "--model", "70b", "--gpus", "8", "--headroom", "half"], "--headroom", "half",
+     "must be a number"),
+])
+def test_a_value_typer_cannot_coerce_is_named_with_the_fix(capsys, argv, flag, value, reason):
+    # typer's own words are pydantic's ("Input should be a valid integer, unable to parse
+    # string as an integer") without the value; the one line names the option, the value and
+    # what to give, and --json carries the value
+    from planner.cli import main
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    # (the command path is the program's name: here pytest's)
+    assert err.startswith(f"error: {flag} = {value!r}: {reason}; see '") and err.count("\n") == 1
+    with pytest.raises(SystemExit):
+        main(argv + ["--json"])
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert (error["field"], error["value"]) == (flag, value)
