@@ -279,6 +279,34 @@ def test_closed_loop_sglang_prefills_first_and_the_burst_waits_for_its_chunks():
     assert est.tpot_s == pytest.approx(decode + 3.5 * group / 127)
 
 
+@pytest.mark.parametrize("clients, slots, residence, wait", [
+    pytest.param(8, 16, 10.0, 0.0, id="fewer-clients-than-slots"),
+    pytest.param(16, 16, 10.0, 0.0, id="exactly-full"),
+    # 32 clients, 16 slots held 10 s each: the engine finishes 1.6 requests/s, a client's
+    # cycle is 32 / 1.6 = 20 s, 10 of it in service: 10 s waiting = (32 - 16) x 10 / 16
+    pytest.param(32, 16, 10.0, 10.0, id="twice-the-slots"),
+    # the Qwen3-32B FP4 GB200 run's figures: 144 clients, TPOT 48 ms over 999 tokens (a 48 s
+    # residence): a 17.3 s wait would mean 144 x 48 / (48 + 17.3) = 106 requests running
+    pytest.param(144, 106, 48.0, 38 * 48.0 / 106, id="144-over-106"),
+])
+def test_admission_wait_is_littles_law_over_the_slots(clients, slots, residence, wait):
+    from planner.serve.estimate import admission_wait
+    assert admission_wait(clients, slots, residence) == pytest.approx(wait)
+
+
+def test_clients_beyond_the_engines_batch_wait_for_a_slot_in_ttft():
+    # max_batch_size 8 and 24 clients: 8 run (TPOT, throughput at 8), 16 wait; each slot is
+    # held for the e2e of a running request, so the wait is (24 - 8) / 8 = 2 e2e's
+    running = estimate(_llama8b_job("vllm", 8, max_batch_size=8), ServeLayout(instance=Instance()))
+    est = estimate(_llama8b_job("vllm", 24, max_batch_size=8), ServeLayout(instance=Instance()))
+    assert est.concurrency == 8 and est.clients == 24
+    assert est.tpot_s == pytest.approx(running.tpot_s)
+    assert est.output_tokens_per_s == pytest.approx(running.output_tokens_per_s)
+    assert est.queue_s == pytest.approx(2 * running.e2e_s)
+    assert est.ttft_s == pytest.approx(running.ttft_s + 2 * running.e2e_s)
+    assert est.e2e_s == pytest.approx(est.ttft_s + 127 * est.tpot_s)
+
+
 @pytest.mark.parametrize("engine, seqs, prefill, graph", [
     pytest.param("vllm", 1, 0, True, id="vllm-decode-1"),
     pytest.param("vllm", 512, 0, True, id="vllm-decode-512"),

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from planner.serve.memory import ServeMemory, instance_memory
 from planner.serve.time import ServeCost, StepParts, accepted_tokens, kv_transfer_time
 
-__all__ = ["ServeEstimate", "estimate", "requested_concurrency"]
+__all__ = ["ServeEstimate", "admission_wait", "estimate", "requested_concurrency"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,9 @@ class ServeEstimate:
     prefill_memory: ServeMemory | None = None
     bottleneck: str = ""             # disaggregated: prefill | decode
     layout: object = None            # the layout estimated
+    queue_s: float = 0.0             # in TTFT: the wait for an engine slot (admission_wait)
+    clients: int = 0                 # with a queue: requests in flight per (decode) instance,
+                                     #   queued ones included (0: no queue, = concurrency)
 
     @property
     def output_tokens_per_s_per_gpu(self) -> float:
@@ -91,17 +94,62 @@ def _draft_cost(cost: ServeCost, job, seqs: float, ctx: float, k: int) -> StepPa
 
 def estimate(job, layout, *, concurrency: int | None = None) -> ServeEstimate:
     """Memory, TTFT / TPOT / end-to-end latency and tokens/s of `layout` for `job`;
-    `concurrency` overrides the config's (per decode instance)."""
+    `concurrency` overrides the config's (per decode instance). Clients beyond what the
+    instance runs at once wait for a slot (admission_wait), in TTFT."""
     if layout.disaggregated:
-        dmem = instance_memory(job, layout.decode)
+        mem = instance_memory(job, layout.decode)
         pcost = ServeCost(job, layout.prefill)
-        return disaggregated(job, layout, pmem=instance_memory(job, layout.prefill), dmem=dmem,
-                             dcost=ServeCost(job, layout.decode),
-                             prefill=prefill_pool(job, pcost),
-                             conc=_clamp(job, dmem, concurrency))
-    mem = instance_memory(job, layout.instance)
-    return aggregated(job, layout, mem=mem, cost=ServeCost(job, layout.instance),
-                      conc=_clamp(job, mem, concurrency))
+        est = disaggregated(job, layout, pmem=instance_memory(job, layout.prefill), dmem=mem,
+                            dcost=ServeCost(job, layout.decode),
+                            prefill=prefill_pool(job, pcost),
+                            conc=_clamp(job, mem, concurrency))
+    else:
+        mem = instance_memory(job, layout.instance)
+        est = aggregated(job, layout, mem=mem, cost=ServeCost(job, layout.instance),
+                         conc=_clamp(job, mem, concurrency))
+    clients = _clients(job, concurrency)
+    if clients <= est.concurrency or job.serving.batching == "static" or mem.max_concurrency < 1:
+        return est
+    return queued(est, clients, osl=job.serving.output_length)
+
+
+def _clients(job, concurrency: int | None) -> int:
+    """Requests in flight per instance the config asks for (the closed loop's clients)."""
+    if concurrency is not None:
+        return concurrency
+    c = job.serving.concurrency
+    return 0 if c == "max" else int(c)
+
+
+def admission_wait(clients: float, slots: float, residence: float) -> float:
+    """Seconds a request of a closed loop waits for an engine slot.
+
+    Assumptions: N clients, each sending its next request the moment its last one completes
+    (no think time, as benchmark tools run with a fixed concurrency); an engine that runs at
+    most B requests at once (vLLM max_num_seqs, SGLang max_running_requests, TensorRT-LLM
+    max_batch_size, or what its KV cache holds of ISL + OSL tokens each, whichever is less);
+    waiting requests admitted first come, first served as slots free; each admitted request
+    holds its slot for R seconds (its prefill and its decode, the service at B running).
+    N <= B: no wait. N > B: the slots never idle, so the engine completes X = B / R requests
+    a second (Little's law over the slots) and each client's cycle is N / X (Little's law
+    over the loop), R of it in service:
+
+        W = N / X - R = (N - B) R / B
+    """
+    if clients <= slots or slots <= 0:
+        return 0.0
+    return (clients - slots) * residence / slots
+
+
+def queued(est: ServeEstimate, clients: int, *, osl: int) -> ServeEstimate:
+    """`est` (at the requests the instance runs at once) with `clients` > those in a closed
+    loop: TTFT adds the slot wait (admission_wait over the running requests' e2e); TPOT and
+    throughput are those of the full engine."""
+    from dataclasses import replace
+    wait = admission_wait(clients, est.concurrency, est.e2e_s)
+    ttft = est.ttft_s + wait
+    return replace(est, ttft_s=ttft, e2e_s=ttft + (osl - 1) * est.tpot_s, queue_s=wait,
+                   clients=clients)
 
 
 def _clamp(job, mem: ServeMemory, concurrency: int | None) -> int:
