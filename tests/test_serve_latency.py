@@ -330,8 +330,10 @@ def test_decode_steps_within_the_engines_graph_batch_pay_the_graph_overhead(engi
 def test_latency_accuracy_on_the_measured_runs():
     # inference-latency.yaml (AIConfigurator's silicon runs: vLLM, SGLang, TensorRT-LLM under
     # Dynamo) with each profile's serving_calibration (benchmarks/serve_calibrate.py). The
-    # figures of docs/serving.md, as bars a regression crosses: aggregated TPOT median 10.8 %,
-    # TTFT median 35.8 % (32.8 before the decode tokens took their share of the chunk budget); the targets (10 % / 20 %) are not met yet (docs say where).
+    # figures of docs/serving.md, as bars a regression crosses: aggregated TPOT median 9.8 %
+    # (10.8 before the chunk steps were counted one by one), TTFT median 35.8 % (32.8 before
+    # the decode tokens took their share of the chunk budget); the TTFT target (20 %)
+    # is not met (docs/serving.md says where and why).
     # The one run planner calls infeasible cannot run as written: Qwen3-235B-A22B in FP8 is
     # 235 GB of weights, on one 141 GB H200.
     import math
@@ -347,5 +349,5 @@ def test_latency_accuracy_on_the_measured_runs():
 
     def med(metric):
         return statistics.median(abs(r["error"]) for r in agg if r["metric"] == metric)
-    assert med("tpot_s") <= 0.12
+    assert med("tpot_s") <= 0.10
     assert med("ttft_s") <= 0.37
