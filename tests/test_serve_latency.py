@@ -307,6 +307,21 @@ def test_clients_beyond_the_engines_batch_wait_for_a_slot_in_ttft():
     assert est.e2e_s == pytest.approx(est.ttft_s + 127 * est.tpot_s)
 
 
+def test_validate_reports_the_slot_wait_of_clients_beyond_the_batch(runner, tmp_path):
+    # 600 clients, max_batch_size 128: exit 0 (a warning, not an error), the wait named
+    from planner.cli import app
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("model: llama3-8b\nhardware: h100-sxm\nnum_gpus: 1\nserving:\n"
+                   "  precision: fp8\n  input_length: 1024\n  output_length: 128\n"
+                   "  engine: vllm\n  concurrency: 600\n  max_batch_size: 128\n"
+                   "parallel:\n  tp: 1\n")
+    result = runner.invoke(app, ["validate", str(cfg)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())      # the console wraps long lines
+    assert "concurrency-above-capacity" in out
+    assert "600 clients: TTFT includes" in out and "of the 128 slots" in out
+
+
 @pytest.mark.parametrize("engine, seqs, prefill, graph", [
     pytest.param("vllm", 1, 0, True, id="vllm-decode-1"),
     pytest.param("vllm", 512, 0, True, id="vllm-decode-512"),
