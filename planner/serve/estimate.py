@@ -248,7 +248,7 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
       their OSL-1 tokens of TPOT; period = n chunks + the OSL-1 decode steps.
     Not modelled: random lengths and think time (they desynchronize the groups towards a
     Poisson-like arrival), prefix caching. Requests beyond what the engine admits at once
-    wait for a slot (admission_wait, added by aggregated())."""
+    wait for a slot (admission_wait, added by estimate())."""
     sv = job.serving
     isl, osl = sv.input_length, sv.output_length
     seqs = conc / cost.inst.dp
@@ -276,10 +276,10 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
     mix_s = mix.total if mix is not None else group
     decode, period = mixed_tpot(step.total, mix_s, n=n, steps=steps, own=own)
     tpot = decode / max(1, osl - 1) if osl > 1 else step.total / per
-    mean = period / max(1.0, steps + own) if steps + own > 0 else step.total
+    count = max(float(n), steps + own)           # steps in a period: n of them chunk steps
+    mean = period / count
     ttft = mean / 2 + max(group, step.total)
-    mean_step = step if mix is None else step.scaled(1 - min(1.0, n / (steps + own))).plus(
-        mix.scaled(min(1.0, n / (steps + own))))
+    mean_step = step if mix is None else step.scaled(1 - n / count).plus(mix.scaled(n / count))
     return ttft, tpot, mean_step, conc * osl / period if period > 0 else conc / step.total
 
 
