@@ -175,9 +175,13 @@ def evaluate(cases, hardware: dict | None = None) -> list[dict]:
 
 def summary(rows: list[dict], by: str = "hardware") -> list[dict]:
     """Per class, metric and GPU (`by` "engine": per engine): n, median |error|, max |error|,
-    bias (median signed error); the key `by` is "all" on the class's overall row."""
+    bias (median signed error); the key `by` is "all" on the class's overall row. Runs that
+    cannot have run as written (infeasible: not one request fits) are listed, not scored."""
     groups: dict[tuple, list[float]] = {}
+    bad = {r["id"] for r in infeasible(rows)}
     for r in rows:
+        if r["id"] in bad:
+            continue
         metric = r.get("metric", "")
         groups.setdefault((r["class"], metric, "all"), []).append(r["error"])
         groups.setdefault((r["class"], metric, r.get(by, "")), []).append(r["error"])
@@ -220,7 +224,8 @@ def main(argv=None) -> int:
               f"{s['median_abs_error']:6.1%}  max |error| {s['max_abs_error']:6.1%}  "
               f"bias {s['bias']:+6.1%}")
     for r in infeasible(rows):
-        print(f"infeasible: {r['id']} holds {r['max_concurrency']} of {r['requested']} requests")
+        print(f"infeasible (not scored): {r['id']} holds {r['max_concurrency']} of "
+              f"{r['requested']} requests")
     return 0
 
 

@@ -937,7 +937,7 @@ def _print_serving_calibration(serving, sresult) -> None:
     if sresult.at_bound:
         print(f"at a bound of its physical range: {', '.join(sresult.at_bound)}")
     if sresult.infeasible:
-        print(f"left out of the fit (planner cannot hold their concurrency): "
+        print(f"left out of the fit (not one request fits in the KV cache planner leaves): "
               f"{', '.join(Path(i).name for i in sresult.infeasible)}")
 
 

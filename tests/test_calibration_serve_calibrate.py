@@ -289,20 +289,23 @@ def test_a_training_config_with_a_serving_log_format_is_refused(runner, tmp_path
     assert "--log-format vllm is a serving benchmark's" in result.stderr
 
 
-def test_a_run_planner_cannot_hold_is_left_out_and_named(runner, tmp_path):
+def test_a_run_above_what_the_deployment_holds_is_fitted_with_its_queue(runner, tmp_path):
     # 5,000 clients on one H100 with Llama 3 8B: the KV cache holds a few hundred requests
-    # (planner validate's concurrency-above-capacity); the fit stands on the other run
+    # at once (planner validate's concurrency-above-capacity); the others wait for a slot,
+    # which is in the run's TTFT (serve/estimate.py admission_wait), so the run is fitted
     runs = _write_runs(tmp_path, 0.7, [RUNS[3], ("llama3-8b", 1, "bf16", 1024, 256, 5000,
                                                  "vllm")], ["vllm", "vllm"])
-    result = runner.invoke(app, ["calibrate", str(runs), "--out", str(tmp_path / "p.yaml")])
-    assert result.exit_code == 0, result.output
-    assert "left out of the fit (planner cannot hold their concurrency): serve1.yaml" \
-        in result.stdout
-    alone = tmp_path / "alone.yaml"          # the run planner cannot hold, alone
-    alone.write_text("runs:\n  - {config: serve1.yaml, log: bench1.txt}\n")
-    refused = runner.invoke(app, ["calibrate", str(alone), "--out", str(tmp_path / "q.yaml")])
-    assert refused.exit_code == 2
-    assert "every serving run asks for more requests than planner can hold" in refused.stderr
+    data = _calibrate(runner, [str(runs), "--out", str(tmp_path / "p.yaml")])["serving"]
+    assert not data.get("infeasible")
+    assert len(data["runs"]) == 2
+    assert all(abs(e) < 0.02 for r in data["runs"] for e in r["error_after"].values())
+
+
+@pytest.mark.parametrize("held, listed", [(0, True), (1, False), (300, False)])
+def test_only_a_run_with_no_room_for_one_request_is_infeasible(held, listed):
+    from planner.serve.calibrate import infeasible
+    row = {"id": "r", "requested": 5000, "max_concurrency": held}
+    assert bool(infeasible([row])) is listed
 
 
 def test_a_deployment_that_does_not_fit_is_refused(runner, tmp_path):

@@ -196,10 +196,18 @@ def test_a_static_batch_is_its_prefill_then_osl_minus_one_steps():
     assert est.output_tokens_per_s == pytest.approx(16 * 512 / est.e2e_s)
 
 
-def test_continuous_batching_throughput_is_concurrency_over_tpot():
+def test_continuous_batching_throughput_is_littles_law_over_a_groups_cycle():
+    # 64 clients of 2048/512 per instance (vLLM, 8192-token steps): the burst goes in n =
+    # chunk_groups(...) chunk steps; a group's cycle is its own chunk step and its 511 later
+    # tokens, so each replica serves 64 x 512 tokens per (511 x TPOT + that chunk step)
+    from planner.serve.estimate import chunk_groups
     job = job_of(concurrency=64)
     est = estimate(job, agg(tp=4, replicas=2))
-    assert est.output_tokens_per_s == pytest.approx(2 * 64 / est.tpot_s)
+    cost = ServeCost(job, Instance(tp=4))
+    n, g = chunk_groups(64, 2048, 8192)
+    own = cost.interval(seqs=64 - g, ctx=2048 + 256, prefill=g * 2048, span=1024, requests=g,
+                        eager=1.0).total
+    assert est.output_tokens_per_s == pytest.approx(2 * 64 * 512 / (511 * est.tpot_s + own))
     assert est.output_tokens_per_s_per_user == pytest.approx(1 / est.tpot_s)
 
 

@@ -178,25 +178,90 @@ def _llama8b_job(engine, conc, hw=None, **sv):
                                    engine=engine, concurrency=conc, **sv))
 
 
-@pytest.mark.parametrize("conc, groups", [
-    pytest.param(8, 1, id="c8-one-chunk"),      # 8 x 1024 = 8,192 tokens: one chunk of 8,192
-    pytest.param(64, 8, id="c64-eight-chunks"),
+@pytest.mark.parametrize("seqs, isl, budget, q, n", [
+    # 8 x 1024 = 8,192 tokens, one group of 8: no one else decodes, the whole budget is theirs
+    pytest.param(8, 1024, 8192, 1, 1, id="c8-one-chunk"),
+    # 64 x 1024 = 65,536 tokens: 8 chunks by the budget alone, but each chunk step also carries
+    # the other 64 - 8 = 56 decode tokens: 8192 - 56 = 8136 of room, ceil(65536 / 8136) = 9;
+    # with 9 groups of 7.11 the others are 56.9 tokens, 8135.1 of room, still 9
+    pytest.param(64, 1024, 8192, 1, 9, id="c64-decode-takes-budget"),
+    # speculative decoding: 4 tokens per decoding request: 8192 - 4 x 56 = 7968 -> 9 groups
+    pytest.param(64, 1024, 8192, 4, 9, id="c64-mtp3"),
+    # a 20,000-token prompt alone: ceil(20000 / 8192) = 3 steps of a third of it each
+    pytest.param(1, 20000, 8192, 1, 3, id="long-prompt"),
 ])
-def test_closed_loop_ttft_mixed_engine_is_half_a_step_plus_its_groups_chunk(conc, groups):
-    # TensorRT-LLM mixes prefill chunks into decode steps. C clients start together: C x ISL
-    # prompt tokens in n = ceil(C x 1024 / 8192) chunks of g = C/n prompts; a group waits half
-    # a step for the step boundary, then its chunk runs with the other C - g decoding.
+def test_chunk_groups_share_the_step_budget_with_the_decode_tokens(seqs, isl, budget, q, n):
+    from planner.serve.estimate import chunk_groups
+    got_n, g = chunk_groups(seqs, isl, budget, q)
+    assert got_n == n and g == pytest.approx(seqs / n)
+
+
+def test_mixed_tpot_counts_the_chunk_steps_one_by_one():
+    # 4 groups, a request decodes 10 steps after its first token; 3 of them carry the other
+    # groups' chunks (30 ms each), 7 are pure decode steps (10 ms): 7 x 10 + 3 x 30 = 160 ms;
+    # a group's period: the 4 chunk steps + its 10 + 1 - 4 = 7 pure decode steps = 190 ms
+    from planner.serve.estimate import mixed_tpot
+    decode, period = mixed_tpot(0.010, 0.030, n=4, steps=10)
+    assert decode == pytest.approx(0.160) and period == pytest.approx(0.190)
+    # more chunk steps than decode steps (long prompts, short outputs): every decode step
+    # is a chunk step, and the period is the n chunk steps: the prefill queue sets the pace
+    decode, period = mixed_tpot(0.010, 0.030, n=12, steps=10)
+    assert decode == pytest.approx(0.300) and period == pytest.approx(0.360)
+
+
+@pytest.mark.parametrize("conc, groups", [
+    pytest.param(8, 1, id="c8-one-chunk"),
+    pytest.param(64, 9, id="c64-nine-chunks"),   # chunk_groups above
+])
+def test_closed_loop_mixed_engine_counts_chunk_steps_and_pure_decode_steps(conc, groups):
+    # TensorRT-LLM mixes prompts into decode steps. C clients start together: the burst of C
+    # x 1024 prompt tokens goes in n chunk steps of g = C/n prompts, the C - g others decoding
+    # beside them; every other step is a pure decode step of C sequences. A request's 127
+    # later tokens sit through the n - 1 chunk steps of the other groups: TPOT = ((127 - (n -
+    # 1)) dec + (n - 1) mix) / 127; a group's period is its n chunk steps + 128 - n decode
+    # steps, the mean step period / 128; TTFT = half the mean step (the wait for the step
+    # boundary) + the group's own chunk step; throughput = C x 128 / period.
     job = _llama8b_job("trtllm", conc, max_num_tokens=8192)
-    lay = ServeLayout(instance=Instance())
-    est = estimate(job, lay)
+    est = estimate(job, ServeLayout(instance=Instance()))
     cost = ServeCost(job, Instance())
-    g = conc / groups
-    step = est.decode_step.total
-    chunk = cost.prefill_time(g * 1024, span=512, seqs=g, decode_seqs=conc - g,
-                              decode_ctx=1024 + 64)
-    assert est.ttft_s == pytest.approx(step / 2 + max(chunk, step))
-    assert est.tpot_s == pytest.approx(step)
+    n, g = groups, conc / groups
+    ctx = 1024 + 64
+    dec = cost.interval(seqs=conc, ctx=ctx).total
+    chunk = cost.prefill_time(g * 1024, span=512, seqs=g, decode_seqs=conc - g, decode_ctx=ctx)
+    if conc > g:
+        mix = cost.interval(seqs=conc - g, ctx=ctx, prefill=g * 1024, span=512, requests=g,
+                            eager=1.0).total
+    else:
+        mix = chunk
+    period = n * mix + (128 - n) * dec
+    assert est.tpot_s == pytest.approx(((127 - (n - 1)) * dec + (n - 1) * mix) / 127)
+    assert est.ttft_s == pytest.approx(period / 128 / 2 + max(chunk, dec))
+    assert est.output_tokens_per_s == pytest.approx(conc * 128 / period)
     assert est.e2e_s == pytest.approx(est.ttft_s + 127 * est.tpot_s)
+
+
+def test_a_moe_decode_step_touches_the_experts_of_its_decode_tokens_not_of_the_mean_prompt():
+    # A MoE of 128 experts, top-8, at 4 clients of 512/128 in one group: the averaged step of
+    # before carried 4 x 512 / 128 = 16 prompt tokens, 20 tokens touching 1 - (1 - 8/128)^20
+    # = 72 % of the experts; the pure decode steps (all 127 a request sits through, one
+    # group: no other group's chunk step) touch 1 - (1 - 8/128)^4 = 23 %. Expert weight
+    # stream = experts_w x touched share / bandwidth per MoE layer (the rest: attention and
+    # output layer, the same in both).
+    m = ModelSpec(name="moe", num_layers=4, hidden_size=1024, ffn_hidden_size=4096,
+                  num_attention_heads=8, num_kv_heads=2, vocab_size=1000, num_experts=128,
+                  moe_top_k=8, moe_ffn_hidden_size=256)
+    job = ServeJob(m, _cal(H100), 1, ServingSpec(precision="fp8", input_length=512,
+                                                 output_length=128, engine="trtllm",
+                                                 concurrency=4))
+    est = estimate(job, ServeLayout(instance=Instance()))
+    cost = ServeCost(job, Instance())
+    bw = H100.hbm_bandwidth_gb_per_s * 1e9
+    rest = (4 * cost.moe_w + cost.lm_w) / bw
+    w4 = cost.stage(0, seqs=4, ctx=576).weights_s
+    w20 = cost.stage(0, seqs=4, ctx=576, prefill=16, span=256).weights_s
+    assert w4 - rest == pytest.approx(4 * cost.experts_w * (1 - (1 - 8 / 128) ** 4) / bw)
+    assert w20 - rest == pytest.approx(4 * cost.experts_w * (1 - (1 - 8 / 128) ** 20) / bw)
+    assert est.tpot_s == pytest.approx(cost.interval(seqs=4, ctx=576).total)
 
 
 def test_closed_loop_sglang_prefills_first_and_the_burst_waits_for_its_chunks():
@@ -212,6 +277,49 @@ def test_closed_loop_sglang_prefills_first_and_the_burst_waits_for_its_chunks():
     group = cost.prefill_time(8 * 1024, span=512, seqs=8)
     assert est.ttft_s == pytest.approx(decode / 2 + 4.5 * group)
     assert est.tpot_s == pytest.approx(decode + 3.5 * group / 127)
+
+
+@pytest.mark.parametrize("clients, slots, residence, wait", [
+    pytest.param(8, 16, 10.0, 0.0, id="fewer-clients-than-slots"),
+    pytest.param(16, 16, 10.0, 0.0, id="exactly-full"),
+    # 32 clients, 16 slots held 10 s each: the engine finishes 1.6 requests/s, a client's
+    # cycle is 32 / 1.6 = 20 s, 10 of it in service: 10 s waiting = (32 - 16) x 10 / 16
+    pytest.param(32, 16, 10.0, 10.0, id="twice-the-slots"),
+    # the Qwen3-32B FP4 GB200 run's figures: 144 clients, TPOT 48 ms over 999 tokens (a 48 s
+    # residence): a 17.3 s wait would mean 144 x 48 / (48 + 17.3) = 106 requests running
+    pytest.param(144, 106, 48.0, 38 * 48.0 / 106, id="144-over-106"),
+])
+def test_admission_wait_is_littles_law_over_the_slots(clients, slots, residence, wait):
+    from planner.serve.estimate import admission_wait
+    assert admission_wait(clients, slots, residence) == pytest.approx(wait)
+
+
+def test_clients_beyond_the_engines_batch_wait_for_a_slot_in_ttft():
+    # max_batch_size 8 and 24 clients: 8 run (TPOT, throughput at 8), 16 wait; each slot is
+    # held for the e2e of a running request, so the wait is (24 - 8) / 8 = 2 e2e's
+    running = estimate(_llama8b_job("vllm", 8, max_batch_size=8), ServeLayout(instance=Instance()))
+    est = estimate(_llama8b_job("vllm", 24, max_batch_size=8), ServeLayout(instance=Instance()))
+    assert est.concurrency == 8 and est.clients == 24
+    assert est.tpot_s == pytest.approx(running.tpot_s)
+    assert est.output_tokens_per_s == pytest.approx(running.output_tokens_per_s)
+    assert est.queue_s == pytest.approx(2 * running.e2e_s)
+    assert est.ttft_s == pytest.approx(running.ttft_s + 2 * running.e2e_s)
+    assert est.e2e_s == pytest.approx(est.ttft_s + 127 * est.tpot_s)
+
+
+def test_validate_reports_the_slot_wait_of_clients_beyond_the_batch(runner, tmp_path):
+    # 600 clients, max_batch_size 128: exit 0 (a warning, not an error), the wait named
+    from planner.cli import app
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("model: llama3-8b\nhardware: h100-sxm\nnum_gpus: 1\nserving:\n"
+                   "  precision: fp8\n  input_length: 1024\n  output_length: 128\n"
+                   "  engine: vllm\n  concurrency: 600\n  max_batch_size: 128\n"
+                   "parallel:\n  tp: 1\n")
+    result = runner.invoke(app, ["validate", str(cfg)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())      # the console wraps long lines
+    assert "concurrency-above-capacity" in out
+    assert "600 clients: TTFT includes" in out and "of the 128 slots" in out
 
 
 @pytest.mark.parametrize("engine, seqs, prefill, graph", [
@@ -237,8 +345,10 @@ def test_decode_steps_within_the_engines_graph_batch_pay_the_graph_overhead(engi
 def test_latency_accuracy_on_the_measured_runs():
     # inference-latency.yaml (AIConfigurator's silicon runs: vLLM, SGLang, TensorRT-LLM under
     # Dynamo) with each profile's serving_calibration (benchmarks/serve_calibrate.py). The
-    # figures of docs/serving.md, as bars a regression crosses: aggregated TPOT median 10.8 %,
-    # TTFT median 32.8 %; the issue's targets (10 % / 20 %) are not met yet (docs say where).
+    # figures of docs/serving.md, as bars a regression crosses: aggregated TPOT median 9.8 %
+    # (10.8 before the chunk steps were counted one by one), TTFT median 35.8 % (32.8 before
+    # the decode tokens took their share of the chunk budget); the issue's TTFT target (20 %)
+    # is not met (docs/serving.md says where and why).
     # The one run planner calls infeasible cannot run as written: Qwen3-235B-A22B in FP8 is
     # 235 GB of weights, on one 141 GB H200.
     import math
@@ -254,5 +364,5 @@ def test_latency_accuracy_on_the_measured_runs():
 
     def med(metric):
         return statistics.median(abs(r["error"]) for r in agg if r["metric"] == metric)
-    assert med("tpot_s") <= 0.12
-    assert med("ttft_s") <= 0.35
+    assert med("tpot_s") <= 0.10
+    assert med("ttft_s") <= 0.37

@@ -68,9 +68,11 @@ def replace_cal(hw, **values):
 
 
 def infeasible(rows: list[dict]) -> list[dict]:
-    """Runs that ran but that planner cannot hold at their concurrency (KV cache or batch)."""
+    """Runs planner cannot hold at all (not one request fits). A run whose concurrency is
+    above what the instance holds at once is not among them: its clients queue for a slot
+    (estimate.admission_wait)."""
     return [r for r in rows if r.get("requested") not in (None, "max")
-            and r["max_concurrency"] < int(r["requested"])]
+            and r["max_concurrency"] < 1]
 
 
 def _capped(r: dict) -> float:
@@ -258,9 +260,9 @@ def calibrate_serving(runs, base: HardwareSpec) -> ServeCalibrated:
     bad = {r["id"] for r in infeasible(ev(base))}
     fit_runs = [r for r in runs if r.id not in bad]
     if not fit_runs:
-        raise SpecError(f"every serving run asks for more requests than planner can hold "
-                        f"({', '.join(sorted(bad))[:200]}); check each config's concurrency "
-                        "with `planner validate`", field="config")
+        raise SpecError(f"no serving run has room for one request in the KV cache planner "
+                        f"leaves ({', '.join(sorted(bad))[:200]}); check each config's "
+                        "lengths and memory with `planner validate`", field="config")
 
     def ev_fit(h):
         return evaluate_runs(fit_runs, h)

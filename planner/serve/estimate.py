@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from planner.serve.memory import ServeMemory, instance_memory
 from planner.serve.time import ServeCost, StepParts, accepted_tokens, kv_transfer_time
 
-__all__ = ["ServeEstimate", "estimate", "requested_concurrency"]
+__all__ = ["ServeEstimate", "admission_wait", "estimate", "requested_concurrency"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,9 @@ class ServeEstimate:
     prefill_memory: ServeMemory | None = None
     bottleneck: str = ""             # disaggregated: prefill | decode
     layout: object = None            # the layout estimated
+    queue_s: float = 0.0             # in TTFT: the wait for an engine slot (admission_wait)
+    clients: int = 0                 # with a queue: requests in flight per (decode) instance,
+                                     #   queued ones included (0: no queue, = concurrency)
 
     @property
     def output_tokens_per_s_per_gpu(self) -> float:
@@ -53,26 +56,22 @@ def requested_concurrency(job, mem: ServeMemory) -> int:
     return mem.max_concurrency if c == "max" else min(int(c), mem.max_concurrency)
 
 
-def _decode(cost: ServeCost, job, conc: float, *, mixed: bool) -> tuple[StepParts, float]:
-    """(token interval, tokens per interval per sequence) at `conc` sequences per instance;
-    `mixed`: the steps also carry the prompts of continuous batching (C*ISL/OSL tokens)."""
+def _decode(cost: ServeCost, job, conc: float, *, prefill: float = 0.0,
+            admitted: float = 0.0) -> tuple[StepParts, float]:
+    """(token interval, tokens per interval per sequence) of `conc` decoding sequences per
+    instance; `prefill` prompt tokens per (DP) rank in the same step (a chunk step of
+    continuous batching, run eagerly), `admitted` requests of the instance admitted and
+    finished in it (host work)."""
     sv = job.serving
-    isl, osl = sv.input_length, sv.output_length
-    ranks = cost.inst.dp
-    seqs = conc / ranks
-    ctx = isl + osl / 2
+    isl = sv.input_length
+    seqs = conc / cost.inst.dp
+    ctx = isl + sv.output_length / 2
     spec = sv.speculative
     k = spec.num_tokens if spec is not None else 0
     tokens = accepted_tokens(k, spec.acceptance_rate) if spec is not None else 1.0
-    prefill = seqs * tokens * isl / osl if mixed else 0.0
-    requests = conc * tokens / osl if mixed else 0.0     # host work: one front end per instance
-    eager = None
-    if mixed:   # the steps that carry the prompt chunks run eagerly, the rest from graphs
-        chunks = max(1, math.ceil(seqs * isl / max(1, cost.settings.max_num_tokens)))
-        eager = max(cost.eager_share(seqs, 0.0, k + 1), min(1.0, chunks * tokens / osl))
     step = cost.interval(seqs=seqs, ctx=ctx, prefill=prefill, span=isl / 2, q=k + 1,
-                         requests=requests, eager=eager)
-    if spec is not None:
+                         requests=admitted, eager=1.0 if prefill > 0 else None)
+    if spec is not None and seqs > 0:
         step = step.plus(_draft_cost(cost, job, seqs, ctx, k))
     return step, tokens
 
@@ -95,17 +94,62 @@ def _draft_cost(cost: ServeCost, job, seqs: float, ctx: float, k: int) -> StepPa
 
 def estimate(job, layout, *, concurrency: int | None = None) -> ServeEstimate:
     """Memory, TTFT / TPOT / end-to-end latency and tokens/s of `layout` for `job`;
-    `concurrency` overrides the config's (per decode instance)."""
+    `concurrency` overrides the config's (per decode instance). Clients beyond what the
+    instance runs at once wait for a slot (admission_wait), in TTFT."""
     if layout.disaggregated:
-        dmem = instance_memory(job, layout.decode)
+        mem = instance_memory(job, layout.decode)
         pcost = ServeCost(job, layout.prefill)
-        return disaggregated(job, layout, pmem=instance_memory(job, layout.prefill), dmem=dmem,
-                             dcost=ServeCost(job, layout.decode),
-                             prefill=prefill_pool(job, pcost),
-                             conc=_clamp(job, dmem, concurrency))
-    mem = instance_memory(job, layout.instance)
-    return aggregated(job, layout, mem=mem, cost=ServeCost(job, layout.instance),
-                      conc=_clamp(job, mem, concurrency))
+        est = disaggregated(job, layout, pmem=instance_memory(job, layout.prefill), dmem=mem,
+                            dcost=ServeCost(job, layout.decode),
+                            prefill=prefill_pool(job, pcost),
+                            conc=_clamp(job, mem, concurrency))
+    else:
+        mem = instance_memory(job, layout.instance)
+        est = aggregated(job, layout, mem=mem, cost=ServeCost(job, layout.instance),
+                         conc=_clamp(job, mem, concurrency))
+    clients = _clients(job, concurrency)
+    if clients <= est.concurrency or job.serving.batching == "static" or mem.max_concurrency < 1:
+        return est
+    return queued(est, clients, osl=job.serving.output_length)
+
+
+def _clients(job, concurrency: int | None) -> int:
+    """Requests in flight per instance the config asks for (the closed loop's clients)."""
+    if concurrency is not None:
+        return concurrency
+    c = job.serving.concurrency
+    return 0 if c == "max" else int(c)
+
+
+def admission_wait(clients: float, slots: float, residence: float) -> float:
+    """Seconds a request of a closed loop waits for an engine slot.
+
+    Assumptions: N clients, each sending its next request the moment its last one completes
+    (no think time, as benchmark tools run with a fixed concurrency); an engine that runs at
+    most B requests at once (vLLM max_num_seqs, SGLang max_running_requests, TensorRT-LLM
+    max_batch_size, or what its KV cache holds of ISL + OSL tokens each, whichever is less);
+    waiting requests admitted first come, first served as slots free; each admitted request
+    holds its slot for R seconds (its prefill and its decode, the service at B running).
+    N <= B: no wait. N > B: the slots never idle, so the engine completes X = B / R requests
+    a second (Little's law over the slots) and each client's cycle is N / X (Little's law
+    over the loop), R of it in service:
+
+        W = N / X - R = (N - B) R / B
+    """
+    if clients <= slots or slots <= 0:
+        return 0.0
+    return (clients - slots) * residence / slots
+
+
+def queued(est: ServeEstimate, clients: int, *, osl: int) -> ServeEstimate:
+    """`est` (at the requests the instance runs at once) with `clients` > those in a closed
+    loop: TTFT adds the slot wait (admission_wait over the running requests' e2e); TPOT and
+    throughput are those of the full engine."""
+    from dataclasses import replace
+    wait = admission_wait(clients, est.concurrency, est.e2e_s)
+    ttft = est.ttft_s + wait
+    return replace(est, ttft_s=ttft, e2e_s=ttft + (osl - 1) * est.tpot_s, queue_s=wait,
+                   clients=clients)
 
 
 def _clamp(job, mem: ServeMemory, concurrency: int | None) -> int:
@@ -121,15 +165,15 @@ def aggregated(job, layout, *, mem: ServeMemory, cost: ServeCost, conc: int) -> 
     if sv.batching == "static":
         ttft = cost.prefill_time(conc * isl / inst.dp, span=isl / 2, seqs=conc / inst.dp) \
             + conc * cost.c.request_overhead_us * 1e-6
-        step, per = _decode(cost, job, conc, mixed=False)
+        step, per = _decode(cost, job, conc)
         tpot = step.total / per
         e2e = ttft + (osl - 1) * tpot
         rate = conc * osl / e2e * layout.replicas
         return ServeEstimate(mem, conc, ttft, tpot, e2e, rate, layout.num_gpus, step,
                              prefill_s=ttft, layout=layout)
-    ttft, tpot, step = closed_loop(cost, job, conc)
+    ttft, tpot, step, rate = closed_loop(cost, job, conc)
     e2e = ttft + (osl - 1) * tpot
-    rate = conc / tpot * layout.replicas
+    rate *= layout.replicas
     return ServeEstimate(mem, conc, ttft, tpot, e2e, rate, layout.num_gpus, step,
                          prefill_s=cost.prefill_time(isl, span=isl / 2), layout=layout)
 
@@ -140,53 +184,103 @@ decodes paused (SGLang's default, without --enable-mixed-chunk); vLLM V1 and Ten
 prefill chunks into the decode steps (chunked prefill, the running requests first)."""
 
 
-def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepParts]:
-    """(TTFT, TPOT, the mean decode interval) of continuous batching at `conc` clients per
-    instance in a closed loop, as benchmark tools run (genai-perf, vllm bench serve
-    --max-concurrency, AIConfigurator): each client sends its next request when the last
-    finishes.
+def chunk_groups(seqs: float, isl: int, budget: int, q: int = 1) -> tuple[int, float]:
+    """(n, g): a rank's `seqs` prompts of `isl` tokens prefilled in n = ceil(seqs * isl /
+    (budget - (seqs - g) * q)) steps of g = seqs / n prompts, the step's token budget
+    (max_num_tokens: vLLM max_num_batched_tokens, TensorRT-LLM max_num_tokens) shared with
+    the other seqs - g requests' q decode tokens each (the running requests first; vLLM V1
+    and TensorRT-LLM count decode tokens against the same budget; with pp stages the
+    budget is pp x max_num_tokens, one per micro-batch in flight). Solved by iterating n up
+    from the budget alone (n only grows as the decode tokens take budget away)."""
+    n = max(1, math.ceil(seqs * isl / max(1, budget)))
+    for _ in range(64):
+        g = seqs / n
+        room = budget - (seqs - g) * q
+        need = max(1, math.ceil(seqs * isl / room)) if room > 0 else n + 1
+        if need <= n:
+            break
+        n = need
+    return n, seqs / n
+
+
+def mixed_tpot(dec: float, mix: float, *, n: int, steps: float, own: int = 1) -> tuple[float, float]:
+    """(decode seconds per request, the period) of continuous batching with its prompts in n
+    chunk steps per period: a request's `steps` decode steps after its first token (OSL - 1,
+    over the tokens a speculative step accepts) include the m = min(steps, n - own) chunk
+    steps of the other groups (`own` = the steps its own prompt spans) at `mix` seconds,
+    the rest pure decode steps at `dec`:  decode = (steps - m) dec + m mix. The period of a
+    group (prefill to next prefill, every group the same) holds all n chunk steps and the
+    pure decode steps of its own decode: P = n mix + max(0, steps + own - n) dec."""
+    m = min(steps, max(0, n - own))
+    decode = (steps - m) * dec + m * mix
+    period = n * mix + max(0.0, steps + own - n) * dec
+    return decode, period
+
+
+def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepParts, float]:
+    """(TTFT, TPOT, the mean decode interval, output tokens/s of the instance) of continuous
+    batching at `conc` clients per instance in a closed loop, as benchmark tools run
+    (genai-perf, vllm bench serve --max-concurrency, AIConfigurator): each client sends its
+    next request when the last finishes.
 
     Assumptions: fixed ISL and OSL; the clients start together (the tool's first wave), so
-    the C prompts of a rank arrive as one burst of C*ISL tokens, prefilled in n =
-    ceil(C*ISL / max_num_tokens) chunks of g = C/n prompts; requests of the same chunk start
-    decoding in the same step and, with the same OSL, finish in the same step and return
-    together, so the groups persist from cycle to cycle (no arrival process to randomize
-    them; prefix caching off). A new group waits on average half a step for the step
-    boundary. Then, by the engine's rule (PREFILL_FIRST):
-    - mixed (vLLM, TensorRT-LLM): the groups stay one chunk apart; a group's prompts go in
-      the next step with the other C - g requests decoding: TTFT = step/2 + that step (or
-      steps, for prompts longer than a chunk); TPOT = the mean decode interval with the
-      prompts of C*ISL/OSL tokens a step mixed in (each request's prompt once per OSL
-      tokens), as before.
+    the C prompts of a rank arrive as one burst of C*ISL tokens, prefilled in n chunk steps
+    of g = C/n prompts (chunk_groups: the step budget max_num_tokens less the decode tokens
+    of the running requests); requests of the same chunk start decoding in the same step
+    and, with the same OSL, finish in the same step and return together, so the groups
+    persist from cycle to cycle (no arrival process to randomize them; prefix caching off).
+    A returning group arrives at a random point of a running step and waits on average half
+    of it for the step boundary (FCFS behind nothing: one group per chunk). The steps are
+    counted one by one, not averaged: the n chunk steps of a period carry a group's g*ISL
+    prompt tokens beside the other C - g decoding requests, every other step is a pure
+    decode step of C sequences (a decode step touches the experts of C tokens, not of C +
+    the mean prompt tokens; a pure decode step within the engine's graph batch replays its
+    CUDA graph). Then, by the engine's rule (PREFILL_FIRST):
+    - mixed (vLLM, TensorRT-LLM): TTFT = step/2 + the group's chunk step(s) (with the C - g
+      others decoding); TPOT = mixed_tpot: the chunk steps of the other n - 1 groups a
+      request sits through while it decodes, the rest pure decode; throughput = C * OSL /
+      the period (Little's law over the cycle of a group).
     - prefill-first (SGLang): a group's arrival pauses decoding, prefill has priority, so
       every group of the burst waits for the chunks before it and all start decoding
       together after the last: TTFT = step/2 + (n+1)/2 chunk times (the mean over the
       groups), the decode steps carry no prompt tokens, and the prefill time the requests
       of the early chunks sit through after their first token, (n-1)/2 chunks, spreads over
-      their OSL-1 tokens of TPOT.
+      their OSL-1 tokens of TPOT; period = n chunks + the OSL-1 decode steps.
     Not modelled: random lengths and think time (they desynchronize the groups towards a
-    Poisson-like arrival), requests beyond the engine's batch limit queueing (conc is held
-    to what the instance can run), prefix caching."""
+    Poisson-like arrival), prefix caching. Requests beyond what the engine admits at once
+    wait for a slot (admission_wait, added by estimate())."""
     sv = job.serving
     isl, osl = sv.input_length, sv.output_length
     seqs = conc / cost.inst.dp
     chunk = max(1, cost.settings.max_num_tokens)
-    n = max(1, math.ceil(seqs * isl / chunk))
-    g = seqs / n
     ctx = isl + osl / 2
     prefill_first = sv.engine in PREFILL_FIRST
+    step, per = _decode(cost, job, conc)
+    steps = max(0.0, (osl - 1) / per)
     if prefill_first:
-        step, per = _decode(cost, job, conc, mixed=False)
+        n = max(1, math.ceil(seqs * isl / chunk))
+        g = seqs / n
         group = cost.prefill_time(g * isl, span=isl / 2, seqs=g)
         tpot = (step.total + (n - 1) / 2 * group / max(1, osl - 1)) / per
         ttft = step.total / 2 + (n + 1) / 2 * group
-        return ttft, tpot, step
-    step, per = _decode(cost, job, conc, mixed=True)
-    tpot = step.total / per
-    others = max(0.0, seqs - g) / cost.pp
-    group = cost.prefill_time(g * isl, span=isl / 2, seqs=g, decode_seqs=others, decode_ctx=ctx)
-    ttft = step.total / 2 + max(group, step.total)
-    return ttft, tpot, step
+        period = n * group + steps * step.total
+        return ttft, tpot, step, conc * osl / period if period > 0 else 0.0
+    k = sv.speculative.num_tokens if sv.speculative is not None else 0
+    n, g = chunk_groups(seqs, isl, chunk * cost.pp, k + 1)   # pp micro-batches, a budget each
+    others = max(0.0, seqs - g)
+    own = max(1, math.ceil(isl / (chunk * cost.pp)))
+    mix = _decode(cost, job, others * cost.inst.dp, prefill=g * isl,
+                  admitted=g * cost.inst.dp)[0] if others > 0 else None
+    group = cost.prefill_time(g * isl, span=isl / 2, seqs=g, decode_seqs=others / cost.pp,
+                              decode_ctx=ctx)
+    mix_s = mix.total if mix is not None else group
+    decode, period = mixed_tpot(step.total, mix_s, n=n, steps=steps, own=own)
+    tpot = decode / max(1, osl - 1) if osl > 1 else step.total / per
+    count = max(float(n), steps + own)           # steps in a period: n of them chunk steps
+    mean = period / count
+    ttft = mean / 2 + max(group, step.total)
+    mean_step = step if mix is None else step.scaled(1 - n / count).plus(mix.scaled(n / count))
+    return ttft, tpot, mean_step, conc * osl / period if period > 0 else conc / step.total
 
 
 def prefill_pool(job, pcost: ServeCost) -> tuple[float, float, float]:
@@ -202,7 +296,7 @@ def prefill_pool(job, pcost: ServeCost) -> tuple[float, float, float]:
 def decode_pool(job, dcost: ServeCost, conc: int) -> tuple[StepParts, float]:
     """(token interval, tokens per interval) of a decode-only worker at `conc` requests."""
     osl = job.serving.output_length
-    step, per = _decode(dcost, job, conc, mixed=False)
+    step, per = _decode(dcost, job, conc)
     step = step.plus(StepParts(overhead_s=conc * per / osl * dcost.c.request_overhead_us * 1e-6))
     return step, per
 

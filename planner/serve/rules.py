@@ -187,8 +187,8 @@ def _memory(job, inst, mem, *, what: str) -> list[Violation]:
                else "the engine's max_batch_size allows")
         out.append(_warn("concurrency-above-capacity",
                          f"{what}concurrency {c} exceeds the {mem.max_concurrency} requests of "
-                         f"{need:,} tokens {why}; the engine queues the rest, the estimate uses "
-                         f"{mem.max_concurrency}"))
+                         f"{need:,} tokens {why}; the rest wait for a slot: TTFT includes the "
+                         f"wait (Little's law), TPOT is at {mem.max_concurrency} running"))
     return out
 
 

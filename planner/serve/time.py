@@ -48,11 +48,14 @@ stage works on its own micro-batch of B/pp sequences, a sequence advances one to
 `pp` stage steps, so the token interval is pp * max_s t_s(B/pp): PP shards memory (more
 requests fit) but does not cut the time per token, and a prompt crosses every stage (+ hops).
 
-Continuous batching at concurrency C (per instance, steady state, uniform lengths): each step
-decodes C sequences of mean context ISL + OSL/2 and prefills C*ISL/OSL prompt tokens (each
-request's prompt once per its OSL tokens; vLLM and TRT-LLM mix them into the steps, chunked);
-TPOT = the step, throughput = C / TPOT; TTFT and SGLang's prefill-first schedule follow the
-closed loop of benchmark clients (estimate.closed_loop, its docstring has the assumptions).
+Continuous batching at concurrency C (per instance, steady state, uniform lengths): the C
+prompts of a rank go in chunk steps of the engine's budget (max_num_tokens less the running
+requests' decode tokens), each beside the other requests decoding; every other step is a pure
+decode step of C sequences of mean context ISL + OSL/2; TPOT counts the chunk steps a request
+sits through one by one (estimate.closed_loop, estimate.mixed_tpot), throughput is Little's
+law over a group's cycle; TTFT, SGLang's prefill-first schedule and the wait of clients beyond
+what the engine runs at once (estimate.admission_wait) follow the closed loop of benchmark
+clients (their docstrings have the assumptions).
 A static batch prefills C*ISL tokens in chunks of max_num_tokens, then decodes OSL-1 steps.
 Speculative decoding: each step verifies k drafted tokens (T = C*(k+1)) after k draft passes
 (the MTP layers, or the draft model) and yields (1 - a^(k+1)) / (1 - a) tokens (Leviathan et
@@ -61,7 +64,7 @@ alone to a full chunk of prompts as its load grows) plus the KV transfer of ISL 
 decode worker over the real link (NVLink inside one domain, else the network, over min(P, D)
 GPUs' links); throughput is the lesser of the prefill and decode pools.
 
-Left out: queueing beyond the closed loop's bursts, prefix caching, sampling cost beyond the fixed terms,
+Left out: arrivals other than the closed loop's, prefix caching, sampling cost beyond the fixed terms,
 routing skew beyond uniform, overlap of communication with compute (counted exposed).
 """
 

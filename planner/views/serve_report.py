@@ -249,6 +249,9 @@ def validation_view(result, *, source: str = "", caveats: list[str] | None = Non
     if result.layout.disaggregated:
         line += (f"; KV transfer {_ms(est.kv_transfer_s)} ms per request; the {est.bottleneck} "
                  "pool sets the rate")
+    if est.queue_s > 0:
+        line += (f"; {est.clients} clients: TTFT includes {_ms(est.queue_s)} ms waiting for one "
+                 f"of the {est.concurrency} slots")
     parts.append(Text(line))
     parts.append(_interval_line(result.job, est))
     for c in caveats or []:
