@@ -662,6 +662,23 @@ class CostModel:
         return tuple((st.rank, st.count, (st.moe_layers + mtp * st.mtp) * delta)
                      for st in self.stages(lay))
 
+    def bound_parts(self, lay: Layout) -> tuple[float, tuple[tuple[int, int, float], ...]]:
+        """(`bound_sum(lay)`, `bound_ends(lay)`), the same numbers from one look-up of the
+        layer costs and the stages (the search's bound takes both of every layout it
+        bounds)."""
+        lc = self.layer_costs(lay)
+        stages = self.stages(lay)
+        total = 0.0
+        for st in stages:
+            c, tp, ep, cp = self._stage_parts(lay, lc, st)
+            total += st.count * (c + tp + cp + ep)
+        if lc.ep_end <= lc.ep:
+            return total, ()
+        delta = lc.ep_end - lc.ep
+        mtp = 1 if self.shape.E else 0
+        return total, tuple((st.rank, st.count, (st.moe_layers + mtp * st.mtp) * delta)
+                            for st in stages)
+
     def scale_bound(self, total: float, pp: int, vpp: int, dp: int, mbs: int,
                     ends: tuple[tuple[int, int, float], ...] = ()) -> float:
         """`time_lower_bound` from its `bound_sum`: t̄·(m + (p−1)/v) with t̄ = Σt_i / p, plus

@@ -418,9 +418,8 @@ def _least_bound_sum(head: _Head, mbs: int, sv: Saver, tail: _Tail, space: _Spac
            space.time_class[sv.key])
     got = space.bound_sums.get(key)
     if got is None:
-        parts = sorted({(cm.bound_sum(lay), cm.bound_ends(lay))
-                        for lay in (_build(head, 0, mbs, sv, tail, v)
-                                    for v in _variants_for(space, head, sv))})
+        parts = sorted({cm.bound_parts(_build(head, 0, mbs, sv, tail, v))
+                        for v in _variants_for(space, head, sv)})
         # a variant no cheaper in its sum and with no unpaired ends never gives the least
         got = space.bound_sums[key] = tuple(
             p for i, p in enumerate(parts) if i == 0 or p[1])
