@@ -569,10 +569,26 @@ class CostModel:
                 tuple(self._stage_activations(lay, ac, st, m) for st in self.stages(lay)), ac[5])
         return got
 
-    def worst_total(self, states: tuple[Any, ...], acts: tuple[Any, ...]) -> float:
-        """The most loaded rank's total bytes from `stage_states` and `act_vector` (what
-        `memory_total` returns; the search's hot path calls it with both looked up once)."""
-        return self._worst(states, acts)[1]
+    def worst_total(self, sums: tuple[Any, ...], acts: tuple[Any, ...]) -> float:
+        """The most loaded rank's total bytes from `state_sums` and `act_vector` (what
+        `memory_total` returns, the same arithmetic as `_worst`; the search's hot path calls
+        it with both looked up once)."""
+        gather, per_rank = sums
+        per_stage, transient = acts
+        transient += gather
+        fixed, scale = self.fixed, 1.0 + self.frag
+        best = -1.0
+        for states, a in zip(per_rank, per_stage):
+            total = (states + a) * scale + fixed + transient
+            if total > best:
+                best = total
+        return best
+
+    def state_sums(self, states: tuple[Any, ...]) -> tuple[float, tuple[float, ...]]:
+        """`stage_states` as `worst_total` takes it: (transient bytes, weights + gradients +
+        optimizer bytes of each stage group), summed in `_worst`'s order."""
+        gather, stages = states
+        return gather, tuple(w + g + o for _, w, g, o in stages)
 
     def _worst(self, states: tuple[Any, ...], acts: tuple[Any, ...]) -> tuple[int, float]:
         """(index of the most loaded stage group, its total bytes): the first of the
