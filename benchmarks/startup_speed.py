@@ -36,12 +36,20 @@ REFERENCE = ["-c", "sum(i*i for i in range(3_000_000))"]
 COMMANDS = [("planner --version", ["-m", "planner", "--version"], 0.3),
             ("planner plan --model 70b --gpus 2048 --json",
              ["-m", "planner", "plan", "--model", "70b", "--gpus", "2048", "--json"], 1.0)]
+FLOORS = [("  python -c pass (interpreter, site)", ["-c", "pass"]),
+          ("  the same plan with --top 0 (all but the search)",
+           ["-m", "planner", "plan", "--model", "70b", "--gpus", "2048", "--json", "--top", "0"])]
+"""What the plan's figure stands on, timed alike (no target): the bare interpreter, and the
+same command stopped by `--top 0` (exit 2) right after typer has parsed it (typer 0.29
+validates every option through a pydantic TypeAdapter, so pydantic is imported whatever
+planner does), planner's pydantic spec models are built (planner.specs, at import) and the
+cluster resolved: everything but the search and its output."""
 
 
-def cpu(args: list[str], env: dict[str, str]) -> float:
+def cpu(args: list[str], env: dict[str, str], *, check: bool = True) -> float:
     """CPU seconds (user + sys) of one child `python ARGS`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, *args], check=True, stdout=subprocess.DEVNULL,
+    subprocess.run([sys.executable, *args], check=check, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -58,11 +66,14 @@ def child_env(bytecode_cache: str | None) -> dict[str, str]:
 
 def measure(repeat: int, env: dict[str, str]) -> dict[str, list[float]]:
     """CPU seconds per run of the reference and of each command, interleaved."""
-    runs: dict[str, list[float]] = {"reference": []} | {name: [] for name, _, _ in COMMANDS}
+    runs: dict[str, list[float]] = {"reference": []} | {name: [] for name, _, _ in COMMANDS} \
+        | {name: [] for name, _ in FLOORS}
     for _ in range(repeat):
         runs["reference"].append(cpu(REFERENCE, env))
         for name, args, _ in COMMANDS:
             runs[name].append(cpu(args, env))
+        for name, args in FLOORS:
+            runs[name].append(cpu(args, env, check=False))
     return runs
 
 
@@ -77,6 +88,8 @@ def main(argv=None) -> int:
         if args.bytecode:
             for _, cmd, _ in COMMANDS:
                 cpu(cmd, env)
+            for _, cmd in FLOORS:
+                cpu(cmd, env, check=False)
         runs = measure(args.repeat, env)
     ref = statistics.median(runs["reference"])
     bytecode = ("cached" if args.bytecode else
@@ -90,6 +103,9 @@ def main(argv=None) -> int:
         ok = t / ref <= target
         print(f"{name:48s} {t:9.3f} {t / ref:6.2f} {'<= ' + str(target):>7s}"
               f"{'' if ok else '  (missed)'}")
+    for name, _ in FLOORS:
+        t = statistics.median(runs[name])
+        print(f"{name:48s} {t:9.3f} {t / ref:6.2f}")
     return 0
 
 
