@@ -515,20 +515,21 @@ class CostModel:
         if not layers:
             return logits_bytes * (1 + st.mtp) if st.output else 0.0
         moe = st.moe_layers + (st.mtp if self.shape.E else 0)
-        r = self._recompute_share(lay, st.layers)
-        kept_d = r * act_d + (1 - r) * work_d if lay.recompute == "full" else act_d
-        kept_e = r * act_e + (1 - r) * work_e if lay.recompute == "full" else act_e
+        if lay.recompute == "full":
+            r = self._recompute_share(lay, st.layers)
+            kept_d, kept_e = r * act_d + (1 - r) * work_d, r * act_e + (1 - r) * work_e
+        else:                    # the search's hot path: no share to take
+            r, kept_d, kept_e = 0.0, act_d, act_e
         per_layer = ((layers - moe) * kept_d + moe * kept_e) / layers
         held = in_flight_layers(layers, lay.pp, lay.vpp, m, st.rank if rank is None else rank)
         if lay.pipeline_schedule in ("dualpipe", "dualpipev") and lay.pp > 1:
             # pp + 1 micro-batches of one stage's activations (DualPipeV: 2pp + 1 of half one)
             p = lay.pp * (2 if lay.pipeline_schedule == "dualpipev" else 1)
             held = min(m, activations_in_flight(lay.pipeline_schedule, p=p)) * layers * lay.pp / p
-        off = min(lay.cpu_offloading_num_layers, layers)
-        if off:
+        if lay.cpu_offloading_num_layers:
             # offloaded layers leave the GPU: Transformer Engine's offload synchronizer
             # (cpu_offload.py) documents a peak of (L - N) layers
-            held = max(0.0, held - off)
+            held = max(0.0, held - min(lay.cpu_offloading_num_layers, layers))
         acts = per_layer * held
         logits = logits_bytes * (1 + st.mtp) if st.output else 0.0   # each MTP layer: a loss
         if r >= 1.0:
