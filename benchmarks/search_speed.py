@@ -9,6 +9,14 @@ whatever `planner` is installed) as a fresh process `--repeat` times and prints 
 the median wall time; then, in process, the layouts the search covered, the memory estimates
 and step-time estimates it made and their rate; and the raw rate of full estimates (memory +
 step time) over every layout the search kept for 70b on 2,048 GPUs.
+
+Its times are wall times, which on a shared machine move with the other sessions' load
+(docs/search.md has the last run, with the load it ran under). To compare two versions of the
+search, time its CPU in one process (`PLANNER_SERIAL=1`, `time.process_time()` around
+`search(job)`), the least of a few runs, alternating the versions: measured so on the
+2-core machine, the 70B x 2,048 search went from 0.24-0.35 s to 0.23-0.27 s of CPU and the
+DeepSeek-V3 x 2,048 one from 1.53-1.73 s to 1.33-1.61 s (before the unpaired-EP ends joined
+its bound: 1.24-1.67 s).
 """
 
 from __future__ import annotations

@@ -255,6 +255,28 @@ def test_json_commands_do_not_import_the_terminal_views(args):
     assert "planner.views.report" not in modules and "planner.views.serve_report" not in modules
 
 
+READERS = ("planner.readers", "planner.frameworks.loading", "planner.frameworks.common",
+           "planner.frameworks.megatron.reader", "planner.frameworks.nemo.reader",
+           "planner.frameworks.deepspeed.reader", "planner.frameworks.torchtitan.reader")
+
+
+def _readers(modules: set[str]) -> set[str]:
+    return {m for m in modules if m in READERS or m.startswith(tuple(r + "." for r in READERS))}
+
+
+def test_plan_does_not_import_the_config_readers(tmp_path):
+    # plan reads no config file: the writers' refusals (the fw column), not the readers
+    # (planner.frameworks loads load_any on first use); validate, which reads one, loads them
+    plan = _modules_after("from planner.cli import main\n"
+                          "main(['plan', '--model', 'llama2-7b', '--gpus', '8', '--json'])")
+    assert "planner.frameworks.runnable" in plan and "planner.frameworks.megatron.writer" in plan
+    assert _readers(plan) == set()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: llama2-7b\nnum_gpus: 8\n")
+    validate = _modules_after(f"from planner.cli import main\nmain(['validate', {str(cfg)!r}])")
+    assert {"planner.frameworks.loading", "planner.readers.bash"} <= _readers(validate)
+
+
 def test_validate_chooses_the_knobs_a_config_leaves_out(runner, tmp_path):
     # micro_batch_size and vpp left out: planner picks the fastest that passes every rule
     # (memory with the requested headroom included) and says which it chose.

@@ -442,7 +442,7 @@ def test_unreadable_folder_in_process(runner, tmp_path, monkeypatch):
 
 
 def test_reading_budget_stops_an_import_that_never_ends(runner, tmp_path, monkeypatch):
-    import planner.frameworks
+    import planner.frameworks.loading
     import planner.io
 
     def forever(path):
@@ -450,7 +450,7 @@ def test_reading_budget_stops_an_import_that_never_ends(runner, tmp_path, monkey
             pass
 
     monkeypatch.setattr(planner.io, "READ_BUDGET_S", 0.2)
-    monkeypatch.setattr(planner.frameworks, "detect_format", forever)
+    monkeypatch.setattr(planner.frameworks.loading, "detect_format", forever)
     (tmp_path / "c.yaml").write_text("model: llama3-8b\nnum_gpus: 8\n")
     from planner.cli import app
     result = runner.invoke(app, ["validate", str(tmp_path / "c.yaml"), "--json"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+from dataclasses import fields
 
 import pytest
 
@@ -66,6 +67,9 @@ def test_built_leaves_are_the_base_with_each_piece_in_its_field(model, gpus):
             recompute_num_layers=sv.num_layers, cpu_offloading_num_layers=sv.offload_layers,
             grad_reduce_in_fp32=not sv.bf16_states, exp_avg_dtype=dt, exp_avg_sq_dtype=dt,
             moe_token_dispatcher=d, overlap_moe_expert_parallel_comm=o)
+        # set slot by slot (space._layout_maker): the same object as Layout's own __init__ makes
+        rebuilt = type(built)(**{f.name: getattr(built, f.name) for f in fields(built)})
+        assert hash(built) == hash(rebuilt) and repr(built) == repr(rebuilt)
 
 
 @pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("qwen3-235b-a22b", 128)])
@@ -86,6 +90,8 @@ def test_scaled_bound_sum_is_the_lower_bound():
         lay = _Group(head, tail, space, cm).layout(zero, mbs, sv)
         bound = cm.scale_bound(cm.bound_sum(lay), lay.pp, lay.vpp, lay.dp, lay.micro_batch_size)
         assert bound == cost_model(job).time_lower_bound(lay) <= cm.time(lay).step_time_s
+        # the search takes both parts from one call (bound_parts): the same numbers
+        assert cost_model(job).bound_parts(lay) == (cm.bound_sum(lay), cm.bound_ends(lay))
         # with the EP overlap the unpaired micro-batches' traffic joins the bound
         # (CostModel.bound_ends): still below the step time, and above the bound without it
         if lay.ep > 1 and lay.recompute != "full":
@@ -93,6 +99,7 @@ def test_scaled_bound_sum_is_the_lower_bound():
             ends = cm.bound_ends(on)
             full = cm.scale_bound(cm.bound_sum(on), on.pp, on.vpp, on.dp, on.micro_batch_size, ends)
             assert ends and full == cm.time_lower_bound(on) <= cm.time(on).step_time_s * (1 + 1e-12)
+            assert cost_model(job).bound_parts(on) == (cm.bound_sum(on), ends)
             assert full > cm.scale_bound(cm.bound_sum(on), on.pp, on.vpp, on.dp,
                                          on.micro_batch_size)
 

@@ -515,20 +515,21 @@ class CostModel:
         if not layers:
             return logits_bytes * (1 + st.mtp) if st.output else 0.0
         moe = st.moe_layers + (st.mtp if self.shape.E else 0)
-        r = self._recompute_share(lay, st.layers)
-        kept_d = r * act_d + (1 - r) * work_d if lay.recompute == "full" else act_d
-        kept_e = r * act_e + (1 - r) * work_e if lay.recompute == "full" else act_e
+        if lay.recompute == "full":
+            r = self._recompute_share(lay, st.layers)
+            kept_d, kept_e = r * act_d + (1 - r) * work_d, r * act_e + (1 - r) * work_e
+        else:                    # the search's hot path: no share to take
+            r, kept_d, kept_e = 0.0, act_d, act_e
         per_layer = ((layers - moe) * kept_d + moe * kept_e) / layers
         held = in_flight_layers(layers, lay.pp, lay.vpp, m, st.rank if rank is None else rank)
         if lay.pipeline_schedule in ("dualpipe", "dualpipev") and lay.pp > 1:
             # pp + 1 micro-batches of one stage's activations (DualPipeV: 2pp + 1 of half one)
             p = lay.pp * (2 if lay.pipeline_schedule == "dualpipev" else 1)
             held = min(m, activations_in_flight(lay.pipeline_schedule, p=p)) * layers * lay.pp / p
-        off = min(lay.cpu_offloading_num_layers, layers)
-        if off:
+        if lay.cpu_offloading_num_layers:
             # offloaded layers leave the GPU: Transformer Engine's offload synchronizer
             # (cpu_offload.py) documents a peak of (L - N) layers
-            held = max(0.0, held - off)
+            held = max(0.0, held - min(lay.cpu_offloading_num_layers, layers))
         acts = per_layer * held
         logits = logits_bytes * (1 + st.mtp) if st.output else 0.0   # each MTP layer: a loss
         if r >= 1.0:
@@ -569,10 +570,26 @@ class CostModel:
                 tuple(self._stage_activations(lay, ac, st, m) for st in self.stages(lay)), ac[5])
         return got
 
-    def worst_total(self, states: tuple[Any, ...], acts: tuple[Any, ...]) -> float:
-        """The most loaded rank's total bytes from `stage_states` and `act_vector` (what
-        `memory_total` returns; the search's hot path calls it with both looked up once)."""
-        return self._worst(states, acts)[1]
+    def worst_total(self, sums: tuple[Any, ...], acts: tuple[Any, ...]) -> float:
+        """The most loaded rank's total bytes from `state_sums` and `act_vector` (what
+        `memory_total` returns, the same arithmetic as `_worst`; the search's hot path calls
+        it with both looked up once)."""
+        gather, per_rank = sums
+        per_stage, transient = acts
+        transient += gather
+        fixed, scale = self.fixed, 1.0 + self.frag
+        best = -1.0
+        for states, a in zip(per_rank, per_stage):
+            total = (states + a) * scale + fixed + transient
+            if total > best:
+                best = total
+        return best
+
+    def state_sums(self, states: tuple[Any, ...]) -> tuple[float, tuple[float, ...]]:
+        """`stage_states` as `worst_total` takes it: (transient bytes, weights + gradients +
+        optimizer bytes of each stage group), summed in `_worst`'s order."""
+        gather, stages = states
+        return gather, tuple(w + g + o for _, w, g, o in stages)
 
     def _worst(self, states: tuple[Any, ...], acts: tuple[Any, ...]) -> tuple[int, float]:
         """(index of the most loaded stage group, its total bytes): the first of the
@@ -661,6 +678,23 @@ class CostModel:
         mtp = 1 if self.shape.E else 0
         return tuple((st.rank, st.count, (st.moe_layers + mtp * st.mtp) * delta)
                      for st in self.stages(lay))
+
+    def bound_parts(self, lay: Layout) -> tuple[float, tuple[tuple[int, int, float], ...]]:
+        """(`bound_sum(lay)`, `bound_ends(lay)`), the same numbers from one look-up of the
+        layer costs and the stages (the search's bound takes both of every layout it
+        bounds)."""
+        lc = self.layer_costs(lay)
+        stages = self.stages(lay)
+        total = 0.0
+        for st in stages:
+            c, tp, ep, cp = self._stage_parts(lay, lc, st)
+            total += st.count * (c + tp + cp + ep)
+        if lc.ep_end <= lc.ep:
+            return total, ()
+        delta = lc.ep_end - lc.ep
+        mtp = 1 if self.shape.E else 0
+        return total, tuple((st.rank, st.count, (st.moe_layers + mtp * st.mtp) * delta)
+                            for st in stages)
 
     def scale_bound(self, total: float, pp: int, vpp: int, dp: int, mbs: int,
                     ends: tuple[tuple[int, int, float], ...] = ()) -> float:

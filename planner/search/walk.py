@@ -209,8 +209,9 @@ class _Group:
     model states, which depend on the leaf only through ZeRO (an argument of `stage_states`)
     and the state dtypes, and the activations, which depend on it only through the
     micro-batch and the recompute and offload settings, and not on ep at all (`act_vector`'s
-    key): the states are looked up once per group, from one Layout per state dtype; the
-    activations once per search for the groups that differ only in ep (`space.act_tables`).
+    key): the states are looked up (and summed, `state_sums`) once per group, from one
+    Layout per state dtype; the activations once per search for the groups that differ only
+    in ep (`space.act_tables`).
     So a Layout is built only for those lookups, the closest misfit and the contenders that
     get timed."""
 
@@ -241,7 +242,8 @@ class _Group:
         skey = (zero, sv.bf16_states)
         states = self.states.get(skey)
         if states is None:
-            states = self.states[skey] = self.cm.stage_states(self.with_states_of(sv), zero)
+            states = self.states[skey] = self.cm.state_sums(
+                self.cm.stage_states(self.with_states_of(sv), zero))
         akey = (mbs, self.act_class[sv.key])
         acts = self.acts.get(akey)
         if acts is None:
@@ -418,9 +420,8 @@ def _least_bound_sum(head: _Head, mbs: int, sv: Saver, tail: _Tail, space: _Spac
            space.time_class[sv.key])
     got = space.bound_sums.get(key)
     if got is None:
-        parts = sorted({(cm.bound_sum(lay), cm.bound_ends(lay))
-                        for lay in (_build(head, 0, mbs, sv, tail, v)
-                                    for v in _variants_for(space, head, sv))})
+        parts = sorted({cm.bound_parts(_build(head, 0, mbs, sv, tail, v))
+                        for v in _variants_for(space, head, sv)})
         # a variant no cheaper in its sum and with no unpaired ends never gives the least
         got = space.bound_sums[key] = tuple(
             p for i, p in enumerate(parts) if i == 0 or p[1])
