@@ -14,6 +14,7 @@ from typing import Any, Optional
 from planner.fields import (
     MAX_BATCH,
     MAX_DIM,
+    ActivationStore,
     CpCommType,
     CudaGraphs,
     Dispatcher,
@@ -146,6 +147,20 @@ class Layout:
            "NVLink-C2C, the profile's host_bandwidth_gb_per_s).",
         reads={"act_vector", "pipeline"}, bounds=dict(ge=0, le=10_000),
         megatron="--cpu-offloading-num-layers", nemo="cpu_offloading_num_layers")
+    activation_func_fp8_input_store: bool = row(
+        False, "Keep the gated MLP's activation input (the SwiGLU input, fc1's output) in FP8 "
+               "for the backward, 1 byte an element instead of 2: dense MLP, shared and routed "
+               "experts (Megatron-Core `TransformerConfig.activation_func_fp8_input_store`, "
+               "which pretrain_gpt.py has no flag for; DeepSeek-V3 caches the MoE SwiGLU input "
+               "in FP8, arXiv:2412.19437 sec. 3.3.3).",
+        reads=_ACTS, nemo="activation_func_fp8_input_store")
+    attention_output_store: str = row(
+        "bf16", "What the attention output (the input of the Linear after attention) is kept "
+                "in for the backward: bf16 (the attention's own copy, plus the FP8 "
+                "projection's quantized copy under an FP8 recipe) | e5m6 (DeepSeek-V3's one "
+                "12-bit copy with 1x128 power-of-two scales for both, arXiv:2412.19437 sec. "
+                "3.3.3; in DeepSeek's own framework only, no export writes it).",
+        reads=_ACTS, spec_type=ActivationStore)
     grad_reduce_in_fp32: bool = row(
         True, "fp32 gradient buffer and reduction (Megatron's default with bf16); false = bf16 "
               "gradients (`--grad-reduce-in-bf16`, Megatron-Bridge `ddp.grad_reduce_in_fp32: "
@@ -305,6 +320,8 @@ def layout_from_spec(spec: Any, *, num_gpus: int) -> Layout:
         recompute_modules=tuple(spec.recompute_modules or ()),
         recompute_num_layers=spec.recompute_num_layers,
         cpu_offloading_num_layers=spec.cpu_offloading_num_layers,
+        activation_func_fp8_input_store=spec.activation_func_fp8_input_store,
+        attention_output_store=spec.attention_output_store,
         grad_reduce_in_fp32=spec.grad_reduce_in_fp32,
         exp_avg_dtype=spec.exp_avg_dtype, exp_avg_sq_dtype=spec.exp_avg_sq_dtype,
         moe_token_dispatcher=spec.moe_token_dispatcher,

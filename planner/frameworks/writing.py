@@ -18,7 +18,7 @@ from planner.layout import Layout, stage_layer_counts
 from planner.units import GiB
 
 __all__ = ["header_lines", "estimate_line", "nodes_and_devices", "check_exportable",
-           "pipeline_split", "PipelineSplit", "planned_for"]
+           "pipeline_split", "PipelineSplit", "planned_for", "store_problems"]
 
 _PLANNED = re.compile(r"^[\s#/\"'-]*planner: hardware=([\w.+-]+) num_gpus=(\d{1,9})\b", re.M)
 
@@ -144,3 +144,20 @@ def shape_tail_flags(m, seq_length: int) -> list[tuple[str, str | None]]:
     flags += [("--seq-length", str(seq_length)),
               ("--max-position-embeddings", str(max(seq_length, m.seq_length or 0)))]
     return flags
+
+
+def store_problems(layout: Layout, framework: str) -> list[tuple[bool, str]]:
+    """(broken, message) for the activation-storage fields no exporter writes yet:
+    attention_output_store e5m6 is DeepSeek-V3's own framework's (arXiv:2412.19437 sec. 3.3.3;
+    no public framework stores the attention output in E5M6); activation_func_fp8_input_store
+    is Megatron-Core's TransformerConfig field, which pretrain_gpt.py has no flag for and the
+    exports do not write."""
+    return [
+        (layout.attention_output_store == "e5m6",
+         f"attention_output_store e5m6: DeepSeek-V3's own framework keeps the attention output "
+         f"in E5M6; {framework} has no such storage; set attention_output_store bf16"),
+        (layout.activation_func_fp8_input_store,
+         f"activation_func_fp8_input_store: Megatron-Core's TransformerConfig field, which "
+         f"the {framework} export does not write; set it false here and "
+         "activation_func_fp8_input_store: true in the model config by hand"),
+    ]

@@ -42,7 +42,12 @@ from __future__ import annotations
 import yaml
 
 from planner.errors import InfeasibleError
-from planner.frameworks.writing import header_lines, nodes_and_devices, pipeline_split
+from planner.frameworks.writing import (
+    header_lines,
+    nodes_and_devices,
+    pipeline_split,
+    store_problems,
+)
 from planner.layout import Layout
 
 __all__ = ["render", "nemo_config", "check_supported", "refusals", "runs_as", "tokenizer"]
@@ -107,6 +112,7 @@ def refusals(job, layout: Layout) -> list[str]:
                  for broken, msg in layer_kind_problems(job.model)]
     problems.append((job.model.attention_sinks, "attention_sinks (gpt-oss): NeMo 1 has no "
                                                 "learnable softmax offset"))
+    problems += store_problems(layout, "NeMo 1")
     return [msg for broken, msg in problems if broken]
 
 
