@@ -150,9 +150,9 @@ class Layout:
     activation_func_fp8_input_store: bool = row(
         False, "Keep the gated MLP's activation input (the SwiGLU input, fc1's output) in FP8 "
                "for the backward, 1 byte an element instead of 2: dense MLP, shared and routed "
-               "experts (Megatron-Core `TransformerConfig.activation_func_fp8_input_store`, "
-               "which pretrain_gpt.py has no flag for; DeepSeek-V3 caches the MoE SwiGLU input "
-               "in FP8, arXiv:2412.19437 sec. 3.3.3).",
+               "experts (Megatron-Core's TransformerConfig field, written by the NeMo and "
+               "Megatron-Bridge exports; Megatron-LM's pretrain_gpt.py has no flag for it). "
+               "DeepSeek-V3 caches the MoE SwiGLU input in FP8 (arXiv:2412.19437 sec. 3.3.3).",
         reads=_ACTS, nemo="activation_func_fp8_input_store")
     attention_output_store: str = row(
         "bf16", "What the attention output (the input of the Linear after attention) is kept "

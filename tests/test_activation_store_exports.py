@@ -1,18 +1,22 @@
-"""The activation-storage layout fields no exporter writes: each training framework's export
-refuses them with the reason (attention_output_store e5m6 is DeepSeek-V3's own framework's,
-arXiv:2412.19437 sec. 3.3.3; activation_func_fp8_input_store is Megatron-Core's
-TransformerConfig field, which pretrain_gpt.py has no flag for), and takes the layout without
-them."""
+"""The activation-storage layout fields in the exports: `activation_func_fp8_input_store` is
+Megatron-Core's TransformerConfig field, which the exports that write TransformerConfig fields
+write (NeMo 1 model.*, NeMo 2 model.config.*, Megatron-Bridge model.*) and read back, and the
+others refuse with the reason (Megatron-LM's pretrain_gpt.py has no flag for it; Megatron-
+DeepSpeed and torchtitan lack it); `attention_output_store: e5m6` is DeepSeek-V3's own
+framework's (arXiv:2412.19437 sec. 3.3.3), which every export refuses."""
 
 from __future__ import annotations
 
 import pytest
 
 from planner.config import config_from_data
+from planner.frameworks import load_any
+from planner.frameworks.export import export
 from planner.frameworks.runnable import TRAIN_FRAMEWORKS, refusals
 
 TINY = dict(name="tiny", num_layers=2, hidden_size=64, ffn_hidden_size=256,
             num_attention_heads=4, num_kv_heads=2, vocab_size=1024, activation="swiglu")
+WRITES_CONFIG_FIELDS = ("megatron-bridge", "nemo")
 
 
 def _job_layout(**parallel):
@@ -23,12 +27,32 @@ def _job_layout(**parallel):
     return job, layout
 
 
+def _refused(fw, field, **parallel) -> bool:
+    job, lay = _job_layout(**parallel)
+    return any(m.removeprefix("cannot export to DeepSpeed: ").startswith(field)
+               for m in refusals(job, lay, fw))
+
+
 @pytest.mark.parametrize("fw", TRAIN_FRAMEWORKS)
-@pytest.mark.parametrize("field,value", [("attention_output_store", "e5m6"),
-                                         ("activation_func_fp8_input_store", True)])
-def test_every_export_refuses_the_storage_fields(fw, field, value):
-    job, plain = _job_layout()
-    assert not [m for m in refusals(job, plain, fw) if field in m]
-    job, lay = _job_layout(**{field: value})
-    found = refusals(job, lay, fw)
-    assert any(m.removeprefix("cannot export to DeepSpeed: ").startswith(field) for m in found), found
+def test_every_export_refuses_e5m6(fw):
+    assert not _refused(fw, "attention_output_store")
+    assert _refused(fw, "attention_output_store", attention_output_store="e5m6")
+
+
+@pytest.mark.parametrize("fw", TRAIN_FRAMEWORKS)
+def test_the_fp8_input_store_is_refused_where_no_setting_holds_it(fw):
+    refused = _refused(fw, "activation_func_fp8_input_store",
+                       activation_func_fp8_input_store=True)
+    assert refused == (fw not in WRITES_CONFIG_FIELDS)
+
+
+@pytest.mark.parametrize("fmt,ext", [("megatron-bridge", ".yaml"), ("nemo", ".yaml")])
+def test_the_fp8_input_store_is_written_and_read_back(tmp_path, fmt, ext):
+    job, lay = _job_layout(activation_func_fp8_input_store=True)
+    text = export(job, lay, fmt)
+    assert "activation_func_fp8_input_store: true" in text
+    path = tmp_path / f"tiny{ext}"
+    path.write_text(text)
+    back = load_any(path, hardware="h100-sxm", model=None if fmt == "megatron-bridge" else TINY,
+                    gpus=8 if fmt == "megatron-bridge" else None)
+    assert back.layout.activation_func_fp8_input_store
