@@ -14,7 +14,7 @@ from typing import Any, Optional
 from planner.fields import (
     MAX_BATCH,
     MAX_DIM,
-    ActivationStore,
+    ActivationCache,
     CpCommType,
     CudaGraphs,
     Dispatcher,
@@ -154,13 +154,15 @@ class Layout:
                "Megatron-Bridge exports; Megatron-LM's pretrain_gpt.py has no flag for it). "
                "DeepSeek-V3 caches the MoE SwiGLU input in FP8 (arXiv:2412.19437 sec. 3.3.3).",
         reads=_ACTS, nemo="activation_func_fp8_input_store")
-    attention_output_store: str = row(
-        "bf16", "What the attention output (the input of the Linear after attention) is kept "
-                "in for the backward: bf16 (the attention's own copy, plus the FP8 "
-                "projection's quantized copy under an FP8 recipe) | e5m6 (DeepSeek-V3's one "
-                "12-bit copy with 1x128 power-of-two scales for both, arXiv:2412.19437 sec. "
-                "3.3.3; in DeepSeek's own framework only, no export writes it).",
-        reads=_ACTS, spec_type=ActivationStore)
+    activation_cache: str = row(
+        "te", "Which framework's activation caching: te (Transformer Engine and Megatron-Core: "
+              "the attention output in bf16, plus the FP8 projection's copy under an FP8 "
+              "recipe; a `moe_act` checkpoint keeps the fc1 output as fc1 wrote it, bf16) | "
+              "deepseek (DeepSeek-V3's own framework, arXiv:2412.19437 sec. 3.3.3: the "
+              "attention output once in a 12-bit E5M6 with 1x128 power-of-two scales, for both "
+              "its users; with activation_func_fp8_input_store the SwiGLU output is recomputed "
+              "from the FP8 input). No export writes deepseek.",
+        reads=_ACTS, spec_type=ActivationCache)
     grad_reduce_in_fp32: bool = row(
         True, "fp32 gradient buffer and reduction (Megatron's default with bf16); false = bf16 "
               "gradients (`--grad-reduce-in-bf16`, Megatron-Bridge `ddp.grad_reduce_in_fp32: "
@@ -321,7 +323,7 @@ def layout_from_spec(spec: Any, *, num_gpus: int) -> Layout:
         recompute_num_layers=spec.recompute_num_layers,
         cpu_offloading_num_layers=spec.cpu_offloading_num_layers,
         activation_func_fp8_input_store=spec.activation_func_fp8_input_store,
-        attention_output_store=spec.attention_output_store,
+        activation_cache=spec.activation_cache,
         grad_reduce_in_fp32=spec.grad_reduce_in_fp32,
         exp_avg_dtype=spec.exp_avg_dtype, exp_avg_sq_dtype=spec.exp_avg_sq_dtype,
         moe_token_dispatcher=spec.moe_token_dispatcher,

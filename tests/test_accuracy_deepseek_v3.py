@@ -50,7 +50,7 @@ def test_the_example_caches_as_the_report_says():
     # §3.3.3 "Low-Precision Activation": the SwiGLU inputs in FP8 (outputs recomputed:
     # moe_act) and the input of the Linear after attention once in E5M6
     _, lay, _ = _estimate()
-    assert lay.activation_func_fp8_input_store and lay.attention_output_store == "e5m6"
+    assert lay.activation_func_fp8_input_store and lay.activation_cache == "deepseek"
     assert "moe_act" in lay.selective_modules
 
 
@@ -63,7 +63,7 @@ def test_the_low_precision_caches_shrink_only_the_activations():
     #   routed SwiGLU inputs: 8 * (2*2 - 2*1) * 2048 = 32,768; shared: (4 - 2) * 2048 = 4,096
     job, lay, est = _estimate()
     plain = estimate(job, lay.with_(activation_func_fp8_input_store=False,
-                                    attention_output_store="bf16")).memory
+                                    activation_cache="te")).memory
     mem = est.memory
     assert (mem.stage, plain.stage) == ("middle", "middle")
     for name in ("weights", "gradients", "optimizer"):

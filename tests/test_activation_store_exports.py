@@ -2,7 +2,7 @@
 Megatron-Core's TransformerConfig field, which the exports that write TransformerConfig fields
 write (NeMo 1 model.*, NeMo 2 model.config.*, Megatron-Bridge model.*) and read back, and the
 others refuse with the reason (Megatron-LM's pretrain_gpt.py has no flag for it; Megatron-
-DeepSpeed and torchtitan lack it); `attention_output_store: e5m6` is DeepSeek-V3's own
+DeepSpeed and torchtitan lack it); `activation_cache: deepseek` is DeepSeek-V3's own
 framework's (arXiv:2412.19437 sec. 3.3.3), which every export refuses."""
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ def _refused(fw, field, **parallel) -> bool:
 
 
 @pytest.mark.parametrize("fw", TRAIN_FRAMEWORKS)
-def test_every_export_refuses_e5m6(fw):
-    assert not _refused(fw, "attention_output_store")
-    assert _refused(fw, "attention_output_store", attention_output_store="e5m6")
+def test_every_export_refuses_deepseeks_caching(fw):
+    assert not _refused(fw, "activation_cache")
+    assert _refused(fw, "activation_cache", activation_cache="deepseek")
 
 
 @pytest.mark.parametrize("fw", TRAIN_FRAMEWORKS)

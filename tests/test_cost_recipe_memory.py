@@ -518,13 +518,23 @@ def test_fp8_input_store_halves_every_swiglu_input_of_an_moe_layer():
     _only(before, after, "activations", -S * L * freed)
 
 
-def test_fp8_input_store_with_moe_act_keeps_only_the_fp8_input():
-    # DeepSeek-V3's combination: the SwiGLU input in FP8 and its output recomputed (moe_act):
-    # per routed copy 1*2f_e kept where no recompute keeps 2*2f_e + 2f_e
+def test_under_megatrons_moe_act_checkpoint_the_fp8_store_does_nothing():
+    # moe_act wraps the experts' activation in CheckpointWithoutOutput, whose forward runs it
+    # under torch.no_grad() and saves its arguments (ctx.save_for_backward(*args)): the fc1
+    # output as fc1 wrote it, bf16. The FP8 store inside the activation saves nothing there.
+    sel = dict(recompute="selective", recompute_modules=["moe_act"])
+    before, after = _stored(MOE, sel, activation_func_fp8_input_store=True)
+    _only(before, after, "activations", 0.0)
+
+
+def test_deepseeks_caching_recomputes_the_swiglu_from_its_fp8_input():
+    # DeepSeek-V3's combination (sec. 3.3.3): the SwiGLU input cached in FP8 and its output
+    # recomputed: per routed copy 1*2f_e kept where no recompute keeps 2*2f_e + 2f_e; the
+    # attention output, a*d a token, once in E5M6 instead of bf16 (2)
     sel = dict(recompute="selective", recompute_modules=["moe_act"])
     none, _ = _stored(MOE)
-    _, after = _stored(MOE, sel, activation_func_fp8_input_store=True)
-    freed = K * (EXPERT_FC1_OUT + EXPERT_ACT_OUT - 2 * FE)                         # 1,024
+    _, after = _stored(MOE, sel, activation_func_fp8_input_store=True, activation_cache="deepseek")
+    freed = K * (EXPERT_FC1_OUT + EXPERT_ACT_OUT - 2 * FE) + (2 - E5M6) * A * D    # 1,054
     _only(none, after, "activations", -S * L * freed)
 
 
@@ -538,8 +548,9 @@ def test_fp8_input_store_leaves_a_gelu_mlp_alone():
     (None, 2.0),                                             # bf16: O, shared with linear_proj
     (dict(precision="fp8", fp8_recipe="blockwise"), 2.0 + BLOCKWISE),   # + linear_proj's FP8 copy
 ], ids=["bf16", "fp8-blockwise"])
-def test_e5m6_keeps_one_copy_of_the_attention_output(training, kept):
-    # the attention output a*d a token: `kept` bytes an element before, E5M6 after
+def test_deepseeks_caching_keeps_one_e5m6_copy_of_the_attention_output(training, kept):
+    # the attention output a*d a token: `kept` bytes an element before, E5M6 after (the dense
+    # model's MLP is not touched: no FP8 input store)
     before = _memory(training=training)
-    after = _memory(training=training, attention_output_store="e5m6")
+    after = _memory(training=training, activation_cache="deepseek")
     _only(before, after, "activations", -S * L * (kept - E5M6) * A * D)

@@ -169,7 +169,7 @@ elements for blockwise and an E8M0 scale per 32 for MXFP8)."""
 def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int, sp: bool,
                            recompute: str, flash: bool, moe: bool, etp: int = 1,
                            modules: tuple[str, ...] = (), recipe: str | None = None,
-                           fp8_act_input: bool = False, attn_out_store: str = "bf16") -> float:
+                           fp8_act_input: bool = False, cache: str = "te") -> float:
     """Stored activation bytes of one layer for `tokens` = s*b/cp tokens.
 
     Re-derivation of Korthikanti's 34*s*b*h for flash attention, GQA, gated MLPs, MoE and FP8
@@ -188,14 +188,17 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
         applied inside the activation, so the experts' outputs are not kept. Shared experts
         like a dense MLP.
     Low-precision caching (DeepSeek-V3 report, arXiv:2412.19437 sec. 3.3.3):
-      fp8_act_input (`--activation-func-fp8-input-store`): a gated MLP's activation input, the
-        fc1 output 2f (2f_e, 2f_s), is kept in FP8_INPUT_STORE_BYTES = 1 an element instead of
-        2: 2f instead of 4f, in the dense MLP, the shared and the routed experts. With moe_act
-        it is what the SwiGLU recomputes its output from (DeepSeek-V3 caches the SwiGLU input
-        in FP8 and recomputes the output).
-      attn_out_store e5m6: the attention output is kept once, in E5M6_STORE_BYTES = 1.5 +
-        4/128, for both the attention backward and the projection's Wgrad, instead of 2 (+ x
-        with an FP8 recipe).
+      fp8_act_input (Megatron-Core `activation_func_fp8_input_store`): a gated MLP's
+        activation input, the fc1 output 2f (2f_e, 2f_s), is kept in FP8_INPUT_STORE_BYTES = 1
+        an element instead of 2: 2f instead of 4f, in the dense MLP, the shared and the routed
+        experts. Under `moe_act` (cache te) the routed experts' activation runs inside
+        Megatron's CheckpointWithoutOutput, without autograd: the checkpoint saves its input,
+        the fc1 output, as fc1 wrote it (bf16 4f_e), and the FP8 store does nothing there.
+      cache deepseek (DeepSeek's own framework): the attention output is kept once, in
+        E5M6_STORE_BYTES = 1.5 + 4/128, for both the attention backward and the projection's
+        Wgrad, instead of 2 (+ x with an FP8 recipe); and with fp8_act_input the `moe_act`
+        recompute runs from the FP8 SwiGLU input (DeepSeek-V3 caches it in FP8 and recomputes
+        the output): 2f_e a routed copy.
     MHA + 4h GELU in bf16 + the two 1-byte dropout masks gives back Korthikanti's 34h (+5as).
     Selective recompute frees what its modules (`--recompute-modules`) would regenerate:
       core_attn the softmax stats (and the scores without flash); layernorm the bf16 outputs
@@ -236,7 +239,8 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
         ln_mlp = 0.0 if "mlp" in mods else (x * h if fp8 else 2.0 * h)
     outside = 4.0 * h + ln_gemm + ln_mlp
     qkv = shape.act_qkv if not (shape.mla and "mla_up_proj" in mods) else 0.0
-    out_b = E5M6_STORE_BYTES if attn_out_store == "e5m6" else 2.0 + (x if fp8 else 0.0)
+    deepseek = cache == "deepseek"
+    out_b = E5M6_STORE_BYTES if deepseek else 2.0 + (x if fp8 else 0.0)
     attn = shape.act_latent + qkv + out_b * shape.attn_out
     if "core_attn" not in mods:
         attn += 4.0 * shape.a if flash else 5.0 * shape.a * seq
@@ -246,7 +250,9 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
             per_token += 8.0 * shape.E / sp_div
             routed = shape.k * shape.capacity_factor / sp_div
             act = 0.0 if "moe_act" in mods else x * shape.f_e
-            per_token += routed * (x * h * etp + fc1_w * shape.f_e + act)
+            # a te moe_act checkpoint saves the fc1 output as fc1 wrote it (bf16)
+            fc1_e = _fc1_bytes(shape, False) if "moe_act" in mods and not deepseek else fc1_w
+            per_token += routed * (x * h * etp + fc1_e * shape.f_e + act)
         if shared_kept:      # `moe` checkpoints MoELayer, whose forward runs the shared expert
             per_token += (fc1_w + x) * shape.f_s / t
     elif "mlp" not in mods:

@@ -274,7 +274,7 @@ class CostModel:
         mods = lay.selective_modules
         akw = dict(tokens=tokens, seq=seq_rank, t=t, sp=lay.sp, flash=self.flash, etp=lay.etp,
                    recipe=self.recipe, fp8_act_input=lay.activation_func_fp8_input_store,
-                   attn_out_store=lay.attention_output_store)
+                   cache=lay.activation_cache)
         act_d = layer_activation_bytes(s, moe=False, recompute=lay.recompute, modules=mods, **akw)
         work_d = layer_activation_bytes(s, moe=False, recompute="none", **akw)
         act_e = (layer_activation_bytes(s, moe=True, recompute=lay.recompute, modules=mods, **akw)

@@ -149,15 +149,16 @@ def shape_tail_flags(m, seq_length: int) -> list[tuple[str, str | None]]:
 def store_problems(layout: Layout, framework: str, *,
                    config_fields: bool = False) -> list[tuple[bool, str]]:
     """(broken, message) for the activation-storage fields an export cannot write:
-    attention_output_store e5m6 is DeepSeek-V3's own framework's (arXiv:2412.19437 sec. 3.3.3;
+    activation_cache deepseek is DeepSeek-V3's own framework's (arXiv:2412.19437 sec. 3.3.3;
     no public framework stores the attention output in E5M6); activation_func_fp8_input_store
     is Megatron-Core's TransformerConfig field, which the exports that write TransformerConfig
     fields (`config_fields`: NeMo 1 model.*, NeMo 2 and Megatron-Bridge) write and the others
     cannot (pretrain_gpt.py has no flag for it; Megatron-DeepSpeed and torchtitan lack it)."""
     return [
-        (layout.attention_output_store == "e5m6",
-         f"attention_output_store e5m6: DeepSeek-V3's own framework keeps the attention output "
-         f"in E5M6; {framework} has no such storage; set attention_output_store bf16"),
+        (layout.activation_cache == "deepseek",
+         f"activation_cache deepseek: DeepSeek-V3's own framework's (the attention output in "
+         f"E5M6, the SwiGLU recomputed from its FP8 input); {framework} has no such caching; "
+         "set activation_cache te"),
         (layout.activation_func_fp8_input_store and not config_fields,
          f"activation_func_fp8_input_store: {framework} has no setting for it (it is "
          "Megatron-Core's TransformerConfig field, which pretrain_gpt.py does not expose); "
