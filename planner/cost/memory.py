@@ -19,7 +19,8 @@ plus fp32 logits. CP divides the sequence on every term.
 Overheads: CUDA context + NCCL buffers (profile), allocator fragmentation as a fraction of
 the tensor bytes, and the TP/SP all-gather buffer of one layer's input.
 FP8 weight copies and Transformer Engine's transposed copies are counted with the weights
-(`state_dtypes`). Left out: dropout masks (dropout 0, as in every recipe we model),
+(`state_dtypes`). Low-precision activation caches (Megatron-Core's FP8 SwiGLU input store,
+DeepSeek-V3's E5M6 attention output): `layer_activation_bytes`. Left out: dropout masks (dropout 0, as in every recipe we model),
 CUDA-graph pools, optimizer CPU offload, checkpoint/IO buffers.
 """
 
@@ -155,8 +156,8 @@ each with a power-of-two scale, counted as a fp32 scale per 128 elements as the 
 recipe keeps them (GEMM_INPUT_BYTES)."""
 
 FP8_INPUT_STORE_BYTES = 1.0
-"""Bytes per element of the activation input Megatron's `--activation-func-fp8-input-store`
-keeps: `bias_swiglu_impl` saves `input.to(torch.float8_e4m3fn)` (no scale) for the backward
+"""Bytes per element of the activation input Megatron-Core's `activation_func_fp8_input_store`
+(TransformerConfig) keeps: `bias_swiglu_impl` saves `input.to(torch.float8_e4m3fn)` (no scale) for the backward
 and casts it back before the SwiGLU gradient (megatron/core/fusions/fused_bias_swiglu.py)."""
 
 GEMM_INPUT_BYTES = {None: 2.0, "delayed": 1.0, "tensorwise": 1.0, "blockwise": 1.0 + 4 / 128,
