@@ -26,7 +26,7 @@ from operator import attrgetter
 from typing import Any, Literal
 
 __all__ = ["Recompute", "RecomputeModule", "Dispatcher", "PipelineSchedule", "CudaGraphs",
-           "StateDtype",
+           "StateDtype", "ActivationCache",
            "CpCommType", "PARTS", "ALL_PARTS", "FieldInfo", "row", "info", "layout_fields",
            "layout_key", "key_fields", "config_name", "framework_names", "SAME", "MAX_DIM",
            "MAX_BATCH"]
@@ -43,6 +43,7 @@ Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 PipelineSchedule = Literal["1f1b", "interleaved", "dualpipe", "dualpipev"]
 CudaGraphs = Literal["none", "partial", "full"]
 StateDtype = Literal["fp32", "bf16"]
+ActivationCache = Literal["te", "deepseek"]
 CpCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]
 
 PARTS = {

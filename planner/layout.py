@@ -14,6 +14,7 @@ from typing import Any, Optional
 from planner.fields import (
     MAX_BATCH,
     MAX_DIM,
+    ActivationCache,
     CpCommType,
     CudaGraphs,
     Dispatcher,
@@ -146,6 +147,22 @@ class Layout:
            "NVLink-C2C, the profile's host_bandwidth_gb_per_s).",
         reads={"act_vector", "pipeline"}, bounds=dict(ge=0, le=10_000),
         megatron="--cpu-offloading-num-layers", nemo="cpu_offloading_num_layers")
+    activation_func_fp8_input_store: bool = row(
+        False, "Keep the gated MLP's activation input (the SwiGLU input, fc1's output) in FP8 "
+               "for the backward, 1 byte an element instead of 2: dense MLP, shared and routed "
+               "experts (Megatron-Core's TransformerConfig field, written by the NeMo and "
+               "Megatron-Bridge exports; Megatron-LM's pretrain_gpt.py has no flag for it). "
+               "DeepSeek-V3 caches the MoE SwiGLU input in FP8 (arXiv:2412.19437 sec. 3.3.3).",
+        reads=_ACTS, nemo="activation_func_fp8_input_store")
+    activation_cache: str = row(
+        "te", "Which framework's activation caching: te (Transformer Engine and Megatron-Core: "
+              "the attention output in bf16, plus the FP8 projection's copy under an FP8 "
+              "recipe; a `moe_act` checkpoint keeps the fc1 output as fc1 wrote it, bf16) | "
+              "deepseek (DeepSeek-V3's own framework, arXiv:2412.19437 sec. 3.3.3: the "
+              "attention output once in a 12-bit E5M6 with 1x128 power-of-two scales, for both "
+              "its users; with activation_func_fp8_input_store the SwiGLU output is recomputed "
+              "from the FP8 input). No export writes deepseek.",
+        reads=_ACTS, spec_type=ActivationCache)
     grad_reduce_in_fp32: bool = row(
         True, "fp32 gradient buffer and reduction (Megatron's default with bf16); false = bf16 "
               "gradients (`--grad-reduce-in-bf16`, Megatron-Bridge `ddp.grad_reduce_in_fp32: "
@@ -305,6 +322,8 @@ def layout_from_spec(spec: Any, *, num_gpus: int) -> Layout:
         recompute_modules=tuple(spec.recompute_modules or ()),
         recompute_num_layers=spec.recompute_num_layers,
         cpu_offloading_num_layers=spec.cpu_offloading_num_layers,
+        activation_func_fp8_input_store=spec.activation_func_fp8_input_store,
+        activation_cache=spec.activation_cache,
         grad_reduce_in_fp32=spec.grad_reduce_in_fp32,
         exp_avg_dtype=spec.exp_avg_dtype, exp_avg_sq_dtype=spec.exp_avg_sq_dtype,
         moe_token_dispatcher=spec.moe_token_dispatcher,

@@ -485,3 +485,72 @@ def test_interleaved_layout_assigns_virtual_stages_round_robin():
         rank0, rank1 = _ranks(DENSE4, num_gpus=8, pp=2, pipeline_model_parallel_layout=layout)
         assert rank0.weights == 2 * (EMBED + n0 * LAYER_PARAMS), layout
         assert rank1.weights == 2 * (n1 * LAYER_PARAMS + OUTPUT + FINAL_NORM), layout
+
+
+# ------------------------------------------------------------------------- low-precision caching
+# DeepSeek-V3 report (arXiv:2412.19437) sec. 3.3.3, "Low-Precision Activation": the input of
+# the SwiGLU in the MoE is cached in FP8 and its output recomputed in the backward; the input
+# of the Linear after attention (the attention output, which the attention backward reads too)
+# is cached once in a customized E5M6 format with 1x128 power-of-two-scaled tiles.
+# Megatron-Core's `activation_func_fp8_input_store` (TransformerConfig) does the first:
+# `bias_swiglu_impl` saves `input.to(torch.float8_e4m3fn)`, 1 byte an element, no scale.
+FC1_OUT_FP8 = 1 * 2 * F          # gate and up in FP8: 512 instead of FC1_OUT = 1,024
+E5M6 = 12 / 8 + 4 / 128          # 12 bits an element + a fp32 scale per 128 = 1.53125 B
+BLOCKWISE = 1 + 4 / 128          # a blockwise FP8 GEMM input: 1 B + a fp32 scale per 128
+
+
+def _stored(model=None, parallel=None, **store):
+    """(before, after) MemoryBreakdowns: the layout without and with the storage fields."""
+    parallel = parallel or {}
+    return _memory(model, **parallel), _memory(model, **dict(parallel, **store))
+
+
+def test_fp8_input_store_halves_the_dense_swiglu_input():
+    before, after = _stored(activation_func_fp8_input_store=True)
+    _only(before, after, "activations", -S * L * (FC1_OUT - FC1_OUT_FP8))       # -262,144
+
+
+def test_fp8_input_store_halves_every_swiglu_input_of_an_moe_layer():
+    # per token: k routed copies' fc1 outputs 2*2f_e -> 1*2f_e, the shared expert's 2*2f_s ->
+    # 1*2f_s; the router, the copies' fc1 inputs and the activation outputs do not change
+    freed = K * (EXPERT_FC1_OUT - 2 * FE) + (2 * 2 * FS - 2 * FS)                 # 768
+    before, after = _stored(MOE_SHARED, activation_func_fp8_input_store=True)
+    _only(before, after, "activations", -S * L * freed)
+
+
+def test_under_megatrons_moe_act_checkpoint_the_fp8_store_does_nothing():
+    # moe_act wraps the experts' activation in CheckpointWithoutOutput, whose forward runs it
+    # under torch.no_grad() and saves its arguments (ctx.save_for_backward(*args)): the fc1
+    # output as fc1 wrote it, bf16. The FP8 store inside the activation saves nothing there.
+    sel = dict(recompute="selective", recompute_modules=["moe_act"])
+    before, after = _stored(MOE, sel, activation_func_fp8_input_store=True)
+    _only(before, after, "activations", 0.0)
+
+
+def test_deepseeks_caching_recomputes_the_swiglu_from_its_fp8_input():
+    # DeepSeek-V3's combination (sec. 3.3.3): the SwiGLU input cached in FP8 and its output
+    # recomputed: per routed copy 1*2f_e kept where no recompute keeps 2*2f_e + 2f_e; the
+    # attention output, a*d a token, once in E5M6 instead of bf16 (2)
+    sel = dict(recompute="selective", recompute_modules=["moe_act"])
+    none, _ = _stored(MOE)
+    _, after = _stored(MOE, sel, activation_func_fp8_input_store=True, activation_cache="deepseek")
+    freed = K * (EXPERT_FC1_OUT + EXPERT_ACT_OUT - 2 * FE) + (2 - E5M6) * A * D    # 1,054
+    _only(none, after, "activations", -S * L * freed)
+
+
+def test_fp8_input_store_leaves_a_gelu_mlp_alone():
+    gelu = dict(DENSE, activation="gelu")
+    before, after = _stored(gelu, activation_func_fp8_input_store=True)
+    _only(before, after, "activations", 0.0)
+
+
+@pytest.mark.parametrize("training,kept", [
+    (None, 2.0),                                             # bf16: O, shared with linear_proj
+    (dict(precision="fp8", fp8_recipe="blockwise"), 2.0 + BLOCKWISE),   # + linear_proj's FP8 copy
+], ids=["bf16", "fp8-blockwise"])
+def test_deepseeks_caching_keeps_one_e5m6_copy_of_the_attention_output(training, kept):
+    # the attention output a*d a token: `kept` bytes an element before, E5M6 after (the dense
+    # model's MLP is not touched: no FP8 input store)
+    before = _memory(training=training)
+    after = _memory(training=training, activation_cache="deepseek")
+    _only(before, after, "activations", -S * L * (kept - E5M6) * A * D)

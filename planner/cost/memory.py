@@ -19,7 +19,8 @@ plus fp32 logits. CP divides the sequence on every term.
 Overheads: CUDA context + NCCL buffers (profile), allocator fragmentation as a fraction of
 the tensor bytes, and the TP/SP all-gather buffer of one layer's input.
 FP8 weight copies and Transformer Engine's transposed copies are counted with the weights
-(`state_dtypes`). Left out: dropout masks (dropout 0, as in every recipe we model),
+(`state_dtypes`). Low-precision activation caches (Megatron-Core's FP8 SwiGLU input store,
+DeepSeek-V3's E5M6 attention output): `layer_activation_bytes`. Left out: dropout masks (dropout 0, as in every recipe we model),
 CUDA-graph pools, optimizer CPU offload, checkpoint/IO buffers.
 """
 
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from planner.cost.shape import ModelShape
 
 __all__ = ["MemoryBreakdown", "StateDtypes", "state_dtypes", "GEMM_INPUT_BYTES",
+           "E5M6_STORE_BYTES", "FP8_INPUT_STORE_BYTES",
            "state_bytes_per_param", "megatron_weight_optimizer_bytes",
            "layer_activation_bytes", "routed_activation_bytes", "korthikanti_layer_bytes", "stage_params", "state_bytes",
            "in_flight_layers", "LOSS_PEAK_BYTES", "loss_bytes", "op_sac_matmuls",
@@ -147,6 +149,17 @@ def korthikanti_layer_bytes(*, s: int, b: int, h: int, a: int, t: int, sp: bool,
     return sbh * (10 + 24 / t + (0 if recompute == "selective" else score))
 
 
+E5M6_STORE_BYTES = 12 / 8 + 4 / 128
+"""Bytes per element of DeepSeek-V3's attention-output cache (arXiv:2412.19437 sec. 3.3.3):
+a customized E5M6 format (1 sign + 5 exponent + 6 mantissa bits = 12 bits) in 1x128 tiles,
+each with a power-of-two scale, counted as a fp32 scale per 128 elements as the blockwise
+recipe keeps them (GEMM_INPUT_BYTES)."""
+
+FP8_INPUT_STORE_BYTES = 1.0
+"""Bytes per element of the activation input Megatron-Core's `activation_func_fp8_input_store`
+(TransformerConfig) keeps: `bias_swiglu_impl` saves `input.to(torch.float8_e4m3fn)` (no scale) for the backward
+and casts it back before the SwiGLU gradient (megatron/core/fusions/fused_bias_swiglu.py)."""
+
 GEMM_INPUT_BYTES = {None: 2.0, "delayed": 1.0, "tensorwise": 1.0, "blockwise": 1.0 + 4 / 128,
                     "mxfp8": 1.0 + 1 / 32}
 """Bytes per element of a saved GEMM input: bf16 2; with an FP8 recipe Transformer Engine
@@ -156,7 +169,8 @@ elements for blockwise and an E8M0 scale per 32 for MXFP8)."""
 
 def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int, sp: bool,
                            recompute: str, flash: bool, moe: bool, etp: int = 1,
-                           modules: tuple[str, ...] = (), recipe: str | None = None) -> float:
+                           modules: tuple[str, ...] = (), recipe: str | None = None,
+                           fp8_act_input: bool = False, cache: str = "te") -> float:
     """Stored activation bytes of one layer for `tokens` = s*b/cp tokens.
 
     Re-derivation of Korthikanti's 34*s*b*h for flash attention, GQA, gated MLPs, MoE and FP8
@@ -174,6 +188,18 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
         4f_e (or 2f_e) and the activation output x*f_e; the router probabilities are
         applied inside the activation, so the experts' outputs are not kept. Shared experts
         like a dense MLP.
+    Low-precision caching (DeepSeek-V3 report, arXiv:2412.19437 sec. 3.3.3):
+      fp8_act_input (Megatron-Core `activation_func_fp8_input_store`): a gated MLP's
+        activation input, the fc1 output 2f (2f_e, 2f_s), is kept in FP8_INPUT_STORE_BYTES = 1
+        an element instead of 2: 2f instead of 4f, in the dense MLP, the shared and the routed
+        experts. Under `moe_act` (cache te) the routed experts' activation runs inside
+        Megatron's CheckpointWithoutOutput, without autograd: the checkpoint saves its input,
+        the fc1 output, as fc1 wrote it (bf16 4f_e), and the FP8 store does nothing there.
+      cache deepseek (DeepSeek's own framework): the attention output is kept once, in
+        E5M6_STORE_BYTES = 1.5 + 4/128, for both the attention backward and the projection's
+        Wgrad, instead of 2 (+ x with an FP8 recipe); and with fp8_act_input the `moe_act`
+        recompute runs from the FP8 SwiGLU input (DeepSeek-V3 caches it in FP8 and recomputes
+        the output): 2f_e a routed copy.
     MHA + 4h GELU in bf16 + the two 1-byte dropout masks gives back Korthikanti's 34h (+5as).
     Selective recompute frees what its modules (`--recompute-modules`) would regenerate:
       core_attn the softmax stats (and the scores without flash); layernorm the bf16 outputs
@@ -196,7 +222,7 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
         mods = {"core_attn"}   # MoE and MLA layers: as Megatron's default (an upper bound)
     x = GEMM_INPUT_BYTES[recipe]
     fp8 = recipe is not None
-    fc1_w = 4.0 if shape.gated else 2.0
+    fc1_w = _fc1_bytes(shape, fp8_act_input)
     # `layernorm` recomputes only the norms that are modules of their own (Megatron skips the
     # IdentityOp ones): with Transformer Engine's layer spec the input norm is fused into
     # linear_qkv and a dense layer's pre-MLP norm into fc1 (their GEMMs keep the norm output
@@ -214,7 +240,9 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
         ln_mlp = 0.0 if "mlp" in mods else (x * h if fp8 else 2.0 * h)
     outside = 4.0 * h + ln_gemm + ln_mlp
     qkv = shape.act_qkv if not (shape.mla and "mla_up_proj" in mods) else 0.0
-    attn = shape.act_latent + qkv + (2.0 + (x if fp8 else 0.0)) * shape.attn_out
+    deepseek = cache == "deepseek"
+    out_b = E5M6_STORE_BYTES if deepseek else 2.0 + (x if fp8 else 0.0)
+    attn = shape.act_latent + qkv + out_b * shape.attn_out
     if "core_attn" not in mods:
         attn += 4.0 * shape.a if flash else 5.0 * shape.a * seq
     per_token = outside / sp_div + attn / t
@@ -223,12 +251,23 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
             per_token += 8.0 * shape.E / sp_div
             routed = shape.k * shape.capacity_factor / sp_div
             act = 0.0 if "moe_act" in mods else x * shape.f_e
-            per_token += routed * (x * h * etp + fc1_w * shape.f_e + act)
+            # a te moe_act checkpoint saves the fc1 output as fc1 wrote it (bf16)
+            fc1_e = _fc1_bytes(shape, False) if "moe_act" in mods and not deepseek else fc1_w
+            per_token += routed * (x * h * etp + fc1_e * shape.f_e + act)
         if shared_kept:      # `moe` checkpoints MoELayer, whose forward runs the shared expert
             per_token += (fc1_w + x) * shape.f_s / t
     elif "mlp" not in mods:
         per_token += (fc1_w + x) * shape.f / t
     return tokens * per_token
+
+
+def _fc1_bytes(shape: ModelShape, fp8_act_input: bool) -> float:
+    """Bytes per MLP-width element of the kept fc1 output: gated 2 tensors, gelu 1, each 2
+    bytes in bf16; a gated one 1 byte each with the FP8 input store (a gelu MLP keeps
+    Megatron's fused bias-gelu input in bf16: the flag reaches the SwiGLU only)."""
+    if not shape.gated:
+        return 2.0
+    return 2.0 * FP8_INPUT_STORE_BYTES if fp8_act_input else 4.0
 
 
 def op_sac_matmuls(shape: ModelShape) -> list[tuple[int, int, bool, bool]]:
@@ -266,13 +305,14 @@ def op_sac_bytes(shape: ModelShape, *, t: int, sp: bool) -> float:
 
 
 def routed_activation_bytes(shape: ModelShape, *, tokens: float, t: int, sp: bool,
-                            etp: int = 1, recipe: str | None = None) -> float:
+                            etp: int = 1, recipe: str | None = None,
+                            fp8_act_input: bool = False) -> float:
     """The routed copies' share of `layer_activation_bytes` (moe, no recompute): per token a
     rank holds, k*cf copies of x*h*etp + (fc1 width + x)*f_e."""
     if not shape.E:
         return 0.0
     x = GEMM_INPUT_BYTES[recipe]
-    fc1_w = 4.0 if shape.gated else 2.0
+    fc1_w = _fc1_bytes(shape, fp8_act_input)
     routed = shape.k * shape.capacity_factor / (t if sp else 1)
     return tokens * routed * (x * shape.h * etp + (fc1_w + x) * shape.f_e)
 

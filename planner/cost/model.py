@@ -273,7 +273,8 @@ class CostModel:
         seq_rank = self.seq // cp
         mods = lay.selective_modules
         akw = dict(tokens=tokens, seq=seq_rank, t=t, sp=lay.sp, flash=self.flash, etp=lay.etp,
-                   recipe=self.recipe)
+                   recipe=self.recipe, fp8_act_input=lay.activation_func_fp8_input_store,
+                   cache=lay.activation_cache)
         act_d = layer_activation_bytes(s, moe=False, recompute=lay.recompute, modules=mods, **akw)
         work_d = layer_activation_bytes(s, moe=False, recompute="none", **akw)
         act_e = (layer_activation_bytes(s, moe=True, recompute=lay.recompute, modules=mods, **akw)
@@ -350,7 +351,8 @@ class CostModel:
         routed_f = 8.0 * s.h * copies + (fc1_w + 2.0) * per_row
         routed_b = 8.0 * s.h * copies + (2.0 * fc1_w + 2.0) * per_row
         kept = b.work_e - routed_activation_bytes(s, tokens=tokens, t=t, sp=lay.sp,
-                                                  etp=lay.etp, recipe=self.recipe)
+                                                  etp=lay.etp, recipe=self.recipe,
+                                                  fp8_act_input=lay.activation_func_fp8_input_store)
         mode = host_mode(moe=True, cuda_graphs=lay.cuda_graphs, ep_overlap=overlap and lay.ep > 1)
         got = self._moe_layers[key] = layer_times(
             s, moe=True, act_bytes_fwd=kept, freed_bytes=b.work_e - b.act_e,

@@ -18,7 +18,7 @@ from planner.layout import Layout, stage_layer_counts
 from planner.units import GiB
 
 __all__ = ["header_lines", "estimate_line", "nodes_and_devices", "check_exportable",
-           "pipeline_split", "PipelineSplit", "planned_for"]
+           "pipeline_split", "PipelineSplit", "planned_for", "store_problems"]
 
 _PLANNED = re.compile(r"^[\s#/\"'-]*planner: hardware=([\w.+-]+) num_gpus=(\d{1,9})\b", re.M)
 
@@ -144,3 +144,23 @@ def shape_tail_flags(m, seq_length: int) -> list[tuple[str, str | None]]:
     flags += [("--seq-length", str(seq_length)),
               ("--max-position-embeddings", str(max(seq_length, m.seq_length or 0)))]
     return flags
+
+
+def store_problems(layout: Layout, framework: str, *,
+                   config_fields: bool = False) -> list[tuple[bool, str]]:
+    """(broken, message) for the activation-storage fields an export cannot write:
+    activation_cache deepseek is DeepSeek-V3's own framework's (arXiv:2412.19437 sec. 3.3.3;
+    no public framework stores the attention output in E5M6); activation_func_fp8_input_store
+    is Megatron-Core's TransformerConfig field, which the exports that write TransformerConfig
+    fields (`config_fields`: NeMo 1 model.*, NeMo 2 and Megatron-Bridge) write and the others
+    cannot (pretrain_gpt.py has no flag for it; Megatron-DeepSpeed and torchtitan lack it)."""
+    return [
+        (layout.activation_cache == "deepseek",
+         f"activation_cache deepseek: DeepSeek-V3's own framework's (the attention output in "
+         f"E5M6, the SwiGLU recomputed from its FP8 input); {framework} has no such caching; "
+         "set activation_cache te"),
+        (layout.activation_func_fp8_input_store and not config_fields,
+         f"activation_func_fp8_input_store: {framework} has no setting for it (it is "
+         "Megatron-Core's TransformerConfig field, which pretrain_gpt.py does not expose); "
+         "export megatron-bridge or nemo, or set activation_func_fp8_input_store false"),
+    ]

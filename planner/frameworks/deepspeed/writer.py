@@ -58,7 +58,12 @@ from planner.frameworks.megatron.writer import (
     precision_flags,
     whole,
 )
-from planner.frameworks.writing import header_lines, nodes_and_devices, shape_tail_flags
+from planner.frameworks.writing import (
+    header_lines,
+    nodes_and_devices,
+    shape_tail_flags,
+    store_problems,
+)
 from planner.layout import Layout
 from planner.specs import ModelSpec
 
@@ -164,7 +169,7 @@ def refusals(job, layout: Layout) -> list[str]:
         (layout.cp > 1 and (m.num_attention_heads // layout.tp) % layout.cp,
          f"DeepSpeed-Ulysses (cp {layout.cp}) needs attention heads per TP rank "
          f"({m.num_attention_heads}/{layout.tp}) divisible by cp; lower cp or tp"),
-    ] + _recipe_problems(m, layout)
+    ] + _recipe_problems(m, layout) + store_problems(layout, "Megatron-DeepSpeed")
     return out + [f"cannot export to DeepSpeed: {msg}" for broken, msg in problems if broken]
 
 

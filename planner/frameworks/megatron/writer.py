@@ -54,6 +54,7 @@ from planner.frameworks.writing import (
     nodes_and_devices,
     pipeline_split,
     shape_tail_flags,
+    store_problems,
 )
 from planner.layout import Layout
 from planner.specs import HardwareSpec, ModelSpec
@@ -116,7 +117,8 @@ def refusals(job, layout: Layout, *, bridge: bool = False) -> list[str]:
          and layout.moe_token_dispatcher == "allgather",
          "overlap_moe_expert_parallel_comm with moe_token_dispatcher allgather: Megatron needs "
          "the alltoall or flex dispatcher for it"),
-    ] + layer_kind_problems(m)
+    ] + layer_kind_problems(m) + store_problems(
+        layout, "Megatron-Bridge" if bridge else "Megatron-LM", config_fields=bridge)
     if bridge:
         problems = problems[:1] + problems[2:]
     return [msg for broken, msg in problems if broken]

@@ -232,6 +232,9 @@ def read_transformer(tc: dict, *, where: str, prefix: str, num_layers: int, pp: 
     if "overlap_moe_expert_parallel_comm" in tc:
         s.layout["overlap_moe_expert_parallel_comm"] = as_bool(
             tc, "overlap_moe_expert_parallel_comm", False, where=where)
+    if "activation_func_fp8_input_store" in tc:
+        s.layout["activation_func_fp8_input_store"] = as_bool(
+            tc, "activation_func_fp8_input_store", False, where=where)
     graphs = cuda_graphs(tc, where=where)
     if graphs is not None:
         s.layout["cuda_graphs"] = graphs

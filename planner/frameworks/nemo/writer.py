@@ -42,7 +42,12 @@ from __future__ import annotations
 import yaml
 
 from planner.errors import InfeasibleError
-from planner.frameworks.writing import header_lines, nodes_and_devices, pipeline_split
+from planner.frameworks.writing import (
+    header_lines,
+    nodes_and_devices,
+    pipeline_split,
+    store_problems,
+)
 from planner.layout import Layout
 
 __all__ = ["render", "nemo_config", "check_supported", "refusals", "runs_as", "tokenizer"]
@@ -107,6 +112,7 @@ def refusals(job, layout: Layout) -> list[str]:
                  for broken, msg in layer_kind_problems(job.model)]
     problems.append((job.model.attention_sinks, "attention_sinks (gpt-oss): NeMo 1 has no "
                                                 "learnable softmax offset"))
+    problems += store_problems(layout, "NeMo 1", config_fields=True)
     return [msg for broken, msg in problems if broken]
 
 
@@ -264,6 +270,8 @@ def nemo_config(job, layout: Layout) -> dict:
     model.update(_parallel(job, layout))
     model.update(_model_shape(job, layout))
     model.update(_recompute(layout))
+    if layout.activation_func_fp8_input_store:      # a TransformerConfig field NeMo 1 passes on
+        model["activation_func_fp8_input_store"] = True
     if tr.precision == "fp8":
         model.update(fp8=True, fp8_hybrid=True, fp8_recipe=tr.recipe)
         if tr.fp8_param_gather:
@@ -317,6 +325,8 @@ def _config_fields(job, layout: Layout) -> list[tuple[str, object]]:
             out.append(("cuda_graph_scope", "full_iteration"))
     if m.mtp_num_layers:
         out.append(("mtp_num_layers", m.mtp_num_layers))
+    if layout.activation_func_fp8_input_store:
+        out.append(("activation_func_fp8_input_store", True))
     return out
 
 

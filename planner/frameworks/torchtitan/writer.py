@@ -57,7 +57,7 @@ import math
 
 from planner.errors import InfeasibleError
 from planner.frameworks.torchtitan.flavors import Flavor, find_flavor
-from planner.frameworks.writing import header_lines, pipeline_split
+from planner.frameworks.writing import header_lines, pipeline_split, store_problems
 from planner.layout import Layout
 
 __all__ = ["render", "sections", "check_supported", "refusals", "runs_as", "SCHEMA", "layer_interval"]
@@ -80,7 +80,7 @@ def refusals(job, layout: Layout) -> list[str]:
     DualPipeV tables `sections` builds) and the search filter (`planner plan --framework
     torchtitan`) both read this list."""
     found = [msg for broken, msg in _problems(job, layout) + _recipe_problems(job, layout)
-             if broken]
+             + store_problems(layout, "torchtitan") if broken]
     if found:
         return found
     try:                  # what only building the tables finds (their own refusals)
