@@ -220,7 +220,8 @@ def test_closed_loop_mixed_engine_counts_chunk_steps_and_pure_decode_steps(conc,
     # later tokens sit through the n - 1 chunk steps of the other groups: TPOT = ((127 - (n -
     # 1)) dec + (n - 1) mix) / 127; a group's period is its n chunk steps + 128 - n decode
     # steps, the mean step period / 128; TTFT = half the mean step (the wait for the step
-    # boundary) + the group's own chunk step; throughput = C x 128 / period.
+    # boundary) + the group's own chunk step + one decode step (TensorRT-LLM's overlap
+    # scheduler sends the first token while the next step runs); throughput = C x 128 / period.
     job = _llama8b_job("trtllm", conc, max_num_tokens=8192)
     est = estimate(job, ServeLayout(instance=Instance()))
     cost = ServeCost(job, Instance())
@@ -235,7 +236,7 @@ def test_closed_loop_mixed_engine_counts_chunk_steps_and_pure_decode_steps(conc,
         mix = chunk
     period = n * mix + (128 - n) * dec
     assert est.tpot_s == pytest.approx(((127 - (n - 1)) * dec + (n - 1) * mix) / 127)
-    assert est.ttft_s == pytest.approx(period / 128 / 2 + max(chunk, dec))
+    assert est.ttft_s == pytest.approx(period / 128 / 2 + max(chunk, dec) + dec)
     assert est.output_tokens_per_s == pytest.approx(conc * 128 / period)
     assert est.e2e_s == pytest.approx(est.ttft_s + 127 * est.tpot_s)
 
@@ -269,14 +270,28 @@ def test_closed_loop_sglang_prefills_first_and_the_burst_waits_for_its_chunks():
     # 1024 tokens with chunks of 8192 are n = 8 groups of 8; each group waits for the chunks
     # before it, the mean over the groups (n + 1)/2 = 4.5 chunk times; the decode steps carry
     # no prompts, and the (n - 1)/2 chunks an early request sits through after its first
-    # token spread over its 127 later tokens.
+    # token spread over its 127 later tokens. The overlap scheduler sends the first token one
+    # decode step later (first_token_delay).
     job = _llama8b_job("sglang", 64, max_num_tokens=8192)
     est = estimate(job, ServeLayout(instance=Instance()))
     cost = ServeCost(job, Instance())
     decode = cost.interval(seqs=64, ctx=1024 + 64).total
     group = cost.prefill_time(8 * 1024, span=512, seqs=8)
-    assert est.ttft_s == pytest.approx(decode / 2 + 4.5 * group)
+    assert est.ttft_s == pytest.approx(decode / 2 + 4.5 * group + decode)
     assert est.tpot_s == pytest.approx(decode + 3.5 * group / 127)
+
+
+@pytest.mark.parametrize("engine, delay", [
+    # TensorRT-LLM's PyTorch backend and SGLang overlap step n's host work with step n + 1
+    # (on by default): a 12 ms step delays the first token by that step; vLLM's
+    # --async-scheduling is opt-in: no delay
+    pytest.param("trtllm", 0.012, id="trtllm-overlap"),
+    pytest.param("sglang", 0.012, id="sglang-overlap"),
+    pytest.param("vllm", 0.0, id="vllm-sync"),
+])
+def test_first_token_delay_is_one_step_with_an_overlap_scheduler(engine, delay):
+    from planner.serve.estimate import first_token_delay
+    assert first_token_delay(engine, 0.012) == pytest.approx(delay)
 
 
 @pytest.mark.parametrize("clients, slots, residence, wait", [

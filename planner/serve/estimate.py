@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from planner.serve.memory import ServeMemory, instance_memory
 from planner.serve.time import ServeCost, StepParts, accepted_tokens, kv_transfer_time
 
-__all__ = ["ServeEstimate", "admission_wait", "estimate", "requested_concurrency"]
+__all__ = ["ServeEstimate", "admission_wait", "estimate", "first_token_delay",
+           "requested_concurrency"]
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,24 @@ decodes paused (SGLang's default, without --enable-mixed-chunk); vLLM V1 and Ten
 prefill chunks into the decode steps (chunked prefill, the running requests first)."""
 
 
+OVERLAP_SCHEDULER = {"trtllm", "sglang"}
+"""Engines whose scheduler overlaps the host work of step n (sampling, stop checks, responses)
+with the GPU work of step n + 1 by default: TensorRT-LLM's PyTorch backend ("Overlap
+Scheduler": "introduces one extra decoding step ... Enabled by default", disable with
+disable_overlap_scheduler; nvidia.github.io/TensorRT-LLM/features/overlap-scheduler.html, the
+1.0-1.3 releases of the runs), SGLang's zero-overhead batch scheduler (on since v0.4, lmsys.org
+blog 2024-12-04; off only with --disable-overlap-schedule, ServerArgs 0.5.x). vLLM's
+--async-scheduling is opt-in (EngineArgs v0.11 and v0.12: off by default)."""
+
+
+def first_token_delay(engine: str, step_s: float) -> float:
+    """Seconds the first token waits after its prompt's last step: with an overlap scheduler
+    (OVERLAP_SCHEDULER) the step's outputs are processed, and the first token sent, while the
+    next step runs, so the response leaves when that step ends: one more step (its later tokens
+    shift by the same step, so TPOT does not change). Without one: 0."""
+    return step_s if engine in OVERLAP_SCHEDULER else 0.0
+
+
 def chunk_groups(seqs: float, isl: int, budget: int, q: int = 1) -> tuple[int, float]:
     """(n, g): a rank's `seqs` prompts of `isl` tokens prefilled in n = ceil(seqs * isl /
     (budget - (seqs - g) * q)) steps of g = seqs / n prompts, the step's token budget
@@ -262,7 +281,7 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
         g = seqs / n
         group = cost.prefill_time(g * isl, span=isl / 2, seqs=g)
         tpot = (step.total + (n - 1) / 2 * group / max(1, osl - 1)) / per
-        ttft = step.total / 2 + (n + 1) / 2 * group
+        ttft = step.total / 2 + (n + 1) / 2 * group + first_token_delay(sv.engine, step.total)
         period = n * group + steps * step.total
         return ttft, tpot, step, conc * osl / period if period > 0 else 0.0
     k = sv.speculative.num_tokens if sv.speculative is not None else 0
@@ -278,7 +297,7 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
     tpot = decode / max(1, osl - 1) if osl > 1 else step.total / per
     count = max(float(n), steps + own)           # steps in a period: n of them chunk steps
     mean = period / count
-    ttft = mean / 2 + max(group, step.total)
+    ttft = mean / 2 + max(group, step.total) + first_token_delay(sv.engine, step.total)
     mean_step = step if mix is None else step.scaled(1 - n / count).plus(mix.scaled(n / count))
     return ttft, tpot, mean_step, conc * osl / period if period > 0 else conc / step.total
 
