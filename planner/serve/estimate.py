@@ -333,13 +333,22 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
     - mixed (vLLM, TensorRT-LLM): TTFT = step/2 + the group's chunk step(s) (with the C - g
       others decoding); TPOT = mixed_tpot: the chunk steps of the other n - 1 groups a
       request sits through while it decodes, the rest pure decode; throughput = C * OSL /
-      the period (Little's law over the cycle of a group).
+      the period (Little's law over the cycle of a group). For vLLM (INDEPENDENT_ARRIVALS:
+      the runs show its clients out of step) TTFT is independent_ttft's instead: half a
+      pure decode step + a chunk step shared with the (C - 1) t / Z prompts that arrived in
+      the same step (TPOT and throughput keep the groups' count of chunk steps: the same
+      prompt tokens per period either way).
     - prefill-first (SGLang): a group's arrival pauses decoding, prefill has priority, so
       every group of the burst waits for the chunks before it and all start decoding
       together after the last: TTFT = step/2 + (n+1)/2 chunk times (the mean over the
       groups), the decode steps carry no prompt tokens, and the prefill time the requests
       of the early chunks sit through after their first token, (n-1)/2 chunks, spreads over
       their OSL-1 tokens of TPOT; period = n chunks + the OSL-1 decode steps.
+    The first token leaves one step after its prompt's last step with an overlap scheduler
+    (first_token_delay: TensorRT-LLM, SGLang). A benchmark run (serving.requests_per_client
+    W) also holds its first wave, the N prompts of the clients' start at an idle engine
+    (first_wave_ttft: (n + 1)/2 chunk steps), 1/W of its requests: with_first_wave (the
+    prefill-first TTFT above already is that wave's form, every cycle).
     Not modelled: random lengths and think time (they desynchronize the groups towards a
     Poisson-like arrival), prefix caching. Requests beyond what the engine admits at once
     wait for a slot (admission_wait, added by estimate())."""
