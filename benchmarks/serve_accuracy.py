@@ -29,6 +29,10 @@ Harness settings (not per case; each from the tool's own source or docs):
   requests in flight of the whole deployment (its header; "replicas = concurrency /
   batch_size"), a closed loop of that many clients; planner's concurrency is per instance,
   so it is divided by the replicas (aggregated) or the decode workers (disaggregated).
+  Its runs' request count is not in the file (header and notes name none): the requests per
+  client, whose first wave arrives as one burst (serving.requests_per_client), is the one
+  harness parameter fitted to the runs (AIC_REQUESTS_PER_CLIENT, `python
+  benchmarks/serve_arrivals.py --fit`), not a published setting.
 """
 
 from __future__ import annotations
@@ -54,6 +58,13 @@ CLASSES = ("offline-throughput", "static-latency")
 LATENCY_CLASSES = ("serving-latency", "disagg")
 METRICS = {"offline-throughput": ("output_tokens_per_s",), "static-latency": ("e2e_s",),
            "serving-latency": ("tpot_s", "ttft_s"), "disagg": ("tpot_s", "ttft_s")}
+
+
+AIC_REQUESTS_PER_CLIENT = 6.0
+"""Requests per client of an AIConfigurator silicon run (R / N: its first wave is 1/6 of the
+TTFTs): fitted to the aggregated runs of inference-latency.yaml (serve_arrivals.py --fit:
+the TTFT loss of serve_calibrate over W = 1..20 in steps of 0.5, minimum at 6); bound W >= 1
+(a run has at least its first wave); not a published setting."""
 
 
 def default_path() -> Path:
@@ -123,6 +134,7 @@ def harness(case: dict) -> dict:
     if "attention DP enabled" in notes and par.get("tp", 1) > 1:
         par.update(dp=par["tp"], tp=1, dp_attention=True)
     if case["class"] in LATENCY_CLASSES:      # deployment-wide clients -> per instance
+        sv.setdefault("requests_per_client", AIC_REQUESTS_PER_CLIENT)
         par = {k: (dict(v) if isinstance(v, dict) else v) for k, v in par.items()}
         share = par["decode"].get("workers", 1) if "decode" in par else par.get("replicas", 1)
         sv["concurrency"] = max(1, round(sv["concurrency"] / share))

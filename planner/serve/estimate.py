@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from planner.serve.memory import ServeMemory, instance_memory
 from planner.serve.time import ServeCost, StepParts, accepted_tokens, kv_transfer_time
 
-__all__ = ["ServeEstimate", "admission_wait", "estimate", "requested_concurrency"]
+__all__ = ["ServeEstimate", "admission_wait", "arrivals_in_step", "estimate",
+           "first_token_delay", "first_wave_ttft", "independent_ttft", "requested_concurrency",
+           "with_first_wave"]
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,98 @@ decodes paused (SGLang's default, without --enable-mixed-chunk); vLLM V1 and Ten
 prefill chunks into the decode steps (chunked prefill, the running requests first)."""
 
 
+OVERLAP_SCHEDULER = {"trtllm", "sglang"}
+"""Engines whose scheduler overlaps the host work of step n (sampling, stop checks, responses)
+with the GPU work of step n + 1 by default: TensorRT-LLM's PyTorch backend ("Overlap
+Scheduler": "introduces one extra decoding step ... Enabled by default", disable with
+disable_overlap_scheduler; nvidia.github.io/TensorRT-LLM/features/overlap-scheduler.html, the
+1.0-1.3 releases of the runs), SGLang's zero-overhead batch scheduler (on since v0.4, lmsys.org
+blog 2024-12-04; off only with --disable-overlap-schedule, ServerArgs 0.5.x). vLLM's
+--async-scheduling is opt-in (EngineArgs v0.11 and v0.12: off by default)."""
+
+
+def first_token_delay(engine: str, step_s: float) -> float:
+    """Seconds the first token waits after its prompt's last step: with an overlap scheduler
+    (OVERLAP_SCHEDULER) the step's outputs are processed, and the first token sent, while the
+    next step runs, so the response leaves when that step ends: one more step (its later tokens
+    shift by the same step, so TPOT does not change). Without one: 0."""
+    return step_s if engine in OVERLAP_SCHEDULER else 0.0
+
+
+def arrivals_in_step(others: float, step_s: float, cycle_s: float) -> float:
+    """Expected requests of the `others` (N - 1) clients of a closed loop that arrive during a
+    step of `step_s` seconds, when the clients are out of step with each other (each at an
+    independent, uniformly random phase of its cycle of `cycle_s` seconds, the steady state
+    once random lengths or timing have mixed them): a client sends one request per cycle, so
+    it sends one within a given window of t seconds with probability t / Z (Little's law: the
+    loop's arrival rate is N / Z); the arrival theorem of closed networks has a request see
+    the other N - 1 clients at their time averages:  k = (N - 1) t / Z, at most N - 1."""
+    if others <= 0 or cycle_s <= 0:
+        return 0.0
+    return min(others, others * step_s / cycle_s)
+
+
+def independent_ttft(step_s: float, chunk_s, *, clients: float, decode_s: float,
+                     delay_s: float = 0.0, rounds: int = 50) -> tuple[float, float]:
+    """(TTFT, k) of a request of a closed loop whose N clients are out of step (the
+    opposite of closed_loop's lock-step groups), for an engine that admits the prompts
+    waiting at a step boundary into the next step (vLLM V1: the running requests first,
+    then the waiting prompts within max_num_batched_tokens; TensorRT-LLM's inflight batching
+    within max_num_tokens; SGLang's prefill batch, decode paused).
+
+    Assumptions: the request arrives during a running step of the mean length t (`step_s`;
+    the length bias of the step it lands in is left out: with k << 1 the steps are nearly
+    alike) and waits half of it for the boundary; the k = arrivals_in_step(N - 1, t, Z)
+    other prompts that arrived in the same step share its chunk step; `chunk_s(p)` is that
+    step with p prompts (with the running requests decoding beside them, as the engine
+    schedules them); the cycle of a client is Z = TTFT + `decode_s` (its OSL - 1 later
+    tokens); `delay_s` the first token's wait after the step (first_token_delay). Then
+
+        TTFT = t / 2 + chunk_s(1 + k) + delay,   k = (N - 1) t / (TTFT + decode_s)
+
+    solved by fixed-point iteration from k = 0 (TTFT rises with k, k falls with TTFT: the
+    iteration is a contraction for k <= N - 1)."""
+    k = 0.0
+    ttft = step_s / 2 + chunk_s(1.0) + delay_s
+    for _ in range(rounds):
+        k_new = arrivals_in_step(clients - 1, step_s, ttft + decode_s)
+        ttft = step_s / 2 + chunk_s(1.0 + k_new) + delay_s
+        if abs(k_new - k) < 1e-9:
+            k = k_new
+            break
+        k = k_new
+    return ttft, k
+
+
+INDEPENDENT_ARRIVALS = {"vllm"}
+"""Engines whose clients the runs show out of step in steady state (independent_ttft), not in
+the lock-step groups of a burst (closed_loop). Not derived: the runs identify it. vLLM's
+Llama 3.1 70B FP8 on one H200 at 4 clients measured a TTFT of 203 ms where its 4 prompts of
+1,024 tokens together need 561 TFLOP, 1.4 x the H200's FP8 peak in that time (Qwen3-32B BF16
+on 2 H100 at 8 clients: 1.7 x the BF16 peak): its prompts were not prefilled together; the
+TensorRT-LLM and SGLang runs are 53-98 % above what out-of-step clients would see (Llama 3.1
+8B on one H100 with TensorRT-LLM at 64 clients: 177 ms measured, 54 ms out of step, 180 ms in
+lock-step groups of 7 prompts)."""
+
+
+def first_wave_ttft(n: int, group_s: float, delay_s: float = 0.0) -> float:
+    """Mean TTFT of a closed loop's first wave: the N clients start together, so N prompts
+    reach an idle engine as one burst, prefilled FCFS in n chunk steps of g prompts
+    (chunk_groups); group i (1..n) has its first token after i chunk steps of `group_s`:
+    mean over the groups (n + 1)/2 chunk steps, + the first token's delay (first_token_delay)."""
+    return (n + 1) / 2 * group_s + delay_s
+
+
+def with_first_wave(steady_s: float, wave_s: float, requests_per_client: float | None) -> float:
+    """Mean TTFT over a benchmark run of R = W N requests (W = requests_per_client): its
+    first N requests are the first wave (first_wave_ttft), the other (W - 1) N see the
+    steady state:  TTFT = steady + (wave - steady) / W  (a wave faster than the steady state,
+    a single group, adds nothing). W None (no benchmark run, a server's traffic): steady."""
+    if not requests_per_client:
+        return steady_s
+    return steady_s + max(0.0, wave_s - steady_s) / requests_per_client
+
+
 def chunk_groups(seqs: float, isl: int, budget: int, q: int = 1) -> tuple[int, float]:
     """(n, g): a rank's `seqs` prompts of `isl` tokens prefilled in n = ceil(seqs * isl /
     (budget - (seqs - g) * q)) steps of g = seqs / n prompts, the step's token budget
@@ -239,13 +333,22 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
     - mixed (vLLM, TensorRT-LLM): TTFT = step/2 + the group's chunk step(s) (with the C - g
       others decoding); TPOT = mixed_tpot: the chunk steps of the other n - 1 groups a
       request sits through while it decodes, the rest pure decode; throughput = C * OSL /
-      the period (Little's law over the cycle of a group).
+      the period (Little's law over the cycle of a group). For vLLM (INDEPENDENT_ARRIVALS:
+      the runs show its clients out of step) TTFT is independent_ttft's instead: half a
+      pure decode step + a chunk step shared with the (C - 1) t / Z prompts that arrived in
+      the same step (TPOT and throughput keep the groups' count of chunk steps: the same
+      prompt tokens per period either way).
     - prefill-first (SGLang): a group's arrival pauses decoding, prefill has priority, so
       every group of the burst waits for the chunks before it and all start decoding
       together after the last: TTFT = step/2 + (n+1)/2 chunk times (the mean over the
       groups), the decode steps carry no prompt tokens, and the prefill time the requests
       of the early chunks sit through after their first token, (n-1)/2 chunks, spreads over
       their OSL-1 tokens of TPOT; period = n chunks + the OSL-1 decode steps.
+    The first token leaves one step after its prompt's last step with an overlap scheduler
+    (first_token_delay: TensorRT-LLM, SGLang). A benchmark run (serving.requests_per_client
+    W) also holds its first wave, the N prompts of the clients' start at an idle engine
+    (first_wave_ttft: (n + 1)/2 chunk steps), 1/W of its requests: with_first_wave (the
+    prefill-first TTFT above already is that wave's form, every cycle).
     Not modelled: random lengths and think time (they desynchronize the groups towards a
     Poisson-like arrival), prefix caching. Requests beyond what the engine admits at once
     wait for a slot (admission_wait, added by estimate())."""
@@ -262,7 +365,7 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
         g = seqs / n
         group = cost.prefill_time(g * isl, span=isl / 2, seqs=g)
         tpot = (step.total + (n - 1) / 2 * group / max(1, osl - 1)) / per
-        ttft = step.total / 2 + (n + 1) / 2 * group
+        ttft = step.total / 2 + (n + 1) / 2 * group + first_token_delay(sv.engine, step.total)
         period = n * group + steps * step.total
         return ttft, tpot, step, conc * osl / period if period > 0 else 0.0
     k = sv.speculative.num_tokens if sv.speculative is not None else 0
@@ -278,7 +381,21 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
     tpot = decode / max(1, osl - 1) if osl > 1 else step.total / per
     count = max(float(n), steps + own)           # steps in a period: n of them chunk steps
     mean = period / count
-    ttft = mean / 2 + max(group, step.total)
+    delay = first_token_delay(sv.engine, step.total)
+    if sv.engine in INDEPENDENT_ARRIVALS:
+        def chunk_s(p: float) -> float:
+            p = min(p, seqs)
+            return max(step.total, cost.prefill_time(
+                p * isl, span=isl / 2, seqs=p, decode_seqs=max(0.0, seqs - p) / cost.pp,
+                decode_ctx=ctx))
+        steady = independent_ttft(step.total, chunk_s, clients=seqs,
+                                  decode_s=(osl - 1) * tpot, delay_s=delay)[0]
+    else:
+        steady = mean / 2 + max(group, step.total) + delay
+    wave_n, wave_g = chunk_groups(seqs, isl, chunk * cost.pp)
+    wave = first_wave_ttft(wave_n, cost.prefill_time(wave_g * isl, span=isl / 2, seqs=wave_g),
+                           delay)
+    ttft = with_first_wave(steady, wave, sv.requests_per_client)
     mean_step = step if mix is None else step.scaled(1 - n / count).plus(mix.scaled(n / count))
     return ttft, tpot, mean_step, conc * osl / period if period > 0 else conc / step.total
 

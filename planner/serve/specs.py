@@ -90,6 +90,10 @@ class ServingSpec(_Spec):
     default: the engine's."""
     speculative: SpeculativeSpec | None = None
     """Speculative decoding (MTP or a draft model) with an acceptance rate; default none."""
+    requests_per_client: float | None = Field(default=None, ge=1, le=_MAX)
+    """A benchmark run's requests per client (its request count / concurrency): the first
+    of them arrive together (the tool's first wave), 1 / this share of the TTFTs measured;
+    default: none, the steady state (a server's traffic has no first wave)."""
 
     @field_validator("concurrency", mode="before")
     @classmethod

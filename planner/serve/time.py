@@ -53,9 +53,11 @@ prompts of a rank go in chunk steps of the engine's budget (max_num_tokens less 
 requests' decode tokens), each beside the other requests decoding; every other step is a pure
 decode step of C sequences of mean context ISL + OSL/2; TPOT counts the chunk steps a request
 sits through one by one (estimate.closed_loop, estimate.mixed_tpot), throughput is Little's
-law over a group's cycle; TTFT, SGLang's prefill-first schedule and the wait of clients beyond
-what the engine runs at once (estimate.admission_wait) follow the closed loop of benchmark
-clients (their docstrings have the assumptions).
+law over a group's cycle; TTFT (lock-step groups, or vLLM's clients out of step:
+estimate.independent_ttft; the overlap schedulers' first-token step; a benchmark run's first
+wave), SGLang's prefill-first schedule and the wait of clients beyond what the engine runs at
+once (estimate.admission_wait) follow the closed loop of benchmark clients (their docstrings
+have the assumptions).
 A static batch prefills C*ISL tokens in chunks of max_num_tokens, then decodes OSL-1 steps.
 Speculative decoding: each step verifies k drafted tokens (T = C*(k+1)) after k draft passes
 (the MTP layers, or the draft model) and yields (1 - a^(k+1)) / (1 - a) tokens (Leviathan et
