@@ -82,6 +82,7 @@ def split_half(gpus=None) -> dict:
             row[name] = _scores(test_runs, got.profile)
             row[f"{name}_fitted"] = list(got.fitted)
             row[f"{name}_at_bound"] = got.at_bound
+            row[f"{name}_bandwidths"] = got.bandwidths
         out[gpu] = row
     return out
 

@@ -29,7 +29,8 @@ from planner.tune import fill_auto
 
 __all__ = ["BOUNDS", "PRIORITY", "RUNS_PER_PARAMETER", "HUBER", "Run", "predict", "errors",
            "loss", "with_values", "free_parameters", "fit_profile", "at_bound", "select_identified",
-           "SENSITIVITY_MIN", "CONDITION_MAX", "STEP"]
+           "SENSITIVITY_MIN", "CONDITION_MAX", "STEP", "BANDWIDTHS", "BANDWIDTH_SCALE",
+           "fit_bandwidths", "NOISE", "PRIOR_SD", "prior_weight"]
 
 BOUNDS = {   # physically plausible ranges (docs/accuracy.md, 'Calibration')
     "matmul_efficiency": (0.55, 0.9),       # large bf16 GEMMs reach 60-85% of the dense peak
@@ -246,13 +247,15 @@ def free_parameters(runs, hw: HardwareSpec, *, min_runs: int = 2,
     return order[:max(1, len(runs) // runs_per_parameter)]
 
 
-def _descend(f, point: dict, names, sweeps: int = 3, steps: int = 11) -> tuple[dict, float]:
-    """Coordinate descent of f over `names` within BOUNDS: a grid over each bound first, then
-    finer grids around the best value, sweep after sweep."""
+def _descend(f, point: dict, names, sweeps: int = 3, steps: int = 11,
+             bounds: dict | None = None) -> tuple[dict, float]:
+    """Coordinate descent of f over `names` within `bounds` (BOUNDS): a grid over each bound
+    first, then finer grids around the best value, sweep after sweep."""
+    bounds = BOUNDS if bounds is None else bounds
     best = f(point)
     for sweep in range(sweeps):
         for name in names:
-            lo, hi = BOUNDS[name]
+            lo, hi = bounds[name]
             span = (hi - lo) / (steps - 1) / (1 if sweep == 0 else 2 ** sweep)
             cur = point[name]
             grid = ([lo + (hi - lo) * i / (steps - 1) for i in range(steps)] if sweep == 0
@@ -265,10 +268,32 @@ def _descend(f, point: dict, names, sweeps: int = 3, steps: int = 11) -> tuple[d
     return point, best
 
 
-def fit_profile(runs, hw: HardwareSpec, names, starts: int = 3) -> tuple[HardwareSpec, float]:
+NOISE = 0.10
+"""The scatter of a run's log step time the model cannot explain (the runs' 5-10%, as
+SENSITIVITY_MIN): the noise the prior of `prior_weight` is weighed against."""
+PRIOR_SD = 0.25
+"""How far (a share of its BOUNDS range, one standard deviation) a parameter of the base
+profile may be off before runs say so: the base was fitted to many published runs."""
+
+
+def prior_weight(n_runs: int) -> float:
+    """The weight of the prior toward the base profile in the loss of `fit_profile`, for a fit
+    to `n_runs` runs: a Gaussian prior of PRIOR_SD on each parameter against runs of NOISE
+    scatter, the loss being their mean, is NOISE^2 / (n_runs PRIOR_SD^2) per squared share of
+    the range. Few runs: the base's values move only as far as the runs agree on; many runs:
+    the prior fades."""
+    return NOISE ** 2 / (max(1, n_runs) * PRIOR_SD ** 2)
+
+
+def fit_profile(runs, hw: HardwareSpec, names, starts: int = 3,
+                prior: float = 0.0) -> tuple[HardwareSpec, float]:
     """The best of several descents over `names` (from the current values, the middle of the
     bounds and seeded random points): one descent stalls in the valleys two compensating
-    parameters make. The runs are predicted under `hw` (it replaces their own profile)."""
+    parameters make. The runs are predicted under `hw` (it replaces their own profile).
+
+    `prior` > 0 adds prior * sum(((value - hw's) / range)^2) to the loss (`prior_weight`):
+    a parameter the runs pin only weakly stays near hw's value instead of drifting to
+    whatever fits the runs' scatter. The returned loss is the runs' alone."""
     runs = [r if r.job.hardware.name == hw.name else
             replace(r, job=replace(r.job, hardware=hw)) for r in runs]
     if not names:
@@ -279,17 +304,72 @@ def fit_profile(runs, hw: HardwareSpec, names, starts: int = 3) -> tuple[Hardwar
     points += [{k: rng.uniform(*BOUNDS[k]) for k in names} for _ in range(max(0, starts - 2))]
 
     def f(p):
-        return loss(runs, {hw.name: with_values(hw, p)})
+        pen = sum(((p[k] - cur[k]) / (BOUNDS[k][1] - BOUNDS[k][0])) ** 2 for k in names)
+        return loss(runs, {hw.name: with_values(hw, p)}) + prior * pen
 
     best_p, best = points[0], math.inf
     for p in points:
         got, val = _descend(f, p, names)
         if val < best:
             best_p, best = got, val
-    return with_values(hw, best_p), best
+    out = with_values(hw, best_p)
+    return out, loss(runs, {hw.name: out})
 
 
 def at_bound(hw: HardwareSpec, names) -> list[str]:
     """The fitted parameters that sit at an end of their physical range (BOUNDS): what the
     model misses there, the fit pushed against the bound."""
     return [k for k in names if getattr(hw.calibration, k) in BOUNDS[k]]
+
+
+BANDWIDTHS = ("hbm_bandwidth_gb_per_s", "nvlink_bandwidth_gb_per_s",
+              "network_bandwidth_gb_per_s")
+"""The hardware numbers `fit_bandwidths` checks against the runs."""
+BANDWIDTH_SCALE = (0.25, 4.0)
+"""How far from the base profile's a fitted bandwidth may land: a base profile of the wrong
+SKU or NIC count (4 of 8 NICs per node, a PCIe card for an SXM one) is off by 2-4x."""
+
+
+def _scaled(hw: HardwareSpec, log2s: dict) -> HardwareSpec:
+    return hw.model_copy(update={k: getattr(hw, k) * 2 ** v for k, v in log2s.items()})
+
+
+def fit_bandwidths(runs, hw: HardwareSpec) -> tuple[HardwareSpec, dict[str, float], str]:
+    """Check the base profile's bandwidths (BANDWIDTHS) against the runs before its efficiencies
+    are fitted: the efficiencies are shares of those numbers, bounded to physical ranges, and
+    cannot absorb a bandwidth that is 2x off. The bandwidths the runs identify (sweeping one
+    over BANDWIDTH_SCALE moves their log step times by SENSITIVITY_MIN, root mean square) are
+    fitted as factors on the base's, within BANDWIDTH_SCALE, the efficiencies held; the result
+    is kept only if it explains the runs better by more than its parameters could by chance
+    (n ln(loss before / loss after) > 2 k, k bandwidths fitted, n runs: Akaike's rule for a
+    least-squares fit), else the base's stand. Returns the profile, the factors kept (name ->
+    fitted / base) and a one-line reason."""
+    runs = [r if r.job.hardware.name == hw.name else
+            replace(r, job=replace(r.job, hardware=hw)) for r in runs]
+    if len(runs) < 2:
+        return hw, {}, "fewer than 2 runs"
+    lo, hi = (math.log2(x) for x in BANDWIDTH_SCALE)
+    base = errors(runs, {hw.name: hw})
+    names = []
+    for k in BANDWIDTHS:
+        d = STEP * (hi - lo)
+        e = errors(runs, {hw.name: _scaled(hw, {k: d})})
+        col = [(a - b) / STEP for a, b in zip(e, base)]
+        if math.sqrt(sum(x * x for x in col) / len(col)) >= SENSITIVITY_MIN:
+            names.append(k)
+    if not names:
+        return hw, {}, "no bandwidth identified by the runs"
+    before = loss(runs, {hw.name: hw})
+
+    def f(p):
+        return loss(runs, {hw.name: _scaled(hw, p)})
+
+    p, after = _descend(f, {k: 0.0 for k in names}, names, bounds={k: (lo, hi) for k in names})
+    gain = len(runs) * math.log(before / after) if after > 0 else math.inf
+    factors = {k: round(2 ** v, 3) for k, v in p.items() if abs(v) > 1e-9}
+    if not factors or gain <= 2 * len(names):
+        return hw, {}, (f"bandwidths as in {hw.name} (refitting {len(names)} would gain "
+                        f"{gain:.1f} <= {2 * len(names)})")
+    out = hw.model_copy(update={k: round(getattr(hw, k) * f, 1) for k, f in factors.items()})
+    return out, factors, (f"bandwidths refitted (gain {gain:.1f} > {2 * len(names)}): "
+                          + ", ".join(f"{k} x{f:.2f}" for k, f in factors.items()))
