@@ -338,8 +338,8 @@ def fit_bandwidths(runs, hw: HardwareSpec) -> tuple[HardwareSpec, dict[str, floa
     """Check the base profile's bandwidths (BANDWIDTHS) against the runs before its efficiencies
     are fitted: the efficiencies are shares of those numbers, bounded to physical ranges, and
     cannot absorb a bandwidth that is 2x off. The bandwidths the runs identify (sweeping one
-    over BANDWIDTH_SCALE moves their log step times by SENSITIVITY_MIN, root mean square) are
-    fitted as factors on the base's, within BANDWIDTH_SCALE, the efficiencies held; the result
+    over BANDWIDTH_SCALE moves their log step times by SENSITIVITY_MIN, root mean square, and
+    it is separable from the others, `select_identified`) are fitted as factors on the base's, within BANDWIDTH_SCALE, the efficiencies held; the result
     is kept only if it explains the runs better by more than its parameters could by chance
     (n ln(loss before / loss after) > 2 k, k bandwidths fitted, n runs: Akaike's rule for a
     least-squares fit), else the base's stand. Returns the profile, the factors kept (name ->
@@ -350,13 +350,11 @@ def fit_bandwidths(runs, hw: HardwareSpec) -> tuple[HardwareSpec, dict[str, floa
         return hw, {}, "fewer than 2 runs"
     lo, hi = (math.log2(x) for x in BANDWIDTH_SCALE)
     base = errors(runs, {hw.name: hw})
-    names = []
+    sens = {}
     for k in BANDWIDTHS:
-        d = STEP * (hi - lo)
-        e = errors(runs, {hw.name: _scaled(hw, {k: d})})
-        col = [(a - b) / STEP for a, b in zip(e, base)]
-        if math.sqrt(sum(x * x for x in col) / len(col)) >= SENSITIVITY_MIN:
-            names.append(k)
+        e = errors(runs, {hw.name: _scaled(hw, {k: STEP * (hi - lo)})})
+        sens[k] = [(a - b) / STEP for a, b in zip(e, base)]
+    names = list(select_identified(sens, BANDWIDTHS)[0])
     if not names:
         return hw, {}, "no bandwidth identified by the runs"
     before = loss(runs, {hw.name: hw})
