@@ -334,40 +334,49 @@ def _scaled(hw: HardwareSpec, log2s: dict) -> HardwareSpec:
     return hw.model_copy(update={k: getattr(hw, k) * 2 ** v for k, v in log2s.items()})
 
 
-def fit_bandwidths(runs, hw: HardwareSpec) -> tuple[HardwareSpec, dict[str, float], str]:
-    """Check the base profile's bandwidths (BANDWIDTHS) against the runs before its efficiencies
-    are fitted: the efficiencies are shares of those numbers, bounded to physical ranges, and
-    cannot absorb a bandwidth that is 2x off. The bandwidths the runs identify (sweeping one
-    over BANDWIDTH_SCALE moves their log step times by SENSITIVITY_MIN, root mean square, and
-    it is separable from the others, `select_identified`) are fitted as factors on the base's, within BANDWIDTH_SCALE, the efficiencies held; the result
-    is kept only if it explains the runs better by more than its parameters could by chance
-    (n ln(loss before / loss after) > 2 k, k bandwidths fitted, n runs: Akaike's rule for a
-    least-squares fit), else the base's stand. Returns the profile, the factors kept (name ->
-    fitted / base) and a one-line reason."""
+def fit_bandwidths(runs, hw: HardwareSpec, names) -> tuple[HardwareSpec, float, dict[str, float],
+                                                          str]:
+    """`fit_profile` over `names`, then the check of the base's bandwidths (BANDWIDTHS): the
+    efficiencies are shares of those numbers, bounded to physical ranges, and cannot absorb a
+    bandwidth that is 2x off. The bandwidths the runs identify (sweeping one over
+    BANDWIDTH_SCALE moves their log step times by SENSITIVITY_MIN, root mean square, and it is
+    separable from the others, `select_identified`) are fitted with `names` at once, as factors
+    on the base's within BANDWIDTH_SCALE; that fit is kept only if it explains the runs better
+    than its k extra parameters would by chance, n (loss without - loss with) / NOISE^2 > 2 k
+    (Akaike's rule for a least-squares fit of known noise, n runs). Returns the profile, its
+    loss, the factors kept (name -> fitted / base) and a one-line reason."""
     runs = [r if r.job.hardware.name == hw.name else
             replace(r, job=replace(r.job, hardware=hw)) for r in runs]
+    fitted, before = fit_profile(runs, hw, names)
     if len(runs) < 2:
-        return hw, {}, "fewer than 2 runs"
+        return fitted, before, {}, "bandwidths as in the base (fewer than 2 runs)"
     lo, hi = (math.log2(x) for x in BANDWIDTH_SCALE)
-    base = errors(runs, {hw.name: hw})
+    base = errors(runs, {hw.name: fitted})
     sens = {}
     for k in BANDWIDTHS:
-        e = errors(runs, {hw.name: _scaled(hw, {k: STEP * (hi - lo)})})
+        e = errors(runs, {hw.name: _scaled(fitted, {k: STEP * (hi - lo)})})
         sens[k] = [(a - b) / STEP for a, b in zip(e, base)]
-    names = list(select_identified(sens, BANDWIDTHS)[0])
-    if not names:
-        return hw, {}, "no bandwidth identified by the runs"
-    before = loss(runs, {hw.name: hw})
+    bws = list(select_identified(sens, BANDWIDTHS)[0])
+    if not bws:
+        return fitted, before, {}, "bandwidths as in the base (none identified by the runs)"
+    bounds = {**{k: BOUNDS[k] for k in names}, **{k: (lo, hi) for k in bws}}
+
+    def split(p):
+        return with_values(_scaled(hw, {k: p[k] for k in bws}), {k: p[k] for k in names})
 
     def f(p):
-        return loss(runs, {hw.name: _scaled(hw, p)})
+        return loss(runs, {hw.name: split(p)})
 
-    p, after = _descend(f, {k: 0.0 for k in names}, names, bounds={k: (lo, hi) for k in names})
-    gain = len(runs) * math.log(before / after) if after > 0 else math.inf
-    factors = {k: round(2 ** v, 3) for k, v in p.items() if abs(v) > 1e-9}
-    if not factors or gain <= 2 * len(names):
-        return hw, {}, (f"bandwidths as in {hw.name} (refitting {len(names)} would gain "
-                        f"{gain:.1f} <= {2 * len(names)})")
-    out = hw.model_copy(update={k: round(getattr(hw, k) * f, 1) for k, f in factors.items()})
-    return out, factors, (f"bandwidths refitted (gain {gain:.1f} > {2 * len(names)}): "
-                          + ", ".join(f"{k} x{f:.2f}" for k, f in factors.items()))
+    start = {**{k: getattr(fitted.calibration, k) for k in names}, **{k: 0.0 for k in bws}}
+    p, after = _descend(f, start, list(bws) + list(names), bounds=bounds)
+    gain = len(runs) * (before - after) / NOISE ** 2
+    if gain <= 2 * len(bws):
+        return fitted, before, {}, (f"bandwidths as in the base (refitting {', '.join(bws)} "
+                                    f"would gain {gain:.1f} <= {2 * len(bws)})")
+    factors = {k: round(2 ** p[k], 3) for k in bws}
+    out = with_values(hw.model_copy(update={k: round(getattr(hw, k) * f, 1)
+                                            for k, f in factors.items()}),
+                      {k: p[k] for k in names})
+    return out, loss(runs, {hw.name: out}), factors, (
+        f"bandwidths refitted (gain {gain:.1f} > {2 * len(bws)}): "
+        + ", ".join(f"{k} x{f:.2f}" for k, f in factors.items()))

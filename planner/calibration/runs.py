@@ -6,13 +6,12 @@ RUNS.yaml:
       - {config: PATH, log: PATH, hardware: NAME, gpus: N}   # hardware, gpus optional;
                                                              # paths relative to RUNS.yaml
 
-`calibrate(runs, base)` first checks base's bandwidths against the runs (fit.fit_bandwidths:
-refitted only where the runs identify them and the gain beats chance), then fits the
-efficiency parameters the runs can pin (planner/calibration/fit.py: those they exercise, one
-per RUNS_PER_PARAMETER runs and at least one, within BOUNDS), each held toward base's value by
-a prior (fit.prior_weight) so that what the runs pin only weakly does not drift; the others
-stay base's. `profile_yaml` writes the result as a hardware profile
-that `--hardware PROFILE.yaml` reads.
+`calibrate(runs, base)` fits the parameters the runs can pin (planner/calibration/fit.py:
+those they exercise, one per RUNS_PER_PARAMETER runs and at least one, within BOUNDS) starting
+from `base`; the others stay base's. Then it checks base's bandwidths against the runs
+(fit.fit_bandwidths: the ones the runs identify are refitted with those parameters, kept only
+where the gain beats chance). `profile_yaml` writes the result as a hardware profile that
+`--hardware PROFILE.yaml` reads.
 """
 
 from __future__ import annotations
@@ -25,9 +24,7 @@ from planner.calibration.fit import (
     at_bound,
     errors,
     fit_bandwidths,
-    fit_profile,
     free_parameters,
-    prior_weight,
 )
 from planner.caveats import case_classes
 from planner.errors import SpecError, short
@@ -109,9 +106,8 @@ def calibrate(runs, base: HardwareSpec) -> Calibrated:
     from dataclasses import replace
 
     runs = [replace(r, job=replace(r.job, hardware=base)) for r in runs]
-    start, factors, note = fit_bandwidths(runs, base)
-    names = free_parameters(runs, start, min_runs=1)
-    fitted, _ = fit_profile(runs, start, names, prior=prior_weight(len(runs)))
+    names = free_parameters(runs, base, min_runs=1)
+    fitted, _, factors, note = fit_bandwidths(runs, base, names)
     classes = sorted({c for r in runs for c in case_classes(r.job, r.layout)}) if names else []
     recipes = sorted({r.job.training.recipe for r in runs if r.job.training.recipe}) \
         if names else []
