@@ -9,7 +9,9 @@ hardware's shares of peak first, then the software stack's overheads); the rest 
 profile's values. Every parameter is bounded to a physical range (BOUNDS). The loss is the
 mean Huber-weighted squared log error of the step time (linear beyond HUBER), each group of
 runs (a calibration file) weighted alike; the minimum is found by coordinate descent from
-several starts.
+several starts. `planner calibrate` also checks the base profile's bandwidths against the runs
+(`fit_bandwidths`): a base of the wrong SKU or NIC count is off by 2x, which bounded
+efficiencies cannot absorb.
 
 A run is anything with `job` (planner.config.Job), `layout`, `measured_s` and `source_file`
 (its group); `Run` is the plain one.
@@ -30,7 +32,7 @@ from planner.tune import fill_auto
 __all__ = ["BOUNDS", "PRIORITY", "RUNS_PER_PARAMETER", "HUBER", "Run", "predict", "errors",
            "loss", "with_values", "free_parameters", "fit_profile", "at_bound", "select_identified",
            "SENSITIVITY_MIN", "CONDITION_MAX", "STEP", "BANDWIDTHS", "BANDWIDTH_SCALE",
-           "fit_bandwidths", "NOISE", "PRIOR_SD", "prior_weight"]
+           "fit_bandwidths", "NOISE"]
 
 BOUNDS = {   # physically plausible ranges (docs/accuracy.md, 'Calibration')
     "matmul_efficiency": (0.55, 0.9),       # large bf16 GEMMs reach 60-85% of the dense peak
@@ -268,32 +270,10 @@ def _descend(f, point: dict, names, sweeps: int = 3, steps: int = 11,
     return point, best
 
 
-NOISE = 0.10
-"""The scatter of a run's log step time the model cannot explain (the runs' 5-10%, as
-SENSITIVITY_MIN): the noise the prior of `prior_weight` is weighed against."""
-PRIOR_SD = 0.25
-"""How far (a share of its BOUNDS range, one standard deviation) a parameter of the base
-profile may be off before runs say so: the base was fitted to many published runs."""
-
-
-def prior_weight(n_runs: int) -> float:
-    """The weight of the prior toward the base profile in the loss of `fit_profile`, for a fit
-    to `n_runs` runs: a Gaussian prior of PRIOR_SD on each parameter against runs of NOISE
-    scatter, the loss being their mean, is NOISE^2 / (n_runs PRIOR_SD^2) per squared share of
-    the range. Few runs: the base's values move only as far as the runs agree on; many runs:
-    the prior fades."""
-    return NOISE ** 2 / (max(1, n_runs) * PRIOR_SD ** 2)
-
-
-def fit_profile(runs, hw: HardwareSpec, names, starts: int = 3,
-                prior: float = 0.0) -> tuple[HardwareSpec, float]:
+def fit_profile(runs, hw: HardwareSpec, names, starts: int = 3) -> tuple[HardwareSpec, float]:
     """The best of several descents over `names` (from the current values, the middle of the
     bounds and seeded random points): one descent stalls in the valleys two compensating
-    parameters make. The runs are predicted under `hw` (it replaces their own profile).
-
-    `prior` > 0 adds prior * sum(((value - hw's) / range)^2) to the loss (`prior_weight`):
-    a parameter the runs pin only weakly stays near hw's value instead of drifting to
-    whatever fits the runs' scatter. The returned loss is the runs' alone."""
+    parameters make. The runs are predicted under `hw` (it replaces their own profile)."""
     runs = [r if r.job.hardware.name == hw.name else
             replace(r, job=replace(r.job, hardware=hw)) for r in runs]
     if not names:
@@ -304,16 +284,14 @@ def fit_profile(runs, hw: HardwareSpec, names, starts: int = 3,
     points += [{k: rng.uniform(*BOUNDS[k]) for k in names} for _ in range(max(0, starts - 2))]
 
     def f(p):
-        pen = sum(((p[k] - cur[k]) / (BOUNDS[k][1] - BOUNDS[k][0])) ** 2 for k in names)
-        return loss(runs, {hw.name: with_values(hw, p)}) + prior * pen
+        return loss(runs, {hw.name: with_values(hw, p)})
 
     best_p, best = points[0], math.inf
     for p in points:
         got, val = _descend(f, p, names)
         if val < best:
             best_p, best = got, val
-    out = with_values(hw, best_p)
-    return out, loss(runs, {hw.name: out})
+    return with_values(hw, best_p), best
 
 
 def at_bound(hw: HardwareSpec, names) -> list[str]:
@@ -325,6 +303,9 @@ def at_bound(hw: HardwareSpec, names) -> list[str]:
 BANDWIDTHS = ("hbm_bandwidth_gb_per_s", "nvlink_bandwidth_gb_per_s",
               "network_bandwidth_gb_per_s")
 """The hardware numbers `fit_bandwidths` checks against the runs."""
+NOISE = 0.10
+"""The scatter of a run's log step time the model cannot explain (the runs' 5-10%, as
+SENSITIVITY_MIN): what `fit_bandwidths` weighs a gain in the loss against."""
 BANDWIDTH_SCALE = (0.25, 4.0)
 """How far from the base profile's a fitted bandwidth may land: a base profile of the wrong
 SKU or NIC count (4 of 8 NICs per node, a PCIe card for an SXM one) is off by 2-4x."""
