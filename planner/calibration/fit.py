@@ -348,8 +348,14 @@ def fit_bandwidths(runs, hw: HardwareSpec, names) -> tuple[HardwareSpec, float, 
     def f(p):
         return loss(runs, {hw.name: split(p)})
 
-    start = {**{k: getattr(fitted.calibration, k) for k in names}, **{k: 0.0 for k in bws}}
-    p, after = _descend(f, start, list(bws) + list(names), bounds=bounds)
+    # from the efficiencies just fitted, and from the bandwidths fitted under the base's
+    # efficiencies (the first may sit in the valley an efficiency made absorbing a
+    # bandwidth's error)
+    at_base = {**{k: getattr(hw.calibration, k) for k in names}, **{k: 0.0 for k in bws}}
+    starts = [{**{k: getattr(fitted.calibration, k) for k in names}, **{k: 0.0 for k in bws}},
+              _descend(f, at_base, bws, bounds=bounds)[0]]
+    p, after = min((_descend(f, s, list(bws) + list(names), bounds=bounds) for s in starts),
+                   key=lambda t: t[1])
     gain = len(runs) * (before - after) / NOISE ** 2
     if gain <= 2 * len(bws):
         return fitted, before, {}, (f"bandwidths as in the base (refitting {', '.join(bws)} "
