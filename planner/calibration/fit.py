@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from dataclasses import dataclass, replace
 
 from planner.config import Job
@@ -324,7 +325,10 @@ def fit_bandwidths(runs, hw: HardwareSpec, names) -> tuple[HardwareSpec, float, 
     separable from the others, `select_identified`) are fitted with `names` at once, as factors
     on the base's within BANDWIDTH_SCALE; that fit is kept only if it explains the runs better
     than its k extra parameters would by chance, n (loss without - loss with) / NOISE^2 > 2 k
-    (Akaike's rule for a least-squares fit of known noise, n runs). Returns the profile, its
+    (Akaike's rule for a least-squares fit of known noise, n runs), and if the typical run
+    gains, not only the outlying ones (the median |log error| falls: a 2x bandwidth error
+    moves every run it touches; a few runs the model misses by 50%, which the Huber loss
+    still lets pull, would otherwise be fitted by a 'wrong' bandwidth). Returns the profile, its
     loss, the factors kept (name -> fitted / base) and a one-line reason."""
     runs = [r if r.job.hardware.name == hw.name else
             replace(r, job=replace(r.job, hardware=hw)) for r in runs]
@@ -360,6 +364,12 @@ def fit_bandwidths(runs, hw: HardwareSpec, names) -> tuple[HardwareSpec, float, 
     if gain <= 2 * len(bws):
         return fitted, before, {}, (f"bandwidths as in the base (refitting {', '.join(bws)} "
                                     f"would gain {gain:.1f} <= {2 * len(bws)})")
+    med = [statistics.median(abs(e) for e in errors(runs, {hw.name: prof}))
+           for prof in (fitted, split(p))]
+    if med[1] >= med[0]:
+        return fitted, before, {}, (f"bandwidths as in the base (refitting {', '.join(bws)} "
+                                    f"would fit the outlying runs, not the typical one: median "
+                                    f"|log error| {med[0]:.3f} -> {med[1]:.3f})")
     factors = {k: round(2 ** p[k], 3) for k in bws}
     out = with_values(hw.model_copy(update={k: round(getattr(hw, k) * f, 1)
                                             for k, f in factors.items()}),
