@@ -3,9 +3,9 @@ docs/calibration.md): each GPU's runs of calibration-modern.yaml, half fitted th
 Megatron-LM logs, half held out. Scored by the fit's own loss (mean Huber of the log error) on
 the held-out half; the shipped profile was fitted to both halves.
 
-Here: the GPUs where both halves of the issue's bar hold and the check costs seconds (b200,
-h100-sxm, h100-96g), and b300 (whose fit half holds 2 runs no profile fits: the bar's second
-half is missed by a little, asserted as such). gb200-nvl72 and gb300-nvl72 are left to the
+Here: the GPUs where both halves of the issue's bar hold (b200, h100-sxm, h100-96g; seconds
+each), and b300, which meets the first half only (its fit half holds 2 runs no profile fits,
+asserted as such). gb200-nvl72 and gb300-nvl72 are left to the
 benchmark (reasons in docs/calibration.md)."""
 
 from __future__ import annotations
@@ -50,12 +50,15 @@ def test_halved_bandwidths_are_refitted_where_the_runs_identify_them(res):
     assert res["h100-96g"]["perturbed_bandwidths"]["network_bandwidth_gb_per_s"] >= 2.0
 
 
-def test_b300_recovers_most_of_the_way(res):
-    # b300's fit half is 5 runs, 2 of them (Qwen3-235B, release 26.02) 57% slower than any
-    # profile predicts (the same job under 26.04 is within 8%): 3 runs pin fp8, matmul and two
-    # bandwidths only roughly. From 36.8% (bandwidths halved) it comes back to 3.4%, the
-    # shipped profile 2.3%: within 2x of the shipped loss, not within it
+def test_b300_from_halved_bandwidths_improves_but_keeps_them(res):
+    # b300's fit half is 5 runs, 2 of them (Qwen3-235B, release 26.02) 57% faster predicted
+    # than measured under every profile (the same job under 26.04 is within 8%). A bandwidth
+    # refit would serve those two and worsen the typical run (median |log error| up), so the
+    # bandwidths stay halved: the bounded efficiencies improve the fit, sit at a bound and say
+    # so, and the held-out error stays far from the shipped profile's
     r = res["b300"]
     assert r["perturbed_base"]["huber_loss"] > 10 * r["shipped"]["huber_loss"]
-    assert r["perturbed"]["huber_loss"] < 2 * r["shipped"]["huber_loss"]
-    assert r["perturbed_bandwidths"]
+    assert r["perturbed"]["huber_loss"] < r["perturbed_base"]["huber_loss"]
+    assert r["perturbed_bandwidths"] == {}
+    assert "not the typical one" in r["perturbed_bandwidth_note"]
+    assert r["perturbed_at_bound"]
