@@ -7,6 +7,7 @@ on the slow cluster (noise-free), so the right answer is known."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -14,6 +15,7 @@ import pytest
 
 from planner.calibration.fit import Run
 from planner.calibration.runs import calibrate
+from planner.cli import app
 from planner.config import resolve_hardware
 from planner.cost import estimate
 from planner.frameworks import load_any
@@ -62,3 +64,30 @@ def test_a_cluster_that_matches_the_base_keeps_its_bandwidths(tmp_path):
     assert got.bandwidths == {}
     assert "as in the base" in got.bandwidth_note
     assert all(math.isclose(e, 0.0, abs_tol=0.005) for e in got.after)
+
+
+def _megatron_log(t: float) -> str:
+    # Megatron-LM's iteration line (three slower warm-up steps first)
+    return "".join(f" iteration {10 * i:6d}/ 100 | elapsed time per iteration (ms): "
+                   f"{t * 1e3 * (1.4 if i <= 3 else 1.0):.3f} |\n" for i in range(1, 9))
+
+
+def test_the_cli_prints_and_returns_the_factor(runner, tmp_path):
+    base = resolve_hardware("h100-sxm")
+    slow = base.model_copy(update={"network_bandwidth_gb_per_s":
+                                   base.network_bandwidth_gb_per_s * 0.5})
+    entries = []
+    for i, r in enumerate(_runs(tmp_path, slow)):
+        log = tmp_path / f"run{i}.log"
+        log.write_text(_megatron_log(r.measured_s))
+        entries.append(f"  - {{config: run{i}.yaml, log: run{i}.log}}")
+    runs = tmp_path / "runs.yaml"
+    runs.write_text("runs:\n" + "\n".join(entries) + "\n")
+    out = tmp_path / "mine.yaml"
+    res = runner.invoke(app, ["calibrate", str(runs), "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["bandwidths"]["network_bandwidth_gb_per_s"] == \
+        pytest.approx(0.5, abs=0.02)
+    text = runner.invoke(app, ["calibrate", str(runs), "--out", str(out)]).stdout
+    assert "bandwidths refitted" in text and "check h100-sxm's hardware numbers" in text
+    assert "check h100-sxm's hardware numbers" in out.read_text()
