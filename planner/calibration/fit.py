@@ -241,7 +241,9 @@ def free_parameters(runs, hw: HardwareSpec, *, min_runs: int = 2,
     does not use it yet: on b300's runs split in half (tests/test_calibration_split_half.py)
     the identified pair (fp8_matmul_efficiency, attention_efficiency, fitted on 4 runs)
     predicts the other half at 9.5% median error where the PRIORITY pair keeps 2.3%, the
-    shipped profile's: the rule needs physical priors for what it leaves out first."""
+    shipped profile's; over all six GPUs of benchmarks/split_half.py (with the bandwidth check
+    of `fit_bandwidths` after either) it is worse on b300 and gb200 (held-out loss 0.0410 vs
+    0.0394) and on b200 from halved bandwidths, better on h100-96g only."""
     if len(runs) < min_runs:
         return ()
     order = tuple(exercised(runs, hw))
