@@ -8,7 +8,9 @@ deliberately perturbed base (HBM, NVLink and network bandwidths halved).
 
 Halves: each GPU's runs in file order, alternately (run 0, 2, 4 ... fit; 1, 3, 5 ... test).
 Scores on the held-out half: median |error| and the fit's mean Huber loss
-(planner/calibration/fit.py). Runs the calibration marks as another GPU's
+(planner/calibration/fit.py). The calibration is `planner calibrate`'s
+(planner/calibration/runs.py calibrate: the efficiencies by PRIORITY, then the bandwidths the
+runs identify, fit.fit_bandwidths); the factors it kept on the bandwidths are printed. Runs the calibration marks as another GPU's
 (calibrate.py NOT_THIS_HARDWARE) are left out.
 """
 
@@ -82,6 +84,8 @@ def split_half(gpus=None) -> dict:
             row[name] = _scores(test_runs, got.profile)
             row[f"{name}_fitted"] = list(got.fitted)
             row[f"{name}_at_bound"] = got.at_bound
+            row[f"{name}_bandwidths"] = got.bandwidths
+            row[f"{name}_bandwidth_note"] = got.bandwidth_note
         out[gpu] = row
     return out
 
@@ -104,6 +108,8 @@ def main(argv=None) -> int:
               f"{f(r['calibrated'])} | {f(r['perturbed_base'])} -> {f(r['perturbed'])}")
         print(f"{'':14s} fitted {', '.join(r['calibrated_fitted'])}; perturbed at a bound: "
               f"{', '.join(r['perturbed_at_bound']) or '-'}")
+        for name in ("calibrated", "perturbed"):
+            print(f"{'':14s} {name}: {r[name + '_bandwidth_note']}")
     return 0
 
 

@@ -869,6 +869,7 @@ def calibrate_cmd(
             if result is not None:
                 data.update({
                     "fitted": list(result.fitted), "at_bound": result.at_bound,
+                    "bandwidths": result.bandwidths,
                     "calibration": result.profile.calibration.model_dump(mode="json"),
                     "runs": [{"config": str(r.id), "log": str(ref.log), "format": s.format,
                               "measured_step_time_s": r.measured_s, "steady_state": s.rule,
@@ -897,6 +898,8 @@ def calibrate_cmd(
             print(f"fitted from {result.base.name}: {', '.join(result.fitted) or 'none'}")
             if result.at_bound:
                 print(f"at a bound of its physical range: {', '.join(result.at_bound)}")
+            if result.bandwidths:
+                print(f"{result.bandwidth_note}: check {result.base.name}'s hardware numbers")
         if sresult is not None:
             _print_serving_calibration(serving, sresult)
         print(f"wrote {out} (use it with --hardware {out})", file=sys.stderr)

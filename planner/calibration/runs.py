@@ -8,17 +8,24 @@ RUNS.yaml:
 
 `calibrate(runs, base)` fits the parameters the runs can pin (planner/calibration/fit.py:
 those they exercise, one per RUNS_PER_PARAMETER runs and at least one, within BOUNDS) starting
-from `base`; the others stay base's. `profile_yaml` writes the result as a hardware profile
-that `--hardware PROFILE.yaml` reads.
+from `base`; the others stay base's. Then it checks base's bandwidths against the runs
+(fit.fit_bandwidths: the ones the runs identify are refitted with those parameters, kept only
+where the gain beats chance). `profile_yaml` writes the result as a hardware profile that
+`--hardware PROFILE.yaml` reads.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from planner.calibration.fit import at_bound, errors, fit_profile, free_parameters
+from planner.calibration.fit import (
+    at_bound,
+    errors,
+    fit_bandwidths,
+    free_parameters,
+)
 from planner.caveats import case_classes
 from planner.errors import SpecError, short
 from planner.io import read_yaml
@@ -89,6 +96,9 @@ class Calibrated:
     before: list[float]
     """Relative error (predicted / measured - 1) of each run under the base profile."""
     after: list[float]
+    bandwidths: dict[str, float] = field(default_factory=dict)
+    """The base's bandwidths the runs refitted: name -> fitted / base (fit.fit_bandwidths)."""
+    bandwidth_note: str = ""
 
 
 def calibrate(runs, base: HardwareSpec) -> Calibrated:
@@ -97,7 +107,7 @@ def calibrate(runs, base: HardwareSpec) -> Calibrated:
 
     runs = [replace(r, job=replace(r.job, hardware=base)) for r in runs]
     names = free_parameters(runs, base, min_runs=1)
-    fitted, _ = fit_profile(runs, base, names)
+    fitted, _, factors, note = fit_bandwidths(runs, base, names)
     classes = sorted({c for r in runs for c in case_classes(r.job, r.layout)}) if names else []
     recipes = sorted({r.job.training.recipe for r in runs if r.job.training.recipe}) \
         if names else []
@@ -107,7 +117,8 @@ def calibrate(runs, base: HardwareSpec) -> Calibrated:
     fitted = fitted.model_copy(update={"calibration": cal})
     before = [math.expm1(e) for e in errors(runs, {base.name: base})]
     after = [math.expm1(e) for e in errors(runs, {base.name: fitted})]
-    return Calibrated(base, fitted, names, at_bound(fitted, names), before, after)
+    return Calibrated(base, fitted, names, at_bound(fitted, names), before, after, factors,
+                      note)
 
 
 def profile_yaml(result: Calibrated, *, runs: int, source: str) -> str:
@@ -123,4 +134,7 @@ def profile_yaml(result: Calibrated, *, runs: int, source: str) -> str:
             f"# kept from {result.base.name}: {', '.join(rest) or 'none'}."]
     if result.at_bound:
         head.append(f"# At a bound of its physical range: {', '.join(result.at_bound)}.")
+    if result.bandwidths:
+        head.append(f"# {result.bandwidth_note}: check {result.base.name}'s hardware numbers "
+                    "against this cluster.")
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False)
