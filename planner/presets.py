@@ -460,13 +460,16 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
     and Qwen3.5 (layer_types or full_attention_interval, linear_* keys, gated attention by
     attn_output_gate (on unless false), decoder_sparse_step, mlp_only_layers; intermediate_size
     only where they make a layer dense, as Qwen3.5 has none). num_nextn_predict_layers or
-    mtp_num_hidden_layers (Qwen3.5) becomes mtp_num_layers."""
+    mtp_num_hidden_layers (Qwen3.5) becomes mtp_num_layers, and Qwen3.5's
+    mtp_use_dedicated_embeddings mtp_dedicated_embeddings."""
     need, cfg = hf.count, hf.cfg
     L = spec["num_layers"]
     out: dict[str, Any] = {}
     mtp = _mtp_layers(hf)
     if mtp:
         out["mtp_num_layers"] = mtp
+    if hf.flag("mtp_use_dedicated_embeddings", False):    # Qwen3.5: an embedding per MTP layer
+        out["mtp_dedicated_embeddings"] = True
     if mtype in ("deepseek_v32", "glm_moe_dsa") and cfg.get("index_topk") is not None:
         out.update(dsa_index_topk=need("index_topk"), dsa_index_heads=need("index_n_heads"),
                    dsa_index_head_dim=need("index_head_dim"))

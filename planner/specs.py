@@ -164,6 +164,10 @@ class ModelSpec(_Spec):
     """Multi-token-prediction layers after the last layer (DeepSeek-V3: 1; Megatron
     `--mtp-num-layers`): each is a transformer layer plus two norms and a 2h x h projection,
     with its own activations and FLOPs, on the last pipeline stage."""
+    mtp_dedicated_embeddings: bool = False
+    """Each MTP layer has a word embedding of its own (Qwen3.5's config.json
+    `mtp_use_dedicated_embeddings`); default false: it shares the model's (DeepSeek-V3 §2.2,
+    Megatron-Core's MTP). True adds vocab x hidden parameters per MTP layer on the last stage."""
     # Per-layer pattern (docs/config.md "Layer pattern") -----------------------------------
     moe_layer_freq: int | str | tuple[int, ...] | None = None
     """Which layers are MoE, as Megatron's `--moe-layer-freq`: an int N (layer i is MoE when

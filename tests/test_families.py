@@ -818,3 +818,29 @@ def test_megatron_reader_takes_rotary_percent(tmp_path, flag, ok):
     else:
         with pytest.raises(SpecError, match="--rotary-percent"):
             load_any(path)
+
+
+def test_dedicated_mtp_embeddings_add_one_embedding_per_mtp_layer(tmp_path):
+    # Qwen3.5's text_config key mtp_use_dedicated_embeddings: the MTP layer holds its own
+    # embed_tokens, vocab x hidden parameters (248,320 x 512 for the tiny shape) more than the
+    # shared case; planner counts them on the last stage, where the MTP layer runs
+    from planner.cost.memory import stage_params
+    from planner.cost.shape import model_shape
+    cfg = json.loads((HF / "tiny-qwen3_5_moe" / "config.json").read_text())
+    cfg["text_config"]["mtp_use_dedicated_embeddings"] = True
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    own = resolve_model(str(path))
+    shared = resolve_model(str(HF / "tiny-qwen3_5_moe" / "config.json"))
+    assert own.mtp_dedicated_embeddings and not shared.mtp_dedicated_embeddings
+    V, h = shared.vocab_size, shared.hidden_size
+    kw = dict(layers=4, moe_layers=4, t=2, with_embedding=False, with_output=True, vocab=V,
+              mtp=1)
+    a = stage_params(model_shape(own), **kw)
+    b = stage_params(model_shape(shared), **kw)
+    assert a[0] - b[0] == pytest.approx(V * h / 2)       # tp 2 shards the embedding
+    assert (a[1], a[2]) == (b[1], b[2])                   # no linear-layer or expert weight
+    # the published-count convention leaves the MTP module out (DeepSeek-V3's 671B)
+    assert total_params(own) == total_params(shared)
+    from planner.frameworks.megatron.writer import layer_kind_problems
+    assert any(bad and "mtp_dedicated_embeddings" in msg for bad, msg in layer_kind_problems(own))

@@ -346,7 +346,9 @@ def stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int,
     `mtp` MTP layers (on the last stage) each add a transformer layer (MoE in an MoE model)
     and their enorm, hnorm, final norm and 2h x h projection (`ModelShape.mtp_extra`); on a
     last stage without the embedding (pp > 1) they also build their own copy of an untied
-    word embedding (Megatron's GPTModel: `pre_process or mtp_process`)."""
+    word embedding (Megatron's GPTModel: `pre_process or mtp_process`); with
+    `mtp_own_embedding` (Qwen3.5's dedicated MTP embeddings) each MTP layer adds one of its
+    own, vocab x h / t."""
     dense_layers = layers - moe_layers
     linear = dense_layers * shape.dense_tp / t + moe_layers * shape.moe_tp / t
     dense = linear + dense_layers * shape.dense_rep + moe_layers * shape.moe_rep
@@ -358,6 +360,8 @@ def stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int,
         experts += mtp * shape.moe_experts if shape.E else 0.0
         if with_output and not with_embedding and not shape.tied:
             dense += vocab * shape.h / t
+        if shape.mtp_own_embedding:
+            dense += mtp * vocab * shape.h / t
     if with_embedding:
         dense += (vocab * shape.h + shape.emb_extra) / t
     if with_output:

@@ -61,6 +61,7 @@ class ModelShape:
     mla_up_flops: float     # MLA up-projections (q_up, kv_up; part of attn_proj_flops)
     mtp: int                # multi-token-prediction layers (on the last stage)
     mtp_extra: int          # params an MTP layer adds beside its transformer layer
+    mtp_own_embedding: bool  # each MTP layer holds a word embedding of its own
     # per-token activation widths of one layer (memory.py turns them into bytes)
     act_qkv: float          # bytes: Q, K, V as flash attention keeps them (MLA: after up-proj)
     act_latent: float       # bytes: MLA latents (q and kv down-projections); 0 otherwise
@@ -171,6 +172,7 @@ def model_shape(m: ModelSpec) -> ModelShape:
         shared_flops=2.0 * mats * h * f_s,
         mla_up_flops=2.0 * up,
         mtp=m.mtp_num_layers, mtp_extra=mtp_extra,
+        mtp_own_embedding=m.mtp_dedicated_embeddings,
         act_qkv=float(act_qkv), act_latent=float(act_latent), attn_out=a * d,
         **(pattern or {}),
     )

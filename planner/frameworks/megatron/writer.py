@@ -247,6 +247,9 @@ def layer_kind_problems(m: ModelSpec) -> list[tuple[bool, str]]:
                          "indexer flag"),
         (m.attention_output_gate, "attention_output_gate (Qwen3-Next's gated attention) has no "
                                   "pretrain_gpt.py flag"),
+        (m.mtp_dedicated_embeddings, "mtp_dedicated_embeddings: Megatron-Core's MTP layers share "
+                                     "the word embedding (no flag gives them their own); set it "
+                                     "false"),
     ]
 
 
