@@ -66,8 +66,7 @@ class Case:
     scored or fitted); empty for a sound case."""
 
 
-def load_cases(path: Path | str | None = None, *, paths=None,
-               suspect: bool = False) -> list[Case]:
+def load_cases(path: Path | str | None = None, *, paths=None, suspect: bool = False) -> list[Case]:
     """The cases of one calibration file (`path`, default calibration.yaml) or of several;
     the cases marked `suspect` only with suspect=True (then only those)."""
     import yaml
@@ -80,15 +79,31 @@ def load_cases(path: Path | str | None = None, *, paths=None,
         for c in data["cases"]:
             if bool(c.get("suspect")) != suspect:
                 continue
-            cfg = {"model": c["model"], "hardware": c["hardware"], "num_gpus": c["num_gpus"],
-                   "training": c["training"], "parallel": c.get("parallel", {})}
+            cfg = {
+                "model": c["model"],
+                "hardware": c["hardware"],
+                "num_gpus": c["num_gpus"],
+                "training": c["training"],
+                "parallel": c.get("parallel", {}),
+            }
             job, layout = config_from_data(cfg)
-            layout = fill_auto(job, layout)       # micro-batch/vpp the source left out
+            layout = fill_auto(job, layout)  # micro-batch/vpp the source left out
             t_meas, how = measured_step_time(c, job, layout)
             meas = c["measured"]
-            cases.append(Case(c["id"], c["class"], job, layout, t_meas, how,
-                              meas.get("peak_memory_gib"), meas.get("peak_memory_kind", ""),
-                              Path(p).name, str(c.get("suspect", ""))))
+            cases.append(
+                Case(
+                    c["id"],
+                    c["class"],
+                    job,
+                    layout,
+                    t_meas,
+                    how,
+                    meas.get("peak_memory_gib"),
+                    meas.get("peak_memory_kind", ""),
+                    Path(p).name,
+                    str(c.get("suspect", "")),
+                )
+            )
     return cases
 
 
@@ -109,10 +124,18 @@ def measured_step_time(c: dict, job: Job, layout: Layout) -> tuple[float, str]:
     if kind == "narayanan-eq3":
         F = narayanan_flops(B=B, s=s, L=m.num_layers, h=m.hidden_size, V=V)
     elif kind == "megatron-2024":
-        F = megatron_flops_2024(B=B, s=s, L=m.num_layers, h=m.hidden_size,
-                                a=m.num_attention_heads, g=m.kv_heads,
-                                q=m.num_attention_heads * m.head_dim, f=m.ffn, V=V,
-                                gated=m.gated)
+        F = megatron_flops_2024(
+            B=B,
+            s=s,
+            L=m.num_layers,
+            h=m.hidden_size,
+            a=m.num_attention_heads,
+            g=m.kv_heads,
+            q=m.num_attention_heads * m.head_dim,
+            f=m.ffn,
+            V=V,
+            gated=m.gated,
+        )
     elif kind == "megatron":
         F = model_flops_per_step(shape_of(m), seq=s, global_batch_size=B, vocab=V)
     else:
@@ -135,24 +158,39 @@ def evaluate(cases: list[Case], hardware_override=None) -> list[dict]:
         est = estimate(job, layout)
         pred = est.time.step_time_s
         mem = est.memory
-        rows.append({"id": c.id, "class": c.cls, "hardware": job.hardware.name,
-                     "file": c.source_file, "layout": layout.name,
-                     "micro_batch_size": layout.micro_batch_size,
-                     "chosen": list(layout.auto), "predicted_s": pred, "measured_s": c.measured_s,
-                     "error": pred / c.measured_s - 1, "mfu": est.time.mfu,
-                     "memory_fraction": mem.fraction,
-                     "memory_gib": mem.total / GiB,
-                     "peak_memory_gib": c.peak_memory_gib,
-                     "peak_memory_kind": c.peak_memory_kind,
-                     "memory_error": (mem.total / GiB / c.peak_memory_gib - 1
-                                      if c.peak_memory_gib else None)})
+        rows.append(
+            {
+                "id": c.id,
+                "class": c.cls,
+                "hardware": job.hardware.name,
+                "file": c.source_file,
+                "layout": layout.name,
+                "micro_batch_size": layout.micro_batch_size,
+                "chosen": list(layout.auto),
+                "predicted_s": pred,
+                "measured_s": c.measured_s,
+                "error": pred / c.measured_s - 1,
+                "mfu": est.time.mfu,
+                "memory_fraction": mem.fraction,
+                "memory_gib": mem.total / GiB,
+                "peak_memory_gib": c.peak_memory_gib,
+                "peak_memory_kind": c.peak_memory_kind,
+                "memory_error": (
+                    mem.total / GiB / c.peak_memory_gib - 1 if c.peak_memory_gib else None
+                ),
+            }
+        )
     return rows
 
 
 def _stats(errors: list[float]) -> dict:
     a = [abs(e) for e in errors]
-    return {"n": len(errors), "median_abs_error": statistics.median(a), "max_abs_error": max(a),
-            "bias": statistics.median(errors)}
+    return {
+        "n": len(errors),
+        "median_abs_error": statistics.median(a),
+        "max_abs_error": max(a),
+        "bias": statistics.median(errors),
+    }
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -177,11 +215,15 @@ def memory_check(rows: list[dict]) -> dict:
     over = [r for r in rows if r["memory_fraction"] > 1.0]
     judged = [r for r in rows if r["memory_fraction"] > 1.0 + MEMORY_MARGIN]
     peaks = [r for r in rows if r["peak_memory_gib"]]
-    out = {"runs": len(rows), "over_capacity": len(over),
-           "judged_infeasible": len(judged), "cases_judged_infeasible": [r["id"] for r in judged],
-           "max_fraction": max(r["memory_fraction"] for r in rows),
-           "cases_over": [r["id"] for r in over],
-           "published_peaks": len(peaks)}
+    out = {
+        "runs": len(rows),
+        "over_capacity": len(over),
+        "judged_infeasible": len(judged),
+        "cases_judged_infeasible": [r["id"] for r in judged],
+        "max_fraction": max(r["memory_fraction"] for r in rows),
+        "cases_over": [r["id"] for r in over],
+        "published_peaks": len(peaks),
+    }
     if peaks:
         out.update(_stats([r["memory_error"] for r in peaks]))
         out["within_10pct"] = sum(abs(r["memory_error"]) <= 0.10 for r in peaks)
@@ -191,14 +233,21 @@ def memory_check(rows: list[dict]) -> dict:
 def _print_stats(title: str, table: dict) -> None:
     print(title)
     for k, v in table.items():
-        print(f"  {k:34s} n={v['n']:3d}  median |error| {v['median_abs_error']:6.1%}  "
-              f"max |error| {v['max_abs_error']:6.1%}  bias {v['bias']:+6.1%}")
+        print(
+            f"  {k:34s} n={v['n']:3d}  median |error| {v['median_abs_error']:6.1%}  "
+            f"max |error| {v['max_abs_error']:6.1%}  bias {v['bias']:+6.1%}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calibration", type=Path, action="append", default=None,
-                    help="a calibration file (repeatable); default both")
+    ap.add_argument(
+        "--calibration",
+        type=Path,
+        action="append",
+        default=None,
+        help="a calibration file (repeatable); default both",
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--cases", action="store_true", help="print every case")
     args = ap.parse_args(argv)
@@ -206,20 +255,36 @@ def main(argv: list[str] | None = None) -> int:
     rows = evaluate(cases)
     mem = memory_check(rows)
     from benchmarks.ranking import print_ranking, ranking
+
     ranks = ranking(cases, rows)
     if args.json:
-        print(json.dumps({"cases": rows, "summary": summarize(rows), "ranking": ranks,
-                          "by_file": {f: summarize([r for r in rows if r["file"] == f])
-                                      for f in sorted({r["file"] for r in rows})},
-                          "memory": mem}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "cases": rows,
+                    "summary": summarize(rows),
+                    "ranking": ranks,
+                    "by_file": {
+                        f: summarize([r for r in rows if r["file"] == f])
+                        for f in sorted({r["file"] for r in rows})
+                    },
+                    "memory": mem,
+                },
+                indent=2,
+            )
+        )
         return 0
     if args.cases:
-        print(f"{'case':52s} {'layout':24s} {'pred s':>8s} {'meas s':>8s} {'error':>7s} "
-              f"{'MFU':>6s} {'mem':>5s}")
+        print(
+            f"{'case':52s} {'layout':24s} {'pred s':>8s} {'meas s':>8s} {'error':>7s} "
+            f"{'MFU':>6s} {'mem':>5s}"
+        )
         for r in rows:
-            print(f"{r['id'][:52]:52s} {r['layout'][:24]:24s} {r['predicted_s']:8.3f} "
-                  f"{r['measured_s']:8.3f} {r['error']:+7.1%} {r['mfu']:6.1%} "
-                  f"{r['memory_fraction']:5.0%}")
+            print(
+                f"{r['id'][:52]:52s} {r['layout'][:24]:24s} {r['predicted_s']:8.3f} "
+                f"{r['measured_s']:8.3f} {r['error']:+7.1%} {r['mfu']:6.1%} "
+                f"{r['memory_fraction']:5.0%}"
+            )
         print()
     for f in sorted({r["file"] for r in rows}):
         sub = [r for r in rows if r["file"] == f]
@@ -231,22 +296,34 @@ def main(argv: list[str] | None = None) -> int:
     if peaks:
         print("peak memory: predicted vs published")
         for r in peaks:
-            print(f"  {r['id'][:52]:52s} {r['memory_gib']:6.1f} vs {r['peak_memory_gib']:6.1f} GiB "
-                  f"{r['memory_error']:+6.1%}  ({r['peak_memory_kind'][:40]})")
-        print(f"  {mem['within_10pct']} of {mem['published_peaks']} within 10%; median "
-              f"|error| {mem['median_abs_error']:.1%}, max {mem['max_abs_error']:.1%}, "
-              f"bias {mem['bias']:+.1%}")
-    print(f"memory: {mem['over_capacity']} of {mem['runs']} runs (all of which ran) are estimated "
-          f"over capacity (at most {mem['max_fraction']:.0%}): {', '.join(mem['cases_over']) or '-'}")
-    print(f"        {mem['judged_infeasible']} judged infeasible (more than {MEMORY_MARGIN:.0%} over, "
-          f"the fits-in-memory rule): {', '.join(mem['cases_judged_infeasible']) or '-'}")
+            print(
+                f"  {r['id'][:52]:52s} {r['memory_gib']:6.1f} vs {r['peak_memory_gib']:6.1f} GiB "
+                f"{r['memory_error']:+6.1%}  ({r['peak_memory_kind'][:40]})"
+            )
+        print(
+            f"  {mem['within_10pct']} of {mem['published_peaks']} within 10%; median "
+            f"|error| {mem['median_abs_error']:.1%}, max {mem['max_abs_error']:.1%}, "
+            f"bias {mem['bias']:+.1%}"
+        )
+    print(
+        f"memory: {mem['over_capacity']} of {mem['runs']} runs (all of which ran) are estimated "
+        f"over capacity (at most {mem['max_fraction']:.0%}): {', '.join(mem['cases_over']) or '-'}"
+    )
+    print(
+        f"        {mem['judged_infeasible']} judged infeasible (more than {MEMORY_MARGIN:.0%} over, "
+        f"the fits-in-memory rule): {', '.join(mem['cases_judged_infeasible']) or '-'}"
+    )
     suspect = evaluate(load_cases(paths=args.calibration or default_paths(), suspect=True))
     if suspect:
-        print("suspect runs (contradict another measurement of the same settings; reported, "
-              "not scored or fitted):")
+        print(
+            "suspect runs (contradict another measurement of the same settings; reported, "
+            "not scored or fitted):"
+        )
         for r in suspect:
-            print(f"  {r['id'][:60]:60s} {r['predicted_s']:8.3f} vs {r['measured_s']:8.3f} s "
-                  f"{r['error']:+7.1%}")
+            print(
+                f"  {r['id'][:60]:60s} {r['predicted_s']:8.3f} vs {r['measured_s']:8.3f} s "
+                f"{r['error']:+7.1%}"
+            )
     print()
     print_ranking(ranks)
     return 0

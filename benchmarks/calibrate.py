@@ -56,24 +56,35 @@ from planner.config import profile_dir
 from planner.config import resolve_hardware as load_hardware
 from planner.specs import Calibration
 
-ORDER = ("h100-sxm", "a100-80g", "h100-96g", "h200", "b200", "gb200-nvl72", "b300",
-         "gb300-nvl72")
+ORDER = ("h100-sxm", "a100-80g", "h100-96g", "h200", "b200", "gb200-nvl72", "b300", "gb300-nvl72")
 """Fit order: a profile's PARENT comes before it."""
-PARENT = {"a100-80g": "h100-sxm", "h100-96g": "h100-sxm", "h200": "h100-sxm", "b200": "h100-sxm",
-          "gb200-nvl72": "b200", "b300": "b200", "gb300-nvl72": "gb200-nvl72"}
+PARENT = {
+    "a100-80g": "h100-sxm",
+    "h100-96g": "h100-sxm",
+    "h200": "h100-sxm",
+    "b200": "h100-sxm",
+    "gb200-nvl72": "b200",
+    "b300": "b200",
+    "gb300-nvl72": "gb200-nvl72",
+}
 """Where a profile takes the hardware values its own runs cannot fit: the nearest GPU of the
 same family fitted before it (same die or its predecessor)."""
-DERIVED = {"a100-40g": "a100-80g", "h800": "h100-sxm", "mi300x": "h100-sxm",
-           "rtx-pro-6000": "h100-sxm"}
+DERIVED = {
+    "a100-40g": "a100-80g",
+    "h800": "h100-sxm",
+    "mi300x": "h100-sxm",
+    "rtx-pro-6000": "h100-sxm",
+}
 """Profiles with no training runs, and whose hardware values they carry (a stand-in: their
 estimates carry the 'not calibrated' caveat)."""
 
 NOT_THIS_HARDWARE = {
     "tt-2508-llama3-8b-b200pl-": "8 power-limited B200s (the source: 'POWER-LIMITED B200 (power "
-                                 "limit not stated)'), not the DGX B200 of the b200 profile",
+    "limit not stated)'), not the DGX B200 of the b200 profile",
 }
 """Runs the data file files under a profile whose hardware differs from it, by id prefix and
 why; they are reported by accuracy.py like every run but do not shape the fit."""
+
 
 def fit_all(by_hw: dict, profiles: dict, log=print, fitted: dict | None = None) -> dict:
     """Each profile in ORDER on its own runs, starting from (and keeping what it cannot fit
@@ -84,16 +95,18 @@ def fit_all(by_hw: dict, profiles: dict, log=print, fitted: dict | None = None) 
             continue
         hw = profiles[name]
         if name in PARENT:
-            hw = with_values(hw, {k: getattr(profiles[PARENT[name]].calibration, k)
-                                  for k in PRIORITY})
+            hw = with_values(
+                hw, {k: getattr(profiles[PARENT[name]].calibration, k) for k in PRIORITY}
+            )
         cases = by_hw[name]
-        _, why = identifiable(cases, hw, tuple(exercised(cases, hw))) if len(cases) >= 2 else ((), {})
+        _, why = (
+            identifiable(cases, hw, tuple(exercised(cases, hw))) if len(cases) >= 2 else ((), {})
+        )
         names = free_parameters(cases, hw, identify=True)
         profiles[name], val = fit_profile(cases, hw, names)
         if fitted is not None:
             fitted[name] = names
-        log(f"# {name:12s} n={len(cases):3d} fits {', '.join(names) or 'nothing'} "
-            f"(loss {val:.4f})")
+        log(f"# {name:12s} n={len(cases):3d} fits {', '.join(names) or 'nothing'} (loss {val:.4f})")
         for k, reason in why.items():
             log(f"#   {k}: {reason}")
     return profiles
@@ -117,8 +130,9 @@ def write_block(name: str, text: str, header: str) -> Path:
         j += 1
     while i > 0 and lines[i - 1].startswith("#"):
         i -= 1
-    path.write_text("\n".join(lines[:i] + header.splitlines() + text.splitlines() + lines[j:])
-                    + "\n")
+    path.write_text(
+        "\n".join(lines[:i] + header.splitlines() + text.splitlines() + lines[j:]) + "\n"
+    )
     return path
 
 
@@ -131,52 +145,82 @@ def _header(name: str, cases, names, hw) -> str:
     edge = [k for k in names if getattr(cal, k) in BOUNDS[k]]
     note = "".join(
         f"\n# At its {'lower' if getattr(cal, k) == BOUNDS[k][0] else 'upper'} bound: {k} "
-        f"({MISSING[k][getattr(cal, k) != BOUNDS[k][0]]})." for k in edge)
-    return ("# Efficiency parameters of the time model (planner/specs.py Calibration), fitted by\n"
-            "# `python benchmarks/calibrate.py --write` (never per case) to the "
-            f"{len(cases)} runs on this GPU in {files}.\n"
-            f"# Fitted here (identified by the runs: sensitivity >= {SENSITIVITY_MIN}, condition "
-            f"<= {CONDITION_MAX:.0f}): {', '.join(names) or 'none'}{tail}.{note}")
+        f"({MISSING[k][getattr(cal, k) != BOUNDS[k][0]]})."
+        for k in edge
+    )
+    return (
+        "# Efficiency parameters of the time model (planner/specs.py Calibration), fitted by\n"
+        "# `python benchmarks/calibrate.py --write` (never per case) to the "
+        f"{len(cases)} runs on this GPU in {files}.\n"
+        f"# Fitted here (identified by the runs: sensitivity >= {SENSITIVITY_MIN}, condition "
+        f"<= {CONDITION_MAX:.0f}): {', '.join(names) or 'none'}{tail}.{note}"
+    )
 
 
-MISSING = {   # (at the lower bound, at the upper bound): what the model misses
-    "matmul_efficiency": ("MoE compute the model leaves out: router and top-k, grouped GEMMs at "
-                          "few tokens per expert (tile padding), load imbalance",
-                          "elementwise or attention time the model overcounts"),
-    "fp8_matmul_efficiency": ("FP8 quantize/cast kernels and grouped FP8 GEMMs at few tokens "
-                              "per expert", "FP8 GEMM time the model overcounts"),
-    "attention_efficiency": ("attention is the implementation's (cuDNN, FlashAttention, SDPA), "
-                             "not the GPU's: one share per GPU absorbs the mix",
-                             "attention FLOPs the model overcounts"),
-    "network_efficiency": ("dispatch kernels' own overheads (permute, sync) counted as network "
-                           "time", "network traffic the model overcounts or does not overlap"),
-    "nvlink_efficiency": ("NVLink traffic the model does not count",
-                          "NVLink traffic the model counts twice"),
-    "overlap_efficiency": ("TP/DP/CP overlap the schedule does not give",
-                           "TP/DP/CP traffic the model overcounts"),
-    "ep_overlap_efficiency": ("EP traffic the paired-window law leaves hidden",
-                              "EP traffic the model overcounts"),
-    "elementwise_bytes_per_activation": ("GEMM time the model overcounts",
-                                         "elementwise or MoE kernels the model leaves out"),
-    "launch_overhead_us": ("host work the model overcounts (CUDA graphs, fusion)",
-                           "host work per layer the model leaves out (CPU-bound MoE layers)"),
-    "layer_overhead_us": ("per-layer time the model overcounts elsewhere",
-                          "per-layer kernels the model leaves out"),
-    "step_overhead_ms": ("per-step time the model overcounts",
-                         "per-step host work the model leaves out (logging, checkpoint "
-                         "hooks, the first-micro-batch sync)"),
-    "matmul_half_size": ("small GEMMs running faster than the size law",
-                         "small GEMMs (few tokens per expert) slower than the size law"),
+MISSING = {  # (at the lower bound, at the upper bound): what the model misses
+    "matmul_efficiency": (
+        "MoE compute the model leaves out: router and top-k, grouped GEMMs at "
+        "few tokens per expert (tile padding), load imbalance",
+        "elementwise or attention time the model overcounts",
+    ),
+    "fp8_matmul_efficiency": (
+        "FP8 quantize/cast kernels and grouped FP8 GEMMs at few tokens per expert",
+        "FP8 GEMM time the model overcounts",
+    ),
+    "attention_efficiency": (
+        "attention is the implementation's (cuDNN, FlashAttention, SDPA), "
+        "not the GPU's: one share per GPU absorbs the mix",
+        "attention FLOPs the model overcounts",
+    ),
+    "network_efficiency": (
+        "dispatch kernels' own overheads (permute, sync) counted as network time",
+        "network traffic the model overcounts or does not overlap",
+    ),
+    "nvlink_efficiency": (
+        "NVLink traffic the model does not count",
+        "NVLink traffic the model counts twice",
+    ),
+    "overlap_efficiency": (
+        "TP/DP/CP overlap the schedule does not give",
+        "TP/DP/CP traffic the model overcounts",
+    ),
+    "ep_overlap_efficiency": (
+        "EP traffic the paired-window law leaves hidden",
+        "EP traffic the model overcounts",
+    ),
+    "elementwise_bytes_per_activation": (
+        "GEMM time the model overcounts",
+        "elementwise or MoE kernels the model leaves out",
+    ),
+    "launch_overhead_us": (
+        "host work the model overcounts (CUDA graphs, fusion)",
+        "host work per layer the model leaves out (CPU-bound MoE layers)",
+    ),
+    "layer_overhead_us": (
+        "per-layer time the model overcounts elsewhere",
+        "per-layer kernels the model leaves out",
+    ),
+    "step_overhead_ms": (
+        "per-step time the model overcounts",
+        "per-step host work the model leaves out (logging, checkpoint "
+        "hooks, the first-micro-batch sync)",
+    ),
+    "matmul_half_size": (
+        "small GEMMs running faster than the size law",
+        "small GEMMs (few tokens per expert) slower than the size law",
+    ),
 }
 """What a parameter at a bound stands in for (the header names it)."""
 
 
 def _derived_header(name: str, parent: str) -> str:
-    return ("# Efficiency parameters of the time model (planner/specs.py Calibration).\n"
-            f"# NOT fitted: no training runs on this GPU in the calibration files. The hardware "
-            f"values are {parent}'s\n"
-            "# as a stand-in\n# (benchmarks/calibrate.py DERIVED); fitted_on is empty so estimates"
-            " carry a caveat.")
+    return (
+        "# Efficiency parameters of the time model (planner/specs.py Calibration).\n"
+        f"# NOT fitted: no training runs on this GPU in the calibration files. The hardware "
+        f"values are {parent}'s\n"
+        "# as a stand-in\n# (benchmarks/calibrate.py DERIVED); fitted_on is empty so estimates"
+        " carry a caveat."
+    )
 
 
 def fit_cases(paths, log=print) -> list:
@@ -190,8 +234,9 @@ def fit_cases(paths, log=print) -> list:
         n = sum(c.id.startswith(prefix) for c in cases)
         if n:
             log(f"# not fitted: {n} runs {prefix}*: {why}")
-    return [c for c in cases if not c.suspect
-            and not any(c.id.startswith(p) for p in NOT_THIS_HARDWARE)]
+    return [
+        c for c in cases if not c.suspect and not any(c.id.startswith(p) for p in NOT_THIS_HARDWARE)
+    ]
 
 
 def main(argv=None) -> int:
@@ -205,11 +250,14 @@ def main(argv=None) -> int:
         by_hw.setdefault(c.job.hardware.name, []).append(c)
     unknown = sorted(set(by_hw) - set(ORDER))
     if unknown:
-        print(f"runs on profiles calibrate.py has no place for: {', '.join(unknown)}; "
-              "add them to ORDER and PARENT", file=sys.stderr)
+        print(
+            f"runs on profiles calibrate.py has no place for: {', '.join(unknown)}; "
+            "add them to ORDER and PARENT",
+            file=sys.stderr,
+        )
         return 2
     profiles = {n: cs[0].job.hardware for n, cs in by_hw.items()}
-    for n in ORDER:     # a parent with no runs of its own still lends its values
+    for n in ORDER:  # a parent with no runs of its own still lends its values
         if n in PARENT and PARENT[n] not in profiles:
             profiles[PARENT[n]] = load_hardware(PARENT[n])
     fitted: dict = {}
@@ -222,8 +270,9 @@ def main(argv=None) -> int:
         names = fitted[name]
         classes = sorted({c.cls for c in cs})
         recipes = sorted({c.job.training.recipe for c in cs if c.job.training.recipe})
-        cal = profiles[name].calibration.model_copy(update={
-            "fitted_on": tuple(classes) if names else (), "fitted_recipes": tuple(recipes)})
+        cal = profiles[name].calibration.model_copy(
+            update={"fitted_on": tuple(classes) if names else (), "fitted_recipes": tuple(recipes)}
+        )
         header = _header(name, cs, names, profiles[name])
         print(header)
         print(block(cal), end="")

@@ -47,23 +47,40 @@ def leave_one_out(cases=None, rows=None) -> list[dict]:
         for i, (c, cls, gpu, res) in enumerate(data):
             table = build_table([(k, g, v) for j, (_, k, g, v) in enumerate(data) if j != i])
             iv = _lookup(table, cls, gpu, bool(caveats(c.job, c.layout)))
-            out.append({"kind": kind, "id": c.id, "class": cls, "gpu": gpu,
-                        "ratio": math.exp(res), "lo": iv.lo, "hi": iv.hi,
-                        "basis": f"{iv.cls}/{iv.gpu}", "widened": iv.widened,
-                        "inside": iv.lo <= math.exp(res) <= iv.hi})
+            out.append(
+                {
+                    "kind": kind,
+                    "id": c.id,
+                    "class": cls,
+                    "gpu": gpu,
+                    "ratio": math.exp(res),
+                    "lo": iv.lo,
+                    "hi": iv.hi,
+                    "basis": f"{iv.cls}/{iv.gpu}",
+                    "widened": iv.widened,
+                    "inside": iv.lo <= math.exp(res) <= iv.hi,
+                }
+            )
     return out
 
 
 def leave_one_out_serve() -> list[dict]:
     """The same for the serving metrics (no widening: every run is on a fitted profile)."""
     from scripts.gen_intervals import serve_residuals
+
     out = []
     for metric, data in sorted(serve_residuals().items()):
         for i, (cls, gpu, res) in enumerate(data):
             table = build_table([r for j, r in enumerate(data) if j != i])
             iv = _lookup(table, cls, gpu, False)
-            out.append({"kind": metric, "class": f"{metric} {cls}", "gpu": gpu,
-                        "inside": iv.lo <= math.exp(res) <= iv.hi})
+            out.append(
+                {
+                    "kind": metric,
+                    "class": f"{metric} {cls}",
+                    "gpu": gpu,
+                    "inside": iv.lo <= math.exp(res) <= iv.hi,
+                }
+            )
     return out
 
 
@@ -73,8 +90,10 @@ def coverage(results: list[dict], kind: str = "time", by: str = "class") -> dict
         if r["kind"] == kind:
             groups.setdefault(r[by], []).append(r["inside"])
             groups.setdefault("all", []).append(r["inside"])
-    return {k: {"n": len(v), "inside": sum(v), "coverage": sum(v) / len(v)}
-            for k, v in sorted(groups.items())}
+    return {
+        k: {"n": len(v), "inside": sum(v), "coverage": sum(v) / len(v)}
+        for k, v in sorted(groups.items())
+    }
 
 
 def main(argv=None) -> int:
@@ -82,8 +101,11 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     res = leave_one_out()
-    tables = {f"{kind} by {by}": coverage(res, kind, by)
-              for kind in ("time", "memory") for by in ("class", "gpu")}
+    tables = {
+        f"{kind} by {by}": coverage(res, kind, by)
+        for kind in ("time", "memory")
+        for by in ("class", "gpu")
+    }
     serve = leave_one_out_serve()
     for metric in sorted({r["kind"] for r in serve}):
         tables[f"serving {metric} by class"] = coverage(serve, metric, "class")
@@ -91,7 +113,9 @@ def main(argv=None) -> int:
         print(json.dumps(tables, indent=2))
         return 0
     for title, t in tables.items():
-        print(f"leave-one-out coverage of the 80% interval, {title} (bar {BAR[0]:.0%}-{BAR[1]:.0%})")
+        print(
+            f"leave-one-out coverage of the 80% interval, {title} (bar {BAR[0]:.0%}-{BAR[1]:.0%})"
+        )
         for k, v in t.items():
             flag = "" if BAR[0] <= v["coverage"] <= BAR[1] else "  <- outside the bar"
             print(f"  {k:20s} {v['inside']:3d} of {v['n']:3d}  {v['coverage']:6.1%}{flag}")

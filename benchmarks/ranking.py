@@ -31,8 +31,15 @@ TIE = 0.01
 
 def job_key(c) -> tuple:
     j = c.job
-    return (j.model.name, j.hardware.name, j.num_gpus, j.training.seq_length,
-            j.training.global_batch_size, j.training.precision, j.training.recipe)
+    return (
+        j.model.name,
+        j.hardware.name,
+        j.num_gpus,
+        j.training.seq_length,
+        j.training.global_batch_size,
+        j.training.precision,
+        j.training.recipe,
+    )
 
 
 def groups(cases, rows) -> dict[tuple, list[tuple]]:
@@ -40,15 +47,18 @@ def groups(cases, rows) -> dict[tuple, list[tuple]]:
     by: dict[tuple, list[tuple]] = {}
     for c, r in zip(cases, rows):
         by.setdefault(job_key(c), []).append((c, r))
-    return {k: v for k, v in by.items()
-            if len(v) >= 2 and len({(c.layout, c.job.training) for c, _ in v}) >= 2}
+    return {
+        k: v
+        for k, v in by.items()
+        if len(v) >= 2 and len({(c.layout, c.job.training) for c, _ in v}) >= 2
+    }
 
 
 def score(members) -> dict:
     conc = disc = skipped = same = 0
     for (ca, a), (cb, b) in itertools.combinations(members, 2):
         if (ca.layout, ca.job.training) == (cb.layout, cb.job.training):
-            same += 1       # one layout run twice (another software release): no order to rank
+            same += 1  # one layout run twice (another software release): no order to rank
             continue
         dm = b["measured_s"] - a["measured_s"]
         if abs(dm) < TIE * min(a["measured_s"], b["measured_s"]):
@@ -60,9 +70,15 @@ def score(members) -> dict:
         else:
             disc += 1
     n = conc + disc
-    return {"runs": len(members), "pairs": n, "agree": conc, "skipped_close": skipped,
-            "same_layout": same,
-            "agreement": conc / n if n else None, "kendall_tau": (conc - disc) / n if n else None}
+    return {
+        "runs": len(members),
+        "pairs": n,
+        "agree": conc,
+        "skipped_close": skipped,
+        "same_layout": same,
+        "agreement": conc / n if n else None,
+        "kendall_tau": (conc - disc) / n if n else None,
+    }
 
 
 def ranking(cases=None, rows=None) -> dict:
@@ -77,9 +93,13 @@ def ranking(cases=None, rows=None) -> dict:
         total["pairs"] += s["pairs"]
         total["agree"] += s["agree"]
     n = total["pairs"]
-    summary = {"groups": len(out), "pairs": n, "agree": total["agree"],
-               "agreement": total["agree"] / n if n else None,
-               "kendall_tau": (2 * total["agree"] - n) / n if n else None}
+    summary = {
+        "groups": len(out),
+        "pairs": n,
+        "agree": total["agree"],
+        "agreement": total["agree"] / n if n else None,
+        "kendall_tau": (2 * total["agree"] - n) / n if n else None,
+    }
     return {"groups": out, "summary": summary}
 
 
@@ -89,12 +109,16 @@ def print_ranking(result: dict) -> None:
         if not s["pairs"]:
             print(f"  {name[:70]:70s} {s['runs']:2d} runs, no pair {TIE:.0%} apart")
             continue
-        print(f"  {name[:70]:70s} {s['runs']:2d} runs {s['agree']:3d}/{s['pairs']:3d} pairs "
-              f"agree  tau {s['kendall_tau']:+.2f}")
+        print(
+            f"  {name[:70]:70s} {s['runs']:2d} runs {s['agree']:3d}/{s['pairs']:3d} pairs "
+            f"agree  tau {s['kendall_tau']:+.2f}"
+        )
     t = result["summary"]
     if t["pairs"]:
-        print(f"  all: {t['groups']} jobs, {t['agree']} of {t['pairs']} pairs in the measured "
-              f"order ({t['agreement']:.0%}), Kendall's tau {t['kendall_tau']:+.2f}")
+        print(
+            f"  all: {t['groups']} jobs, {t['agree']} of {t['pairs']} pairs in the measured "
+            f"order ({t['agreement']:.0%}), Kendall's tau {t['kendall_tau']:+.2f}"
+        )
 
 
 def main(argv=None) -> int:

@@ -32,19 +32,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-COMMANDS = [("405b", 16384, "h100-sxm"), ("70b", 2048, "h100-sxm"),
-            ("deepseek-v3", 2048, "h100-sxm"), ("deepseek-v3", 1024, "h100-sxm"),
-            ("qwen3-235b", 512, "b200")]
+COMMANDS = [
+    ("405b", 16384, "h100-sxm"),
+    ("70b", 2048, "h100-sxm"),
+    ("deepseek-v3", 2048, "h100-sxm"),
+    ("deepseek-v3", 1024, "h100-sxm"),
+    ("qwen3-235b", 512, "b200"),
+]
 
 
 def wall(cmd: list[str], repeat: int) -> list[float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        ),
+    }
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       env=env)
+        subprocess.run(
+            cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        )
         times.append(time.perf_counter() - t0)
     return times
 
@@ -67,27 +76,35 @@ def main(argv=None) -> int:
     print(f"{'command':66s} {'best s':>7s} {'median s':>9s}")
     for model, gpus, hw in COMMANDS:
         ts = wall(base + ["plan"] + label(model, gpus, hw).split(), args.repeat)
-        print(f"planner plan {label(model, gpus, hw)}".ljust(66)
-              + f" {min(ts):7.3f} {statistics.median(ts):9.3f}")
+        print(
+            f"planner plan {label(model, gpus, hw)}".ljust(66)
+            + f" {min(ts):7.3f} {statistics.median(ts):9.3f}"
+        )
     print()
-    print(f"{'in process':26s} {'layouts':>9s} {'memory est.':>11s} {'timed':>6s} {'search s':>9s} "
-          f"{'layouts/s':>10s} {'estimates/s':>12s}")
+    print(
+        f"{'in process':26s} {'layouts':>9s} {'memory est.':>11s} {'timed':>6s} {'search s':>9s} "
+        f"{'layouts/s':>10s} {'estimates/s':>12s}"
+    )
     kept = None
     for model, gpus, hw in COMMANDS:
         m = get_preset(model)
-        job = Job(model=m, hardware=resolve_hardware(hw), num_gpus=gpus,
-                  training=default_training(m))
+        job = Job(
+            model=m, hardware=resolve_hardware(hw), num_gpus=gpus, training=default_training(m)
+        )
         r = search(job)
         name = f"{model} x {gpus}" + ("" if hw == "h100-sxm" else f" {hw}")
-        print(f"{name:26s} {r.searched:9,d} {r.evaluated:11,d} {r.timed:6,d} "
-              f"{r.elapsed_s:9.3f} {r.searched / r.elapsed_s:10,.0f} "
-              f"{(r.evaluated + r.timed) / r.elapsed_s:12,.0f}")
+        print(
+            f"{name:26s} {r.searched:9,d} {r.evaluated:11,d} {r.timed:6,d} "
+            f"{r.elapsed_s:9.3f} {r.searched / r.elapsed_s:10,.0f} "
+            f"{(r.evaluated + r.timed) / r.elapsed_s:12,.0f}"
+        )
         if model == "70b":
             kept = (job, r)
     # raw rate: full estimates (memory + time) of distinct layouts, fresh cost model
     from planner.search import SearchOptions
     from planner.search.space import _Space
     from planner.search.walk import _Counter, _groups
+
     job, _ = kept
     cm = cost_model(job)
     layouts = []
@@ -95,15 +112,18 @@ def main(argv=None) -> int:
         for vpp in vpps:
             for mbs in (1, 2):
                 for zero in (1, 2):
-                    layouts.append(base.with_(vpp=vpp, sp=base.tp > 1, micro_batch_size=mbs,
-                                              zero=zero))
+                    layouts.append(
+                        base.with_(vpp=vpp, sp=base.tp > 1, micro_batch_size=mbs, zero=zero)
+                    )
     t0 = time.perf_counter()
     for lay in layouts:
         cm.memory(lay)
         cm.time(lay)
     dt = time.perf_counter() - t0
-    print(f"\nfull estimates (memory + step time), 70b x 2048, {len(layouts):,} layouts: "
-          f"{len(layouts) / dt:,.0f} layouts/s")
+    print(
+        f"\nfull estimates (memory + step time), 70b x 2048, {len(layouts):,} layouts: "
+        f"{len(layouts) / dt:,.0f} layouts/s"
+    )
     return 0
 
 

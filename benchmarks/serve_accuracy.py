@@ -56,8 +56,12 @@ DATA = Path(__file__).resolve().parent / "data" / "inference-calibration.yaml"
 LATENCY = Path(__file__).resolve().parent / "data" / "inference-latency.yaml"
 CLASSES = ("offline-throughput", "static-latency")
 LATENCY_CLASSES = ("serving-latency", "disagg")
-METRICS = {"offline-throughput": ("output_tokens_per_s",), "static-latency": ("e2e_s",),
-           "serving-latency": ("tpot_s", "ttft_s"), "disagg": ("tpot_s", "ttft_s")}
+METRICS = {
+    "offline-throughput": ("output_tokens_per_s",),
+    "static-latency": ("e2e_s",),
+    "serving-latency": ("tpot_s", "ttft_s"),
+    "disagg": ("tpot_s", "ttft_s"),
+}
 
 
 AIC_REQUESTS_PER_CLIENT = 6.0
@@ -76,9 +80,9 @@ class Case:
     id: str
     cls: str
     hardware: str
-    data: dict            # the serving config, harness settings applied
+    data: dict  # the serving config, harness settings applied
     measured: float
-    metric: str           # output_tokens_per_s | e2e_s | tpot_s | ttft_s
+    metric: str  # output_tokens_per_s | e2e_s | tpot_s | ttft_s
     engine: str = ""
 
 
@@ -94,11 +98,15 @@ def _trtllm_bench(case: dict) -> dict:
     sv, par = case["serving"], case.get("parallel", {})
     tp, pp = par.get("tp", 1), par.get("pp", 1)
     elem = {"fp4": 0.5, "fp8": 1.0}.get(sv["precision"], 2.0)
-    kv_elem = 1.0 if sv.get("kv_cache_dtype", "fp8" if sv["precision"] != "bf16" else "bf16") == "fp8" else 2.0
-    gib = 1024 ** 3
+    kv_elem = (
+        1.0
+        if sv.get("kv_cache_dtype", "fp8" if sv["precision"] != "bf16" else "bf16") == "fp8"
+        else 2.0
+    )
+    gib = 1024**3
     per_token = 2 * m.num_layers * max(tp, m.kv_heads) * m.head_dim * kv_elem / gib
     engine = total_params(m) * elem / gib
-    total = hw.memory_gib * tp * pp     # get_device_memory() x GPUs
+    total = hw.memory_gib * tp * pp  # get_device_memory() x GPUs
     isl, osl = sv["input_length"], sv["output_length"]
     requests = (total - engine) * 0.95 / (per_token * (isl + osl))
     raw_bs = min(requests, 4096) / pp
@@ -133,13 +141,18 @@ def harness(case: dict) -> dict:
     par = dict(case.get("parallel", {}))
     if "attention DP enabled" in notes and par.get("tp", 1) > 1:
         par.update(dp=par["tp"], tp=1, dp_attention=True)
-    if case["class"] in LATENCY_CLASSES:      # deployment-wide clients -> per instance
+    if case["class"] in LATENCY_CLASSES:  # deployment-wide clients -> per instance
         sv.setdefault("requests_per_client", AIC_REQUESTS_PER_CLIENT)
         par = {k: (dict(v) if isinstance(v, dict) else v) for k, v in par.items()}
         share = par["decode"].get("workers", 1) if "decode" in par else par.get("replicas", 1)
         sv["concurrency"] = max(1, round(sv["concurrency"] / share))
-    return {"model": case["model"], "hardware": case["hardware"], "num_gpus": case["num_gpus"],
-            "serving": sv, "parallel": par}
+    return {
+        "model": case["model"],
+        "hardware": case["hardware"],
+        "num_gpus": case["num_gpus"],
+        "serving": sv,
+        "parallel": par,
+    }
 
 
 def load_cases(path: Path | None = None, classes=CLASSES) -> list[Case]:
@@ -153,8 +166,17 @@ def load_cases(path: Path | None = None, classes=CLASSES) -> list[Case]:
             continue
         for metric in METRICS[c["class"]]:
             if metric in c["measured"]:
-                out.append(Case(c["id"], c["class"], c["hardware"], harness(c),
-                                float(c["measured"][metric]), metric, c["serving"]["engine"]))
+                out.append(
+                    Case(
+                        c["id"],
+                        c["class"],
+                        c["hardware"],
+                        harness(c),
+                        float(c["measured"][metric]),
+                        metric,
+                        c["serving"]["engine"],
+                    )
+                )
     return out
 
 
@@ -174,11 +196,20 @@ def predict(case: Case, hardware=None) -> dict:
     job, layout = serve_config_from_data(data, source=case.id)
     est = estimate(job, layout)
     pred = getattr(est, case.metric)
-    return {"id": case.id, "class": case.cls, "hardware": case.hardware, "layout": layout.name,
-            "metric": case.metric, "engine": case.engine,
-            "predicted": pred, "measured": case.measured, "error": pred / case.measured - 1,
-            "concurrency": est.concurrency, "max_concurrency": est.memory.max_concurrency,
-            "requested": job.serving.concurrency}
+    return {
+        "id": case.id,
+        "class": case.cls,
+        "hardware": case.hardware,
+        "layout": layout.name,
+        "metric": case.metric,
+        "engine": case.engine,
+        "predicted": pred,
+        "measured": case.measured,
+        "error": pred / case.measured - 1,
+        "concurrency": est.concurrency,
+        "max_concurrency": est.memory.max_concurrency,
+        "requested": job.serving.concurrency,
+    }
 
 
 def evaluate(cases, hardware: dict | None = None) -> list[dict]:
@@ -199,10 +230,17 @@ def summary(rows: list[dict], by: str = "hardware") -> list[dict]:
         groups.setdefault((r["class"], metric, r.get(by, "")), []).append(r["error"])
     out = []
     for (cls, metric, key), errs in sorted(groups.items()):
-        out.append({"class": cls, "metric": metric, by: key, "n": len(errs),
-                    "median_abs_error": statistics.median(abs(e) for e in errs),
-                    "max_abs_error": max(abs(e) for e in errs),
-                    "bias": statistics.median(errs)})
+        out.append(
+            {
+                "class": cls,
+                "metric": metric,
+                by: key,
+                "n": len(errs),
+                "median_abs_error": statistics.median(abs(e) for e in errs),
+                "max_abs_error": max(abs(e) for e in errs),
+                "bias": statistics.median(errs),
+            }
+        )
     return out
 
 
@@ -212,32 +250,40 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--hardware", default=None, help="only the cases on this profile")
     args = ap.parse_args(argv)
-    cases = load_all() if args.data is None else (
-        load_cases(args.data, CLASSES + LATENCY_CLASSES))
+    cases = load_all() if args.data is None else (load_cases(args.data, CLASSES + LATENCY_CLASSES))
     if args.hardware:
         cases = [c for c in cases if c.hardware == args.hardware]
     rows = evaluate(cases)
     summ = summary(rows) + summary(rows, by="engine")
     if args.json:
-        print(json.dumps({"cases": rows, "summary": summ, "infeasible": infeasible(rows)},
-                         indent=2))
+        print(
+            json.dumps({"cases": rows, "summary": summ, "infeasible": infeasible(rows)}, indent=2)
+        )
         return 0
-    print(f"{'case':62s} {'metric':7s} {'layout':12s} {'conc':>5s} {'pred':>9s} {'meas':>9s} "
-          f"{'error':>7s}")
+    print(
+        f"{'case':62s} {'metric':7s} {'layout':12s} {'conc':>5s} {'pred':>9s} {'meas':>9s} "
+        f"{'error':>7s}"
+    )
     for r in rows:
         scale = 1e3 if r["metric"] in ("tpot_s", "ttft_s") else 1.0
-        print(f"{r['id'][-62:]:62s} {r['metric'][:7]:7s} {r['layout'][:12]:12s} "
-              f"{r['concurrency']:5d} {r['predicted'] * scale:9.1f} {r['measured'] * scale:9.1f} "
-              f"{r['error']:+7.1%}")
+        print(
+            f"{r['id'][-62:]:62s} {r['metric'][:7]:7s} {r['layout'][:12]:12s} "
+            f"{r['concurrency']:5d} {r['predicted'] * scale:9.1f} {r['measured'] * scale:9.1f} "
+            f"{r['error']:+7.1%}"
+        )
     print()
     for s in summ:
         key = s.get("hardware", s.get("engine"))
-        print(f"{s['class']:19s} {s['metric'][:7]:7s} {key:13s} n={s['n']:3d}  median |error| "
-              f"{s['median_abs_error']:6.1%}  max |error| {s['max_abs_error']:6.1%}  "
-              f"bias {s['bias']:+6.1%}")
-    for r in {r["id"]: r for r in infeasible(rows)}.values():   # one line a case, not a metric
-        print(f"cannot have run as written (not one request fits; a data error, not scored): "
-              f"{r['id']} holds {r['max_concurrency']} of {r['requested']} requests")
+        print(
+            f"{s['class']:19s} {s['metric'][:7]:7s} {key:13s} n={s['n']:3d}  median |error| "
+            f"{s['median_abs_error']:6.1%}  max |error| {s['max_abs_error']:6.1%}  "
+            f"bias {s['bias']:+6.1%}"
+        )
+    for r in {r["id"]: r for r in infeasible(rows)}.values():  # one line a case, not a metric
+        print(
+            f"cannot have run as written (not one request fits; a data error, not scored): "
+            f"{r['id']} holds {r['max_concurrency']} of {r['requested']} requests"
+        )
     return 0
 
 

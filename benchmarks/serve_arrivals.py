@@ -78,12 +78,24 @@ def independent(job, layout, est) -> tuple[float, float]:
         p = min(p, seqs)
         if sv.engine in PREFILL_FIRST:
             return cost.prefill_time(p * isl, span=isl / 2, seqs=p)
-        return max(t, cost.prefill_time(p * isl, span=isl / 2, seqs=p,
-                                        decode_seqs=max(0.0, seqs - p) / cost.pp,
-                                        decode_ctx=ctx))
+        return max(
+            t,
+            cost.prefill_time(
+                p * isl,
+                span=isl / 2,
+                seqs=p,
+                decode_seqs=max(0.0, seqs - p) / cost.pp,
+                decode_ctx=ctx,
+            ),
+        )
 
-    ttft, k = independent_ttft(t, chunk, clients=seqs, decode_s=(osl - 1) * est.tpot_s,
-                               delay_s=first_token_delay(sv.engine, t))
+    ttft, k = independent_ttft(
+        t,
+        chunk,
+        clients=seqs,
+        decode_s=(osl - 1) * est.tpot_s,
+        delay_s=first_token_delay(sv.engine, t),
+    )
     return ttft + est.queue_s, k
 
 
@@ -107,17 +119,27 @@ def rows() -> list[dict]:
         data = {**c.data, "serving": {**c.data["serving"], "requests_per_client": None}}
         job, layout = serve_config_from_data(data, source=c.id)
         if instance_memory(job, layout.instance).max_concurrency < 1:
-            continue                                  # cannot have run as written
+            continue  # cannot have run as written
         est = lockstep(job, layout)
         ind, k = independent(job, layout, est)
         wave = first_wave(job, layout, est) + est.queue_s
         waves = (wave - ind) / (c.measured - ind) if ind < c.measured < wave else None
-        out.append({"id": c.id, "engine": c.engine, "hardware": c.hardware,
-                    "concurrency": est.concurrency, "measured": c.measured,
-                    "lockstep": est.ttft_s, "independent": ind, "k": k, "first_wave": wave,
-                    "implied_waves": waves,
-                    "lockstep_error": est.ttft_s / c.measured - 1,
-                    "independent_error": ind / c.measured - 1})
+        out.append(
+            {
+                "id": c.id,
+                "engine": c.engine,
+                "hardware": c.hardware,
+                "concurrency": est.concurrency,
+                "measured": c.measured,
+                "lockstep": est.ttft_s,
+                "independent": ind,
+                "k": k,
+                "first_wave": wave,
+                "implied_waves": waves,
+                "lockstep_error": est.ttft_s / c.measured - 1,
+                "independent_error": ind / c.measured - 1,
+            }
+        )
     return out
 
 
@@ -126,16 +148,22 @@ def medians(rs: list[dict], key: str) -> list[dict]:
     for r in rs:
         groups.setdefault("all", []).append(r)
         groups.setdefault(r[key], []).append(r)
-    return [{key: g, "n": len(v),
-             "lockstep": statistics.median(abs(r["lockstep_error"]) for r in v),
-             "independent": statistics.median(abs(r["independent_error"]) for r in v)}
-            for g, v in sorted(groups.items())]
+    return [
+        {
+            key: g,
+            "n": len(v),
+            "lockstep": statistics.median(abs(r["lockstep_error"]) for r in v),
+            "independent": statistics.median(abs(r["independent_error"]) for r in v),
+        }
+        for g, v in sorted(groups.items())
+    ]
 
 
 def fit(grid=None) -> list[tuple[float, float, float]]:
     """(W, loss, TTFT median |error|) over W = requests per client of the aggregated latency
     runs: the loss is serve_calibrate's per-run term (squared log error, capped at 1)."""
     import math
+
     cases = [c for c in load_latency_cases() if c.metric == "ttft_s" and c.cls == "serving-latency"]
     out = []
     for w in grid or [1 + 0.5 * i for i in range(39)]:
@@ -155,8 +183,11 @@ def fit(grid=None) -> list[tuple[float, float, float]]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--fit", action="store_true",
-                    help="scan the requests per client W (the first wave's 1/W share)")
+    ap.add_argument(
+        "--fit",
+        action="store_true",
+        help="scan the requests per client W (the first wave's 1/W share)",
+    )
     args = ap.parse_args(argv)
     if args.fit:
         res = fit()
@@ -170,19 +201,25 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"cases": rs, "summary": summ}, indent=2))
         return 0
-    print(f"{'case':48s} {'engine':7s} {'gpu':11s} {'conc':>4s} {'meas ms':>8s} "
-          f"{'lock-step':>15s} {'independent':>15s} {'k':>5s} {'wave ms':>8s} {'R/N':>5s}")
+    print(
+        f"{'case':48s} {'engine':7s} {'gpu':11s} {'conc':>4s} {'meas ms':>8s} "
+        f"{'lock-step':>15s} {'independent':>15s} {'k':>5s} {'wave ms':>8s} {'R/N':>5s}"
+    )
     for r in rs:
-        print(f"{r['id'][-48:]:48s} {r['engine']:7s} {r['hardware']:11s} {r['concurrency']:4d} "
-              f"{r['measured'] * 1e3:8.1f} {r['lockstep'] * 1e3:7.1f} {r['lockstep_error']:+7.0%} "
-              f"{r['independent'] * 1e3:7.1f} {r['independent_error']:+7.0%} {r['k']:5.2f} "
-              f"{r['first_wave'] * 1e3:8.1f} "
-              + (f"{r['implied_waves']:5.1f}" if r["implied_waves"] is not None else "    -"))
+        print(
+            f"{r['id'][-48:]:48s} {r['engine']:7s} {r['hardware']:11s} {r['concurrency']:4d} "
+            f"{r['measured'] * 1e3:8.1f} {r['lockstep'] * 1e3:7.1f} {r['lockstep_error']:+7.0%} "
+            f"{r['independent'] * 1e3:7.1f} {r['independent_error']:+7.0%} {r['k']:5.2f} "
+            f"{r['first_wave'] * 1e3:8.1f} "
+            + (f"{r['implied_waves']:5.1f}" if r["implied_waves"] is not None else "    -")
+        )
     print()
     for key, ms in summ.items():
         for m in ms:
-            print(f"TTFT median |error| {key:8s} {m[key]:11s} n={m['n']:2d}  lock-step "
-                  f"{m['lockstep']:6.1%}  independent {m['independent']:6.1%}")
+            print(
+                f"TTFT median |error| {key:8s} {m[key]:11s} n={m['n']:2d}  lock-step "
+                f"{m['lockstep']:6.1%}  independent {m['independent']:6.1%}"
+            )
     return 0
 
 

@@ -37,7 +37,9 @@ from planner.specs import ServingCalibration
 
 # The fitting code (bounds, loss, the pattern search) is planner/serve/calibrate.py's, shared
 # with `planner calibrate`; this script picks the cases and writes the shipped profiles.
-WEIGHTING = _fit.WEIGHTING   # "run": every run once (its metrics averaged); "class": every class once
+WEIGHTING = (
+    _fit.WEIGHTING
+)  # "run": every run once (its metrics averaged); "class": every class once
 
 
 def loss(cases, hw, weighting: str | None = None) -> float:
@@ -52,15 +54,24 @@ def free_parameters(cases, hw) -> dict:
 
 def fit(cases, hw, *, sweeps: int = 6, steps: int = 9):
     """planner.serve.calibrate.fit over the cases on this GPU (its doc: grid, pattern search)."""
-    return _fit.fit(lambda h: evaluate(cases, {h.name: h}), hw, free_parameters(cases, hw),
-                    sweeps=sweeps, steps=steps, weighting=WEIGHTING)
+    return _fit.fit(
+        lambda h: evaluate(cases, {h.name: h}),
+        hw,
+        free_parameters(cases, hw),
+        sweeps=sweeps,
+        steps=steps,
+        weighting=WEIGHTING,
+    )
 
 
 def render_block(hw, head: str) -> str:
-    lines = ["# Parameters of the serving time model (planner/specs.py ServingCalibration).",
-             "# Fitted by `python benchmarks/serve_calibrate.py " + hw.name + " --write` to the",
-             "# measured runs of inference-calibration.yaml and inference-latency.yaml on this GPU, within physical bounds.",
-             head, "serving_calibration:"]
+    lines = [
+        "# Parameters of the serving time model (planner/specs.py ServingCalibration).",
+        "# Fitted by `python benchmarks/serve_calibrate.py " + hw.name + " --write` to the",
+        "# measured runs of inference-calibration.yaml and inference-latency.yaml on this GPU, within physical bounds.",
+        head,
+        "serving_calibration:",
+    ]
     for k, v in hw.serving_calibration.model_dump().items():
         lines.append(f"  {k}: [{', '.join(v)}]" if isinstance(v, tuple) else f"  {k}: {v}")
     return "\n".join(lines) + "\n"
@@ -69,20 +80,32 @@ def render_block(hw, head: str) -> str:
 def write_block(name: str, block: str) -> None:
     """Replace (or append) the profile's serving_calibration block and its comment lines."""
     from planner.config import profile_dir
+
     path = profile_dir() / f"{name}.yaml"
     lines = path.read_text().splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.startswith("serving_calibration:")), None)
+    start = next(
+        (i for i, line in enumerate(lines) if line.startswith("serving_calibration:")), None
+    )
     if start is not None:
         end = start + 1
         while end < len(lines) and lines[end].startswith("  "):
             end += 1
-        head = next((i for i in range(start - 1, -1, -1)
-                     if lines[i].startswith("# Parameters of the serving time model")), None)
+        head = next(
+            (
+                i
+                for i in range(start - 1, -1, -1)
+                if lines[i].startswith("# Parameters of the serving time model")
+            ),
+            None,
+        )
         if head is not None and all(x.startswith("#") for x in lines[head:start]):
-            start = head           # the block's own comment lines, written by render_block
+            start = head  # the block's own comment lines, written by render_block
         else:
-            while start > 0 and lines[start - 1].startswith("#") and "serving" in "".join(
-                    lines[max(0, start - 4):start]).lower():
+            while (
+                start > 0
+                and lines[start - 1].startswith("#")
+                and "serving" in "".join(lines[max(0, start - 4) : start]).lower()
+            ):
                 start -= 1
         lines[start:end] = [block]
     else:
@@ -96,12 +119,19 @@ def main(argv=None) -> int:
     ap.add_argument("hardware")
     ap.add_argument("--data", type=Path, default=None)
     ap.add_argument("--sweeps", type=int, default=6)
-    ap.add_argument("--from-defaults", action="store_true",
-                    help="start from ServingCalibration's defaults, not the profile's fit")
-    ap.add_argument("--write", action="store_true",
-                    help="replace the serving_calibration block of hardware_profiles/NAME.yaml")
+    ap.add_argument(
+        "--from-defaults",
+        action="store_true",
+        help="start from ServingCalibration's defaults, not the profile's fit",
+    )
+    ap.add_argument(
+        "--write",
+        action="store_true",
+        help="replace the serving_calibration block of hardware_profiles/NAME.yaml",
+    )
     args = ap.parse_args(argv)
     from benchmarks.serve_accuracy import CLASSES, LATENCY_CLASSES, load_cases
+
     cases = load_all() if args.data is None else load_cases(args.data, CLASSES + LATENCY_CLASSES)
     cases = [c for c in cases if c.hardware == args.hardware]
     if not cases:
@@ -117,18 +147,22 @@ def main(argv=None) -> int:
     classes = sorted({c.cls for c in cases})
     hw = replace_cal(hw, fitted_on=tuple(classes))
     edge = at_bounds(hw, free_parameters(cases, hw0))
-    head = (f"# fitted to {len({c.id for c in cases})} runs on {args.hardware} "
-            f"({', '.join(classes)}): rms log error {math.sqrt(best):.3f}\n"
-            f"# at a bound: {', '.join(edge) if edge else 'none'}")
+    head = (
+        f"# fitted to {len({c.id for c in cases})} runs on {args.hardware} "
+        f"({', '.join(classes)}): rms log error {math.sqrt(best):.3f}\n"
+        f"# at a bound: {', '.join(edge) if edge else 'none'}"
+    )
     block = render_block(hw, head)
     print(block, end="")
     if args.write:
         write_block(args.hardware, block)
     for s in summary(evaluate(cases, {hw.name: hw})):
         if s["hardware"] != "all":
-            print(f"# {s['class']:19s} {s['metric']:19s} n={s['n']:3d} median |error| "
-                  f"{s['median_abs_error']:6.1%} "
-                  f"max {s['max_abs_error']:6.1%} bias {s['bias']:+6.1%}")
+            print(
+                f"# {s['class']:19s} {s['metric']:19s} n={s['n']:3d} median |error| "
+                f"{s['median_abs_error']:6.1%} "
+                f"max {s['max_abs_error']:6.1%} bias {s['bias']:+6.1%}"
+            )
     for r in infeasible(evaluate(cases, {hw.name: hw})):
         print(f"# left out (planner cannot hold it): {r['id']}")
     return 0

@@ -32,8 +32,13 @@ def wall(args, repeat: int) -> list[float]:
     out = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "planner", "serve", *args, "--json"], cwd=ROOT,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "planner", "serve", *args, "--json"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
         out.append(time.perf_counter() - t0)
     return out
 
@@ -46,10 +51,16 @@ def in_process(args, repeat: int):
 
     kv = dict(zip(args[::2], args[1::2]))
     hw = resolve_hardware(kv.get("--hardware", "h100-sxm"))
-    job = ServeJob(resolve_model(kv["--model"]), hw, int(kv["--gpus"]),
-                   ServingSpec(precision="fp8", input_length=2048, output_length=512))
-    opts = ServeOptions(ttft_s=float(kv["--ttft-ms"]) / 1e3 if "--ttft-ms" in kv else None,
-                        tpot_s=float(kv["--tpot-ms"]) / 1e3 if "--tpot-ms" in kv else None)
+    job = ServeJob(
+        resolve_model(kv["--model"]),
+        hw,
+        int(kv["--gpus"]),
+        ServingSpec(precision="fp8", input_length=2048, output_length=512),
+    )
+    opts = ServeOptions(
+        ttft_s=float(kv["--ttft-ms"]) / 1e3 if "--ttft-ms" in kv else None,
+        tpot_s=float(kv["--tpot-ms"]) / 1e3 if "--tpot-ms" in kv else None,
+    )
     times, res = [], None
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -71,8 +82,10 @@ def main(argv=None) -> int:
     for a in COMMANDS:
         t, res = in_process(a, args.repeat)
         best = min(t)
-        print(f"{' '.join(a):62s} {res.searched:8,d} {res.shapes:7d} {best:9.3f} "
-              f"{res.searched / best:10,.0f}")
+        print(
+            f"{' '.join(a):62s} {res.searched:8,d} {res.shapes:7d} {best:9.3f} "
+            f"{res.searched / best:10,.0f}"
+        )
     return 0
 
 

@@ -38,8 +38,11 @@ BANDWIDTHS = ("hbm_bandwidth_gb_per_s", "nvlink_bandwidth_gb_per_s", "network_ba
 
 def synthetic_log(t: float) -> str:
     """A Megatron-LM log of a run whose steady step time is t (three slower warm-up steps)."""
-    return "".join(f" iteration {10 * i:6d}/ 100 | elapsed time per iteration (ms): "
-                   f"{t * 1e3 * (1.3 if i <= 3 else 1.0):.4f} |\n" for i in range(1, 11))
+    return "".join(
+        f" iteration {10 * i:6d}/ 100 | elapsed time per iteration (ms): "
+        f"{t * 1e3 * (1.3 if i <= 3 else 1.0):.4f} |\n"
+        for i in range(1, 11)
+    )
 
 
 def as_runs(cases) -> list[Run]:
@@ -64,8 +67,10 @@ def perturbed(hw):
 
 def _scores(runs, hw) -> dict:
     e = errors(runs, {hw.name: hw})
-    return {"median_abs_error": statistics.median(abs(math.expm1(x)) for x in e),
-            "huber_loss": sum(_huber(x) for x in e) / len(e)}
+    return {
+        "median_abs_error": statistics.median(abs(math.expm1(x)) for x in e),
+        "huber_loss": sum(_huber(x) for x in e) / len(e),
+    }
 
 
 def split_half(gpus=None) -> dict:
@@ -76,8 +81,7 @@ def split_half(gpus=None) -> dict:
             continue
         shipped = fit[0].job.hardware
         fit_runs, test_runs = as_runs(fit), as_runs(test)
-        row = {"fit_runs": len(fit), "test_runs": len(test),
-               "shipped": _scores(test_runs, shipped)}
+        row = {"fit_runs": len(fit), "test_runs": len(test), "shipped": _scores(test_runs, shipped)}
         for name, base in (("calibrated", shipped), ("perturbed", perturbed(shipped))):
             got = calibrate(fit_runs, base)
             row[f"{name}_base"] = _scores(test_runs, base)
@@ -99,15 +103,23 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(res, indent=2))
         return 0
-    print(f"{'gpu':12s} {'fit/test':>8s}  held-out median |error| (Huber loss): shipped | "
-          "calibrated from half | perturbed base -> calibrated")
+    print(
+        f"{'gpu':12s} {'fit/test':>8s}  held-out median |error| (Huber loss): shipped | "
+        "calibrated from half | perturbed base -> calibrated"
+    )
     for gpu, r in res.items():
+
         def f(s):
             return f"{s['median_abs_error']:6.1%} ({s['huber_loss']:.4f})"
-        print(f"{gpu:12s} {r['fit_runs']:3d}/{r['test_runs']:<4d}  {f(r['shipped'])} | "
-              f"{f(r['calibrated'])} | {f(r['perturbed_base'])} -> {f(r['perturbed'])}")
-        print(f"{'':14s} fitted {', '.join(r['calibrated_fitted'])}; perturbed at a bound: "
-              f"{', '.join(r['perturbed_at_bound']) or '-'}")
+
+        print(
+            f"{gpu:12s} {r['fit_runs']:3d}/{r['test_runs']:<4d}  {f(r['shipped'])} | "
+            f"{f(r['calibrated'])} | {f(r['perturbed_base'])} -> {f(r['perturbed'])}"
+        )
+        print(
+            f"{'':14s} fitted {', '.join(r['calibrated_fitted'])}; perturbed at a bound: "
+            f"{', '.join(r['perturbed_at_bound']) or '-'}"
+        )
         for name in ("calibrated", "perturbed"):
             print(f"{'':14s} {name}: {r[name + '_bandwidth_note']}")
     return 0

@@ -42,9 +42,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 REFERENCE = ["-c", "sum(i*i for i in range(3_000_000))"]
-COMMANDS = [("planner --version", ["-m", "planner", "--version"], 0.3),
-            ("planner plan --model 70b --gpus 2048 --json",
-             ["-m", "planner", "plan", "--model", "70b", "--gpus", "2048", "--json"], 1.0)]
+COMMANDS = [
+    ("planner --version", ["-m", "planner", "--version"], 0.3),
+    (
+        "planner plan --model 70b --gpus 2048 --json",
+        ["-m", "planner", "plan", "--model", "70b", "--gpus", "2048", "--json"],
+        1.0,
+    ),
+]
 TYPER_ALONE = """
 import inspect, typer, planner.cli as cli
 cli._app()                      # typer and the shared option aliases in cli's namespace
@@ -55,10 +60,14 @@ app.callback()(lambda: None)
 app.command("plan")(plan)
 app(["plan", "--model", "70b", "--gpus", "2048", "--json"], standalone_mode=False)
 """
-FLOORS = [("  python -c pass (interpreter, site)", ["-c", "pass"]),
-          ("  typer parsing plan's options, empty body", ["-c", TYPER_ALONE]),
-          ("  the same plan with --top 0 (all but the search)",
-           ["-m", "planner", "plan", "--model", "70b", "--gpus", "2048", "--json", "--top", "0"])]
+FLOORS = [
+    ("  python -c pass (interpreter, site)", ["-c", "pass"]),
+    ("  typer parsing plan's options, empty body", ["-c", TYPER_ALONE]),
+    (
+        "  the same plan with --top 0 (all but the search)",
+        ["-m", "planner", "plan", "--model", "70b", "--gpus", "2048", "--json", "--top", "0"],
+    ),
+]
 """What the plan's figure stands on, timed alike (no target): the bare interpreter; typer
 parsing the same command line into plan's own options (its signature) with an empty body
 (typer 0.29 validates every option through a pydantic TypeAdapter, so this imports pydantic
@@ -70,15 +79,25 @@ cluster resolved: everything but the search and its output."""
 def cpu(args: list[str], env: dict[str, str], *, check: bool = True) -> float:
     """CPU seconds (user + sys) of one child `python ARGS`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, *args], check=check, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, *args],
+        check=check,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=ROOT,
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def child_env(bytecode_cache: str | None) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        ),
+    }
     if bytecode_cache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = bytecode_cache
@@ -87,8 +106,9 @@ def child_env(bytecode_cache: str | None) -> dict[str, str]:
 
 def measure(repeat: int, env: dict[str, str]) -> dict[str, list[float]]:
     """CPU seconds per run of the reference and of each command, interleaved."""
-    runs: dict[str, list[float]] = {"reference": []} | {name: [] for name, _, _ in COMMANDS} \
-        | {name: [] for name, _ in FLOORS}
+    runs: dict[str, list[float]] = (
+        {"reference": []} | {name: [] for name, _, _ in COMMANDS} | {name: [] for name, _ in FLOORS}
+    )
     for _ in range(repeat):
         runs["reference"].append(cpu(REFERENCE, env))
         for name, args, _ in COMMANDS:
@@ -101,8 +121,11 @@ def measure(repeat: int, env: dict[str, str]) -> dict[str, list[float]]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--bytecode", action="store_true",
-                    help="let the children cache bytecode (in a temporary directory)")
+    ap.add_argument(
+        "--bytecode",
+        action="store_true",
+        help="let the children cache bytecode (in a temporary directory)",
+    )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="planner-pyc-") as cache:
         env = child_env(cache if args.bytecode else None)
@@ -113,17 +136,23 @@ def main(argv=None) -> int:
                 cpu(cmd, env, check=False)
         runs = measure(args.repeat, env)
     ref = statistics.median(runs["reference"])
-    bytecode = ("cached" if args.bytecode else
-                "not written (PYTHONDONTWRITEBYTECODE)" if env.get("PYTHONDONTWRITEBYTECODE")
-                else "as the environment has it")
+    bytecode = (
+        "cached"
+        if args.bytecode
+        else "not written (PYTHONDONTWRITEBYTECODE)"
+        if env.get("PYTHONDONTWRITEBYTECODE")
+        else "as the environment has it"
+    )
     print(f"CPU seconds (user + sys), median of {args.repeat}; bytecode {bytecode}")
     print(f"{'command':48s} {'median s':>9s} {'x ref':>6s} {'target':>7s}")
     print(f"{'reference: sum(i*i for i in range(3_000_000))':48s} {ref:9.3f} {1:6.2f}")
     for name, _, target in COMMANDS:
         t = statistics.median(runs[name])
         ok = t / ref <= target
-        print(f"{name:48s} {t:9.3f} {t / ref:6.2f} {'<= ' + str(target):>7s}"
-              f"{'' if ok else '  (missed)'}")
+        print(
+            f"{name:48s} {t:9.3f} {t / ref:6.2f} {'<= ' + str(target):>7s}"
+            f"{'' if ok else '  (missed)'}"
+        )
     for name, _ in FLOORS:
         t = statistics.median(runs[name])
         print(f"{name:48s} {t:9.3f} {t / ref:6.2f}")

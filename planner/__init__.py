@@ -13,19 +13,38 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "Job": "planner.config", "load_config": "planner.config",
-    "Estimate": "planner.cost", "estimate": "planner.cost",
-    "PlannerError": "planner.errors", "SpecError": "planner.errors",
-    "InfeasibleError": "planner.errors", "Violation": "planner.errors",
+    "Job": "planner.config",
+    "load_config": "planner.config",
+    "Estimate": "planner.cost",
+    "estimate": "planner.cost",
+    "PlannerError": "planner.errors",
+    "SpecError": "planner.errors",
+    "InfeasibleError": "planner.errors",
+    "Violation": "planner.errors",
     "Layout": "planner.layout",
-    "get_preset": "planner.presets", "resolve_model": "planner.presets",
-    "ValidationResult": "planner.validate", "validate": "planner.validate",
+    "get_preset": "planner.presets",
+    "resolve_model": "planner.presets",
+    "ValidationResult": "planner.validate",
+    "validate": "planner.validate",
 }
 """Public name -> the module that defines it."""
 
-__all__ = ["Job", "load_config", "Estimate", "estimate", "PlannerError", "SpecError",
-           "InfeasibleError", "Violation", "Layout", "get_preset", "resolve_model",
-           "ValidationResult", "validate", "__version__"]   # _PUBLIC and the version
+__all__ = [
+    "Job",
+    "load_config",
+    "Estimate",
+    "estimate",
+    "PlannerError",
+    "SpecError",
+    "InfeasibleError",
+    "Violation",
+    "Layout",
+    "get_preset",
+    "resolve_model",
+    "ValidationResult",
+    "validate",
+    "__version__",
+]  # _PUBLIC and the version
 
 
 def __getattr__(name: str) -> Any:
@@ -33,7 +52,7 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'planner' has no attribute {name!r}")
     value = getattr(import_module(module), name)
-    globals()[name] = value       # later look-ups skip this function
+    globals()[name] = value  # later look-ups skip this function
     return value
 
 
@@ -55,7 +74,7 @@ class _Package(ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
-if TYPE_CHECKING:   # for type checkers and IDEs: the names as if imported eagerly
+if TYPE_CHECKING:  # for type checkers and IDEs: the names as if imported eagerly
     from planner.config import Job, load_config
     from planner.cost import Estimate, estimate
     from planner.errors import InfeasibleError, PlannerError, SpecError, Violation

@@ -10,14 +10,16 @@ import sys
 def main() -> None:
     if sys.argv[1:] == ["--version"]:
         from planner import __version__
+
         try:
             print(f"planner {__version__}")
             sys.stdout.flush()
         except OSError:
-            pass                 # planner.cli prints it again and ends as the error says
+            pass  # planner.cli prints it again and ends as the error says
         else:
             sys.exit(0)
     from planner.cli import main as cli_main
+
     cli_main()
 
 

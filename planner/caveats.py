@@ -41,16 +41,22 @@ def caveats(job: _Job, layout: Layout | None) -> list[str]:
     hw = job.hardware
     fitted = set(hw.calibration.fitted_on)
     if not fitted:
-        return [f"{hw.name} has no calibration data: its efficiency parameters are borrowed "
-                "from another GPU, so treat the step time as a rough estimate"]
+        return [
+            f"{hw.name} has no calibration data: its efficiency parameters are borrowed "
+            "from another GPU, so treat the step time as a rough estimate"
+        ]
     out = []
     missing = [c for c in case_classes(job, layout) if c not in fitted]
     if missing:
-        out.append(f"no {' or '.join(missing)} runs on {hw.name} in the calibration data "
-                   f"(fitted on {', '.join(sorted(fitted))}): the step time is extrapolated")
+        out.append(
+            f"no {' or '.join(missing)} runs on {hw.name} in the calibration data "
+            f"(fitted on {', '.join(sorted(fitted))}): the step time is extrapolated"
+        )
     recipe = job.training.recipe
     if recipe is not None and recipe not in hw.calibration.fitted_recipes:
         seen = ", ".join(hw.calibration.fitted_recipes) or "none"
-        out.append(f"no FP8 {recipe} runs on {hw.name} in the calibration data (FP8 recipes "
-                   f"fitted: {seen}): its FP8 GEMM rate is extrapolated")
+        out.append(
+            f"no FP8 {recipe} runs on {hw.name} in the calibration data (FP8 recipes "
+            f"fitted: {seen}): its FP8 GEMM rate is extrapolated"
+        )
     return out

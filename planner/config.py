@@ -17,10 +17,18 @@ from planner.layout import Layout, layout_from_spec
 from planner.presets import resolve_model
 from planner.specs import ConfigSpec, HardwareSpec, ModelSpec, TrainingSpec, parse_spec
 
-__all__ = ["Job", "load_config", "config_from_data", "resolve_hardware", "profile_dir",
-           "profile_names", "default_training", "default_batch"]
+__all__ = [
+    "Job",
+    "load_config",
+    "config_from_data",
+    "resolve_hardware",
+    "profile_dir",
+    "profile_names",
+    "default_training",
+    "default_batch",
+]
 
-TOKENS_PER_STEP = 4 * 2**20   # "about 4M tokens" per step (Llama 3 paper: 4M tokens at 8k)
+TOKENS_PER_STEP = 4 * 2**20  # "about 4M tokens" per step (Llama 3 paper: 4M tokens at 8k)
 
 # The default global batch grows with the cluster as published recipes do (default_batch):
 # at least TOKENS_PER_STEP (Llama 3's first batch, 4M tokens, arXiv 2407.21783 sec. 3.4.1;
@@ -80,12 +88,16 @@ def resolve_hardware(ref: str | dict | HardwareSpec, *, base: Path | None = None
     names = profile_names()
     # prefixes first: difflib alone would answer "h100" with "h200" rather than "h100-sxm"; every
     # profile the prefix names, since one would be a guess ("h100": h100-96g or h100-sxm)
-    close = ([n for n in names if text and n.startswith(text.lower())]
-             or difflib.get_close_matches(text[:100], names, n=1))
-    hint = (f"did you mean {' or '.join(repr(n) for n in close[:4])}? " if close else "")
-    raise SpecError(f"hardware {short(text)} is not a profile or a file; {hint}"
-                    f"profiles: {', '.join(names) or '(none found in ' + str(profile_dir()) + ')'}",
-                    field="hardware", value=text)
+    close = [n for n in names if text and n.startswith(text.lower())] or difflib.get_close_matches(
+        text[:100], names, n=1
+    )
+    hint = f"did you mean {' or '.join(repr(n) for n in close[:4])}? " if close else ""
+    raise SpecError(
+        f"hardware {short(text)} is not a profile or a file; {hint}"
+        f"profiles: {', '.join(names) or '(none found in ' + str(profile_dir()) + ')'}",
+        field="hardware",
+        value=text,
+    )
 
 
 def default_batch(model: ModelSpec, seq: int, num_gpus: int | None) -> tuple[int, str]:
@@ -97,44 +109,68 @@ def default_batch(model: ModelSpec, seq: int, num_gpus: int | None) -> tuple[int
     where = "about 4M tokens (Llama 3's first batch; Megatron-Bridge's recipes, 512 x 8192)"
     if num_gpus is None:
         return floor, where
-    per_gpu, source = ((MOE_TOKENS_PER_GPU, "DeepSeek-V3's 15,360 x 4,096 on 2,048 GPUs, "
-                        "arXiv 2412.19437") if model.is_moe else
-                       (DENSE_TOKENS_PER_GPU, "Llama 3 405B's 16M tokens on 16,384 GPUs, "
-                        "arXiv 2407.21783"))
+    per_gpu, source = (
+        (MOE_TOKENS_PER_GPU, "DeepSeek-V3's 15,360 x 4,096 on 2,048 GPUs, arXiv 2412.19437")
+        if model.is_moe
+        else (DENSE_TOKENS_PER_GPU, "Llama 3 405B's 16M tokens on 16,384 GPUs, arXiv 2407.21783")
+    )
     scaled = round(per_gpu * num_gpus / seq)
     if scaled <= floor:
         return floor, where
     return scaled, (f"{per_gpu:,} tokens per GPU x {num_gpus:,} GPUs ({source})")
 
 
-def default_training(model: ModelSpec, *, seq_length: int | None = None,
-                     global_batch_size: int | None = None, precision: str = "bf16",
-                     num_gpus: int | None = None, **extra) -> TrainingSpec:
+def default_training(
+    model: ModelSpec,
+    *,
+    seq_length: int | None = None,
+    global_batch_size: int | None = None,
+    precision: str = "bf16",
+    num_gpus: int | None = None,
+    **extra,
+) -> TrainingSpec:
     """Fill the plan defaults: seq = the model's training length (else 4096), batch =
     `default_batch` (about 4M tokens; with `num_gpus`, what published recipes use at that
     scale)."""
     seq = seq_length if seq_length is not None else (model.seq_length or 4096)
-    gbs = (global_batch_size if global_batch_size is not None
-           else default_batch(model, seq, num_gpus)[0])
-    return parse_spec(TrainingSpec, dict(seq_length=seq, global_batch_size=gbs,
-                                         precision=precision, **extra), where="training")
+    gbs = (
+        global_batch_size
+        if global_batch_size is not None
+        else default_batch(model, seq, num_gpus)[0]
+    )
+    return parse_spec(
+        TrainingSpec,
+        dict(seq_length=seq, global_batch_size=gbs, precision=precision, **extra),
+        where="training",
+    )
 
 
-def config_from_data(data, *, base: Path | None = None, source: str = "config") -> tuple[Job, Layout]:
-    if not isinstance(data, dict):   # parse_spec would name the class (ConfigSpec), not the file
+def config_from_data(
+    data, *, base: Path | None = None, source: str = "config"
+) -> tuple[Job, Layout]:
+    if not isinstance(data, dict):  # parse_spec would name the class (ConfigSpec), not the file
         got = "nothing (only comments?)" if data is None else type(data).__name__
-        raise SpecError(f"config {short(source, 200)} must be a mapping of keys to values at the top level, "
-                        f"got {got}; see examples/")
+        raise SpecError(
+            f"config {short(source, 200)} must be a mapping of keys to values at the top level, "
+            f"got {got}; see examples/"
+        )
     spec: ConfigSpec = parse_spec(ConfigSpec, data, where="")
     model = resolve_model(spec.model, base=base)
     hardware = resolve_hardware(spec.hardware, base=base)
     t = spec.training
-    training = default_training(model, seq_length=t.seq_length,
-                                global_batch_size=t.global_batch_size, precision=t.precision,
-                                flash_attention=t.flash_attention, accounting=t.accounting,
-                                fp8_recipe=t.fp8_recipe, fp8_param_gather=t.fp8_param_gather,
-                                cross_entropy=t.cross_entropy, loss_parallel=t.loss_parallel,
-                                num_gpus=spec.num_gpus)
+    training = default_training(
+        model,
+        seq_length=t.seq_length,
+        global_batch_size=t.global_batch_size,
+        precision=t.precision,
+        flash_attention=t.flash_attention,
+        accounting=t.accounting,
+        fp8_recipe=t.fp8_recipe,
+        fp8_param_gather=t.fp8_param_gather,
+        cross_entropy=t.cross_entropy,
+        loss_parallel=t.loss_parallel,
+        num_gpus=spec.num_gpus,
+    )
     job = Job(model=model, hardware=hardware, num_gpus=spec.num_gpus, training=training)
     return job, layout_from_spec(spec.parallel, num_gpus=spec.num_gpus)
 

@@ -17,8 +17,17 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["PlannerError", "SpecError", "InfeasibleError", "InternalError", "Violation",
-           "Severity", "short", "clip", "MAX_MESSAGE_CHARS"]
+__all__ = [
+    "PlannerError",
+    "SpecError",
+    "InfeasibleError",
+    "InternalError",
+    "Violation",
+    "Severity",
+    "short",
+    "clip",
+    "MAX_MESSAGE_CHARS",
+]
 
 Severity = Literal["error", "warning"]
 
@@ -32,7 +41,7 @@ _UNSET: Any = object()
 def _one_line(message: str) -> str:
     text = " ".join(str(message).splitlines())
     if len(text) > MAX_MESSAGE_CHARS:
-        text = text[:700] + " ... " + text[-(MAX_MESSAGE_CHARS - 705):]
+        text = text[:700] + " ... " + text[-(MAX_MESSAGE_CHARS - 705) :]
     return text
 
 
@@ -68,14 +77,18 @@ class PlannerError(Exception):
         """{"code", "field", "value", "message"}: `value` as JSON data (a number, bool, null or
         a string at most 200 characters long)."""
         field, value = self.field, (self.value if self.has_value else None)
-        if field is None:   # the messages' own `field = value: problem; fix` form
+        if field is None:  # the messages' own `field = value: problem; fix` form
             found = re.match(r"(?:error: )?([-\w.\[\]]+) = (.{1,200}?): ", self.message)
             if found:
                 field = found.group(1)
                 if not self.has_value:
                     value = _literal(found.group(2))
-        return {"code": self.exit_code, "field": field, "value": _json_value(value),
-                "message": self.message}
+        return {
+            "code": self.exit_code,
+            "field": field,
+            "value": _json_value(value),
+            "message": self.message,
+        }
 
 
 class SpecError(PlannerError):
@@ -111,6 +124,7 @@ class Violation:
 
 # ------------------------------------------------------------------------- short forms
 
+
 def _literal(text: str) -> Any:
     """A value as a message wrote it (`8`, `0.5`, `'eight'`) back as data."""
     if re.fullmatch(r"-?\d{1,18}", text):
@@ -137,7 +151,7 @@ def _json_value(value: Any) -> Any:
 def clip(text: str, limit: int = 200) -> str:
     """Plain text (a parser's message, say) cut to `limit` characters, unquoted."""
     text = " ".join(str(text).splitlines())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def short(value: Any, limit: int = 60) -> str:
@@ -148,7 +162,7 @@ def short(value: Any, limit: int = 60) -> str:
     even print one beyond 4,300 digits), other objects their type.
     """
     text = _short(value, limit, depth=0)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _short(value: Any, limit: int, depth: int) -> str:

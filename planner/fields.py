@@ -25,11 +25,29 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Literal
 
-__all__ = ["Recompute", "RecomputeModule", "Dispatcher", "PipelineSchedule", "CudaGraphs",
-           "StateDtype", "ActivationCache",
-           "CpCommType", "PARTS", "ALL_PARTS", "FieldInfo", "row", "info", "layout_fields",
-           "layout_key", "key_fields", "config_name", "framework_names", "SAME", "MAX_DIM",
-           "MAX_BATCH"]
+__all__ = [
+    "Recompute",
+    "RecomputeModule",
+    "Dispatcher",
+    "PipelineSchedule",
+    "CudaGraphs",
+    "StateDtype",
+    "ActivationCache",
+    "CpCommType",
+    "PARTS",
+    "ALL_PARTS",
+    "FieldInfo",
+    "row",
+    "info",
+    "layout_fields",
+    "layout_key",
+    "key_fields",
+    "config_name",
+    "framework_names",
+    "SAME",
+    "MAX_DIM",
+    "MAX_BATCH",
+]
 
 MAX_DIM = 10_000_000
 """No real model or cluster is larger; anything above is a typo (degrees, GPUs)."""
@@ -37,8 +55,16 @@ MAX_BATCH = 100_000_000
 """Sequences in a (micro-)batch; more is a typo."""
 
 Recompute = Literal["none", "selective", "full"]
-RecomputeModule = Literal["core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj",
-                          "shared_experts", "torchtitan_op"]
+RecomputeModule = Literal[
+    "core_attn",
+    "mlp",
+    "moe",
+    "moe_act",
+    "layernorm",
+    "mla_up_proj",
+    "shared_experts",
+    "torchtitan_op",
+]
 Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 PipelineSchedule = Literal["1f1b", "interleaved", "dualpipe", "dualpipev"]
 CudaGraphs = Literal["none", "partial", "full"]
@@ -50,7 +76,7 @@ PARTS = {
     "dtypes": "bytes per parameter of the model states (CostModel.dtypes)",
     "acts": "activation bytes per layer and micro-batch (CostModel.act_costs)",
     "layer_base": "a layer's costs that do not depend on ep or the dispatcher "
-                  "(CostModel._layer_base)",
+    "(CostModel._layer_base)",
     "moe_layer": "the MoE layer's times (CostModel._moe_layer)",
     "layer": "a layer's costs with EP traffic (CostModel.layer_costs)",
     "stages": "the pipeline ranks as groups (CostModel.stages)",
@@ -59,7 +85,7 @@ PARTS = {
     "first_params": "the first stage's parameters (CostModel._first_rank_params)",
     "pipeline": "the step time's pipeline part (CostModel._pipeline)",
     "dp": "the step time's DP and optimizer part, given the compute windows "
-          "(CostModel._dp_and_optimizer)",
+    "(CostModel._dp_and_optimizer)",
 }
 """The cached parts of the cost model, each keyed on the fields that read it."""
 ALL_PARTS = frozenset(PARTS)
@@ -103,8 +129,14 @@ class FieldInfo:
     """The Layout attribute the JSON prints instead of the raw field (a resolved value)."""
 
 
-def row(default: Any, doc: str, *, reads: frozenset[str] | set[str] = ALL_PARTS,
-        compare: bool = True, **names: Any) -> Any:
+def row(
+    default: Any,
+    doc: str,
+    *,
+    reads: frozenset[str] | set[str] = ALL_PARTS,
+    compare: bool = True,
+    **names: Any,
+) -> Any:
     """A Layout field with its row of the table (`FieldInfo`)."""
     bad = set(reads) - ALL_PARTS
     if bad:

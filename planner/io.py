@@ -26,7 +26,7 @@ import yaml
 
 from planner.errors import SpecError, clip, short
 
-if TYPE_CHECKING:   # at run time: module __getattr__ below
+if TYPE_CHECKING:  # at run time: module __getattr__ below
     if sys.version_info >= (3, 11):
         import tomllib
         from tomllib import TOMLDecodeError
@@ -37,12 +37,32 @@ if TYPE_CHECKING:   # at run time: module __getattr__ below
 if TYPE_CHECKING:
     from typing import TypeAlias
 
-    _Loader: TypeAlias = yaml.SafeLoader | yaml.CSafeLoader   # libyaml's when it is built
+    _Loader: TypeAlias = yaml.SafeLoader | yaml.CSafeLoader  # libyaml's when it is built
 
-__all__ = ["ref_path", "read_text", "read_yaml", "load_yaml", "load_json", "load_toml",
-           "TOMLDecodeError", "tomllib", "check_text", "check_tree", "read_budget", "safe_exists",
-           "safe_is_file", "safe_is_dir", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES",
-           "MAX_DIGITS", "MAX_NAME_CHARS", "MAX_PATH_CHARS", "READ_BUDGET_S"]
+__all__ = [
+    "ref_path",
+    "read_text",
+    "read_yaml",
+    "load_yaml",
+    "load_json",
+    "load_toml",
+    "TOMLDecodeError",
+    "tomllib",
+    "check_text",
+    "check_tree",
+    "read_budget",
+    "safe_exists",
+    "safe_is_file",
+    "safe_is_dir",
+    "MAX_FILE_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "MAX_DIGITS",
+    "MAX_NAME_CHARS",
+    "MAX_PATH_CHARS",
+    "READ_BUDGET_S",
+]
+
 
 def _tomllib() -> ModuleType:
     """The TOML parser: the standard library's, or its backport on Python 3.10."""
@@ -93,14 +113,21 @@ def _name(p: Path | str) -> str:
 def _check_path(p: Path, what: str) -> None:
     text = str(p)
     if len(text) > MAX_PATH_CHARS:
-        raise SpecError(f"{what} path is {len(text):,} characters long; paths are at most "
-                        f"{MAX_PATH_CHARS:,} (limit: path length); check the path",
-                        field=what, value=short(text))
+        raise SpecError(
+            f"{what} path is {len(text):,} characters long; paths are at most "
+            f"{MAX_PATH_CHARS:,} (limit: path length); check the path",
+            field=what,
+            value=short(text),
+        )
     for part in p.parts:
         if len(os.fsencode(part)) > MAX_NAME_CHARS:
-            raise SpecError(f"{what} {_name(p)}: a name in the path is {len(part):,} characters "
-                            f"long; file and folder names are at most {MAX_NAME_CHARS} (limit: "
-                            "name length); check the path", field=what, value=short(text))
+            raise SpecError(
+                f"{what} {_name(p)}: a name in the path is {len(part):,} characters "
+                f"long; file and folder names are at most {MAX_NAME_CHARS} (limit: "
+                "name length); check the path",
+                field=what,
+                value=short(text),
+            )
 
 
 def safe_is_file(path: Path) -> bool:
@@ -145,27 +172,41 @@ def _read_bytes(p: Path, what: str) -> bytes:
     try:
         fd = os.open(p, flags)
     except FileNotFoundError:
-        raise SpecError(f"{what} {_name(p)} does not exist; check the path",
-                        field=what, value=str(p)) from None
+        raise SpecError(
+            f"{what} {_name(p)} does not exist; check the path", field=what, value=str(p)
+        ) from None
     except NotADirectoryError:
-        raise SpecError(f"{what} {_name(p)} does not exist (a part of the path is a file, not "
-                        "a folder); check the path", field=what, value=str(p)) from None
+        raise SpecError(
+            f"{what} {_name(p)} does not exist (a part of the path is a file, not "
+            "a folder); check the path",
+            field=what,
+            value=str(p),
+        ) from None
     except PermissionError:
-        raise SpecError(f"{what} {_name(p)} cannot be opened: permission denied (the file or a "
-                        "folder above it is not readable); check the permissions",
-                        field=what, value=str(p)) from None
+        raise SpecError(
+            f"{what} {_name(p)} cannot be opened: permission denied (the file or a "
+            "folder above it is not readable); check the permissions",
+            field=what,
+            value=str(p),
+        ) from None
     except (OSError, ValueError) as exc:
         why = getattr(exc, "strerror", None) or exc.__class__.__name__
-        raise SpecError(f"{what} {_name(p)} cannot be opened ({why}); check the path",
-                        field=what, value=str(p)) from None
+        raise SpecError(
+            f"{what} {_name(p)} cannot be opened ({why}); check the path", field=what, value=str(p)
+        ) from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
-            raise SpecError(f"{what} {_name(p)} is a directory; give a file",
-                            field=what, value=str(p))
+            raise SpecError(
+                f"{what} {_name(p)} is a directory; give a file", field=what, value=str(p)
+            )
         if not stat.S_ISREG(st.st_mode):
-            raise SpecError(f"{what} {_name(p)} is not a regular file (a device, FIFO or "
-                            "socket); give a config file", field=what, value=str(p))
+            raise SpecError(
+                f"{what} {_name(p)} is not a regular file (a device, FIFO or "
+                "socket); give a config file",
+                field=what,
+                value=str(p),
+            )
         if st.st_size > MAX_FILE_BYTES:
             raise _too_big(p, what, st.st_size, exact=True)
         chunks, size = [], 0
@@ -175,28 +216,37 @@ def _read_bytes(p: Path, what: str) -> bytes:
                 break
             chunks.append(chunk)
             size += len(chunk)
-        if size > MAX_FILE_BYTES:   # it grew (or /proc-like files that report size 0)
+        if size > MAX_FILE_BYTES:  # it grew (or /proc-like files that report size 0)
             raise _too_big(p, what, size, exact=False)
         return b"".join(chunks)
     except BlockingIOError:
-        raise SpecError(f"{what} {_name(p)} is not ready to read; give a regular file",
-                        field=what, value=str(p)) from None
+        raise SpecError(
+            f"{what} {_name(p)} is not ready to read; give a regular file", field=what, value=str(p)
+        ) from None
     except OSError as exc:
-        raise SpecError(f"{what} {_name(p)} cannot be read ({exc.strerror or 'OSError'}); "
-                        "check the file", field=what, value=str(p)) from None
+        raise SpecError(
+            f"{what} {_name(p)} cannot be read ({exc.strerror or 'OSError'}); check the file",
+            field=what,
+            value=str(p),
+        ) from None
     finally:
         os.close(fd)
 
 
 def _too_big(p: Path, what: str, size: int, *, exact: bool) -> SpecError:
     more = "" if exact else "more than "
-    return SpecError(f"{what} {_name(p)} is {more}{size / 2**20:.1f} MiB; planner reads files of "
-                     f"at most {MAX_FILE_BYTES // 2**20} MiB (limit: file size; real configs are "
-                     "a few KB); check the path", field=what, value=str(p))
+    return SpecError(
+        f"{what} {_name(p)} is {more}{size / 2**20:.1f} MiB; planner reads files of "
+        f"at most {MAX_FILE_BYTES // 2**20} MiB (limit: file size; real configs are "
+        "a few KB); check the path",
+        field=what,
+        value=str(p),
+    )
 
 
-def read_text(path: str | Path, *, what: str = "file",
-              empty_hint: str = "give a complete file") -> str:
+def read_text(
+    path: str | Path, *, what: str = "file", empty_hint: str = "give a complete file"
+) -> str:
     """A file's text, within the limits above; every failure is one SpecError line (path,
     problem, fix). Every reader of a user file calls this (importers through
     `planner.frameworks.common.read_text`)."""
@@ -205,12 +255,18 @@ def read_text(path: str | Path, *, what: str = "file",
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise SpecError(f"{what} {_name(p)} cannot be read as UTF-8 text (an invalid byte at "
-                        f"offset {exc.start}); give a UTF-8 text file",
-                        field=what, value=str(p)) from None
+        raise SpecError(
+            f"{what} {_name(p)} cannot be read as UTF-8 text (an invalid byte at "
+            f"offset {exc.start}); give a UTF-8 text file",
+            field=what,
+            value=str(p),
+        ) from None
     if "\x00" in text:
-        raise SpecError(f"{what} {_name(p)} is binary (it contains NUL bytes); give a text file",
-                        field=what, value=str(p))
+        raise SpecError(
+            f"{what} {_name(p)} is binary (it contains NUL bytes); give a text file",
+            field=what,
+            value=str(p),
+        )
     if not text.strip():
         raise SpecError(f"{what} {_name(p)} is empty; {empty_hint}", field=what, value=str(p))
     check_text(text, what=what, source=_name(p))
@@ -238,16 +294,23 @@ def check_text(text: str, *, what: str, source: str) -> None:
     long = _LONG_NUMBER.search(text)
     if long:
         line = text.count("\n", 0, long.start()) + 1
-        raise SpecError(f"{what} {source} has a number of {len(long.group()):,} digits at line "
-                        f"{line}; planner reads numbers of at most {MAX_DIGITS:,} digits (limit: "
-                        "number size); fix the value", field=what, value=short(long.group()))
+        raise SpecError(
+            f"{what} {source} has a number of {len(long.group()):,} digits at line "
+            f"{line}; planner reads numbers of at most {MAX_DIGITS:,} digits (limit: "
+            "number size); fix the value",
+            field=what,
+            value=short(long.group()),
+        )
 
 
 def _too_deep(what: str, source: str, line: int | None) -> SpecError:
     at = f" at line {line}" if line else ""
-    return SpecError(f"{what} {source} nests deeper than {MAX_DEPTH} levels{at}; planner reads "
-                     f"at most {MAX_DEPTH} (limit: nesting depth; real configs nest fewer than "
-                     "10); flatten it", field=what)
+    return SpecError(
+        f"{what} {source} nests deeper than {MAX_DEPTH} levels{at}; planner reads "
+        f"at most {MAX_DEPTH} (limit: nesting depth; real configs nest fewer than "
+        "10); flatten it",
+        field=what,
+    )
 
 
 def check_tree(data: Any, *, what: str, source: str) -> None:
@@ -268,23 +331,32 @@ def check_tree(data: Any, *, what: str, source: str) -> None:
 
 
 def _too_many(what: str, source: str) -> SpecError:
-    return SpecError(f"{what} {source} holds more than {MAX_NODES:,} values (counting every "
-                     "expansion of a YAML alias); planner reads at most that many (limit: values "
-                     "per file; a YAML alias bomb?); remove the repetition", field=what)
+    return SpecError(
+        f"{what} {source} holds more than {MAX_NODES:,} values (counting every "
+        "expansion of a YAML alias); planner reads at most that many (limit: values "
+        "per file; a YAML alias bomb?); remove the repetition",
+        field=what,
+    )
 
 
 def load_json(text: str, *, what: str, source: str) -> Any:
     """JSON text (already through `check_text`) -> data, within the limits; a syntax error
     says "not valid JSON" with its line and column."""
     import json
+
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SpecError(f"{what} {source} is not valid JSON at line {exc.lineno}, column "
-                        f"{exc.colno}: {exc.msg}; fix the syntax there", field=what) from None
-    except (RecursionError, ValueError) as exc:   # belt and braces: check_text stops these
-        raise SpecError(f"{what} {source} cannot be read as JSON ({exc.__class__.__name__}); "
-                        "simplify it", field=what) from None
+        raise SpecError(
+            f"{what} {source} is not valid JSON at line {exc.lineno}, column "
+            f"{exc.colno}: {exc.msg}; fix the syntax there",
+            field=what,
+        ) from None
+    except (RecursionError, ValueError) as exc:  # belt and braces: check_text stops these
+        raise SpecError(
+            f"{what} {source} cannot be read as JSON ({exc.__class__.__name__}); simplify it",
+            field=what,
+        ) from None
     check_tree(data, what=what, source=source)
     return data
 
@@ -312,9 +384,9 @@ def _scan_yaml(text: str, *, what: str, source: str) -> None:
     beyond MAX_DEPTH (libyaml's composer recurses in C), more than MAX_NODES values counting
     alias expansions, an alias that contains itself, integers beyond MAX_DIGITS digits."""
     loader = _yaml_loader()(text)
-    sizes: dict[str | None, tuple[int, int]] = {}   # anchor -> (values, height) once closed
+    sizes: dict[str | None, tuple[int, int]] = {}  # anchor -> (values, height) once closed
     open_anchors: set[str] = set()
-    stack: list[list[Any]] = []                # open collections: [values, height, anchor]
+    stack: list[list[Any]] = []  # open collections: [values, height, anchor]
     expanded = 0
 
     def add(values: int, height: int, mark: _Mark | None) -> None:
@@ -335,10 +407,13 @@ def _scan_yaml(text: str, *, what: str, source: str) -> None:
                 break
             if isinstance(ev, yaml.ScalarEvent):
                 if len(ev.value) > MAX_DIGITS and _is_int(loader, ev):
-                    raise SpecError(f"{what} {source} has an integer of {len(ev.value):,} "
-                                    f"characters at line {_line(ev.start_mark)}; planner reads "
-                                    f"numbers of at most {MAX_DIGITS:,} digits (limit: number "
-                                    "size); fix the value", field=what)
+                    raise SpecError(
+                        f"{what} {source} has an integer of {len(ev.value):,} "
+                        f"characters at line {_line(ev.start_mark)}; planner reads "
+                        f"numbers of at most {MAX_DIGITS:,} digits (limit: number "
+                        "size); fix the value",
+                        field=what,
+                    )
                 add(1, 1, ev.start_mark)
                 if ev.anchor:
                     sizes[ev.anchor] = (1, 1)
@@ -356,10 +431,13 @@ def _scan_yaml(text: str, *, what: str, source: str) -> None:
                 add(values, height, ev.start_mark)
             elif isinstance(ev, yaml.AliasEvent):
                 if ev.anchor in open_anchors:
-                    raise SpecError(f"{what} {source} has an alias *{short(ev.anchor, 40)} inside "
-                                    f"its own anchor at line {_line(ev.start_mark)} (a value "
-                                    "that contains itself); remove the alias", field=what)
-                values, height = sizes.get(ev.anchor, (1, 1))   # undefined: the composer says so
+                    raise SpecError(
+                        f"{what} {source} has an alias *{short(ev.anchor, 40)} inside "
+                        f"its own anchor at line {_line(ev.start_mark)} (a value "
+                        "that contains itself); remove the alias",
+                        field=what,
+                    )
+                values, height = sizes.get(ev.anchor, (1, 1))  # undefined: the composer says so
                 add(values, height, ev.start_mark)
     finally:
         loader.dispose()
@@ -367,8 +445,13 @@ def _scan_yaml(text: str, *, what: str, source: str) -> None:
 
 def _is_int(loader: _Loader, ev: yaml.ScalarEvent) -> bool:
     # types-PyYAML leaves Resolver.resolve unannotated
-    tag = ev.tag if ev.tag not in (None, "!") else loader.resolve(  # type: ignore[no-untyped-call]
-        yaml.ScalarNode, ev.value, ev.implicit)
+    tag = (
+        ev.tag
+        if ev.tag not in (None, "!")
+        else loader.resolve(  # type: ignore[no-untyped-call]
+            yaml.ScalarNode, ev.value, ev.implicit
+        )
+    )
     return tag == "tag:yaml.org,2002:int"
 
 
@@ -388,13 +471,17 @@ def load_yaml(text: str, *, what: str, source: str, lenient: bool = False) -> An
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{what} {source} is not valid YAML{where}: {clip(problem, 120)}; "
-                        "fix the syntax there", field=what) from None
+        raise SpecError(
+            f"{what} {source} is not valid YAML{where}: {clip(problem, 120)}; fix the syntax there",
+            field=what,
+        ) from None
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # a value the YAML constructor cannot build (a date like 2024-13-45, say)
-        raise SpecError(f"{what} {source} has a value YAML cannot read "
-                        f"({exc.__class__.__name__}: {clip(str(exc), 80)}); fix the value",
-                        field=what) from None
+        raise SpecError(
+            f"{what} {source} has a value YAML cannot read "
+            f"({exc.__class__.__name__}: {clip(str(exc), 80)}); fix the value",
+            field=what,
+        ) from None
 
 
 def read_yaml(path: str | Path, *, what: str = "file") -> Any:
@@ -411,16 +498,23 @@ def read_budget(source: str, *, seconds: float | None = None) -> Iterator[None]:
     wall-clock timer signal, so only in the main thread of a POSIX process (elsewhere a
     no-op); nested budgets keep the outer one."""
     seconds = READ_BUDGET_S if seconds is None else seconds
-    usable = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-              and signal.getitimer(signal.ITIMER_REAL)[0] == 0)
+    usable = (
+        hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    )
     if not usable:
         yield
         return
 
     def expired(signum: int, frame: FrameType | None) -> NoReturn:
-        raise SpecError(f"reading {short(source, 120)} took more than {seconds:g} s; planner "
-                        f"gives one file at most {seconds:g} s (limit: reading time); simplify "
-                        "the file", field="file", value=source)
+        raise SpecError(
+            f"reading {short(source, 120)} took more than {seconds:g} s; planner "
+            f"gives one file at most {seconds:g} s (limit: reading time); simplify "
+            "the file",
+            field="file",
+            value=source,
+        )
 
     previous = signal.signal(signal.SIGALRM, expired)
     signal.setitimer(signal.ITIMER_REAL, seconds)

@@ -29,12 +29,28 @@ from planner.fields import (
     row,
 )
 
-__all__ = ["Layout", "layout_from_spec", "stage_layer_counts", "AUTO_FIELDS", "bubble_fraction",
-           "LAYOUT_FIELDS", "layout_key_for"]
+__all__ = [
+    "Layout",
+    "layout_from_spec",
+    "stage_layer_counts",
+    "AUTO_FIELDS",
+    "bubble_fraction",
+    "LAYOUT_FIELDS",
+    "layout_key_for",
+]
 
 # Which cost parts (planner.fields.PARTS) a field feeds. A row that says nothing reads them all.
-_ALL_BUT_SPLIT = {"acts", "layer_base", "moe_layer", "layer", "states", "act_vector",
-                  "first_params", "pipeline", "dp"}
+_ALL_BUT_SPLIT = {
+    "acts",
+    "layer_base",
+    "moe_layer",
+    "layer",
+    "states",
+    "act_vector",
+    "first_params",
+    "pipeline",
+    "dp",
+}
 """Every part but the stage grouping and the state dtypes (tp, etp)."""
 _ACTS = {"acts", "layer_base", "moe_layer", "layer", "act_vector", "pipeline"}
 """Activation-side fields: activations, every layer time and the pipeline part; the DP part
@@ -53,164 +69,310 @@ class Layout:
     its default and doc, its config/JSON name, its Megatron-LM / NeMo / torchtitan names and
     the cost parts that read it."""
 
-    tp: int = row(1, "Tensor-parallel degree.", reads=_ALL_BUT_SPLIT, bounds=dict(ge=1, le=MAX_DIM),
-                  megatron="--tensor-model-parallel-size", nemo="tensor_model_parallel_size",
-                  torchtitan="parallelism.tensor_parallel_degree")
-    pp: int = row(1, "Pipeline-parallel degree.",
-                  reads={"stages", "states", "act_vector", "first_params", "pipeline", "dp"},
-                  bounds=dict(ge=1, le=MAX_DIM), megatron="--pipeline-model-parallel-size",
-                  nemo="pipeline_model_parallel_size",
-                  torchtitan="parallelism.pipeline_parallel_degree")
-    cp: int = row(1, "Context-parallel degree (splits the sequence).",
-                  reads={"acts", "layer_base", "moe_layer", "layer", "states", "act_vector",
-                         "pipeline", "dp"},
-                  bounds=dict(ge=1, le=MAX_DIM), megatron="--context-parallel-size",
-                  nemo="context_parallel_size", torchtitan="parallelism.context_parallel_degree")
-    ep: int = row(1, "Expert-parallel degree (borrows ranks from dp*cp*tp).",
-                  reads={"moe_layer", "layer", "states", "first_params", "pipeline", "dp"},
-                  bounds=dict(ge=1, le=MAX_DIM), megatron="--expert-model-parallel-size",
-                  nemo="expert_model_parallel_size",
-                  torchtitan="parallelism.expert_parallel_degree")
-    etp: int = row(1, "Expert tensor-parallel degree; default = tp.", reads=_ALL_BUT_SPLIT,
-                   spec_type=Optional[int], spec_default=None, bounds=dict(ge=1, le=MAX_DIM),
-                   megatron="--expert-tensor-parallel-size", nemo="expert_tensor_parallel_size",
-                   torchtitan="parallelism.expert_tensor_parallel_degree")
-    dp: int = row(1, "Data-parallel degree; optional, must equal num_gpus / (tp*pp*cp) if given.",
-                  reads={"states", "pipeline", "dp"}, spec_type=Optional[int], spec_default=None,
-                  bounds=dict(ge=1, le=MAX_DIM),
-                  torchtitan="parallelism.data_parallel_shard_degree")
-    vpp: int = row(1, "Virtual pipeline stages per pipeline rank (interleaved 1F1B); left out, "
-                      "the planner picks the fastest that fits (and says so).",
-                   reads={"act_vector", "pipeline"}, bounds=dict(ge=1, le=100_000),
-                   megatron="--num-virtual-stages-per-pipeline-rank",
-                   nemo="virtual_pipeline_model_parallel_size")
+    tp: int = row(
+        1,
+        "Tensor-parallel degree.",
+        reads=_ALL_BUT_SPLIT,
+        bounds=dict(ge=1, le=MAX_DIM),
+        megatron="--tensor-model-parallel-size",
+        nemo="tensor_model_parallel_size",
+        torchtitan="parallelism.tensor_parallel_degree",
+    )
+    pp: int = row(
+        1,
+        "Pipeline-parallel degree.",
+        reads={"stages", "states", "act_vector", "first_params", "pipeline", "dp"},
+        bounds=dict(ge=1, le=MAX_DIM),
+        megatron="--pipeline-model-parallel-size",
+        nemo="pipeline_model_parallel_size",
+        torchtitan="parallelism.pipeline_parallel_degree",
+    )
+    cp: int = row(
+        1,
+        "Context-parallel degree (splits the sequence).",
+        reads={
+            "acts",
+            "layer_base",
+            "moe_layer",
+            "layer",
+            "states",
+            "act_vector",
+            "pipeline",
+            "dp",
+        },
+        bounds=dict(ge=1, le=MAX_DIM),
+        megatron="--context-parallel-size",
+        nemo="context_parallel_size",
+        torchtitan="parallelism.context_parallel_degree",
+    )
+    ep: int = row(
+        1,
+        "Expert-parallel degree (borrows ranks from dp*cp*tp).",
+        reads={"moe_layer", "layer", "states", "first_params", "pipeline", "dp"},
+        bounds=dict(ge=1, le=MAX_DIM),
+        megatron="--expert-model-parallel-size",
+        nemo="expert_model_parallel_size",
+        torchtitan="parallelism.expert_parallel_degree",
+    )
+    etp: int = row(
+        1,
+        "Expert tensor-parallel degree; default = tp.",
+        reads=_ALL_BUT_SPLIT,
+        spec_type=Optional[int],
+        spec_default=None,
+        bounds=dict(ge=1, le=MAX_DIM),
+        megatron="--expert-tensor-parallel-size",
+        nemo="expert_tensor_parallel_size",
+        torchtitan="parallelism.expert_tensor_parallel_degree",
+    )
+    dp: int = row(
+        1,
+        "Data-parallel degree; optional, must equal num_gpus / (tp*pp*cp) if given.",
+        reads={"states", "pipeline", "dp"},
+        spec_type=Optional[int],
+        spec_default=None,
+        bounds=dict(ge=1, le=MAX_DIM),
+        torchtitan="parallelism.data_parallel_shard_degree",
+    )
+    vpp: int = row(
+        1,
+        "Virtual pipeline stages per pipeline rank (interleaved 1F1B); left out, "
+        "the planner picks the fastest that fits (and says so).",
+        reads={"act_vector", "pipeline"},
+        bounds=dict(ge=1, le=100_000),
+        megatron="--num-virtual-stages-per-pipeline-rank",
+        nemo="virtual_pipeline_model_parallel_size",
+    )
     micro_batch_size: int = row(
-        1, "Sequences per micro-batch; left out, the planner picks the fastest that fits (and "
-           "says so).", reads=_ACTS | {"dp"}, bounds=dict(ge=1, le=MAX_BATCH), short=("mbs",),
-        megatron="--micro-batch-size", nemo="micro_batch_size",
-        torchtitan="parallelism.pipeline_parallel_microbatch_size")
-    sp: bool = row(False, "Megatron sequence parallelism; default true when tp > 1.",
-                   reads=_ACTS, config="sequence_parallel", spec_type=Optional[bool],
-                   spec_default=None, megatron="--sequence-parallel", nemo="sequence_parallel")
-    zero: int = row(1, "0..3; 1 = Megatron distributed optimizer, 2/3 = Megatron FSDP / "
-                       "DeepSpeed ZeRO-2/3.", reads={"dp"}, config="zero_stage",
-                    bounds=dict(ge=0, le=3), megatron="--use-distributed-optimizer")
-    recompute: str = row("none", "Activation recompute: none | selective (attention core) | "
-                                 "full (every layer).", reads=_ACTS, spec_type=Recompute,
-                         megatron="--recompute-granularity", nemo="recompute_granularity",
-                         torchtitan="activation_checkpoint.mode")
+        1,
+        "Sequences per micro-batch; left out, the planner picks the fastest that fits (and "
+        "says so).",
+        reads=_ACTS | {"dp"},
+        bounds=dict(ge=1, le=MAX_BATCH),
+        short=("mbs",),
+        megatron="--micro-batch-size",
+        nemo="micro_batch_size",
+        torchtitan="parallelism.pipeline_parallel_microbatch_size",
+    )
+    sp: bool = row(
+        False,
+        "Megatron sequence parallelism; default true when tp > 1.",
+        reads=_ACTS,
+        config="sequence_parallel",
+        spec_type=Optional[bool],
+        spec_default=None,
+        megatron="--sequence-parallel",
+        nemo="sequence_parallel",
+    )
+    zero: int = row(
+        1,
+        "0..3; 1 = Megatron distributed optimizer, 2/3 = Megatron FSDP / DeepSpeed ZeRO-2/3.",
+        reads={"dp"},
+        config="zero_stage",
+        bounds=dict(ge=0, le=3),
+        megatron="--use-distributed-optimizer",
+    )
+    recompute: str = row(
+        "none",
+        "Activation recompute: none | selective (attention core) | full (every layer).",
+        reads=_ACTS,
+        spec_type=Recompute,
+        megatron="--recompute-granularity",
+        nemo="recompute_granularity",
+        torchtitan="activation_checkpoint.mode",
+    )
     first_stage_layers: int | None = row(
-        None, "Layers on the first pipeline rank (`--decoder-first-pipeline-num-layers`).",
-        reads=_SPLIT, bounds=dict(ge=0, le=10_000),
+        None,
+        "Layers on the first pipeline rank (`--decoder-first-pipeline-num-layers`).",
+        reads=_SPLIT,
+        bounds=dict(ge=0, le=10_000),
         megatron="--decoder-first-pipeline-num-layers",
         nemo="num_layers_in_first_pipeline_stage",
-        torchtitan="parallelism.pipeline_parallel_first_stage_less_layers")
+        torchtitan="parallelism.pipeline_parallel_first_stage_less_layers",
+    )
     last_stage_layers: int | None = row(
-        None, "Layers on the last pipeline rank (`--decoder-last-pipeline-num-layers`).",
-        reads=_SPLIT, bounds=dict(ge=0, le=10_000),
-        megatron="--decoder-last-pipeline-num-layers", nemo="num_layers_in_last_pipeline_stage",
-        torchtitan="parallelism.pipeline_parallel_last_stage_less_layers")
-    cp_comm_type: str = row("p2p", "Context-parallel exchange: p2p (ring attention) or a2a "
-                                   "(Ulysses).", reads=_LAYER, spec_type=CpCommType,
-                            megatron="--cp-comm-type", nemo="cp_comm_type",
-                            torchtitan="parallelism.context_parallel_rotate_method")
+        None,
+        "Layers on the last pipeline rank (`--decoder-last-pipeline-num-layers`).",
+        reads=_SPLIT,
+        bounds=dict(ge=0, le=10_000),
+        megatron="--decoder-last-pipeline-num-layers",
+        nemo="num_layers_in_last_pipeline_stage",
+        torchtitan="parallelism.pipeline_parallel_last_stage_less_layers",
+    )
+    cp_comm_type: str = row(
+        "p2p",
+        "Context-parallel exchange: p2p (ring attention) or a2a (Ulysses).",
+        reads=_LAYER,
+        spec_type=CpCommType,
+        megatron="--cp-comm-type",
+        nemo="cp_comm_type",
+        torchtitan="parallelism.context_parallel_rotate_method",
+    )
     overlap_grad_reduce: bool = row(
-        True, "Overlap the DP gradient reduction with backward (`--overlap-grad-reduce`).",
-        reads={"dp"}, megatron="--overlap-grad-reduce", nemo="overlap_grad_reduce")
+        True,
+        "Overlap the DP gradient reduction with backward (`--overlap-grad-reduce`).",
+        reads={"dp"},
+        megatron="--overlap-grad-reduce",
+        nemo="overlap_grad_reduce",
+    )
     overlap_param_gather: bool = row(
-        True, "Overlap the distributed optimizer's parameter all-gather with forward.",
-        reads={"dp"}, megatron="--overlap-param-gather", nemo="overlap_param_gather")
+        True,
+        "Overlap the distributed optimizer's parameter all-gather with forward.",
+        reads={"dp"},
+        megatron="--overlap-param-gather",
+        nemo="overlap_param_gather",
+    )
     tp_comm_overlap: bool = row(
-        False, "Overlap TP collectives with GEMMs (`--tp-comm-overlap`, needs SP); default: on "
-               "when sequence parallelism is on with tp > 1 (NeMo's recipes and Megatron-LM's "
-               "published benchmarks run with it).", reads=_LAYER, spec_type=Optional[bool],
-        spec_default=None, megatron="--tp-comm-overlap", nemo="tp_comm_overlap")
+        False,
+        "Overlap TP collectives with GEMMs (`--tp-comm-overlap`, needs SP); default: on "
+        "when sequence parallelism is on with tp > 1 (NeMo's recipes and Megatron-LM's "
+        "published benchmarks run with it).",
+        reads=_LAYER,
+        spec_type=Optional[bool],
+        spec_default=None,
+        megatron="--tp-comm-overlap",
+        nemo="tp_comm_overlap",
+    )
     # production recipe settings
     recompute_modules: tuple[str, ...] = row(
-        (), "What selective recompute recomputes (Megatron `--recompute-modules`): core_attn, "
-            "mlp, moe, moe_act, layernorm, mla_up_proj, shared_experts; or, alone, "
-            "torchtitan_op (torchtitan's op-level selective checkpointing, "
-            "`selective_ac_option = \"op\"`); needs recompute selective; default [core_attn].",
-        reads=_ACTS, spec_type=Optional[tuple[RecomputeModule, ...]], spec_default=None,
-        json_from="selective_modules", megatron="--recompute-modules", nemo="recompute_modules",
-        torchtitan="activation_checkpoint.selective_ac_option")
+        (),
+        "What selective recompute recomputes (Megatron `--recompute-modules`): core_attn, "
+        "mlp, moe, moe_act, layernorm, mla_up_proj, shared_experts; or, alone, "
+        "torchtitan_op (torchtitan's op-level selective checkpointing, "
+        '`selective_ac_option = "op"`); needs recompute selective; default [core_attn].',
+        reads=_ACTS,
+        spec_type=Optional[tuple[RecomputeModule, ...]],
+        spec_default=None,
+        json_from="selective_modules",
+        megatron="--recompute-modules",
+        nemo="recompute_modules",
+        torchtitan="activation_checkpoint.selective_ac_option",
+    )
     recompute_num_layers: int | None = row(
-        None, "With recompute full: the layers of each virtual stage that recompute (Megatron "
-              "`--recompute-method block --recompute-num-layers N`); the others keep their "
-              "activations. Default: every layer (`--recompute-method uniform "
-              "--recompute-num-layers 1`).", reads={"act_vector", "pipeline"},
-        bounds=dict(ge=0, le=10_000), megatron="--recompute-num-layers",
-        nemo="recompute_num_layers")
+        None,
+        "With recompute full: the layers of each virtual stage that recompute (Megatron "
+        "`--recompute-method block --recompute-num-layers N`); the others keep their "
+        "activations. Default: every layer (`--recompute-method uniform "
+        "--recompute-num-layers 1`).",
+        reads={"act_vector", "pipeline"},
+        bounds=dict(ge=0, le=10_000),
+        megatron="--recompute-num-layers",
+        nemo="recompute_num_layers",
+    )
     cpu_offloading_num_layers: int = row(
-        0, "Layers per pipeline stage whose activations go to host memory between forward and "
-           "backward (Megatron `--cpu-offloading-num-layers`), over the host link (PCIe or "
-           "NVLink-C2C, the profile's host_bandwidth_gb_per_s).",
-        reads={"act_vector", "pipeline"}, bounds=dict(ge=0, le=10_000),
-        megatron="--cpu-offloading-num-layers", nemo="cpu_offloading_num_layers")
+        0,
+        "Layers per pipeline stage whose activations go to host memory between forward and "
+        "backward (Megatron `--cpu-offloading-num-layers`), over the host link (PCIe or "
+        "NVLink-C2C, the profile's host_bandwidth_gb_per_s).",
+        reads={"act_vector", "pipeline"},
+        bounds=dict(ge=0, le=10_000),
+        megatron="--cpu-offloading-num-layers",
+        nemo="cpu_offloading_num_layers",
+    )
     activation_func_fp8_input_store: bool = row(
-        False, "Keep the gated MLP's activation input (the SwiGLU input, fc1's output) in FP8 "
-               "for the backward, 1 byte an element instead of 2: dense MLP, shared and routed "
-               "experts (Megatron-Core's TransformerConfig field, written by the NeMo and "
-               "Megatron-Bridge exports; Megatron-LM's pretrain_gpt.py has no flag for it). "
-               "DeepSeek-V3 caches the MoE SwiGLU input in FP8 (arXiv:2412.19437 sec. 3.3.3).",
-        reads=_ACTS, nemo="activation_func_fp8_input_store")
+        False,
+        "Keep the gated MLP's activation input (the SwiGLU input, fc1's output) in FP8 "
+        "for the backward, 1 byte an element instead of 2: dense MLP, shared and routed "
+        "experts (Megatron-Core's TransformerConfig field, written by the NeMo and "
+        "Megatron-Bridge exports; Megatron-LM's pretrain_gpt.py has no flag for it). "
+        "DeepSeek-V3 caches the MoE SwiGLU input in FP8 (arXiv:2412.19437 sec. 3.3.3).",
+        reads=_ACTS,
+        nemo="activation_func_fp8_input_store",
+    )
     activation_cache: str = row(
-        "te", "Which framework's activation caching: te (Transformer Engine and Megatron-Core: "
-              "the attention output in bf16, plus the FP8 projection's copy under an FP8 "
-              "recipe; a `moe_act` checkpoint keeps the fc1 output as fc1 wrote it, bf16) | "
-              "deepseek (DeepSeek-V3's own framework, arXiv:2412.19437 sec. 3.3.3: the "
-              "attention output once in a 12-bit E5M6 with 1x128 power-of-two scales, for both "
-              "its users; with activation_func_fp8_input_store the SwiGLU output is recomputed "
-              "from the FP8 input). No export writes deepseek.",
-        reads=_ACTS, spec_type=ActivationCache)
+        "te",
+        "Which framework's activation caching: te (Transformer Engine and Megatron-Core: "
+        "the attention output in bf16, plus the FP8 projection's copy under an FP8 "
+        "recipe; a `moe_act` checkpoint keeps the fc1 output as fc1 wrote it, bf16) | "
+        "deepseek (DeepSeek-V3's own framework, arXiv:2412.19437 sec. 3.3.3: the "
+        "attention output once in a 12-bit E5M6 with 1x128 power-of-two scales, for both "
+        "its users; with activation_func_fp8_input_store the SwiGLU output is recomputed "
+        "from the FP8 input). No export writes deepseek.",
+        reads=_ACTS,
+        spec_type=ActivationCache,
+    )
     grad_reduce_in_fp32: bool = row(
-        True, "fp32 gradient buffer and reduction (Megatron's default with bf16); false = bf16 "
-              "gradients (`--grad-reduce-in-bf16`, Megatron-Bridge `ddp.grad_reduce_in_fp32: "
-              "false`).", reads=_STATES, megatron="--grad-reduce-in-bf16",
-        nemo="grad_reduce_in_fp32")
-    exp_avg_dtype: str = row("fp32", "Adam first moment dtype (`--exp-avg-dtype`, "
-                                     "precision-aware optimizer).", reads=_STATES,
-                             spec_type=StateDtype, megatron="--exp-avg-dtype",
-                             nemo="exp_avg_dtype")
-    exp_avg_sq_dtype: str = row("fp32", "Adam second moment dtype (`--exp-avg-sq-dtype`, "
-                                        "precision-aware optimizer).", reads=_STATES,
-                                spec_type=StateDtype, megatron="--exp-avg-sq-dtype",
-                                nemo="exp_avg_sq_dtype")
+        True,
+        "fp32 gradient buffer and reduction (Megatron's default with bf16); false = bf16 "
+        "gradients (`--grad-reduce-in-bf16`, Megatron-Bridge `ddp.grad_reduce_in_fp32: "
+        "false`).",
+        reads=_STATES,
+        megatron="--grad-reduce-in-bf16",
+        nemo="grad_reduce_in_fp32",
+    )
+    exp_avg_dtype: str = row(
+        "fp32",
+        "Adam first moment dtype (`--exp-avg-dtype`, precision-aware optimizer).",
+        reads=_STATES,
+        spec_type=StateDtype,
+        megatron="--exp-avg-dtype",
+        nemo="exp_avg_dtype",
+    )
+    exp_avg_sq_dtype: str = row(
+        "fp32",
+        "Adam second moment dtype (`--exp-avg-sq-dtype`, precision-aware optimizer).",
+        reads=_STATES,
+        spec_type=StateDtype,
+        megatron="--exp-avg-sq-dtype",
+        nemo="exp_avg_sq_dtype",
+    )
     moe_token_dispatcher: str = row(
-        "allgather", "MoE token dispatcher (`--moe-token-dispatcher-type`; deepep / hybridep "
-                     "are `flex` with `--moe-flex-dispatcher-backend`): alltoall | allgather "
-                     "(Megatron's default) | deepep | hybridep.",
-        reads={"layer", "pipeline"}, spec_type=Dispatcher,
-        megatron="--moe-token-dispatcher-type", nemo="moe_token_dispatcher_type",
-        torchtitan="parallelism.expert_parallel_comm_backend")
+        "allgather",
+        "MoE token dispatcher (`--moe-token-dispatcher-type`; deepep / hybridep "
+        "are `flex` with `--moe-flex-dispatcher-backend`): alltoall | allgather "
+        "(Megatron's default) | deepep | hybridep.",
+        reads={"layer", "pipeline"},
+        spec_type=Dispatcher,
+        megatron="--moe-token-dispatcher-type",
+        nemo="moe_token_dispatcher_type",
+        torchtitan="parallelism.expert_parallel_comm_backend",
+    )
     pipeline_schedule: str = row(
-        "1f1b", "Pipeline schedule: 1f1b (Megatron's; interleaved when vpp > 1) | interleaved | "
-                "dualpipe (DeepSeek-V3's bidirectional schedule: bubble (pp/2-1)(F&B+B-3W), two "
-                "copies of the parameters, pp+1 micro-batches of activations, EP all-to-all "
-                "overlapped; not in Megatron-LM) | dualpipev (DualPipe cut in half: one copy, "
-                "two chunks a rank; torchtitan `DualPipeV`).",
+        "1f1b",
+        "Pipeline schedule: 1f1b (Megatron's; interleaved when vpp > 1) | interleaved | "
+        "dualpipe (DeepSeek-V3's bidirectional schedule: bubble (pp/2-1)(F&B+B-3W), two "
+        "copies of the parameters, pp+1 micro-batches of activations, EP all-to-all "
+        "overlapped; not in Megatron-LM) | dualpipev (DualPipe cut in half: one copy, "
+        "two chunks a rank; torchtitan `DualPipeV`).",
         reads={"moe_layer", "layer", "pipeline", "states", "act_vector", "first_params", "dp"},
-        spec_type=PipelineSchedule, torchtitan="parallelism.pipeline_parallel_schedule")
+        spec_type=PipelineSchedule,
+        torchtitan="parallelism.pipeline_parallel_schedule",
+    )
     overlap_moe_expert_parallel_comm: bool = row(
-        False, "Hide the EP dispatch/combine behind the other micro-batch's compute "
-               "(`--overlap-moe-expert-parallel-comm`).",
+        False,
+        "Hide the EP dispatch/combine behind the other micro-batch's compute "
+        "(`--overlap-moe-expert-parallel-comm`).",
         reads={"moe_layer", "layer", "pipeline"},
-        megatron="--overlap-moe-expert-parallel-comm", nemo="overlap_moe_expert_parallel_comm")
+        megatron="--overlap-moe-expert-parallel-comm",
+        nemo="overlap_moe_expert_parallel_comm",
+    )
     cuda_graphs: str = row(
-        "none", "CUDA graphs: none | partial (per-layer graphs, `--cuda-graph-impl "
-                "transformer_engine`) | full (the whole iteration, `--cuda-graph-impl local "
-                "--cuda-graph-scope full_iteration`).", reads=_LAYER, spec_type=CudaGraphs,
-        megatron="--cuda-graph-impl", nemo="cuda_graph_impl")
+        "none",
+        "CUDA graphs: none | partial (per-layer graphs, `--cuda-graph-impl "
+        "transformer_engine`) | full (the whole iteration, `--cuda-graph-impl local "
+        "--cuda-graph-scope full_iteration`).",
+        reads=_LAYER,
+        spec_type=CudaGraphs,
+        megatron="--cuda-graph-impl",
+        nemo="cuda_graph_impl",
+    )
     pipeline_model_parallel_layout: str | None = row(
-        None, "Megatron's pipeline layout string (`--pipeline-model-parallel-layout`, e.g. "
-              "`Et*4|(t*4|)*14tmL`: E embedding, t decoder layer, m MTP layer, L loss, | a "
-              "virtual-stage boundary, *n and parentheses repeat); replaces "
-              "first/last_stage_layers and vpp.", reads=_SPLIT,
-        bounds=dict(max_length=10_000), megatron="--pipeline-model-parallel-layout",
-        nemo="pipeline_model_parallel_layout")
+        None,
+        "Megatron's pipeline layout string (`--pipeline-model-parallel-layout`, e.g. "
+        "`Et*4|(t*4|)*14tmL`: E embedding, t decoder layer, m MTP layer, L loss, | a "
+        "virtual-stage boundary, *n and parentheses repeat); replaces "
+        "first/last_stage_layers and vpp.",
+        reads=_SPLIT,
+        bounds=dict(max_length=10_000),
+        megatron="--pipeline-model-parallel-layout",
+        nemo="pipeline_model_parallel_layout",
+    )
     auto: tuple[str, ...] = row(
-        (), "Fields the config left out that the planner chose (the fastest that fits; "
-            "tune.py).", compare=False, config="")
+        (),
+        "Fields the config left out that the planner chose (the fastest that fits; tune.py).",
+        compare=False,
+        config="",
+    )
 
     # derived sizes -------------------------------------------------------------------------
     @property
@@ -295,6 +457,7 @@ def _layout_vpp(spec: Any) -> int:
     if not text or "vpp" in spec.model_fields_set:
         return spec.vpp
     from planner.pipeline_layout import parse_layout
+
     try:
         n = len(parse_layout(text))
     except ValueError:
@@ -309,23 +472,35 @@ def layout_from_spec(spec: Any, *, num_gpus: int) -> Layout:
     sp = spec.sequence_parallel if spec.sequence_parallel is not None else spec.tp > 1
     given = set(spec.model_fields_set)
     if spec.pipeline_model_parallel_layout:
-        given.add("vpp")   # the layout string fixes the virtual stages
+        given.add("vpp")  # the layout string fixes the virtual stages
     return Layout(
-        tp=spec.tp, cp=spec.cp, ep=spec.ep, dp=dp, pp=spec.pp, vpp=_layout_vpp(spec),
-        etp=spec.etp if spec.etp is not None else spec.tp, sp=sp, zero=spec.zero_stage,
-        micro_batch_size=spec.micro_batch_size, recompute=spec.recompute,
-        first_stage_layers=spec.first_stage_layers, last_stage_layers=spec.last_stage_layers,
-        cp_comm_type=spec.cp_comm_type, overlap_grad_reduce=spec.overlap_grad_reduce,
+        tp=spec.tp,
+        cp=spec.cp,
+        ep=spec.ep,
+        dp=dp,
+        pp=spec.pp,
+        vpp=_layout_vpp(spec),
+        etp=spec.etp if spec.etp is not None else spec.tp,
+        sp=sp,
+        zero=spec.zero_stage,
+        micro_batch_size=spec.micro_batch_size,
+        recompute=spec.recompute,
+        first_stage_layers=spec.first_stage_layers,
+        last_stage_layers=spec.last_stage_layers,
+        cp_comm_type=spec.cp_comm_type,
+        overlap_grad_reduce=spec.overlap_grad_reduce,
         overlap_param_gather=spec.overlap_param_gather,
-        tp_comm_overlap=(spec.tp_comm_overlap if spec.tp_comm_overlap is not None
-                         else sp and spec.tp > 1),
+        tp_comm_overlap=(
+            spec.tp_comm_overlap if spec.tp_comm_overlap is not None else sp and spec.tp > 1
+        ),
         recompute_modules=tuple(spec.recompute_modules or ()),
         recompute_num_layers=spec.recompute_num_layers,
         cpu_offloading_num_layers=spec.cpu_offloading_num_layers,
         activation_func_fp8_input_store=spec.activation_func_fp8_input_store,
         activation_cache=spec.activation_cache,
         grad_reduce_in_fp32=spec.grad_reduce_in_fp32,
-        exp_avg_dtype=spec.exp_avg_dtype, exp_avg_sq_dtype=spec.exp_avg_sq_dtype,
+        exp_avg_dtype=spec.exp_avg_dtype,
+        exp_avg_sq_dtype=spec.exp_avg_sq_dtype,
         moe_token_dispatcher=spec.moe_token_dispatcher,
         pipeline_schedule=spec.pipeline_schedule,
         overlap_moe_expert_parallel_comm=spec.overlap_moe_expert_parallel_comm,

@@ -33,9 +33,11 @@ def _expand(pattern: re.Pattern[str], text: str) -> str:
         body: str = match.group(1)
         count = int(match.group(2))
         if len(body) * count > MAX_LAYOUT_CHARS:
-            raise ValueError(f"'{match.group(0)[:40]}' expands beyond {MAX_LAYOUT_CHARS} "
-                             "characters")
+            raise ValueError(
+                f"'{match.group(0)[:40]}' expands beyond {MAX_LAYOUT_CHARS} characters"
+            )
         return body * count
+
     out = pattern.sub(one, text)
     if len(out) > MAX_LAYOUT_CHARS:
         raise ValueError(f"the layout expands beyond {MAX_LAYOUT_CHARS} characters")
@@ -52,14 +54,21 @@ def parse_layout(text: str) -> list[str]:
     s = _expand(_SINGLE, s)
     bad = sorted(set(s) - _VALID)
     if bad:
-        what = "unbalanced '(' or ')' or a repeat without '*n'" if set(bad) & set("()*0123456789") \
+        what = (
+            "unbalanced '(' or ')' or a repeat without '*n'"
+            if set(bad) & set("()*0123456789")
             else "unknown layer characters " + " ".join(repr(c) for c in bad)
-        raise ValueError(f"{what}; use E (embedding), t (decoder layer), m (MTP layer), "
-                         "L (loss), | (stage end), x*n and (...)*n")
+        )
+        raise ValueError(
+            f"{what}; use E (embedding), t (decoder layer), m (MTP layer), "
+            "L (loss), | (stage end), x*n and (...)*n"
+        )
     return s.split("|")
 
 
-def layout_problem(stages: list[str], *, pp: int, num_layers: int, mtp_num_layers: int) -> str | None:
+def layout_problem(
+    stages: list[str], *, pp: int, num_layers: int, mtp_num_layers: int
+) -> str | None:
     """What Megatron would reject in this layout (None: it is valid)."""
     n = len(stages)
     if n % pp:
@@ -75,13 +84,15 @@ def layout_problem(stages: list[str], *, pp: int, num_layers: int, mtp_num_layer
         return f"has {flat.count('t')} decoder layers (t), but num_layers is {num_layers}"
     if flat.count("m") != mtp_num_layers:
         return f"has {flat.count('m')} MTP layers (m), but mtp_num_layers is {mtp_num_layers}"
-    if "m" in flat and "t" in flat[flat.index("m"):]:
+    if "m" in flat and "t" in flat[flat.index("m") :]:
         return "places decoder layers (t) after an MTP layer (m)"
     vpp = n // pp
     for i, stage in enumerate(stages):
         if "m" in stage and (i // pp != vpp - 1 or i % pp == 0 and pp > 1):
-            return (f"puts MTP layers in stage {i}: Megatron needs them in the last virtual "
-                    "stage of a rank other than the first")
+            return (
+                f"puts MTP layers in stage {i}: Megatron needs them in the last virtual "
+                "stage of a rank other than the first"
+            )
     return None
 
 
@@ -90,7 +101,7 @@ class RankStages:
     """What one pipeline rank holds, over its virtual stages."""
 
     rank: int
-    decoder: tuple[int, ...]   # decoder layers per virtual stage (schedule order)
+    decoder: tuple[int, ...]  # decoder layers per virtual stage (schedule order)
     mtp: int
     embedding: bool
     loss: bool
@@ -106,8 +117,13 @@ def rank_stages(stages: list[str], pp: int) -> list[RankStages]:
     out = []
     for r in range(pp):
         mine = [stages[v * pp + r] for v in range(vpp)]
-        out.append(RankStages(rank=r, decoder=tuple(s.count("t") for s in mine),
-                              mtp=sum(s.count("m") for s in mine),
-                              embedding=any("E" in s for s in mine),
-                              loss=any("L" in s for s in mine)))
+        out.append(
+            RankStages(
+                rank=r,
+                decoder=tuple(s.count("t") for s in mine),
+                mtp=sum(s.count("m") for s in mine),
+                embedding=any("E" in s for s in mine),
+                loss=any("L" in s for s in mine),
+            )
+        )
     return out

@@ -15,52 +15,139 @@ from planner.errors import SpecError, clip, short
 from planner.io import load_json, read_text, read_yaml, ref_path, safe_is_dir, safe_is_file
 from planner.specs import ModelSpec, parse_spec
 
-__all__ = ["PRESETS", "FAMILY_PRESETS", "FAMILY_ALIASES", "ALIASES", "PUBLISHED_PARAMS", "get_preset",
-           "resolve_model", "model_from_hf_config"]
+__all__ = [
+    "PRESETS",
+    "FAMILY_PRESETS",
+    "FAMILY_ALIASES",
+    "ALIASES",
+    "PUBLISHED_PARAMS",
+    "get_preset",
+    "resolve_model",
+    "model_from_hf_config",
+]
 
 _LLAMA = dict(activation="swiglu", tied_embeddings=False)
 
 PRESETS: dict[str, dict[str, Any]] = {
     # meta-llama/Llama-2-7b-hf config.json; Touvron et al. 2023 (arXiv:2307.09288): 4k context
-    "llama2-7b": dict(name="Llama 2 7B", num_layers=32, hidden_size=4096, ffn_hidden_size=11008,
-                      num_attention_heads=32, vocab_size=32000, seq_length=4096,
-                      rotary_base=10000.0, **_LLAMA),
+    "llama2-7b": dict(
+        name="Llama 2 7B",
+        num_layers=32,
+        hidden_size=4096,
+        ffn_hidden_size=11008,
+        num_attention_heads=32,
+        vocab_size=32000,
+        seq_length=4096,
+        rotary_base=10000.0,
+        **_LLAMA,
+    ),
     # meta-llama/Llama-2-13b-hf config.json
-    "llama2-13b": dict(name="Llama 2 13B", num_layers=40, hidden_size=5120, ffn_hidden_size=13824,
-                       num_attention_heads=40, vocab_size=32000, seq_length=4096,
-                       rotary_base=10000.0, **_LLAMA),
+    "llama2-13b": dict(
+        name="Llama 2 13B",
+        num_layers=40,
+        hidden_size=5120,
+        ffn_hidden_size=13824,
+        num_attention_heads=40,
+        vocab_size=32000,
+        seq_length=4096,
+        rotary_base=10000.0,
+        **_LLAMA,
+    ),
     # meta-llama/Llama-2-70b-hf config.json (GQA, 8 KV heads)
-    "llama2-70b": dict(name="Llama 2 70B", num_layers=80, hidden_size=8192, ffn_hidden_size=28672,
-                       num_attention_heads=64, num_kv_heads=8, vocab_size=32000, seq_length=4096,
-                       rotary_base=10000.0, **_LLAMA),
+    "llama2-70b": dict(
+        name="Llama 2 70B",
+        num_layers=80,
+        hidden_size=8192,
+        ffn_hidden_size=28672,
+        num_attention_heads=64,
+        num_kv_heads=8,
+        vocab_size=32000,
+        seq_length=4096,
+        rotary_base=10000.0,
+        **_LLAMA,
+    ),
     # meta-llama/Meta-Llama-3-8B config.json; Llama 3 paper (arXiv:2407.21783) Table 3: 8k pre-training
-    "llama3-8b": dict(name="Llama 3 8B", num_layers=32, hidden_size=4096, ffn_hidden_size=14336,
-                      num_attention_heads=32, num_kv_heads=8, vocab_size=128256, seq_length=8192,
-                      rotary_base=500000.0, **_LLAMA),
+    "llama3-8b": dict(
+        name="Llama 3 8B",
+        num_layers=32,
+        hidden_size=4096,
+        ffn_hidden_size=14336,
+        num_attention_heads=32,
+        num_kv_heads=8,
+        vocab_size=128256,
+        seq_length=8192,
+        rotary_base=500000.0,
+        **_LLAMA,
+    ),
     # meta-llama/Meta-Llama-3-70B config.json
-    "llama3-70b": dict(name="Llama 3 70B", num_layers=80, hidden_size=8192, ffn_hidden_size=28672,
-                       num_attention_heads=64, num_kv_heads=8, vocab_size=128256, seq_length=8192,
-                       rotary_base=500000.0, **_LLAMA),
+    "llama3-70b": dict(
+        name="Llama 3 70B",
+        num_layers=80,
+        hidden_size=8192,
+        ffn_hidden_size=28672,
+        num_attention_heads=64,
+        num_kv_heads=8,
+        vocab_size=128256,
+        seq_length=8192,
+        rotary_base=500000.0,
+        **_LLAMA,
+    ),
     # meta-llama/Llama-3.1-405B config.json; Llama 3 paper Table 3
-    "llama3-405b": dict(name="Llama 3.1 405B", num_layers=126, hidden_size=16384,
-                        ffn_hidden_size=53248, num_attention_heads=128, num_kv_heads=8,
-                        vocab_size=128256, seq_length=8192, rotary_base=500000.0,
-                        **_LLAMA),
+    "llama3-405b": dict(
+        name="Llama 3.1 405B",
+        num_layers=126,
+        hidden_size=16384,
+        ffn_hidden_size=53248,
+        num_attention_heads=128,
+        num_kv_heads=8,
+        vocab_size=128256,
+        seq_length=8192,
+        rotary_base=500000.0,
+        **_LLAMA,
+    ),
     # Brown et al. 2020 (arXiv:2005.14165) Table 2.1: 96 layers, d 12288, 96 heads, 2048 ctx;
     # GPT-2 BPE vocabulary (50257), tied embeddings, learned positions, 4h GELU MLP, biases
-    "gpt3-175b": dict(name="GPT-3 175B", num_layers=96, hidden_size=12288, ffn_hidden_size=49152,
-                      num_attention_heads=96, vocab_size=50257, seq_length=2048,
-                      activation="gelu", tied_embeddings=True),
+    "gpt3-175b": dict(
+        name="GPT-3 175B",
+        num_layers=96,
+        hidden_size=12288,
+        ffn_hidden_size=49152,
+        num_attention_heads=96,
+        vocab_size=50257,
+        seq_length=2048,
+        activation="gelu",
+        tied_embeddings=True,
+    ),
     # mistralai/Mixtral-8x7B-v0.1 config.json; Jiang et al. 2024 (arXiv:2401.04088): 32k context
-    "mixtral-8x7b": dict(name="Mixtral 8x7B", num_layers=32, hidden_size=4096,
-                         ffn_hidden_size=14336, num_attention_heads=32, num_kv_heads=8,
-                         vocab_size=32000, seq_length=32768, num_experts=8, moe_top_k=2,
-                         rotary_base=1e6, **_LLAMA),
+    "mixtral-8x7b": dict(
+        name="Mixtral 8x7B",
+        num_layers=32,
+        hidden_size=4096,
+        ffn_hidden_size=14336,
+        num_attention_heads=32,
+        num_kv_heads=8,
+        vocab_size=32000,
+        seq_length=32768,
+        num_experts=8,
+        moe_top_k=2,
+        rotary_base=1e6,
+        **_LLAMA,
+    ),
     # mistralai/Mixtral-8x22B-v0.1 config.json (64k context)
-    "mixtral-8x22b": dict(name="Mixtral 8x22B", num_layers=56, hidden_size=6144,
-                          ffn_hidden_size=16384, num_attention_heads=48, num_kv_heads=8,
-                          vocab_size=32768, seq_length=65536, num_experts=8, moe_top_k=2,
-                          rotary_base=1e6, **_LLAMA),
+    "mixtral-8x22b": dict(
+        name="Mixtral 8x22B",
+        num_layers=56,
+        hidden_size=6144,
+        ffn_hidden_size=16384,
+        num_attention_heads=48,
+        num_kv_heads=8,
+        vocab_size=32768,
+        seq_length=65536,
+        num_experts=8,
+        moe_top_k=2,
+        rotary_base=1e6,
+        **_LLAMA,
+    ),
     # deepseek-ai/DeepSeek-V3 config.json; DeepSeek-V3 report (arXiv:2412.19437) §4.2: MLA,
     # 3 dense layers, 256 routed + 1 shared expert, top-8, 4k pre-training sequences; config.json
     # n_group 8, topk_group 4 (§2.1.2: node-limited routing, at most 4 nodes per token).
@@ -69,19 +156,46 @@ PRESETS: dict[str, dict[str, Any]] = {
     # main model (the published total; the 14B MTP module is apart), and its training exports
     # stay what the goldens hold. The HF import reads the MTP layer, and the serving reader gives
     # the deepseek-ai checkpoint ids theirs (planner/frameworks/engines/checkpoint.py).
-    "deepseek-v3": dict(name="DeepSeek-V3", num_layers=61, hidden_size=7168,
-                        ffn_hidden_size=18432, num_attention_heads=128, vocab_size=129280,
-                        seq_length=4096, num_experts=256, moe_top_k=8, moe_ffn_hidden_size=2048,
-                        num_shared_experts=1, num_dense_layers=3, q_lora_rank=1536,
-                        kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
-                        v_head_dim=128, rotary_base=10000.0, moe_router_num_groups=8,
-                        moe_router_group_topk=4, **_LLAMA),
+    "deepseek-v3": dict(
+        name="DeepSeek-V3",
+        num_layers=61,
+        hidden_size=7168,
+        ffn_hidden_size=18432,
+        num_attention_heads=128,
+        vocab_size=129280,
+        seq_length=4096,
+        num_experts=256,
+        moe_top_k=8,
+        moe_ffn_hidden_size=2048,
+        num_shared_experts=1,
+        num_dense_layers=3,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_head_dim=128,
+        qk_pos_emb_head_dim=64,
+        v_head_dim=128,
+        rotary_base=10000.0,
+        moe_router_num_groups=8,
+        moe_router_group_topk=4,
+        **_LLAMA,
+    ),
     # Qwen/Qwen3-235B-A22B config.json; Qwen3 report (arXiv:2505.09388): 4k stage-1 pre-training
-    "qwen3-235b-a22b": dict(name="Qwen3-235B-A22B", num_layers=94, hidden_size=4096,
-                            ffn_hidden_size=12288, num_attention_heads=64, num_kv_heads=4,
-                            kv_channels=128, vocab_size=151936, seq_length=4096,
-                            num_experts=128, moe_top_k=8, moe_ffn_hidden_size=1536,
-                            rotary_base=1e6, **_LLAMA),
+    "qwen3-235b-a22b": dict(
+        name="Qwen3-235B-A22B",
+        num_layers=94,
+        hidden_size=4096,
+        ffn_hidden_size=12288,
+        num_attention_heads=64,
+        num_kv_heads=4,
+        kv_channels=128,
+        vocab_size=151936,
+        seq_length=4096,
+        num_experts=128,
+        moe_top_k=8,
+        moe_ffn_hidden_size=1536,
+        rotary_base=1e6,
+        **_LLAMA,
+    ),
 }
 
 # The model families of 2026 (docs/config.md "Layer pattern"): kept apart from PRESETS so the
@@ -90,133 +204,309 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     # moonshotai/Kimi-K2-Instruct config.json (model_type kimi_k2, DeepSeek-V3's architecture):
     # 384 routed experts, 1 dense layer, 64 heads; Kimi K2 report (arXiv:2507.20534): 4k
     # pre-training sequences
-    "kimi-k2": dict(name="Kimi K2", num_layers=61, hidden_size=7168, ffn_hidden_size=18432,
-                    num_attention_heads=64, vocab_size=163840, seq_length=4096,
-                    num_experts=384, moe_top_k=8, moe_ffn_hidden_size=2048,
-                    num_shared_experts=1, num_dense_layers=1, q_lora_rank=1536,
-                    kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
-                    v_head_dim=128, rotary_base=50000.0, **_LLAMA),
+    "kimi-k2": dict(
+        name="Kimi K2",
+        num_layers=61,
+        hidden_size=7168,
+        ffn_hidden_size=18432,
+        num_attention_heads=64,
+        vocab_size=163840,
+        seq_length=4096,
+        num_experts=384,
+        moe_top_k=8,
+        moe_ffn_hidden_size=2048,
+        num_shared_experts=1,
+        num_dense_layers=1,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_head_dim=128,
+        qk_pos_emb_head_dim=64,
+        v_head_dim=128,
+        rotary_base=50000.0,
+        **_LLAMA,
+    ),
     # deepseek-ai/DeepSeek-V3.2-Exp config.json (model_type deepseek_v32): DeepSeek-V3 plus
     # the lightning indexer (index_n_heads 64, index_head_dim 128, index_topk 2048) on every
     # layer; its report (DeepSeek_V3_2.pdf in that repo): continued training at 128k
-    "deepseek-v3.2": dict(PRESETS["deepseek-v3"], name="DeepSeek-V3.2", seq_length=131072,
-                          dsa_index_topk=2048, dsa_index_heads=64, dsa_index_head_dim=128),
+    "deepseek-v3.2": dict(
+        PRESETS["deepseek-v3"],
+        name="DeepSeek-V3.2",
+        seq_length=131072,
+        dsa_index_topk=2048,
+        dsa_index_heads=64,
+        dsa_index_head_dim=128,
+    ),
     # openai/gpt-oss-120b config.json: 36 layers alternating 128-token sliding windows with
     # full attention, sinks, biases, 128 experts top-4 in MXFP4; initial_context_length 4096
-    "gpt-oss-120b": dict(name="gpt-oss-120b", num_layers=36, hidden_size=2880,
-                         ffn_hidden_size=2880, num_attention_heads=64, num_kv_heads=8,
-                         kv_channels=64, vocab_size=201088, seq_length=4096, num_experts=128,
-                         moe_top_k=4, moe_ffn_hidden_size=2880,
-                         layer_types="['sliding','full']*18", window_size=128,
-                         attention_sinks=True, add_bias_linear=True, normalization="RMSNorm",
-                         position_embedding_type="rope", expert_precision="mxfp4",
-                         rotary_base=150000.0, **_LLAMA),
+    "gpt-oss-120b": dict(
+        name="gpt-oss-120b",
+        num_layers=36,
+        hidden_size=2880,
+        ffn_hidden_size=2880,
+        num_attention_heads=64,
+        num_kv_heads=8,
+        kv_channels=64,
+        vocab_size=201088,
+        seq_length=4096,
+        num_experts=128,
+        moe_top_k=4,
+        moe_ffn_hidden_size=2880,
+        layer_types="['sliding','full']*18",
+        window_size=128,
+        attention_sinks=True,
+        add_bias_linear=True,
+        normalization="RMSNorm",
+        position_embedding_type="rope",
+        expert_precision="mxfp4",
+        rotary_base=150000.0,
+        **_LLAMA,
+    ),
     # openai/gpt-oss-20b config.json: 24 layers, 32 experts, otherwise as gpt-oss-120b
-    "gpt-oss-20b": dict(name="gpt-oss-20b", num_layers=24, hidden_size=2880,
-                        ffn_hidden_size=2880, num_attention_heads=64, num_kv_heads=8,
-                        kv_channels=64, vocab_size=201088, seq_length=4096, num_experts=32,
-                        moe_top_k=4, moe_ffn_hidden_size=2880,
-                        layer_types="['sliding','full']*12", window_size=128,
-                        attention_sinks=True, add_bias_linear=True, normalization="RMSNorm",
-                        position_embedding_type="rope", expert_precision="mxfp4",
-                        rotary_base=150000.0, **_LLAMA),
+    "gpt-oss-20b": dict(
+        name="gpt-oss-20b",
+        num_layers=24,
+        hidden_size=2880,
+        ffn_hidden_size=2880,
+        num_attention_heads=64,
+        num_kv_heads=8,
+        kv_channels=64,
+        vocab_size=201088,
+        seq_length=4096,
+        num_experts=32,
+        moe_top_k=4,
+        moe_ffn_hidden_size=2880,
+        layer_types="['sliding','full']*12",
+        window_size=128,
+        attention_sinks=True,
+        add_bias_linear=True,
+        normalization="RMSNorm",
+        position_embedding_type="rope",
+        expert_precision="mxfp4",
+        rotary_base=150000.0,
+        **_LLAMA,
+    ),
     # meta-llama/Llama-4-Scout-17B-16E config.json text_config: 16 experts + 1 shared
     # (intermediate_size 8192) on every layer, dense MLP 16384, chunked attention of 8192 on
     # the rope layers (3 of 4; every 4th is a NoPE full-attention layer)
-    "llama4-scout": dict(name="Llama 4 Scout 17B-16E", num_layers=48, hidden_size=5120,
-                         ffn_hidden_size=16384, num_attention_heads=40, num_kv_heads=8,
-                         kv_channels=128, vocab_size=202048, seq_length=8192, num_experts=16,
-                         moe_top_k=1, moe_ffn_hidden_size=8192, num_shared_experts=1,
-                         layer_types="(['chunked']*3+['full'])*12",
-                         attention_chunk_size=8192, rotary_base=500000.0, **_LLAMA),
+    "llama4-scout": dict(
+        name="Llama 4 Scout 17B-16E",
+        num_layers=48,
+        hidden_size=5120,
+        ffn_hidden_size=16384,
+        num_attention_heads=40,
+        num_kv_heads=8,
+        kv_channels=128,
+        vocab_size=202048,
+        seq_length=8192,
+        num_experts=16,
+        moe_top_k=1,
+        moe_ffn_hidden_size=8192,
+        num_shared_experts=1,
+        layer_types="(['chunked']*3+['full'])*12",
+        attention_chunk_size=8192,
+        rotary_base=500000.0,
+        **_LLAMA,
+    ),
     # meta-llama/Llama-4-Maverick-17B-128E config.json text_config: 128 experts on every
     # second layer (interleave_moe_layer_step 2: layers 1, 3, ... are MoE)
-    "llama4-maverick": dict(name="Llama 4 Maverick 17B-128E", num_layers=48, hidden_size=5120,
-                            ffn_hidden_size=16384, num_attention_heads=40, num_kv_heads=8,
-                            kv_channels=128, vocab_size=202048, seq_length=8192,
-                            num_experts=128, moe_top_k=1, moe_ffn_hidden_size=8192,
-                            num_shared_experts=1, moe_layer_freq="([0]+[1]*1)*24",
-                            layer_types="(['chunked']*3+['full'])*12",
-                            attention_chunk_size=8192, rotary_base=500000.0, **_LLAMA),
+    "llama4-maverick": dict(
+        name="Llama 4 Maverick 17B-128E",
+        num_layers=48,
+        hidden_size=5120,
+        ffn_hidden_size=16384,
+        num_attention_heads=40,
+        num_kv_heads=8,
+        kv_channels=128,
+        vocab_size=202048,
+        seq_length=8192,
+        num_experts=128,
+        moe_top_k=1,
+        moe_ffn_hidden_size=8192,
+        num_shared_experts=1,
+        moe_layer_freq="([0]+[1]*1)*24",
+        layer_types="(['chunked']*3+['full'])*12",
+        attention_chunk_size=8192,
+        rotary_base=500000.0,
+        **_LLAMA,
+    ),
     # zai-org/GLM-4.5 config.json (model_type glm4_moe): 92 layers, 3 dense, 160 experts + 1
     # shared, top-8, 96 heads of 128, 8 KV heads
-    "glm-4.5": dict(name="GLM-4.5", num_layers=92, hidden_size=5120, ffn_hidden_size=12288,
-                    num_attention_heads=96, num_kv_heads=8, kv_channels=128, vocab_size=151552,
-                    seq_length=4096, num_experts=160, moe_top_k=8, moe_ffn_hidden_size=1536,
-                    num_shared_experts=1, num_dense_layers=3, rotary_base=1e6,
-                    rotary_percent=0.5, **_LLAMA),
+    "glm-4.5": dict(
+        name="GLM-4.5",
+        num_layers=92,
+        hidden_size=5120,
+        ffn_hidden_size=12288,
+        num_attention_heads=96,
+        num_kv_heads=8,
+        kv_channels=128,
+        vocab_size=151552,
+        seq_length=4096,
+        num_experts=160,
+        moe_top_k=8,
+        moe_ffn_hidden_size=1536,
+        num_shared_experts=1,
+        num_dense_layers=3,
+        rotary_base=1e6,
+        rotary_percent=0.5,
+        **_LLAMA,
+    ),
     # zai-org/GLM-4.6 config.json: GLM-4.5's shape (a longer context window)
-    "glm-4.6": dict(name="GLM-4.6", num_layers=92, hidden_size=5120, ffn_hidden_size=12288,
-                    num_attention_heads=96, num_kv_heads=8, kv_channels=128, vocab_size=151552,
-                    seq_length=4096, num_experts=160, moe_top_k=8, moe_ffn_hidden_size=1536,
-                    num_shared_experts=1, num_dense_layers=3, rotary_base=1e6,
-                    rotary_percent=0.5, **_LLAMA),
+    "glm-4.6": dict(
+        name="GLM-4.6",
+        num_layers=92,
+        hidden_size=5120,
+        ffn_hidden_size=12288,
+        num_attention_heads=96,
+        num_kv_heads=8,
+        kv_channels=128,
+        vocab_size=151552,
+        seq_length=4096,
+        num_experts=160,
+        moe_top_k=8,
+        moe_ffn_hidden_size=1536,
+        num_shared_experts=1,
+        num_dense_layers=3,
+        rotary_base=1e6,
+        rotary_percent=0.5,
+        **_LLAMA,
+    ),
     # Qwen/Qwen3-Next-80B-A3B-Instruct config.json (model_type qwen3_next): 48 layers, three
     # Gated DeltaNet layers (16 QK / 32 V heads of 128) then one gated full-attention layer
     # (16 heads of 256, 2 KV heads); 512 experts top-10 + 1 shared of 512
-    "qwen3-next-80b-a3b": dict(name="Qwen3-Next-80B-A3B", num_layers=48, hidden_size=2048,
-                               ffn_hidden_size=5120, num_attention_heads=16, num_kv_heads=2,
-                               kv_channels=256, vocab_size=151936, seq_length=4096,
-                               num_experts=512, moe_top_k=10, moe_ffn_hidden_size=512,
-                               num_shared_experts=1, layer_types="(['linear']*3+['full'])*12",
-                               linear_num_key_heads=16, linear_num_value_heads=32,
-                               linear_key_head_dim=128, linear_value_head_dim=128,
-                               attention_output_gate=True, rotary_base=1e7,
-                               rotary_percent=0.25, **_LLAMA),
+    "qwen3-next-80b-a3b": dict(
+        name="Qwen3-Next-80B-A3B",
+        num_layers=48,
+        hidden_size=2048,
+        ffn_hidden_size=5120,
+        num_attention_heads=16,
+        num_kv_heads=2,
+        kv_channels=256,
+        vocab_size=151936,
+        seq_length=4096,
+        num_experts=512,
+        moe_top_k=10,
+        moe_ffn_hidden_size=512,
+        num_shared_experts=1,
+        layer_types="(['linear']*3+['full'])*12",
+        linear_num_key_heads=16,
+        linear_num_value_heads=32,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        attention_output_gate=True,
+        rotary_base=1e7,
+        rotary_percent=0.25,
+        **_LLAMA,
+    ),
     # Qwen/Qwen3.5-35B-A3B (model_type qwen3_5_moe, the language model under text_config):
     # transformers' Qwen3_5MoeTextConfig defaults (configuration_qwen3_5_moe.py, checkpoint
     # Qwen/Qwen3.5-35B-A3B): 40 layers of 2048, three Gated DeltaNet layers (16 QK / 32 V heads
     # of 128) then one gated full-attention layer (16 heads of 256, 2 KV heads), 256 experts
     # top-8 + 1 shared of 512 on every layer (no dense MLP, no intermediate_size), vocabulary
     # 248,320. The vision encoder is not counted (tests/test_families.py FAMILIES).
-    "qwen3.5-35b-a3b": dict(name="Qwen3.5-35B-A3B", num_layers=40, hidden_size=2048,
-                            num_attention_heads=16, num_kv_heads=2, kv_channels=256,
-                            vocab_size=248320, seq_length=4096, num_experts=256, moe_top_k=8,
-                            moe_ffn_hidden_size=512, num_shared_experts=1,
-                            layer_types="(['linear']*3+['full'])*10",
-                            linear_num_key_heads=16, linear_num_value_heads=32,
-                            linear_key_head_dim=128, linear_value_head_dim=128,
-                            attention_output_gate=True, rotary_base=1e7,
-                            rotary_percent=0.25, **_LLAMA),
+    "qwen3.5-35b-a3b": dict(
+        name="Qwen3.5-35B-A3B",
+        num_layers=40,
+        hidden_size=2048,
+        num_attention_heads=16,
+        num_kv_heads=2,
+        kv_channels=256,
+        vocab_size=248320,
+        seq_length=4096,
+        num_experts=256,
+        moe_top_k=8,
+        moe_ffn_hidden_size=512,
+        num_shared_experts=1,
+        layer_types="(['linear']*3+['full'])*10",
+        linear_num_key_heads=16,
+        linear_num_value_heads=32,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        attention_output_gate=True,
+        rotary_base=1e7,
+        rotary_percent=0.25,
+        **_LLAMA,
+    ),
     # Qwen/Qwen3.5-397B-A17B model card: 60 layers of 4096, 15 x (3 x Gated DeltaNet + 1 x
     # gated attention), DeltaNet 16 QK / 64 V heads of 128, attention 32 Q / 2 KV heads of 256,
     # 512 experts top-10 + 1 shared of 1024 on every layer, vocabulary 248,320; trained with
     # multi-token prediction (text_config mtp_num_hidden_layers 1). As the DeepSeek-V3 preset,
     # the preset plans the main model (mtp_num_layers 0); its config.json reads the MTP layer.
-    "qwen3.5-397b-a17b": dict(name="Qwen3.5-397B-A17B", num_layers=60, hidden_size=4096,
-                              num_attention_heads=32, num_kv_heads=2, kv_channels=256,
-                              vocab_size=248320, seq_length=4096, num_experts=512,
-                              moe_top_k=10, moe_ffn_hidden_size=1024, num_shared_experts=1,
-                              layer_types="(['linear']*3+['full'])*15",
-                              linear_num_key_heads=16, linear_num_value_heads=64,
-                              linear_key_head_dim=128, linear_value_head_dim=128,
-                              attention_output_gate=True, rotary_base=1e7,
-                              rotary_percent=0.25, **_LLAMA),
+    "qwen3.5-397b-a17b": dict(
+        name="Qwen3.5-397B-A17B",
+        num_layers=60,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_kv_heads=2,
+        kv_channels=256,
+        vocab_size=248320,
+        seq_length=4096,
+        num_experts=512,
+        moe_top_k=10,
+        moe_ffn_hidden_size=1024,
+        num_shared_experts=1,
+        layer_types="(['linear']*3+['full'])*15",
+        linear_num_key_heads=16,
+        linear_num_value_heads=64,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        attention_output_gate=True,
+        rotary_base=1e7,
+        rotary_percent=0.25,
+        **_LLAMA,
+    ),
 }
 
 ALIASES = {
-    "7b": "llama2-7b", "8b": "llama3-8b", "13b": "llama2-13b", "70b": "llama3-70b",
-    "175b": "gpt3-175b", "405b": "llama3-405b", "671b": "deepseek-v3",
-    "llama3.1-405b": "llama3-405b", "llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b",
-    "gpt3": "gpt3-175b", "qwen3-235b": "qwen3-235b-a22b",
+    "7b": "llama2-7b",
+    "8b": "llama3-8b",
+    "13b": "llama2-13b",
+    "70b": "llama3-70b",
+    "175b": "gpt3-175b",
+    "405b": "llama3-405b",
+    "671b": "deepseek-v3",
+    "llama3.1-405b": "llama3-405b",
+    "llama3.1-8b": "llama3-8b",
+    "llama3.1-70b": "llama3-70b",
+    "gpt3": "gpt3-175b",
+    "qwen3-235b": "qwen3-235b-a22b",
 }
 FAMILY_ALIASES = {
-    "kimi-k2-instruct": "kimi-k2", "deepseek-v3.2-exp": "deepseek-v3.2",
-    "llama4-17b-16e": "llama4-scout", "llama4-17b-128e": "llama4-maverick",
-    "qwen3-next": "qwen3-next-80b-a3b", "glm4.5": "glm-4.5", "glm4.6": "glm-4.6",
-    "qwen3.5": "qwen3.5-397b-a17b", "qwen3.5-397b": "qwen3.5-397b-a17b",
+    "kimi-k2-instruct": "kimi-k2",
+    "deepseek-v3.2-exp": "deepseek-v3.2",
+    "llama4-17b-16e": "llama4-scout",
+    "llama4-17b-128e": "llama4-maverick",
+    "qwen3-next": "qwen3-next-80b-a3b",
+    "glm4.5": "glm-4.5",
+    "glm4.6": "glm-4.6",
+    "qwen3.5": "qwen3.5-397b-a17b",
+    "qwen3.5-397b": "qwen3.5-397b-a17b",
     "qwen3.5-35b": "qwen3.5-35b-a3b",
 }
 
 # Published totals (model cards / papers), for the tests and `planner models`.
 PUBLISHED_PARAMS = {
-    "llama2-7b": 6.74e9, "llama2-13b": 13.0e9, "llama2-70b": 69.0e9, "llama3-8b": 8.03e9,
-    "llama3-70b": 70.6e9, "llama3-405b": 405.9e9, "gpt3-175b": 175e9, "mixtral-8x7b": 46.7e9,
-    "mixtral-8x22b": 141e9, "deepseek-v3": 671e9, "qwen3-235b-a22b": 235e9,
+    "llama2-7b": 6.74e9,
+    "llama2-13b": 13.0e9,
+    "llama2-70b": 69.0e9,
+    "llama3-8b": 8.03e9,
+    "llama3-70b": 70.6e9,
+    "llama3-405b": 405.9e9,
+    "gpt3-175b": 175e9,
+    "mixtral-8x7b": 46.7e9,
+    "mixtral-8x22b": 141e9,
+    "deepseek-v3": 671e9,
+    "qwen3-235b-a22b": 235e9,
     # the 2026 families (sources and the two documented gaps: tests/test_families.py FAMILIES)
-    "gpt-oss-120b": 116.83e9, "gpt-oss-20b": 20.91e9, "llama4-maverick": 400e9,
-    "llama4-scout": 109e9, "glm-4.5": 355e9, "glm-4.6": 355e9, "qwen3-next-80b-a3b": 80e9,
-    "deepseek-v3.2": 671e9, "kimi-k2": 1.04e12, "qwen3.5-35b-a3b": 35e9,
+    "gpt-oss-120b": 116.83e9,
+    "gpt-oss-20b": 20.91e9,
+    "llama4-maverick": 400e9,
+    "llama4-scout": 109e9,
+    "glm-4.5": 355e9,
+    "glm-4.6": 355e9,
+    "qwen3-next-80b-a3b": 80e9,
+    "deepseek-v3.2": 671e9,
+    "kimi-k2": 1.04e12,
+    "qwen3.5-35b-a3b": 35e9,
     "qwen3.5-397b-a17b": 397e9,
 }
 
@@ -229,8 +519,10 @@ def get_preset(name: str) -> ModelSpec:
         names = list(PRESETS) + list(FAMILY_PRESETS)
         close = difflib.get_close_matches(name.lower()[:100], names + list(ALIASES), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise SpecError(f"model {short(name)} is not a preset, alias or file; {hint}"
-                        f"presets: {', '.join(names)}; aliases: {', '.join(ALIASES)}")
+        raise SpecError(
+            f"model {short(name)} is not a preset, alias or file; {hint}"
+            f"presets: {', '.join(names)}; aliases: {', '.join(ALIASES)}"
+        )
     return ModelSpec(**PRESETS[key])
 
 
@@ -246,28 +538,49 @@ def resolve_model(ref: str | dict | ModelSpec, *, base: Path | None = None) -> M
     if safe_is_dir(path):
         inner = path / "config.json"
         if not safe_is_file(inner):
-            raise SpecError(f"model folder {short(str(path), 200)} has no config.json; give a "
-                            "Hugging Face checkpoint folder, a config.json, a model YAML or a "
-                            "preset", field="model", value=text)
+            raise SpecError(
+                f"model folder {short(str(path), 200)} has no config.json; give a "
+                "Hugging Face checkpoint folder, a config.json, a model YAML or a "
+                "preset",
+                field="model",
+                value=text,
+            )
         path = inner
     looks_like_file = text.endswith((".json", ".yaml", ".yml")) or "/" in text
     if looks_like_file or safe_is_file(path):
         if path.suffix.lower() == ".json":
-            data = load_json(read_text(path, what="model file"), what="model file",
-                             source=short(str(path), 200))
+            data = load_json(
+                read_text(path, what="model file"), what="model file", source=short(str(path), 200)
+            )
         else:
-            data = read_yaml(path, what="model file")   # YAML is a superset of JSON
+            data = read_yaml(path, what="model file")  # YAML is a superset of JSON
         if isinstance(data, dict) and ("architectures" in data or "model_type" in data):
             return model_from_hf_config(data, source=str(path))
         return parse_spec(ModelSpec, data, where="model")
     return get_preset(text)
 
 
-_HF_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe",
-             "deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32", "gpt_oss", "llama4",
-             "glm4_moe", "glm_moe_dsa", "qwen3_next", "qwen3_5_moe"}
+_HF_TYPES = {
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "qwen2_moe",
+    "deepseek_v3",
+    "deepseek_v2",
+    "kimi_k2",
+    "deepseek_v32",
+    "gpt_oss",
+    "llama4",
+    "glm4_moe",
+    "glm_moe_dsa",
+    "qwen3_next",
+    "qwen3_5_moe",
+}
 _DEEPSEEK_LIKE = {"deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32"}
-_NESTED = {"llama4", "qwen3_5_moe"}     # the language model's keys under text_config
+_NESTED = {"llama4", "qwen3_5_moe"}  # the language model's keys under text_config
 _QWEN_HYBRID = {"qwen3_next", "qwen3_5_moe"}
 
 
@@ -279,16 +592,22 @@ class _HfConfig:
         self.cfg, self.source, self.mtype = cfg, short(source, 200), mtype
 
     def _bad(self, key: str, value: Any, want: str) -> SpecError:
-        return SpecError(f"{self.source}: {key} = {short(value)}: must be {want}; fix the value",
-                         field=key, value=value)
+        return SpecError(
+            f"{self.source}: {key} = {short(value)}: must be {want}; fix the value",
+            field=key,
+            value=value,
+        )
 
     def count(self, key: str, *, minimum: int = 1, required: bool = True) -> int | None:
         """A whole number >= minimum; absent (or null) is an error when required, else None."""
         value = self.cfg.get(key)
         if value is None:
             if required:
-                raise SpecError(f"{self.source}: missing {key!r}, which a {self.mtype} "
-                                "config.json must have", field=key, value=None)
+                raise SpecError(
+                    f"{self.source}: missing {key!r}, which a {self.mtype} config.json must have",
+                    field=key,
+                    value=None,
+                )
             return None
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -309,8 +628,12 @@ class _HfConfig:
         value = self.cfg.get(key)
         if value is None:
             return None
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or value <= 0):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value <= 0
+        ):
             raise self._bad(key, value, "a positive number")
         return float(value)
 
@@ -328,9 +651,13 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
     raw_type = cfg.get("model_type", "")
     mtype = raw_type.lower() if isinstance(raw_type, str) else ""
     if mtype not in _HF_TYPES:
-        raise SpecError(f"{short(source, 200)}: model_type {short(raw_type)} is not supported; "
-                        f"supported: {', '.join(sorted(_HF_TYPES))} (or write a model YAML, see "
-                        "README)", field="model_type", value=raw_type)
+        raise SpecError(
+            f"{short(source, 200)}: model_type {short(raw_type)} is not supported; "
+            f"supported: {', '.join(sorted(_HF_TYPES))} (or write a model YAML, see "
+            "README)",
+            field="model_type",
+            value=raw_type,
+        )
     outer = _HfConfig(cfg, source, mtype)
     outer_name = outer.name()
     # the wrapper's tie_word_embeddings (Qwen3_5MoeConfig has one) where text_config has none
@@ -338,9 +665,12 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
     if mtype in _NESTED and "text_config" in cfg:
         inner = cfg["text_config"]
         if not isinstance(inner, dict):
-            raise SpecError(f"{short(source, 200)}: text_config = {short(inner)}: must be a "
-                            "mapping of the language model's keys; fix the file",
-                            field="text_config", value=inner)
+            raise SpecError(
+                f"{short(source, 200)}: text_config = {short(inner)}: must be a "
+                "mapping of the language model's keys; fix the file",
+                field="text_config",
+                value=inner,
+            )
         cfg = dict(inner, _name_or_path=cfg.get("_name_or_path", inner.get("_name_or_path")))
     hf = _HfConfig(cfg, source, mtype)
     need = hf.count
@@ -350,11 +680,14 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
     # _family_2026 demands it only where mlp_only_layers / decoder_sparse_step make dense layers
     spec: dict[str, Any] = dict(
         name=outer_name if hf.name() == mtype else hf.name(),
-        num_layers=need("num_hidden_layers"), hidden_size=h,
-        ffn_hidden_size=need(ffn_key, required=mtype not in _QWEN_HYBRID), num_attention_heads=a,
+        num_layers=need("num_hidden_layers"),
+        hidden_size=h,
+        ffn_hidden_size=need(ffn_key, required=mtype not in _QWEN_HYBRID),
+        num_attention_heads=a,
         num_kv_heads=need("num_key_value_heads", required=False) or a,
         vocab_size=need("vocab_size"),
-        activation="swiglu", tied_embeddings=hf.flag("tie_word_embeddings", outer_tied),
+        activation="swiglu",
+        tied_embeddings=hf.flag("tie_word_embeddings", outer_tied),
     )
     head_dim = need("head_dim", required=False)
     if head_dim and head_dim != h // a:
@@ -362,25 +695,30 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
     if mtype == "mixtral":
         spec.update(num_experts=need("num_local_experts"), moe_top_k=need("num_experts_per_tok"))
     if mtype in ("qwen3_moe", "qwen2_moe"):
-        spec.update(num_experts=need("num_experts"), moe_top_k=need("num_experts_per_tok"),
-                    moe_ffn_hidden_size=need("moe_intermediate_size"))
+        spec.update(
+            num_experts=need("num_experts"),
+            moe_top_k=need("num_experts_per_tok"),
+            moe_ffn_hidden_size=need("moe_intermediate_size"),
+        )
         shared = need("shared_expert_intermediate_size", minimum=0, required=False)
         if shared:
             # Qwen2-MoE: one shared expert of its own width, expressed in units of f_e
             spec["num_shared_experts"] = max(1, round(shared / spec["moe_ffn_hidden_size"]))
     if mtype in _DEEPSEEK_LIKE or (mtype == "glm_moe_dsa" and "kv_lora_rank" in cfg):
-        spec.update(num_experts=need("n_routed_experts"), moe_top_k=need("num_experts_per_tok"),
-                    moe_ffn_hidden_size=need("moe_intermediate_size"),
-                    num_shared_experts=need("n_shared_experts", minimum=0, required=False) or 0,
-                    num_dense_layers=need("first_k_dense_replace", minimum=0,
-                                          required=False) or 0,
-                    q_lora_rank=need("q_lora_rank", required=False),
-                    kv_lora_rank=need("kv_lora_rank"),
-                    qk_head_dim=need("qk_nope_head_dim"),
-                    qk_pos_emb_head_dim=need("qk_rope_head_dim", minimum=0),
-                    v_head_dim=need("v_head_dim"))
+        spec.update(
+            num_experts=need("n_routed_experts"),
+            moe_top_k=need("num_experts_per_tok"),
+            moe_ffn_hidden_size=need("moe_intermediate_size"),
+            num_shared_experts=need("n_shared_experts", minimum=0, required=False) or 0,
+            num_dense_layers=need("first_k_dense_replace", minimum=0, required=False) or 0,
+            q_lora_rank=need("q_lora_rank", required=False),
+            kv_lora_rank=need("kv_lora_rank"),
+            qk_head_dim=need("qk_nope_head_dim"),
+            qk_pos_emb_head_dim=need("qk_rope_head_dim", minimum=0),
+            v_head_dim=need("v_head_dim"),
+        )
         groups, topk = need("n_group", required=False), need("topk_group", required=False)
-        if groups and topk and topk < groups:      # group-limited routing (V3: 8 groups, 4)
+        if groups and topk and topk < groups:  # group-limited routing (V3: 8 groups, 4)
             spec.update(moe_router_num_groups=groups, moe_router_group_topk=topk)
         spec.pop("num_kv_heads")
         # DeepSeek-V3 config.json: num_nextn_predict_layers 1, the MTP module (report §2.2)
@@ -388,7 +726,14 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
         if mtp:
             spec["mtp_num_layers"] = mtp
     if mtype not in ("deepseek_v3", "deepseek_v2") and mtype not in (
-            "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe"):
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen3",
+        "qwen3_moe",
+        "qwen2_moe",
+    ):
         spec.update(_family_2026(hf, mtype, spec))
     theta, factor = _rope(hf)
     if theta is not None:
@@ -397,7 +742,7 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
         spec["rotary_percent"] = factor
     seq = need("max_position_embeddings", required=False)
     if seq:
-        spec["seq_length"] = min(seq, 8192)   # train at <= 8k unless told otherwise
+        spec["seq_length"] = min(seq, 8192)  # train at <= 8k unless told otherwise
     return parse_spec(ModelSpec, spec, where=f"model ({short(source, 200)})")
 
 
@@ -407,12 +752,15 @@ _MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
 def _mtp_layers(hf: _HfConfig) -> int:
     """Multi-token-prediction depth: num_nextn_predict_layers (DeepSeek-V3, Kimi K2, GLM-4.5,
     Qwen3-Next) or mtp_num_hidden_layers (Qwen3.5's text_config); two that differ are an error."""
-    found = {k: v for k in _MTP_KEYS
-             if (v := hf.count(k, minimum=0, required=False)) is not None}
+    found = {k: v for k in _MTP_KEYS if (v := hf.count(k, minimum=0, required=False)) is not None}
     if len(set(found.values())) > 1:
         a, b = _MTP_KEYS
-        raise SpecError(f"{hf.source}: {a} = {found[a]} and {b} = {found[b]} disagree on the "
-                        "multi-token-prediction depth; keep one of them", field=b, value=found[b])
+        raise SpecError(
+            f"{hf.source}: {a} = {found[a]} and {b} = {found[b]} disagree on the "
+            "multi-token-prediction depth; keep one of them",
+            field=b,
+            value=found[b],
+        )
     return next(iter(found.values()), 0)
 
 
@@ -435,17 +783,23 @@ def _rope(hf: _HfConfig) -> tuple[float | None, float | None]:
         if f is not None:
             factors[name] = f
     if len(set(factors.values())) > 1:
-        raise SpecError(f"{hf.source}: partial_rotary_factor = {factors['partial_rotary_factor']} "
-                        "and rope_parameters.partial_rotary_factor = "
-                        f"{factors['rope_parameters.partial_rotary_factor']} disagree; keep one "
-                        "of them", field="rope_parameters.partial_rotary_factor",
-                        value=factors["rope_parameters.partial_rotary_factor"])
+        raise SpecError(
+            f"{hf.source}: partial_rotary_factor = {factors['partial_rotary_factor']} "
+            "and rope_parameters.partial_rotary_factor = "
+            f"{factors['rope_parameters.partial_rotary_factor']} disagree; keep one "
+            "of them",
+            field="rope_parameters.partial_rotary_factor",
+            value=factors["rope_parameters.partial_rotary_factor"],
+        )
     factor = next(iter(factors.values()), None)
     top, inner = hf.positive("rope_theta"), nested.positive("rope_theta")
     if top is not None and inner is not None and top != inner:
-        raise SpecError(f"{hf.source}: rope_theta = {short(top)} and rope_parameters.rope_theta "
-                        f"= {short(inner)} disagree; keep one of them",
-                        field="rope_parameters.rope_theta", value=inner)
+        raise SpecError(
+            f"{hf.source}: rope_theta = {short(top)} and rope_parameters.rope_theta "
+            f"= {short(inner)} disagree; keep one of them",
+            field="rope_parameters.rope_theta",
+            value=inner,
+        )
     return (top if top is not None else inner), factor
 
 
@@ -468,28 +822,41 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
     mtp = _mtp_layers(hf)
     if mtp:
         out["mtp_num_layers"] = mtp
-    if hf.flag("mtp_use_dedicated_embeddings", False):    # Qwen3.5: an embedding per MTP layer
+    if hf.flag("mtp_use_dedicated_embeddings", False):  # Qwen3.5: an embedding per MTP layer
         out["mtp_dedicated_embeddings"] = True
     if mtype in ("deepseek_v32", "glm_moe_dsa") and cfg.get("index_topk") is not None:
-        out.update(dsa_index_topk=need("index_topk"), dsa_index_heads=need("index_n_heads"),
-                   dsa_index_head_dim=need("index_head_dim"))
+        out.update(
+            dsa_index_topk=need("index_topk"),
+            dsa_index_heads=need("index_n_heads"),
+            dsa_index_head_dim=need("index_head_dim"),
+        )
     if mtype == "gpt_oss":
         f = need("intermediate_size")
-        out.update(num_experts=need("num_local_experts"), moe_top_k=need("num_experts_per_tok"),
-                   moe_ffn_hidden_size=f, attention_sinks=True,
-                   add_bias_linear=hf.flag("attention_bias", True), normalization="RMSNorm",
-                   position_embedding_type="rope")
+        out.update(
+            num_experts=need("num_local_experts"),
+            moe_top_k=need("num_experts_per_tok"),
+            moe_ffn_hidden_size=f,
+            attention_sinks=True,
+            add_bias_linear=hf.flag("attention_bias", True),
+            normalization="RMSNorm",
+            position_embedding_type="rope",
+        )
         out.update(_layer_types(hf, L, default="full"))
         quant = cfg.get("quantization_config")
         if isinstance(quant, dict) and str(quant.get("quant_method", "")).lower() == "mxfp4":
             out["expert_precision"] = "mxfp4"
     elif mtype == "llama4":
-        out.update(num_experts=need("num_local_experts"), moe_top_k=need("num_experts_per_tok"),
-                   moe_ffn_hidden_size=need("intermediate_size"), num_shared_experts=1)
+        out.update(
+            num_experts=need("num_local_experts"),
+            moe_top_k=need("num_experts_per_tok"),
+            moe_ffn_hidden_size=need("intermediate_size"),
+            num_shared_experts=1,
+        )
         moe_idx = cfg.get("moe_layers")
         if moe_idx is not None:
             if not isinstance(moe_idx, list) or any(
-                    type(i) is not int or not 0 <= i < L for i in moe_idx):
+                type(i) is not int or not 0 <= i < L for i in moe_idx
+            ):
                 raise hf._bad("moe_layers", moe_idx, f"a list of layer indices below {L}")
             pattern = [1 if i in set(moe_idx) else 0 for i in range(L)]
         else:
@@ -506,23 +873,31 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
                 rope = [int((i + 1) % every != 0) for i in range(L)]
             if not isinstance(rope, list) or len(rope) != L or any(v not in (0, 1) for v in rope):
                 raise hf._bad("no_rope_layers", rope, f"a 0/1 list of {L} entries")
-            out.update(attention_chunk_size=chunk,
-                       layer_types=tuple("chunked" if v else "full" for v in rope))
+            out.update(
+                attention_chunk_size=chunk,
+                layer_types=tuple("chunked" if v else "full" for v in rope),
+            )
     elif mtype in ("glm4_moe", "glm_moe_dsa") and "kv_lora_rank" not in cfg:
-        out.update(num_experts=need("n_routed_experts"), moe_top_k=need("num_experts_per_tok"),
-                   moe_ffn_hidden_size=need("moe_intermediate_size"),
-                   num_shared_experts=need("n_shared_experts", minimum=0, required=False) or 0,
-                   num_dense_layers=need("first_k_dense_replace", minimum=0, required=False) or 0)
+        out.update(
+            num_experts=need("n_routed_experts"),
+            moe_top_k=need("num_experts_per_tok"),
+            moe_ffn_hidden_size=need("moe_intermediate_size"),
+            num_shared_experts=need("n_shared_experts", minimum=0, required=False) or 0,
+            num_dense_layers=need("first_k_dense_replace", minimum=0, required=False) or 0,
+        )
     elif mtype in ("qwen3_next", "qwen3_5_moe"):
         f_e = need("moe_intermediate_size")
-        out.update(num_experts=need("num_experts"), moe_top_k=need("num_experts_per_tok"),
-                   moe_ffn_hidden_size=f_e,
-                   attention_output_gate=hf.flag("attn_output_gate", True),
-                   linear_num_key_heads=need("linear_num_key_heads"),
-                   linear_num_value_heads=need("linear_num_value_heads"),
-                   linear_key_head_dim=need("linear_key_head_dim"),
-                   linear_value_head_dim=need("linear_value_head_dim"),
-                   linear_conv_kernel_dim=need("linear_conv_kernel_dim", required=False) or 4)
+        out.update(
+            num_experts=need("num_experts"),
+            moe_top_k=need("num_experts_per_tok"),
+            moe_ffn_hidden_size=f_e,
+            attention_output_gate=hf.flag("attn_output_gate", True),
+            linear_num_key_heads=need("linear_num_key_heads"),
+            linear_num_value_heads=need("linear_num_value_heads"),
+            linear_key_head_dim=need("linear_key_head_dim"),
+            linear_value_head_dim=need("linear_value_head_dim"),
+            linear_conv_kernel_dim=need("linear_conv_kernel_dim", required=False) or 4,
+        )
         shared = need("shared_expert_intermediate_size", minimum=0, required=False)
         if shared:
             out["num_shared_experts"] = max(1, round(shared / f_e))
@@ -533,15 +908,20 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
         pattern = [0 if (i in only or (i + 1) % step) else 1 for i in range(L)]
         if 0 in pattern:
             out["moe_layer_freq"] = tuple(pattern)
-            if spec.get("ffn_hidden_size") is None:   # no silent width for the dense layers
+            if spec.get("ffn_hidden_size") is None:  # no silent width for the dense layers
                 dense = [i for i, x in enumerate(pattern) if not x]
                 raise SpecError(
                     f"{hf.source}: missing 'intermediate_size', the dense MLP width of layers "
                     f"{short(dense)} (mlp_only_layers / decoder_sparse_step); add it",
-                    field="intermediate_size", value=None)
+                    field="intermediate_size",
+                    value=None,
+                )
         every = need("full_attention_interval", required=False) or 4
-        out.update(_layer_types(hf, L, default=tuple(
-            "full" if (i + 1) % every == 0 else "linear" for i in range(L))))
+        out.update(
+            _layer_types(
+                hf, L, default=tuple("full" if (i + 1) % every == 0 else "linear" for i in range(L))
+            )
+        )
     return out
 
 

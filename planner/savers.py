@@ -36,13 +36,13 @@ BASE_KEYS = ("none", "selective", "full")
 class Saver:
     """One memory-saving option: Layout fields and where it stands in its chain."""
 
-    key: str                      # e.g. "none", "selective", "full:2", "offload", "+bf16"
+    key: str  # e.g. "none", "selective", "full:2", "offload", "+bf16"
     recompute: str
     modules: tuple[str, ...] = ()
     num_layers: int | None = None
     offload_layers: int = 0
     bf16_states: bool = False
-    after: str | None = None      # the option before it in its chain (needs at least as much)
+    after: str | None = None  # the option before it in its chain (needs at least as much)
 
     @property
     def label(self) -> str:
@@ -67,19 +67,17 @@ def _chain(model: ModelSpec, bf16: bool) -> list[Saver]:
     none = Saver("none" + sfx, "none", bf16_states=bf16, after="none" if bf16 else None)
     out = [none]
     prev = none.key
-    if not bf16:   # bf16 states come with the cheap modules at once (fewer estimates)
+    if not bf16:  # bf16 states come with the cheap modules at once (fewer estimates)
         out.append(Saver("selective", "selective", after=none.key))
         prev = "selective"
-    out.append(Saver("selective+" + sfx, "selective", tuple(cheap), bf16_states=bf16,
-                     after=prev))
+    out.append(Saver("selective+" + sfx, "selective", tuple(cheap), bf16_states=bf16, after=prev))
     prev = none.key
     for n in (1, 2):
         out.append(Saver(f"full:{n}{sfx}", "full", num_layers=n, bf16_states=bf16, after=prev))
         prev = out[-1].key
     out.append(Saver("full" + sfx, "full", bf16_states=bf16, after=prev))
     if model.num_layers >= 4 and not bf16:
-        out.append(Saver("offload", "none", offload_layers=model.num_layers // 2,
-                         after=none.key))
+        out.append(Saver("offload", "none", offload_layers=model.num_layers // 2, after=none.key))
     return out
 
 
@@ -100,12 +98,14 @@ def chains(options: list[Saver]) -> list[list[Saver]]:
     for o in options:
         prev = o.after if o.after in by_key and o.after != o.key else None
         if o.bf16_states and o.key == "none+bf16":
-            prev = None          # the bf16 chains start afresh (tried only where fp32 needs more)
+            prev = None  # the bf16 chains start afresh (tried only where fp32 needs more)
         nexts.setdefault(prev, []).append(o)
     out: list[list[Saver]] = []
 
     def walk(path: list[Saver]) -> None:
-        more = [o for o in nexts.get(path[-1].key, []) if not (o.bf16_states ^ path[-1].bf16_states)]
+        more = [
+            o for o in nexts.get(path[-1].key, []) if not (o.bf16_states ^ path[-1].bf16_states)
+        ]
         if not more:
             out.append(path)
         for o in more:

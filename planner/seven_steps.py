@@ -38,11 +38,18 @@ def _step(n: int, title: str, decision: str) -> dict:
 def _fits(job, lay: Layout, cm, headroom: float):
     """(passes every hard rule, memory breakdown, the ids of the rules it breaks)."""
     mem = cm.memory(lay)
-    ctx = Context(model=job.model, hardware=job.hardware, training=job.training,
-                  num_gpus=job.num_gpus, layout=lay, memory=mem, headroom=headroom)
+    ctx = Context(
+        model=job.model,
+        hardware=job.hardware,
+        training=job.training,
+        num_gpus=job.num_gpus,
+        layout=lay,
+        memory=mem,
+        headroom=headroom,
+    )
     errors = [v.rule for v in check(ctx) if v.severity == "error"]
     if not fits(mem.total, mem.capacity, headroom) and "fits-in-memory" not in errors:
-        errors.append("fits-in-memory")   # plan keeps the headroom (the rule allows more)
+        errors.append("fits-in-memory")  # plan keeps the headroom (the rule allows more)
     return not errors, mem, errors
 
 
@@ -52,11 +59,14 @@ def _memory_floor(job, cm, usable: float) -> dict:
     states = P * (18 if tr.accounting == "megatron" else 16)
     one = cm.memory(Layout(tp=1, dp=1, zero=0))
     factor = max(1, -(-int(one.total) // int(usable)))
-    return _step(1, "memory floor",
-                 f"{P / 1e9:.1f}B params: model states {states / GiB:,.0f} GiB unsharded + "
-                 f"activations {one.activations / GiB:,.0f} GiB per sequence-micro-batch = "
-                 f"{one.total / GiB:,.0f} GiB on one GPU vs {usable / GiB:.0f} GiB usable: "
-                 f"TP x PP x ZeRO must divide it by >= {factor}")
+    return _step(
+        1,
+        "memory floor",
+        f"{P / 1e9:.1f}B params: model states {states / GiB:,.0f} GiB unsharded + "
+        f"activations {one.activations / GiB:,.0f} GiB per sequence-micro-batch = "
+        f"{one.total / GiB:,.0f} GiB on one GPU vs {usable / GiB:.0f} GiB usable: "
+        f"TP x PP x ZeRO must divide it by >= {factor}",
+    )
 
 
 TP_USUAL_MAX = 8
@@ -72,39 +82,66 @@ def _tensor_parallel(job, fix) -> int:
     if "tp" in fix:
         return fix["tp"]
     cap = min(hw.nvlink_domain_size, TP_USUAL_MAX)
-    tps = [t for t in divisors(N) if t <= cap and m.num_attention_heads % t == 0
-           and (m.is_mla or m.kv_heads % t == 0 or t % m.kv_heads == 0)
-           and job.training.seq_length % t == 0]
+    tps = [
+        t
+        for t in divisors(N)
+        if t <= cap
+        and m.num_attention_heads % t == 0
+        and (m.is_mla or m.kv_heads % t == 0 or t % m.kv_heads == 0)
+        and job.training.seq_length % t == 0
+    ]
     return max(tps) if tps else 1
 
 
 def _tp_decision(job, tp: int, fix) -> str:
     """Step 2's sentence: why this tp, or that it is pinned (and what is wrong with it)."""
     m, hw, N = job.model, job.hardware, job.num_gpus
-    link = (f"its per-layer all-reduces stay on NVLink ({hw.nvlink_bandwidth_gb_per_s:.0f} GB/s "
-            f"vs {hw.network_bandwidth_gb_per_s:.0f} GB/s network)")
+    link = (
+        f"its per-layer all-reduces stay on NVLink ({hw.nvlink_bandwidth_gb_per_s:.0f} GB/s "
+        f"vs {hw.network_bandwidth_gb_per_s:.0f} GB/s network)"
+    )
     if "tp" in fix:
         text = f"tp {tp}: pinned (--fix tp={tp})"
-        probe = Context(model=m, hardware=hw, training=job.training, num_gpus=N,
-                        layout=Layout(tp=tp, dp=max(1, N // tp)))
-        problems = [f"{rid}: {msg}" for rid, msg in (
-            ("world-size", None if N % tp == 0 else
-             f"num_gpus ({N}) must be divisible by tp ({tp})"),
-            ("heads-divisible-by-tp", heads_divisible_by_tp(probe)),
-            ("kv-heads-vs-tp", kv_heads_vs_tp(probe))) if msg]
+        probe = Context(
+            model=m,
+            hardware=hw,
+            training=job.training,
+            num_gpus=N,
+            layout=Layout(tp=tp, dp=max(1, N // tp)),
+        )
+        problems = [
+            f"{rid}: {msg}"
+            for rid, msg in (
+                (
+                    "world-size",
+                    None if N % tp == 0 else f"num_gpus ({N}) must be divisible by tp ({tp})",
+                ),
+                ("heads-divisible-by-tp", heads_divisible_by_tp(probe)),
+                ("kv-heads-vs-tp", kv_heads_vs_tp(probe)),
+            )
+            if msg
+        ]
         if problems:
-            more = f" (and {len(problems) - 1} more rule{'s' if len(problems) > 2 else ''})" \
-                if len(problems) > 1 else ""
+            more = (
+                f" (and {len(problems) - 1} more rule{'s' if len(problems) > 2 else ''})"
+                if len(problems) > 1
+                else ""
+            )
             return text + "; but " + problems[0] + more
         if tp > hw.nvlink_domain_size:
             return text + f"; it spans more than one {hw.nvlink_domain_size}-GPU NVLink domain"
         return text + "; " + link
     cap = min(hw.nvlink_domain_size, TP_USUAL_MAX)
-    bound = (f"<= {cap}, the {hw.nvlink_domain_size}-GPU NVLink domain" if cap == hw.nvlink_domain_size
-             else f"<= {cap} (the usual TP bound: beyond it GEMMs thin out) inside the "
-                  f"{hw.nvlink_domain_size}-GPU NVLink domain")
-    return (f"tp {tp}: the largest degree {bound}, that divides the {N} GPUs, the "
-            f"{m.num_attention_heads} heads and the sequence; {link}")
+    bound = (
+        f"<= {cap}, the {hw.nvlink_domain_size}-GPU NVLink domain"
+        if cap == hw.nvlink_domain_size
+        else f"<= {cap} (the usual TP bound: beyond it GEMMs thin out) inside the "
+        f"{hw.nvlink_domain_size}-GPU NVLink domain"
+    )
+    return (
+        f"tp {tp}: the largest degree {bound}, that divides the {N} GPUs, the "
+        f"{m.num_attention_heads} heads and the sequence; {link}"
+    )
 
 
 def _context_parallel(job, tp: int, fix) -> int:
@@ -126,7 +163,7 @@ def _expert_parallel(job, tp: int, cp: int, fix) -> list[int]:
         return [1]
     if "ep" in fix:
         return [fix["ep"]]
-    eps = [e for e in divisors(m.num_experts) if N % e == 0]   # the expert-grid rule decides
+    eps = [e for e in divisors(m.num_experts) if N % e == 0]  # the expert-grid rule decides
     inside = [e for e in eps if e <= hw.nvlink_domain_size]
     first = max(inside) if inside else 1
     return [first] + [e for e in eps if e > first]
@@ -148,25 +185,39 @@ def _pipeline(job, cm, opts, tp: int, cp: int, eps: list[int]):
     sp = fix.get("sp", tp > 1)
     mbs = fix.get("micro_batch_size", 1)
     refused: dict[str, int] = {}
-    for zero in ([fix["zero"]] if "zero" in fix else (1, 3)):
-        for rec in ([fix["recompute"]] if "recompute" in fix else ("none", "selective", "full")):
+    for zero in [fix["zero"]] if "zero" in fix else (1, 3):
+        for rec in [fix["recompute"]] if "recompute" in fix else ("none", "selective", "full"):
             for ep in eps:
                 fitting = []
                 for pp in pps:
                     dp = N // (tp * cp * pp)
                     split = split_options(L, pp)[0]
-                    lay = Layout(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, etp=etp, sp=sp,
-                                 tp_comm_overlap=sp and tp > 1, zero=zero, recompute=rec,
-                                 micro_batch_size=mbs,
-                                 first_stage_layers=split[0], last_stage_layers=split[1])
+                    lay = Layout(
+                        tp=tp,
+                        cp=cp,
+                        ep=ep,
+                        dp=dp,
+                        pp=pp,
+                        etp=etp,
+                        sp=sp,
+                        tp_comm_overlap=sp and tp > 1,
+                        zero=zero,
+                        recompute=rec,
+                        micro_batch_size=mbs,
+                        first_stage_layers=split[0],
+                        last_stage_layers=split[1],
+                    )
                     ok, mem, errors = _fits(job, lay, cm, opts.headroom)
                     if ok:
                         fitting.append((lay, mem))
                     for rule in errors:
                         refused[rule] = refused.get(rule, 0) + 1
                 if fitting:
-                    good = [f for f in fitting
-                            if f[0].pp == 1 or f[0].num_microbatches(gbs) >= 4 * f[0].pp]
+                    good = [
+                        f
+                        for f in fitting
+                        if f[0].pp == 1 or f[0].num_microbatches(gbs) >= 4 * f[0].pp
+                    ]
                     lay, mem = (good or fitting)[0]
                     return lay, mem, f"zero {zero}, recompute {rec}", {}
     if not pps:
@@ -180,8 +231,9 @@ def _interleave(job, cm, opts, pick: Layout) -> Layout:
         cand = pick.with_(vpp=opts.fix["vpp"])
         return cand if _fits(job, cand, cm, opts.headroom)[0] else pick
     best, best_t = pick, cm.time(pick).step_time_s
-    for v in vpp_options(job.model.num_layers, pick.pp, pick.first_stage_layers,
-                         pick.last_stage_layers, opts.max_vpp):
+    for v in vpp_options(
+        job.model.num_layers, pick.pp, pick.first_stage_layers, pick.last_stage_layers, opts.max_vpp
+    ):
         if v == 1:
             continue
         cand = pick.with_(vpp=v)
@@ -201,39 +253,76 @@ def _trace(job, pick: Layout, mem, how: str, usable: float, fix) -> list[dict]:
     m, hw, tr = job.model, job.hardware, job.training
     mb = pick.num_microbatches(tr.global_batch_size)
     span = pick.ep * pick.etp
-    pp_why = ("pinned" if "pp" in fix else
-              "the smallest degree that fits and keeps m >= 4p where one does")
-    zero_why = ("pinned" if "zero" in fix else
-                "distributed optimizer: optimizer states / dp*cp, communication as plain DP"
-                if pick.zero == 1 else "ZeRO-3: only because nothing lighter fits")
+    pp_why = (
+        "pinned"
+        if "pp" in fix
+        else "the smallest degree that fits and keeps m >= 4p where one does"
+    )
+    zero_why = (
+        "pinned"
+        if "zero" in fix
+        else "distributed optimizer: optimizer states / dp*cp, communication as plain DP"
+        if pick.zero == 1
+        else "ZeRO-3: only because nothing lighter fits"
+    )
     return [
-        _step(3, "PP across nodes",
-              f"pp {pick.pp}: {pp_why} ({mem.total / GiB:.1f} of {usable / GiB:.0f} GiB, {how})"
-              + (f"; m = {mb} micro-batches {'>=' if mb >= 4 * pick.pp else '<'} 4p = "
-                 f"{4 * pick.pp}" if pick.pp > 1 else "")),
-        _step(4, "DP with ZeRO",
-              f"dp {pick.dp}: " + ("pinned" if "dp" in fix else "the remaining GPUs")
-              + f"; ZeRO-{pick.zero} ({zero_why})"),
-        _step(5, "EP for MoE",
-              f"ep {pick.ep}{_pinned(fix, 'ep', pick.ep)}, etp {pick.etp}: {m.num_experts} "
-              f"experts, {m.num_experts // pick.ep} per rank; the all-to-all spans {span} GPUs "
-              f"({'inside' if span <= hw.nvlink_domain_size else 'across'} the "
-              f"{hw.nvlink_domain_size}-GPU NVLink domain)"
-              if m.is_moe else "dense model: no experts, ep 1"),
-        _step(6, "CP for long context",
-              f"cp {pick.cp}{_pinned(fix, 'cp', pick.cp)}: {tr.seq_length} tokens, "
-              f"{tr.seq_length // pick.cp} per rank"
-              + ("" if "cp" in fix else
-                 f" (CP splits sequences beyond {CP_TOKENS_PER_RANK // 1024}k tokens per rank)"
-                 if pick.cp > 1 else " (short enough without CP)")),
-        _step(7, "overlap, accumulation, recompute",
-              f"{mb} micro-batches of {pick.micro_batch_size}"
-              f"{_pinned(fix, 'micro_batch_size', pick.micro_batch_size)} per step (gradient "
-              f"accumulation), vpp {pick.vpp}{_pinned(fix, 'vpp', pick.vpp)} -> bubble "
-              f"{bubble_fraction(pick.pp, mb, pick.vpp):.0%}; recompute {pick.recompute}"
-              f"{_pinned(fix, 'recompute', pick.recompute)}; DP reduce-scatter overlapped with "
-              "backward" + (", TP overlapped with GEMMs" if pick.tp > 1 and pick.sp else
-                            " (no TP)" if pick.tp == 1 else "")),
+        _step(
+            3,
+            "PP across nodes",
+            f"pp {pick.pp}: {pp_why} ({mem.total / GiB:.1f} of {usable / GiB:.0f} GiB, {how})"
+            + (
+                f"; m = {mb} micro-batches {'>=' if mb >= 4 * pick.pp else '<'} 4p = {4 * pick.pp}"
+                if pick.pp > 1
+                else ""
+            ),
+        ),
+        _step(
+            4,
+            "DP with ZeRO",
+            f"dp {pick.dp}: "
+            + ("pinned" if "dp" in fix else "the remaining GPUs")
+            + f"; ZeRO-{pick.zero} ({zero_why})",
+        ),
+        _step(
+            5,
+            "EP for MoE",
+            f"ep {pick.ep}{_pinned(fix, 'ep', pick.ep)}, etp {pick.etp}: {m.num_experts} "
+            f"experts, {m.num_experts // pick.ep} per rank; the all-to-all spans {span} GPUs "
+            f"({'inside' if span <= hw.nvlink_domain_size else 'across'} the "
+            f"{hw.nvlink_domain_size}-GPU NVLink domain)"
+            if m.is_moe
+            else "dense model: no experts, ep 1",
+        ),
+        _step(
+            6,
+            "CP for long context",
+            f"cp {pick.cp}{_pinned(fix, 'cp', pick.cp)}: {tr.seq_length} tokens, "
+            f"{tr.seq_length // pick.cp} per rank"
+            + (
+                ""
+                if "cp" in fix
+                else f" (CP splits sequences beyond {CP_TOKENS_PER_RANK // 1024}k tokens per rank)"
+                if pick.cp > 1
+                else " (short enough without CP)"
+            ),
+        ),
+        _step(
+            7,
+            "overlap, accumulation, recompute",
+            f"{mb} micro-batches of {pick.micro_batch_size}"
+            f"{_pinned(fix, 'micro_batch_size', pick.micro_batch_size)} per step (gradient "
+            f"accumulation), vpp {pick.vpp}{_pinned(fix, 'vpp', pick.vpp)} -> bubble "
+            f"{bubble_fraction(pick.pp, mb, pick.vpp):.0%}; recompute {pick.recompute}"
+            f"{_pinned(fix, 'recompute', pick.recompute)}; DP reduce-scatter overlapped with "
+            "backward"
+            + (
+                ", TP overlapped with GEMMs"
+                if pick.tp > 1 and pick.sp
+                else " (no TP)"
+                if pick.tp == 1
+                else ""
+            ),
+        ),
     ]
 
 
@@ -245,8 +334,10 @@ def _refusal(refused: dict[str, int], fix) -> str:
         return "no candidate layout to try" + pinned
     ranked = sorted(refused.items(), key=lambda kv: -kv[1])
     named = ", ".join(f"{rule} ({n})" for rule, n in ranked[:3])
-    return (f"no pp with ZeRO-1 or ZeRO-3 and any recompute passes the rules{pinned}; "
-            f"refused by {named}")
+    return (
+        f"no pp with ZeRO-1 or ZeRO-3 and any recompute passes the rules{pinned}; "
+        f"refused by {named}"
+    )
 
 
 def seven_steps(job, cm, opts) -> tuple[list[dict], Layout | None]:
@@ -255,15 +346,20 @@ def seven_steps(job, cm, opts) -> tuple[list[dict], Layout | None]:
     tp = _tensor_parallel(job, opts.fix)
     cp = _context_parallel(job, tp, opts.fix)
     eps = _expert_parallel(job, tp, cp, opts.fix)
-    steps = [_memory_floor(job, cm, usable),
-             _step(2, "TP inside the NVLink domain", _tp_decision(job, tp, opts.fix))]
+    steps = [
+        _memory_floor(job, cm, usable),
+        _step(2, "TP inside the NVLink domain", _tp_decision(job, tp, opts.fix)),
+    ]
     pick, mem, how, refused = _pipeline(job, cm, opts, tp, cp, eps)
     if pick is None:
         return steps + [
             _step(3, "PP across nodes", _refusal(refused, opts.fix)),
             _step(4, "DP with ZeRO", "-"),
-            _step(5, "EP for MoE", f"ep {eps[0]}{_pinned(opts.fix, 'ep', eps[0])}"
-                  if job.model.is_moe else "-"),
+            _step(
+                5,
+                "EP for MoE",
+                f"ep {eps[0]}{_pinned(opts.fix, 'ep', eps[0])}" if job.model.is_moe else "-",
+            ),
             _step(6, "CP for long context", f"cp {cp}{_pinned(opts.fix, 'cp', cp)}"),
             _step(7, "overlap, accumulation, recompute", "nothing fits: see the suggestions"),
         ], None
@@ -279,20 +375,26 @@ def pick_note(pick, rank: int | None, best, shown: int) -> str:
         return f"seven-step pick: rank 1, the best layout ({pick.layout.name})"
     where = f"rank {rank}" if rank else f"outside the top {shown}"
     slower = pick.time.step_time_s / best.time.step_time_s - 1
-    return (f"seven-step pick: {where} ({pick.layout.name}), {slower:.0%} slower than the best, "
-            f"because {_why(best, pick)}")
+    return (
+        f"seven-step pick: {where} ({pick.layout.name}), {slower:.0%} slower than the best, "
+        f"because {_why(best, pick)}"
+    )
 
 
 def _why(best, pick) -> str:
     b, p = best.layout, pick.layout
-    diffs = [f"{axis} {getattr(b, axis)} instead of {getattr(p, axis)}"
-             for axis in ("tp", "cp", "pp", "vpp", "ep", "micro_batch_size", "zero", "recompute")
-             if getattr(b, axis) != getattr(p, axis)]
+    diffs = [
+        f"{axis} {getattr(b, axis)} instead of {getattr(p, axis)}"
+        for axis in ("tp", "cp", "pp", "vpp", "ep", "micro_batch_size", "zero", "recompute")
+        if getattr(b, axis) != getattr(p, axis)
+    ]
     bt, pt = best.time, pick.time
     reasons = []
-    for label, bv, pv in (("bubble", bt.bubble_s, pt.bubble_s),
-                          ("exposed communication", bt.exposed_comm_s, pt.exposed_comm_s),
-                          ("compute", bt.compute_s, pt.compute_s)):
+    for label, bv, pv in (
+        ("bubble", bt.bubble_s, pt.bubble_s),
+        ("exposed communication", bt.exposed_comm_s, pt.exposed_comm_s),
+        ("compute", bt.compute_s, pt.compute_s),
+    ):
         if abs(bv - pv) > 0.02 * pt.step_time_s:
             reasons.append(f"{label} {pv:.2f} -> {bv:.2f} s")
     what = ", ".join(diffs) or "the same degrees"

@@ -53,14 +53,51 @@ from planner.io import (
 )
 
 __all__ = [
-    "ModelSpec", "HardwareSpec", "PeakTflops", "Calibration", "TrainingSpec", "ParallelSpec",
-    "ConfigSpec", "JobLike", "field_help", "ref_path", "read_text", "read_yaml", "load_yaml", "load_json",
-    "check_text", "check_tree", "read_budget", "safe_exists", "safe_is_file", "safe_is_dir", "parse_spec",
-    "spec_error", "Precision", "Recompute", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES",
-    "MAX_DIGITS", "MAX_NAME_CHARS", "READ_BUDGET_S", "MAX_GPUS",
-    "Fp8Recipe", "RecomputeModule", "Dispatcher", "CudaGraphs", "StateDtype", "Architecture",
-    "CaseClass", "ServingCalibration", "ServeCaseClass", "IntraNodeLink", "LAYER_KINDS",
-    "moe_pattern_of", "kinds_of", "pattern_list",
+    "ModelSpec",
+    "HardwareSpec",
+    "PeakTflops",
+    "Calibration",
+    "TrainingSpec",
+    "ParallelSpec",
+    "ConfigSpec",
+    "JobLike",
+    "field_help",
+    "ref_path",
+    "read_text",
+    "read_yaml",
+    "load_yaml",
+    "load_json",
+    "check_text",
+    "check_tree",
+    "read_budget",
+    "safe_exists",
+    "safe_is_file",
+    "safe_is_dir",
+    "parse_spec",
+    "spec_error",
+    "Precision",
+    "Recompute",
+    "MAX_FILE_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "MAX_DIGITS",
+    "MAX_NAME_CHARS",
+    "READ_BUDGET_S",
+    "MAX_GPUS",
+    "Fp8Recipe",
+    "RecomputeModule",
+    "Dispatcher",
+    "CudaGraphs",
+    "StateDtype",
+    "Architecture",
+    "CaseClass",
+    "ServingCalibration",
+    "ServeCaseClass",
+    "IntraNodeLink",
+    "LAYER_KINDS",
+    "moe_pattern_of",
+    "kinds_of",
+    "pattern_list",
 ]
 
 Precision = Literal["bf16", "fp16", "fp8"]
@@ -71,8 +108,8 @@ CaseClass = Literal["dense-bf16", "dense-fp8", "moe", "fsdp", "long-context"]
 ServeCaseClass = Literal["offline-throughput", "static-latency", "serving-latency", "disagg"]
 IntraNodeLink = Literal["nvlink", "xgmi", "pcie"]
 
-_MAX_DIM = MAX_DIM     # no real model or cluster is larger; anything above is a typo
-MAX_GPUS = _MAX_DIM    # num_gpus, --gpus and --nodes x GPUs per node
+_MAX_DIM = MAX_DIM  # no real model or cluster is larger; anything above is a typo
+MAX_GPUS = _MAX_DIM  # num_gpus, --gpus and --nodes x GPUs per node
 
 
 class _Spec(BaseModel):
@@ -87,7 +124,9 @@ class _Spec(BaseModel):
         """YAML `true`/`false` is not a number (pydantic's lax mode would read `num_gpus: true` as 1)."""
         if isinstance(value, bool) and info.field_name:
             ann = cls.model_fields[info.field_name].annotation
-            if ann in (int, float) or (get_args(ann) and set(get_args(ann)) <= {int, float, type(None)}):
+            if ann in (int, float) or (
+                get_args(ann) and set(get_args(ann)) <= {int, float, type(None)}
+            ):
                 raise ValueError(f"must be a number, got {str(value).lower()}")
         return value
 
@@ -214,34 +253,44 @@ class ModelSpec(_Spec):
         if a % g:
             raise ValueError(
                 f"num_kv_heads ({g}) must divide num_attention_heads ({a}); "
-                f"try one of {_divisor_list(a)}")
+                f"try one of {_divisor_list(a)}"
+            )
         if self.kv_channels is None and not self.is_mla and self.hidden_size % a:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({a}) "
-                "when kv_channels is unset; set kv_channels (the head dim)")
+                "when kv_channels is unset; set kv_channels (the head dim)"
+            )
         if self.num_experts is not None:
             if self.moe_top_k > self.num_experts:
                 raise ValueError(
-                    f"moe_top_k ({self.moe_top_k}) must be <= num_experts ({self.num_experts})")
+                    f"moe_top_k ({self.moe_top_k}) must be <= num_experts ({self.num_experts})"
+                )
             ng, gk = self.moe_router_num_groups, self.moe_router_group_topk
             if (ng is None) != (gk is None):
-                raise ValueError("moe_router_num_groups and moe_router_group_topk go together "
-                                 "(group-limited routing); set both or neither")
+                raise ValueError(
+                    "moe_router_num_groups and moe_router_group_topk go together "
+                    "(group-limited routing); set both or neither"
+                )
             if ng is not None and gk is not None and (self.num_experts % ng or gk > ng):
                 raise ValueError(
                     f"moe_router_num_groups ({ng}) must divide num_experts ({self.num_experts}) "
-                    f"and moe_router_group_topk ({gk}) be <= it")
+                    f"and moe_router_group_topk ({gk}) be <= it"
+                )
             if self.num_dense_layers >= self.num_layers:
                 raise ValueError(
                     f"num_dense_layers ({self.num_dense_layers}) must be < num_layers "
-                    f"({self.num_layers}) for an MoE model")
-        if self.ffn == 0:    # Megatron's swiglu default int(4h * 2/3 / 64) * 64 is 0 for h < 96
+                    f"({self.num_layers}) for an MoE model"
+                )
+        if self.ffn == 0:  # Megatron's swiglu default int(4h * 2/3 / 64) * 64 is 0 for h < 96
             raise ValueError(
                 f"ffn_hidden_size is unset and Megatron's swiglu default int(4 * hidden_size * "
-                f"2/3 / 64) * 64 is 0 for hidden_size {self.hidden_size}; set ffn_hidden_size")
+                f"2/3 / 64) * 64 is 0 for hidden_size {self.hidden_size}; set ffn_hidden_size"
+            )
         if self.is_mla and (self.qk_head_dim is None or self.v_head_dim is None):
-            raise ValueError("multi-latent attention (kv_lora_rank set) also needs qk_head_dim "
-                             "and v_head_dim (qk_pos_emb_head_dim defaults to 64)")
+            raise ValueError(
+                "multi-latent attention (kv_lora_rank set) also needs qk_head_dim "
+                "and v_head_dim (qk_pos_emb_head_dim defaults to 64)"
+            )
         self._check_pattern()
         return self
 
@@ -249,28 +298,45 @@ class ModelSpec(_Spec):
         L = self.num_layers
         if self.moe_layer_freq is not None:
             if not self.is_moe:
-                raise ValueError(f"moe_layer_freq ({short(self.moe_layer_freq)}) needs num_experts; "
-                                 "set num_experts or drop moe_layer_freq")
+                raise ValueError(
+                    f"moe_layer_freq ({short(self.moe_layer_freq)}) needs num_experts; "
+                    "set num_experts or drop moe_layer_freq"
+                )
             pat = moe_pattern_of(self.moe_layer_freq, L, field="moe_layer_freq")
             if not any(pat):
                 raise ValueError("moe_layer_freq makes no layer MoE; give at least one 1")
             if self.num_dense_layers and pat != tuple(
-                    [False] * self.num_dense_layers + [True] * (L - self.num_dense_layers)):
-                raise ValueError(f"num_dense_layers ({self.num_dense_layers}) contradicts "
-                                 f"moe_layer_freq ({short(self.moe_layer_freq)}); give one of them")
+                [False] * self.num_dense_layers + [True] * (L - self.num_dense_layers)
+            ):
+                raise ValueError(
+                    f"num_dense_layers ({self.num_dense_layers}) contradicts "
+                    f"moe_layer_freq ({short(self.moe_layer_freq)}); give one of them"
+                )
         kinds = set(self.attention_kinds)
-        need = {"sliding": ("window_size",), "chunked": ("attention_chunk_size",),
-                "dsa": ("dsa_index_topk", "dsa_index_heads", "dsa_index_head_dim"),
-                "linear": ("linear_num_key_heads", "linear_num_value_heads",
-                           "linear_key_head_dim", "linear_value_head_dim")}
+        need = {
+            "sliding": ("window_size",),
+            "chunked": ("attention_chunk_size",),
+            "dsa": ("dsa_index_topk", "dsa_index_heads", "dsa_index_head_dim"),
+            "linear": (
+                "linear_num_key_heads",
+                "linear_num_value_heads",
+                "linear_key_head_dim",
+                "linear_value_head_dim",
+            ),
+        }
         for kind in sorted(kinds):
             missing = [k for k in need.get(kind, ()) if getattr(self, k) is None]
             if missing:
-                raise ValueError(f"layer_types has {kind} layers, which need {', '.join(missing)}; "
-                                 "set them")
-        if "linear" in kinds and (self.linear_num_value_heads or 1) % (self.linear_num_key_heads or 1):
-            raise ValueError(f"linear_num_key_heads ({self.linear_num_key_heads}) must divide "
-                             f"linear_num_value_heads ({self.linear_num_value_heads})")
+                raise ValueError(
+                    f"layer_types has {kind} layers, which need {', '.join(missing)}; set them"
+                )
+        if "linear" in kinds and (self.linear_num_value_heads or 1) % (
+            self.linear_num_key_heads or 1
+        ):
+            raise ValueError(
+                f"linear_num_key_heads ({self.linear_num_key_heads}) must divide "
+                f"linear_num_value_heads ({self.linear_num_value_heads})"
+            )
 
     @property
     def moe_layers(self) -> tuple[bool, ...]:
@@ -500,15 +566,20 @@ class HardwareSpec(_Spec):
         if self.nvlink_domain_size < self.gpus_per_node:
             raise ValueError(
                 f"nvlink_domain_size ({self.nvlink_domain_size}) must be >= gpus_per_node "
-                f"({self.gpus_per_node})")
+                f"({self.gpus_per_node})"
+            )
         return self
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s for the precision the matmuls run in (fp8 falls back to bf16 if absent,
         fp4 to fp8 then bf16)."""
         p = self.peak_tflops
-        value = {"bf16": p.bf16, "fp16": p.fp16, "fp8": p.fp8 or p.bf16,
-                 "fp4": p.fp4 or p.fp8 or p.bf16}[precision]
+        value = {
+            "bf16": p.bf16,
+            "fp16": p.fp16,
+            "fp8": p.fp8 or p.bf16,
+            "fp4": p.fp4 or p.fp8 or p.bf16,
+        }[precision]
         return value * 1e12
 
 
@@ -595,13 +666,18 @@ def _parallel_spec() -> type[_Spec]:
         typ = row.spec_type if row.spec_type is not None else hints[f.name]
         default = f.default if row.spec_default is SAME else row.spec_default
         keys[name] = (typ, Field(default=default, description=row.doc, **row.bounds))
-    return create_model("ParallelSpec", __base__=_Spec, __module__=__name__,
-                        __doc__="`parallel:` in a config: the layout, in Megatron-LM's terms "
-                                "(one key per row of the layout table, planner/layout.py).",
-                        **keys)
+    return create_model(
+        "ParallelSpec",
+        __base__=_Spec,
+        __module__=__name__,
+        __doc__="`parallel:` in a config: the layout, in Megatron-LM's terms "
+        "(one key per row of the layout table, planner/layout.py).",
+        **keys,
+    )
 
 
 if TYPE_CHECKING:
+
     class ParallelSpec(_Spec):
         """(for type checkers: the keys are the layout table's rows)"""
 
@@ -632,26 +708,36 @@ def field_help(cls: type[BaseModel]) -> dict[str, str]:
     import inspect
     import textwrap
 
-    described = {k: " ".join(f.description.split()) for k, f in cls.model_fields.items()
-                 if f.description}
+    described = {
+        k: " ".join(f.description.split()) for k, f in cls.model_fields.items() if f.description
+    }
     if described:
         return described
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     out: dict[str, str] = {}
     body = tree.body[0].body  # type: ignore[attr-defined]  # the class statement
     for stmt, nxt in zip(body, body[1:]):
-        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                and isinstance(nxt.value.value, str)):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
             out[stmt.target.id] = " ".join(nxt.value.value.split())
     return out
 
 
 _MAX_PATTERN = 100_000
 LAYER_KINDS = ("full", "sliding", "chunked", "dsa", "linear")
-_KIND_ALIASES = {"full_attention": "full", "sliding_attention": "sliding",
-                 "chunked_attention": "chunked", "linear_attention": "linear", "global": "full",
-                 "local": "sliding"}
+_KIND_ALIASES = {
+    "full_attention": "full",
+    "sliding_attention": "sliding",
+    "chunked_attention": "chunked",
+    "linear_attention": "linear",
+    "global": "full",
+    "local": "sliding",
+}
 
 
 def pattern_list(value: Any, *, field: str) -> list[Any]:
@@ -659,15 +745,17 @@ def pattern_list(value: Any, *, field: str) -> list[Any]:
     strings joined by + and repeated by * (an int), parentheses, e.g. "[0]*3+[1]*58" or
     "([0]+[1]*1)*24". Evaluated by walking the syntax tree (no eval), at most 100,000 items."""
     import ast
+
     if isinstance(value, (list, tuple)):
         return list(value)
     if not isinstance(value, str) or len(value) > 10_000:
-        raise ValueError(f"{field} must be a list or a list expression such as \"[0]*3+[1]*58\"")
+        raise ValueError(f'{field} must be a list or a list expression such as "[0]*3+[1]*58"')
     try:
         tree = ast.parse(value.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        raise ValueError(f"{field} = {short(value)} is not a list expression; write it like "
-                         "\"[0]*3+[1]*58\"") from None
+        raise ValueError(
+            f'{field} = {short(value)} is not a list expression; write it like "[0]*3+[1]*58"'
+        ) from None
 
     def ev(node: Any, depth: int = 0) -> Any:
         if depth > 50:
@@ -689,11 +777,15 @@ def pattern_list(value: Any, *, field: str) -> list[Any]:
             else:
                 out = None
             if out is None or (isinstance(out, list) and len(out) > _MAX_PATTERN):
-                raise ValueError(f"{field} = {short(value)}: only lists + lists and list * count "
-                                 "(up to 100,000 entries) are allowed")
+                raise ValueError(
+                    f"{field} = {short(value)}: only lists + lists and list * count "
+                    "(up to 100,000 entries) are allowed"
+                )
             return out
-        raise ValueError(f"{field} = {short(value)}: only list literals, + and * are allowed; "
-                         "write it like \"[0]*3+[1]*58\"")
+        raise ValueError(
+            f"{field} = {short(value)}: only list literals, + and * are allowed; "
+            'write it like "[0]*3+[1]*58"'
+        )
 
     got = ev(tree.body)
     if not isinstance(got, list):
@@ -701,7 +793,9 @@ def pattern_list(value: Any, *, field: str) -> list[Any]:
     return got
 
 
-def moe_pattern_of(freq: Any, num_layers: int, *, field: str = "moe_layer_freq") -> tuple[bool, ...]:
+def moe_pattern_of(
+    freq: Any, num_layers: int, *, field: str = "moe_layer_freq"
+) -> tuple[bool, ...]:
     """Megatron's `--moe-layer-freq`: int N -> [1 if i % N == 0 else 0 for i in range(L)];
     a list (or list expression) of 0/1, one per layer. Cached (specs are frozen)."""
     if isinstance(freq, list):
@@ -719,8 +813,10 @@ def _moe_pattern(freq: Any, num_layers: int, field: str) -> tuple[bool, ...]:
         return tuple(i % freq == 0 for i in range(num_layers))
     pat = pattern_list(freq, field=field)
     if len(pat) != num_layers or any(type(v) is not int or v not in (0, 1) for v in pat):
-        raise ValueError(f"{field} must give 0 or 1 for each of the {num_layers} layers "
-                         f"(got {len(pat)} entries); fix the list")
+        raise ValueError(
+            f"{field} must give 0 or 1 for each of the {num_layers} layers "
+            f"(got {len(pat)} entries); fix the list"
+        )
     return tuple(v == 1 for v in pat)
 
 
@@ -742,13 +838,16 @@ def _kinds(types: Any, num_layers: int, field: str) -> tuple[str, ...]:
             raise ValueError(f"{field} entry {short(v)} is not one of {', '.join(LAYER_KINDS)}")
         out.append(kind)
     if len(out) != num_layers:
-        raise ValueError(f"{field} must name a kind for each of the {num_layers} layers "
-                         f"(got {len(out)}); fix the list")
+        raise ValueError(
+            f"{field} must name a kind for each of the {num_layers} layers "
+            f"(got {len(out)}); fix the list"
+        )
     return tuple(out)
 
 
 def _divisor_list(n: int) -> str:
     from planner.units import divisors
+
     ds = divisors(n)
     return ", ".join(map(str, ds[:-1])) + f" or {ds[-1]}" if len(ds) > 1 else str(ds[0])
 
@@ -757,8 +856,10 @@ def parse_spec(cls: type[_Spec], data: Any, *, where: str = "") -> Any:
     """Build a spec from plain data; a ValidationError becomes one SpecError line."""
     if not isinstance(data, dict):
         label = where or cls.__name__
-        raise SpecError(f"{label} must be a mapping of keys to values, got "
-                        f"{type(data).__name__} {_short(data)}; see examples/")
+        raise SpecError(
+            f"{label} must be a mapping of keys to values, got "
+            f"{type(data).__name__} {_short(data)}; see examples/"
+        )
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
@@ -788,7 +889,11 @@ def spec_error(exc: ValidationError, cls: type[BaseModel], *, where: str = "") -
     with the closest valid one), not also a missing `num_layers`."""
     errors = exc.errors(include_url=False)
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "str", "dict["))))
+    loc = tuple(
+        p
+        for p in err["loc"]
+        if not (isinstance(p, str) and p.startswith(("function-", "str", "dict[")))
+    )
     field = ".".join(str(p) for p in loc)
     if where:
         field = f"{where}.{field}" if field else where
@@ -800,23 +905,32 @@ def spec_error(exc: ValidationError, cls: type[BaseModel], *, where: str = "") -
         hint = ""
         if close:
             about = field_help(model).get(close[0], "")
-            hint = f"did you mean {close[0]!r}? " + (f"({close[0]}: {about.rstrip('.')}) " if about else "")
-        return SpecError(f"unknown key {short(field, 120)}; {hint}valid keys here: "
-                         f"{', '.join(valid)}", field=field, value=value)
+            hint = f"did you mean {close[0]!r}? " + (
+                f"({close[0]}: {about.rstrip('.')}) " if about else ""
+            )
+        return SpecError(
+            f"unknown key {short(field, 120)}; {hint}valid keys here: {', '.join(valid)}",
+            field=field,
+            value=value,
+        )
     if kind == "missing":
-        return SpecError(f"missing required key {field!r}; add it (see README, 'Config files')",
-                         field=field, value=None)
+        return SpecError(
+            f"missing required key {field!r}; add it (see README, 'Config files')",
+            field=field,
+            value=None,
+        )
     msg = err["msg"]
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-        kw = {"value": value} if loc else {}     # a whole-mapping check: no single value
+        msg = msg[len("Value error, ") :]
+        kw = {"value": value} if loc else {}  # a whole-mapping check: no single value
         return SpecError(f"{field or 'model'}: {msg}" if field else msg, field=field or None, **kw)
     if isinstance(value, float) and not math.isfinite(value):
         msg = "must be a finite number"
-    if kind in ("model_type", "dict_type"):   # not "instance of ParallelSpec": users write YAML
+    if kind in ("model_type", "dict_type"):  # not "instance of ParallelSpec": users write YAML
         msg = "must be a mapping of keys to values"
-    return SpecError(f"{field} = {_short(value)}: {msg.lower()}; fix this value",
-                     field=field, value=value)
+    return SpecError(
+        f"{field} = {_short(value)}: {msg.lower()}; fix this value", field=field, value=value
+    )
 
 
 class JobLike(Protocol):
@@ -829,4 +943,3 @@ class JobLike(Protocol):
     def hardware(self) -> HardwareSpec: ...
     @property
     def training(self) -> TrainingSpec: ...
-

@@ -21,11 +21,15 @@ MAX_VPP = 16
 
 def _options(job, lay: Layout) -> tuple[list[int], list[int]]:
     gbs = job.training.global_batch_size
-    mbs = ([b for b in range(1, MAX_MICRO_BATCH + 1) if gbs % (b * lay.dp) == 0] or [1]
-           if "micro_batch_size" in lay.auto else [lay.micro_batch_size])
+    mbs = (
+        [b for b in range(1, MAX_MICRO_BATCH + 1) if gbs % (b * lay.dp) == 0] or [1]
+        if "micro_batch_size" in lay.auto
+        else [lay.micro_batch_size]
+    )
     if "vpp" in lay.auto and lay.pp > 1:
-        vpp = vpp_options(job.model.num_layers, lay.pp, lay.first_stage_layers,
-                          lay.last_stage_layers, MAX_VPP)
+        vpp = vpp_options(
+            job.model.num_layers, lay.pp, lay.first_stage_layers, lay.last_stage_layers, MAX_VPP
+        )
     else:
         vpp = [lay.vpp]
     return mbs, vpp
@@ -46,8 +50,15 @@ def fill_auto(job, lay: Layout, *, headroom: float = DEFAULT_HEADROOM) -> Layout
                 mem = cm.memory(cand)
             except (ZeroDivisionError, ValueError):
                 continue
-            ctx = Context(model=job.model, hardware=job.hardware, training=job.training,
-                          num_gpus=job.num_gpus, layout=cand, memory=mem, headroom=headroom)
+            ctx = Context(
+                model=job.model,
+                hardware=job.hardware,
+                training=job.training,
+                num_gpus=job.num_gpus,
+                layout=cand,
+                memory=mem,
+                headroom=headroom,
+            )
             if not fits(mem.total, mem.capacity, headroom) or any(fn(ctx) for _, fn in RULES):
                 continue
             t = cm.time(cand).step_time_s

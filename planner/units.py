@@ -10,8 +10,17 @@ import math
 import re
 
 __all__ = [
-    "GiB", "GB", "TB", "TFLOPS", "GB_PER_S",
-    "parse_count", "fmt_bytes", "fmt_seconds", "fmt_count", "pct", "divisors",
+    "GiB",
+    "GB",
+    "TB",
+    "TFLOPS",
+    "GB_PER_S",
+    "parse_count",
+    "fmt_bytes",
+    "fmt_seconds",
+    "fmt_count",
+    "pct",
+    "divisors",
 ]
 
 GiB = float(2**30)
@@ -21,7 +30,9 @@ TFLOPS = 1e12
 GB_PER_S = 1e9
 
 _SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
-_COUNT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMBGTP]?)\s*$", re.IGNORECASE)
+_COUNT_RE = re.compile(
+    r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMBGTP]?)\s*$", re.IGNORECASE
+)
 
 
 def parse_count(text: str) -> float:

@@ -20,7 +20,7 @@ class ValidationResult:
     layout: Layout
     violations: list[Violation]
     estimate: Estimate | None
-    extra: list[Violation] = field(default_factory=list)   # framework-specific (importers)
+    extra: list[Violation] = field(default_factory=list)  # framework-specific (importers)
 
     @property
     def errors(self) -> list[Violation]:
@@ -44,8 +44,9 @@ def why_no_estimate(layout: Layout, job: Job) -> str | None:
         return "the layout does not tile the GPUs"
     if layout.num_microbatches(job.training.global_batch_size) < 1:
         return "the global batch leaves a data-parallel rank no whole micro-batch"
-    if (job.model.is_moe and job.model.num_experts % layout.ep) or \
-            job.model.num_attention_heads % layout.tp:
+    if (
+        job.model.is_moe and job.model.num_experts % layout.ep
+    ) or job.model.num_attention_heads % layout.tp:
         return "the layout does not divide the model (heads by tp, experts by ep)"
     if not _layout_string_runs(layout, job):
         return "the pipeline layout string does not run as written"
@@ -61,24 +62,45 @@ def _layout_string_runs(layout: Layout, job: Job) -> bool:
     if not text:
         return True
     from planner.pipeline_layout import layout_problem, parse_layout
+
     try:
         stages = parse_layout(text)
     except ValueError:
         return False
-    return (not layout.uneven and len(stages) == layout.pp * layout.vpp
-            and layout_problem(stages, pp=layout.pp, num_layers=job.model.num_layers,
-                               mtp_num_layers=job.model.mtp_num_layers) is None)
+    return (
+        not layout.uneven
+        and len(stages) == layout.pp * layout.vpp
+        and layout_problem(
+            stages,
+            pp=layout.pp,
+            num_layers=job.model.num_layers,
+            mtp_num_layers=job.model.mtp_num_layers,
+        )
+        is None
+    )
 
 
-def validate(job: Job, layout: Layout, *, headroom: float = DEFAULT_HEADROOM,
-             extra: list[Violation] | None = None, tokens: float | None = None) -> ValidationResult:
+def validate(
+    job: Job,
+    layout: Layout,
+    *,
+    headroom: float = DEFAULT_HEADROOM,
+    extra: list[Violation] | None = None,
+    tokens: float | None = None,
+) -> ValidationResult:
     """Every rule, with memory (and time) where the layout is whole enough to estimate.
     Knobs the config left to the planner (`layout.auto`) are chosen first, with the same
     headroom. `tokens` (training tokens) adds time-to-train to the estimate."""
     if layout.auto and _computable(layout, job):
         layout = fill_auto(job, layout, headroom=headroom)
     est = estimate(job, layout, tokens=tokens) if _computable(layout, job) else None
-    ctx = Context(model=job.model, hardware=job.hardware, training=job.training,
-                  num_gpus=job.num_gpus, layout=layout,
-                  memory=est.memory if est else None, headroom=headroom)
+    ctx = Context(
+        model=job.model,
+        hardware=job.hardware,
+        training=job.training,
+        num_gpus=job.num_gpus,
+        layout=layout,
+        memory=est.memory if est else None,
+        headroom=headroom,
+    )
     return ValidationResult(job, layout, check(ctx), est, list(extra or []))

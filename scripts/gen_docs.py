@@ -42,10 +42,12 @@ if str(ROOT) not in sys.path:
 
 DOCS = ROOT / "docs"
 BLOCK = re.compile(
-    r"(<!-- generated: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
+    r"(<!-- generated: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S
+)
 
 
 # --------------------------------------------------------------------------- config keys
+
 
 def _type_name(t: Any) -> str:
     """A field's annotation as a reader would write it in YAML terms."""
@@ -67,7 +69,8 @@ def _type_name(t: Any) -> str:
         if issubclass(t, BaseModel):
             return "mapping"
         return {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}.get(
-            t.__name__, t.__name__)
+            t.__name__, t.__name__
+        )
     return str(t)
 
 
@@ -103,8 +106,10 @@ def key_table(cls: type, prefix: str = "") -> str:
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for name, field in cls.model_fields.items():
         key = field.alias or name
-        rows.append(f"| `{prefix}{key}` | {_type_name(field.annotation)} | {_default(field)} | "
-                    f"{_cell(help_.get(name, ''))} |")
+        rows.append(
+            f"| `{prefix}{key}` | {_type_name(field.annotation)} | {_default(field)} | "
+            f"{_cell(help_.get(name, ''))} |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -121,6 +126,7 @@ def _spec(name: str) -> Callable[[], str]:
             "peak-tflops": (specs.PeakTflops, "hardware.peak_tflops."),
         }[name]
         return key_table(cls, prefix)
+
     return gen
 
 
@@ -128,8 +134,10 @@ def config_schema() -> str:
     from planner.specs import ConfigSpec
 
     schema = json.dumps(ConfigSpec.model_json_schema(), indent=2, ensure_ascii=False)
-    return ("<details><summary>ConfigSpec.model_json_schema()</summary>\n\n"
-            f"```json\n{schema}\n```\n\n</details>\n")
+    return (
+        "<details><summary>ConfigSpec.model_json_schema()</summary>\n\n"
+        f"```json\n{schema}\n```\n\n</details>\n"
+    )
 
 
 # ------------------------------------------------------------------------------ accuracy
@@ -156,9 +164,11 @@ def _rows() -> list[dict]:
 
 
 def _case_line(r: dict) -> str:
-    return (f"{r['id'][:52]:52s} {r['layout'][:24]:24s} {r['predicted_s']:8.3f} "
-            f"{r['measured_s']:8.3f} {r['error']:+7.1%} {r['mfu']:6.1%} "
-            f"{r['memory_fraction']:5.0%}")
+    return (
+        f"{r['id'][:52]:52s} {r['layout'][:24]:24s} {r['predicted_s']:8.3f} "
+        f"{r['measured_s']:8.3f} {r['error']:+7.1%} {r['mfu']:6.1%} "
+        f"{r['memory_fraction']:5.0%}"
+    )
 
 
 def _stats_text(file: str) -> str:
@@ -174,8 +184,10 @@ def _stats_text(file: str) -> str:
 
 def accuracy_dense() -> str:
     f = "calibration.yaml"
-    head = (f"{'case':52s} {'layout':24s} {'pred s':>8s} {'meas s':>8s} {'error':>7s} "
-            f"{'MFU':>6s} {'mem':>5s}")
+    head = (
+        f"{'case':52s} {'layout':24s} {'pred s':>8s} {'meas s':>8s} {'error':>7s} "
+        f"{'MFU':>6s} {'mem':>5s}"
+    )
     lines = [head] + [_case_line(r) for r in _rows() if r["file"] == f]
     return "```\n" + "\n".join(lines) + "\n\n" + _stats_text(f) + "```\n"
 
@@ -197,29 +209,49 @@ def accuracy_memory() -> str:
     out = ["peak memory: predicted vs published"]
     for r in rows:
         if r["peak_memory_gib"]:
-            out.append(f"  {r['id'][:52]:52s} {r['memory_gib']:6.1f} vs {r['peak_memory_gib']:6.1f} "
-                       f"GiB {r['memory_error']:+6.1%}  ({r['peak_memory_kind'][:40]})")
-    out.append(f"  {mem['within_10pct']} of {mem['published_peaks']} within 10%; median "
-               f"|error| {mem['median_abs_error']:.1%}, max {mem['max_abs_error']:.1%}, "
-               f"bias {mem['bias']:+.1%}")
-    out.append(f"memory: {mem['over_capacity']} of {mem['runs']} runs (all of which ran) are "
-               f"estimated over capacity (at most {mem['max_fraction']:.0%}): "
-               f"{', '.join(mem['cases_over']) or '-'}")
-    out.append(f"        {mem['judged_infeasible']} judged infeasible (more than {margin:.0%} "
-               f"over, the fits-in-memory rule): {', '.join(mem['cases_judged_infeasible']) or '-'}")
+            out.append(
+                f"  {r['id'][:52]:52s} {r['memory_gib']:6.1f} vs {r['peak_memory_gib']:6.1f} "
+                f"GiB {r['memory_error']:+6.1%}  ({r['peak_memory_kind'][:40]})"
+            )
+    out.append(
+        f"  {mem['within_10pct']} of {mem['published_peaks']} within 10%; median "
+        f"|error| {mem['median_abs_error']:.1%}, max {mem['max_abs_error']:.1%}, "
+        f"bias {mem['bias']:+.1%}"
+    )
+    out.append(
+        f"memory: {mem['over_capacity']} of {mem['runs']} runs (all of which ran) are "
+        f"estimated over capacity (at most {mem['max_fraction']:.0%}): "
+        f"{', '.join(mem['cases_over']) or '-'}"
+    )
+    out.append(
+        f"        {mem['judged_infeasible']} judged infeasible (more than {margin:.0%} "
+        f"over, the fits-in-memory rule): {', '.join(mem['cases_judged_infeasible']) or '-'}"
+    )
     return "```\n" + "\n".join(out) + "\n```\n"
 
 
 # (label, file, class or None for the whole file, statistic, bar)
 BARS = [
-    ("calibration.yaml median ≤ 5 %, max ≤ 15 %", "calibration.yaml", None,
-     (("median_abs_error", 0.05), ("max_abs_error", 0.15))),
+    (
+        "calibration.yaml median ≤ 5 %, max ≤ 15 %",
+        "calibration.yaml",
+        None,
+        (("median_abs_error", 0.05), ("max_abs_error", 0.15)),
+    ),
     ("moe median ≤ 10 %", "calibration-modern.yaml", "moe", (("median_abs_error", 0.10),)),
-    ("long-context median ≤ 10 %, max ≤ 25 %", "calibration-modern.yaml", "long-context",
-     (("median_abs_error", 0.10), ("max_abs_error", 0.25))),
+    (
+        "long-context median ≤ 10 %, max ≤ 25 %",
+        "calibration-modern.yaml",
+        "long-context",
+        (("median_abs_error", 0.10), ("max_abs_error", 0.25)),
+    ),
     ("moe max ≤ 25 %", "calibration-modern.yaml", "moe", (("max_abs_error", 0.25),)),
-    ("fsdp median ≤ 10 %, max ≤ 25 %", "calibration-modern.yaml", "fsdp",
-     (("median_abs_error", 0.10), ("max_abs_error", 0.25))),
+    (
+        "fsdp median ≤ 10 %, max ≤ 25 %",
+        "calibration-modern.yaml",
+        "fsdp",
+        (("median_abs_error", 0.10), ("max_abs_error", 0.25)),
+    ),
 ]
 
 
@@ -227,8 +259,9 @@ def accuracy_bars() -> str:
     acc = _accuracy()
     out = ["| bar | figure | met |", "|---|---|---|"]
     for label, file, cls, checks in BARS:
-        errors = [r["error"] for r in _rows()
-                  if r["file"] == file and (cls is None or r["class"] == cls)]
+        errors = [
+            r["error"] for r in _rows() if r["file"] == file and (cls is None or r["class"] == cls)
+        ]
         st = acc._stats(errors)
         figure = ", ".join(f"{st[k] * 100:.1f} %" for k, _ in checks)
         met = "yes" if all(st[k] <= bar for k, bar in checks) else "no"
@@ -253,6 +286,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
 
 
 # ----------------------------------------------------------------------------------- run
+
 
 def pages() -> list[Path]:
     return sorted(DOCS.rglob("*.md"))
@@ -294,8 +328,9 @@ def run(check: bool) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true",
-                    help="change nothing; exit 1 naming each stale block")
+    ap.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 naming each stale block"
+    )
     args = ap.parse_args(argv)
     stale = run(check=args.check)
     for s in stale:

@@ -41,10 +41,13 @@ def main() -> None:
                 code = exc.code if isinstance(exc.code, int) else 1
             except BaseException as exc:
                 code = f"raised {exc.__class__.__name__}: {str(exc)[:200]}"
-        results[case["id"]] = {"code": code, "stdout": out.getvalue()[:200_000],
-                               "stderr": err.getvalue()[:20_000],
-                               "cpu_seconds": cpu_seconds() - c0,
-                               "seconds": time.perf_counter() - t0}
+        results[case["id"]] = {
+            "code": code,
+            "stdout": out.getvalue()[:200_000],
+            "stderr": err.getvalue()[:20_000],
+            "cpu_seconds": cpu_seconds() - c0,
+            "seconds": time.perf_counter() - t0,
+        }
     json.dump(results, sys.__stdout__)
 
 

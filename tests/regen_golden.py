@@ -16,10 +16,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = ROOT / "tests" / "golden"
 EXAMPLES = ROOT / "examples"
-RECIPE_DIRS = (ROOT / "tests" / "data" / "recipes",   # the script exporters' recipe configs
-               ROOT / "tests" / "data" / "export")    # the NeMo / torchtitan exporters'
-EXTENSIONS = {"megatron": "sh", "deepspeed": "txt", "torchtitan": "toml", "nemo": "yaml",
-              "megatron-bridge": "yaml"}
+RECIPE_DIRS = (
+    ROOT / "tests" / "data" / "recipes",  # the script exporters' recipe configs
+    ROOT / "tests" / "data" / "export",
+)  # the NeMo / torchtitan exporters'
+EXTENSIONS = {
+    "megatron": "sh",
+    "deepspeed": "txt",
+    "torchtitan": "toml",
+    "nemo": "yaml",
+    "megatron-bridge": "yaml",
+}
 
 # (example config, formats it is exported to); a format missing here refuses that config
 # (tests/test_frameworks_writers.py checks the refusals).

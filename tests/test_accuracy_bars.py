@@ -48,13 +48,15 @@ def _worst(name: str, cls: str) -> str:
 
 # ----------------------------------------------------------------------- calibration.yaml
 
+
 def test_dense_bf16_median_within_5_percent():
     assert statistics.median(_class("calibration.yaml", "dense-bf16")) <= 0.05
 
 
 def test_dense_bf16_max_within_15_percent():
-    assert max(_class("calibration.yaml", "dense-bf16")) <= 0.15, \
-        _worst("calibration.yaml", "dense-bf16")
+    assert max(_class("calibration.yaml", "dense-bf16")) <= 0.15, _worst(
+        "calibration.yaml", "dense-bf16"
+    )
 
 
 # ---------------------------------------------------------------- calibration-modern.yaml
@@ -71,12 +73,16 @@ def test_long_context_max_within_25_percent():
     assert max(_class(MODERN, "long-context")) <= 0.25, _worst(MODERN, "long-context")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "torchtitan's FSDP2 + TP runs: its async TP hides 24-55% of the TP traffic in the "
-    "vanilla/async pairs where Transformer Engine's overlap (the dgxc Megatron runs) hides "
-    "nearly all, and its rowwise FP8 runs are slower than BF16 (the source calls them "
-    "anomalously low, torchtitan issue #1207); the configs carry no framework, so one model "
-    "cannot follow both (README 'Accuracy')"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "torchtitan's FSDP2 + TP runs: its async TP hides 24-55% of the TP traffic in the "
+        "vanilla/async pairs where Transformer Engine's overlap (the dgxc Megatron runs) hides "
+        "nearly all, and its rowwise FP8 runs are slower than BF16 (the source calls them "
+        "anomalously low, torchtitan issue #1207); the configs carry no framework, so one model "
+        "cannot follow both (README 'Accuracy')"
+    ),
+)
 def test_fsdp_median_within_10_percent():
     assert statistics.median(_class(MODERN, "fsdp")) <= 0.10
 
@@ -85,19 +91,27 @@ def test_fsdp_median_does_not_regress():
     assert statistics.median(_class(MODERN, "fsdp")) <= 0.18
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "identical configs measured far apart in different releases: Qwen3-30B-A3B on 16 H100 "
-    "(mb-26.02.01 vs mb-26.02, same model, layout and settings) took 28.9 s and 51.3 s, so "
-    "no deterministic model reading these configs can be within 25% of both (the best "
-    "possible max is 27.8%); the Qwen3-235B GB200 64-GPU runs and B200 mbs-1 runs differ by "
-    "2x from their neighbours likewise (README 'Accuracy')"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "identical configs measured far apart in different releases: Qwen3-30B-A3B on 16 H100 "
+        "(mb-26.02.01 vs mb-26.02, same model, layout and settings) took 28.9 s and 51.3 s, so "
+        "no deterministic model reading these configs can be within 25% of both (the best "
+        "possible max is 27.8%); the Qwen3-235B GB200 64-GPU runs and B200 mbs-1 runs differ by "
+        "2x from their neighbours likewise (README 'Accuracy')"
+    ),
+)
 def test_moe_max_within_25_percent():
     assert max(_class(MODERN, "moe")) <= 0.25, _worst(MODERN, "moe")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "as the median: torchtitan's async TP and rowwise FP8 runs, and the power-limited B200 "
-    "runs (their power limit is not stated) filed under the DGX B200 profile"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "as the median: torchtitan's async TP and rowwise FP8 runs, and the power-limited B200 "
+        "runs (their power limit is not stated) filed under the DGX B200 profile"
+    ),
+)
 def test_fsdp_max_within_25_percent():
     assert max(_class(MODERN, "fsdp")) <= 0.25, _worst(MODERN, "fsdp")
 
@@ -109,6 +123,7 @@ def test_modern_max_does_not_regress(cls, bar):
 
 # ------------------------------------------------------------------------------ memory
 
+
 def _memory():
     return memory_check(list(_rows(MODERN)))
 
@@ -119,12 +134,16 @@ def test_at_most_3_runs_judged_over_capacity():
     assert mem["judged_infeasible"] <= 3, mem["cases_judged_infeasible"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the 26 published peaks as the configs are written: 18 are torchtitan's (its op-level "
-    "selective checkpointing and eager fp32 loss, which the configs' `recompute: selective` "
-    "does not say; read from their TOMLs by the torchtitan importer 12 of the 16 distinct runs "
-    "are within 10%, tests/test_torchtitan_peaks.py), 6 are a Moonlight study whose data leave "
-    "out the recipe's bf16 gradients and moments (README 'Accuracy')"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the 26 published peaks as the configs are written: 18 are torchtitan's (its op-level "
+        "selective checkpointing and eager fp32 loss, which the configs' `recompute: selective` "
+        "does not say; read from their TOMLs by the torchtitan importer 12 of the 16 distinct runs "
+        "are within 10%, tests/test_torchtitan_peaks.py), 6 are a Moonlight study whose data leave "
+        "out the recipe's bf16 gradients and moments (README 'Accuracy')"
+    ),
+)
 def test_published_peaks_within_10_percent():
     mem = _memory()
     assert mem["within_10pct"] == mem["published_peaks"]
@@ -161,15 +180,21 @@ def test_identifiability_selects_only_what_the_runs_pin():
     import planner.calibration.fit as cal
 
     a = [0.5, -0.2, 0.3, 0.1]
-    b = [x + 1e-3 * (-1) ** i for i, x in enumerate(a)]      # nearly a
+    b = [x + 1e-3 * (-1) ** i for i, x in enumerate(a)]  # nearly a
     c = [0.1, 0.4, -0.3, 0.2]
     tiny = [0.01, -0.01, 0.02, 0.0]
-    cos = sum(x * y for x, y in zip(a, c)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in c))
+    cos = sum(x * y for x, y in zip(a, c)) / math.sqrt(
+        sum(x * x for x in a) * sum(y * y for y in c)
+    )
     cos = abs(cos)
     assert cal._condition([a, c]) == pytest.approx(math.sqrt((1 + cos) / (1 - cos)), rel=1e-9)
     assert cal._condition([a, b]) > cal.CONDITION_MAX
-    sens = {"matmul_efficiency": a, "network_efficiency": b, "attention_efficiency": c,
-            "nvlink_efficiency": tiny}
+    sens = {
+        "matmul_efficiency": a,
+        "network_efficiency": b,
+        "attention_efficiency": c,
+        "nvlink_efficiency": tiny,
+    }
     real = cal.sensitivities
     try:
         cal.sensitivities = lambda cases, hw, names: {n: sens[n] for n in names}

@@ -62,8 +62,9 @@ def test_the_low_precision_caches_shrink_only_the_activations():
     #   attention output: 2 + x -> 1.5 + 4/128 bytes an element: 1.5 * 16,384 = 24,576
     #   routed SwiGLU inputs: 8 * (2*2 - 2*1) * 2048 = 32,768; shared: (4 - 2) * 2048 = 4,096
     job, lay, est = _estimate()
-    plain = estimate(job, lay.with_(activation_func_fp8_input_store=False,
-                                    activation_cache="te")).memory
+    plain = estimate(
+        job, lay.with_(activation_func_fp8_input_store=False, activation_cache="te")
+    ).memory
     mem = est.memory
     assert (mem.stage, plain.stage) == ("middle", "middle")
     for name in ("weights", "gradients", "optimizer"):
@@ -72,17 +73,21 @@ def test_the_low_precision_caches_shrink_only_the_activations():
     assert plain.activations - mem.activations == pytest.approx(freed, rel=1e-9)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "with the SwiGLU inputs in FP8 and the attention output in E5M6 (§3.3.3) the middle ranks "
-    "hold 80.1 GiB of the H800's 79.1 (45.0 GiB of activations, 29.9 of model states, 5.2 "
-    "other; `planner validate` accepts it inside the estimate's 10% uncertainty): 1.0 GiB "
-    "over (and the FP8 SwiGLU inputs are counted at Megatron's 1 byte an element, without "
-    "DeepSeek's 1x128 scales: 0.3 GiB more). The model still keeps, as Megatron-Core's "
-    "layernorm recompute does, the FP8 copies "
-    "the q/kv down-projection and the shared expert's fc1 make of the recomputed RMSNorm "
-    "outputs (2 x (1 + 4/128) x h a token, 3.8 GiB on these ranks); the report says the "
-    "RMSNorm recompute eliminates storing their outputs (§3.2.3) but not whether DeepSeek's "
-    "framework re-quantizes them in the backward, so the model does not drop them"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "with the SwiGLU inputs in FP8 and the attention output in E5M6 (§3.3.3) the middle ranks "
+        "hold 80.1 GiB of the H800's 79.1 (45.0 GiB of activations, 29.9 of model states, 5.2 "
+        "other; `planner validate` accepts it inside the estimate's 10% uncertainty): 1.0 GiB "
+        "over (and the FP8 SwiGLU inputs are counted at Megatron's 1 byte an element, without "
+        "DeepSeek's 1x128 scales: 0.3 GiB more). The model still keeps, as Megatron-Core's "
+        "layernorm recompute does, the FP8 copies "
+        "the q/kv down-projection and the shared expert's fc1 make of the recomputed RMSNorm "
+        "outputs (2 x (1 + 4/128) x h a token, 3.8 GiB on these ranks); the report says the "
+        "RMSNorm recompute eliminates storing their outputs (§3.2.3) but not whether DeepSeek's "
+        "framework re-quantizes them in the backward, so the model does not drop them"
+    ),
+)
 def test_the_recipe_fits_in_80_gb():
     _, _, est = _estimate()
     assert est.memory.total <= est.memory.capacity

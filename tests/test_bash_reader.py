@@ -14,8 +14,11 @@ from planner.readers import bash as shell
 # (script, variable, value): the value bash leaves, derived in the comment
 LOOPS = [
     # node 0, 1, 2 appended: " n0 n1 n2"; node ends at 3 (the failing test)
-    ("N=3\nH=\nfor (( node = 0; node < N; node++ )); do\n  H=\"$H n$node\"\ndone\n", "H",
-     " n0 n1 n2"),
+    (
+        'N=3\nH=\nfor (( node = 0; node < N; node++ )); do\n  H="$H n$node"\ndone\n',
+        "H",
+        " n0 n1 n2",
+    ),
     ("N=3\nfor (( node = 0; node < N; node++ )); do :; done\n", "node", "3"),
     # i = 0, 2, 4 < 6: three turns
     ("N=3\nC=0\nfor ((i=0;i<N*2;i+=2)); do C=$((C+1)); done\n", "C", "3"),

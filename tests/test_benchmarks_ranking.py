@@ -21,8 +21,13 @@ def _m(layout, measured, predicted):
 def test_score_counts_concordant_pairs_and_skips_close_and_same_layout_ones():
     # measured order A < B < C; predicted A < C < B: pairs AB, AC agree, BC does not:
     # tau = (2 - 1) / 3. D is measured within TIE of A (not scored); E is A's layout again.
-    members = [_m("A", 1.0, 1.0), _m("B", 2.0, 3.0), _m("C", 3.0, 2.0),
-               _m("D", 1.0 * (1 + TIE / 2), 5.0), _m("A", 1.5, 1.0)]
+    members = [
+        _m("A", 1.0, 1.0),
+        _m("B", 2.0, 3.0),
+        _m("C", 3.0, 2.0),
+        _m("D", 1.0 * (1 + TIE / 2), 5.0),
+        _m("A", 1.5, 1.0),
+    ]
     s = score(members[:3])
     assert (s["pairs"], s["agree"], s["kendall_tau"]) == (3, 2, pytest.approx(1 / 3))
     s = score(members)

@@ -46,7 +46,7 @@ def test_a_partial_override_warns_unknown_sections_with_did_you_mean():
     assert any("did you mean 'optimizer'" in m for m in unknown)
     note = _rules(imported)["bridge-overrides"][0]
     assert "no train, optimizer, mixed_precision sections" in note
-    assert imported.layout.grad_reduce_in_fp32 is False           # ddp.grad_reduce_in_fp32
+    assert imported.layout.grad_reduce_in_fp32 is False  # ddp.grad_reduce_in_fp32
 
 
 def test_an_override_without_model_asks_for_it():
@@ -54,11 +54,15 @@ def test_an_override_without_model_asks_for_it():
         load_any(DATA / "ddp_only_typo.yaml", gpus=8)
 
 
-@pytest.mark.parametrize("text,fmt", [
-    ("model: llama3-8b\nnum_gpus: 8\n", "planner"),                 # ours
-    ("train:\n  micro_batch_size: 2\n", "nemo"),                    # a Bridge section alone
-    ("mixed_precision: bf16_mixed\nmodel:\n  tensor_model_parallel_size: 2\n", "nemo"),
-], ids=["planner", "train-only", "mixed-precision"])
+@pytest.mark.parametrize(
+    "text,fmt",
+    [
+        ("model: llama3-8b\nnum_gpus: 8\n", "planner"),  # ours
+        ("train:\n  micro_batch_size: 2\n", "nemo"),  # a Bridge section alone
+        ("mixed_precision: bf16_mixed\nmodel:\n  tensor_model_parallel_size: 2\n", "nemo"),
+    ],
+    ids=["planner", "train-only", "mixed-precision"],
+)
 def test_detection(tmp_path, text, fmt):
     path = tmp_path / "c.yaml"
     path.write_text(text)
@@ -70,13 +74,15 @@ RECIPE = DATA / "recipe_small_gpt_container.yaml"
 
 def test_an_override_over_a_whole_container_keeps_what_it_does_not_set(tmp_path):
     path = tmp_path / "override.yaml"
-    path.write_text("model:\n  tensor_model_parallel_size: 4\n  context_parallel_size: 1\n"
-                    "train:\n  global_batch_size: 512\n")
+    path.write_text(
+        "model:\n  tensor_model_parallel_size: 4\n  context_parallel_size: 1\n"
+        "train:\n  global_batch_size: 512\n"
+    )
     imported = load_any(path, model=str(RECIPE), gpus=64)
     lay, job = imported.layout, imported.job
     # tp 4 and cp 1 from the override, pp 1 from the recipe: dp = 64 / 4 = 16
     assert (lay.tp, lay.pp, lay.cp, lay.dp) == (4, 1, 1, 16)
-    assert lay.micro_batch_size == 2 and lay.zero == 1 and lay.sp      # the recipe's
+    assert lay.micro_batch_size == 2 and lay.zero == 1 and lay.sp  # the recipe's
     assert job.training.global_batch_size == 512 and job.training.seq_length == 4096
     assert job.model.num_layers == 16 and job.model.vocab_size == 32000
     (note,) = _rules(imported)["bridge-overrides"]

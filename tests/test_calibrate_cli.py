@@ -24,34 +24,42 @@ training: {{seq_length: {seq}, global_batch_size: 64, precision: bf16}}
 parallel: {{tp: {tp}, pp: 1, dp: {dp}, micro_batch_size: 1, sequence_parallel: {sp},
            zero_stage: 1, recompute: none}}
 """
-LAYOUTS = [(8192, 1, 8), (8192, 2, 4), (4096, 4, 2), (16384, 8, 1)]   # seq, tp, dp
+LAYOUTS = [(8192, 1, 8), (8192, 2, 4), (4096, 4, 2), (16384, 8, 1)]  # seq, tp, dp
 
 
 def _megatron_log(t: float) -> str:
     # the first three logged steps slower (warm-up), then the steady step time
-    return "".join(f" iteration {10 * i:6d}/ 100 | elapsed time per iteration (ms): "
-                   f"{t * 1e3 * (1.5 if i <= 3 else 1.0):.3f} | throughput per GPU "
-                   "(TFLOP/s/GPU): 400.0 |\n" for i in range(1, 9))
+    return "".join(
+        f" iteration {10 * i:6d}/ 100 | elapsed time per iteration (ms): "
+        f"{t * 1e3 * (1.5 if i <= 3 else 1.0):.3f} | throughput per GPU "
+        "(TFLOP/s/GPU): 400.0 |\n"
+        for i in range(1, 9)
+    )
 
 
 def _nemo_log(t: float) -> str:
-    return "".join(f"Training epoch 0, iteration {i}/49 | global_step: {i} | "
-                   f"train_step_timing in s: {t * (3.0 if i < 3 else 1.0):.6f}\n"
-                   for i in range(8))
+    return "".join(
+        f"Training epoch 0, iteration {i}/49 | global_step: {i} | "
+        f"train_step_timing in s: {t * (3.0 if i < 3 else 1.0):.6f}\n"
+        for i in range(8)
+    )
 
 
 def _torchtitan_log(t: float, seq: int) -> str:
-    tps = 64 * seq / (t * 8)        # tokens per second per GPU of the 8-GPU job
-    return "".join(f"step: {10 * i}  loss:  7.0000  memory: 50.00GiB(63.20%)  "
-                   f"tps: {tps * (0.5 if i <= 3 else 1.0):,.3f}  tflops: 400.00  mfu: 40.00%\n"
-                   for i in range(1, 8))
+    tps = 64 * seq / (t * 8)  # tokens per second per GPU of the 8-GPU job
+    return "".join(
+        f"step: {10 * i}  loss:  7.0000  memory: 50.00GiB(63.20%)  "
+        f"tps: {tps * (0.5 if i <= 3 else 1.0):,.3f}  tflops: 400.00  mfu: 40.00%\n"
+        for i in range(1, 8)
+    )
 
 
 def _truth():
     """The 'cluster': h100-sxm with a slower GEMM and attention rate than the shipped one."""
     hw = resolve_hardware("h100-sxm")
-    cal = hw.calibration.model_copy(update={"matmul_efficiency": 0.62,
-                                            "attention_efficiency": 0.45})
+    cal = hw.calibration.model_copy(
+        update={"matmul_efficiency": 0.62, "attention_efficiency": 0.45}
+    )
     return hw.model_copy(update={"calibration": cal})
 
 
@@ -65,8 +73,13 @@ def _write_runs(tmp: Path, formats) -> Path:
         t = estimate(replace(imp.job, hardware=truth), imp.layout).time.step_time_s
         log = tmp / "logs" / f"run{i}.log"
         log.parent.mkdir(exist_ok=True)
-        log.write_text({"megatron": _megatron_log(t), "nemo": _nemo_log(t),
-                        "torchtitan": _torchtitan_log(t, seq)}[fmt])
+        log.write_text(
+            {
+                "megatron": _megatron_log(t),
+                "nemo": _nemo_log(t),
+                "torchtitan": _torchtitan_log(t, seq),
+            }[fmt]
+        )
         entries.append(f"  - {{config: {cfg.name}, log: logs/{log.name}}}")
     runs = tmp / "runs.yaml"
     runs.write_text("runs:\n" + "\n".join(entries) + "\n")
@@ -84,8 +97,8 @@ def test_four_runs_fit_two_parameters_and_recover_the_cluster(runner, tmp_path):
     assert [r["format"] for r in data["runs"]] == ["megatron", "nemo", "torchtitan", "megatron"]
     before = [abs(r["error_before"]) for r in data["runs"]]
     after = [abs(r["error_after"]) for r in data["runs"]]
-    assert min(before) > 0.03            # the shipped profile is off on this cluster
-    assert max(after) < 0.01             # and the fitted one is not
+    assert min(before) > 0.03  # the shipped profile is off on this cluster
+    assert max(after) < 0.01  # and the fitted one is not
     cal = data["calibration"]
     assert cal["matmul_efficiency"] == pytest.approx(0.62, abs=0.01)
     assert cal["attention_efficiency"] == pytest.approx(0.45, abs=0.02)
@@ -98,8 +111,9 @@ def test_the_written_profile_is_what_hardware_uses(runner, tmp_path):
     out = tmp_path / "mine.yaml"
     assert runner.invoke(app, ["calibrate", str(runs), "--out", str(out)]).exit_code == 0
     cfg = tmp_path / "run1.yaml"
-    got = json.loads(runner.invoke(app, ["validate", str(cfg), "--hardware", str(out),
-                                         "--json"]).stdout)["time"]["step_time_s"]
+    got = json.loads(
+        runner.invoke(app, ["validate", str(cfg), "--hardware", str(out), "--json"]).stdout
+    )["time"]["step_time_s"]
     imp = load_any(cfg)
     want = estimate(replace(imp.job, hardware=_truth()), imp.layout).time.step_time_s
     assert got == pytest.approx(want, rel=0.01)
@@ -109,28 +123,36 @@ def test_one_run_fits_one_parameter_and_says_which_sat_at_a_bound(runner, tmp_pa
     cfg = tmp_path / "c.yaml"
     cfg.write_text(CONFIG.format(seq=8192, tp=2, dp=4, sp="true"))
     imp = load_any(cfg)
-    t = estimate(imp.job, imp.layout).time.step_time_s * 1.5    # far slower than any bound
+    t = estimate(imp.job, imp.layout).time.step_time_s * 1.5  # far slower than any bound
     log = tmp_path / "c.log"
     log.write_text(_megatron_log(t))
-    result = runner.invoke(app, ["calibrate", "--config", str(cfg), "--log", str(log),
-                                 "--out", str(tmp_path / "p.yaml")])
+    result = runner.invoke(
+        app,
+        ["calibrate", "--config", str(cfg), "--log", str(log), "--out", str(tmp_path / "p.yaml")],
+    )
     assert result.exit_code == 0, result.output
-    assert "-33.3%" in result.stdout                 # 1 / 1.5 - 1 under the shipped profile
+    assert "-33.3%" in result.stdout  # 1 / 1.5 - 1 under the shipped profile
     assert "fitted from h100-sxm: matmul_efficiency" in result.stdout
     assert "at a bound of its physical range: matmul_efficiency" in result.stdout
     prof = resolve_hardware(str(tmp_path / "p.yaml"))
     assert prof.calibration.matmul_efficiency == BOUNDS["matmul_efficiency"][0]
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--config", "c.yaml", "--log", "c.log"], "--out is missing"),
-    (["--config", "c.yaml", "--out", "p.yaml"], "give RUNS.yaml, or one run"),
-    (["runs.yaml", "--config", "c.yaml", "--log", "c.log", "--out", "p.yaml"], "not both"),
-    (["--config", "c.yaml", "--log", "empty.log", "--out", "p.yaml"], "no step lines"),
-    (["--config", "c.yaml", "--log", "c.log", "--out", "p.yaml", "--log-format", "bogus"],
-     "--log-format"),
-    (["bad-runs.yaml", "--out", "p.yaml"], "runs[0].cfg is not a key"),
-], ids=["no-out", "no-log", "both", "no-steps", "bad-format", "bad-key"])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--config", "c.yaml", "--log", "c.log"], "--out is missing"),
+        (["--config", "c.yaml", "--out", "p.yaml"], "give RUNS.yaml, or one run"),
+        (["runs.yaml", "--config", "c.yaml", "--log", "c.log", "--out", "p.yaml"], "not both"),
+        (["--config", "c.yaml", "--log", "empty.log", "--out", "p.yaml"], "no step lines"),
+        (
+            ["--config", "c.yaml", "--log", "c.log", "--out", "p.yaml", "--log-format", "bogus"],
+            "--log-format",
+        ),
+        (["bad-runs.yaml", "--out", "p.yaml"], "runs[0].cfg is not a key"),
+    ],
+    ids=["no-out", "no-log", "both", "no-steps", "bad-format", "bad-key"],
+)
 def test_bad_input_is_one_line_and_exit_2(runner, tmp_path, monkeypatch, args, words):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "c.yaml").write_text(CONFIG.format(seq=8192, tp=2, dp=4, sp="true"))
@@ -147,10 +169,13 @@ def test_bad_input_is_one_line_and_exit_2(runner, tmp_path, monkeypatch, args, w
 def test_runs_on_two_gpus_are_refused(runner, tmp_path):
     (tmp_path / "a.yaml").write_text(CONFIG.format(seq=8192, tp=2, dp=4, sp="true"))
     (tmp_path / "a.log").write_text(_megatron_log(5.0))
-    (tmp_path / "runs.yaml").write_text("runs:\n  - {config: a.yaml, log: a.log}\n"
-                                        "  - {config: a.yaml, log: a.log, hardware: h200}\n")
-    result = runner.invoke(app, ["calibrate", str(tmp_path / "runs.yaml"), "--out",
-                                 str(tmp_path / "p.yaml")])
+    (tmp_path / "runs.yaml").write_text(
+        "runs:\n  - {config: a.yaml, log: a.log}\n"
+        "  - {config: a.yaml, log: a.log, hardware: h200}\n"
+    )
+    result = runner.invoke(
+        app, ["calibrate", str(tmp_path / "runs.yaml"), "--out", str(tmp_path / "p.yaml")]
+    )
     assert result.exit_code == 2
     assert "h100-sxm, h200" in result.stderr
 
@@ -161,8 +186,9 @@ def test_a_calibrated_profile_is_a_base_for_the_next_calibration(runner, tmp_pat
     runs = _write_runs(tmp_path, ["megatron", "nemo", "torchtitan", "megatron"])
     first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
     assert runner.invoke(app, ["calibrate", str(runs), "--out", str(first)]).exit_code == 0
-    result = runner.invoke(app, ["calibrate", str(runs), "--hardware", str(first), "--out",
-                                 str(second), "--json"])
+    result = runner.invoke(
+        app, ["calibrate", str(runs), "--hardware", str(first), "--out", str(second), "--json"]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert max(abs(r["error_before"]) for r in data["runs"]) < 0.01
@@ -172,23 +198,41 @@ def test_a_calibrated_profile_is_a_base_for_the_next_calibration(runner, tmp_pat
 IMPORT = Path(__file__).resolve().parent / "data" / "import"
 
 
-@pytest.mark.parametrize("config,gpus", [
-    ("megatron_llama3_70b_128nodes.sh", []),
-    ("torchtitan_llama3_70b_128nodes.toml", ["--gpus", "1024"]),   # a TOML has no world size
-    ("nemo_llama3_70b_128nodes.yaml", []),
-], ids=["megatron", "torchtitan", "nemo"])
+@pytest.mark.parametrize(
+    "config,gpus",
+    [
+        ("megatron_llama3_70b_128nodes.sh", []),
+        ("torchtitan_llama3_70b_128nodes.toml", ["--gpus", "1024"]),  # a TOML has no world size
+        ("nemo_llama3_70b_128nodes.yaml", []),
+    ],
+    ids=["megatron", "torchtitan", "nemo"],
+)
 def test_framework_configs_are_read_as_validate_reads_them(runner, tmp_path, config, gpus):
     # the measured step time: 1.2 x the estimate of the config as validate reads it
     hardware = "h100-sxm"
     imp = load_any(IMPORT / config, hardware=hardware, gpus=int(gpus[1]) if gpus else None)
     from planner.validate import validate
+
     lay = validate(imp.job, imp.layout).layout
     t = 1.2 * estimate(imp.job, lay).time.step_time_s
     log = tmp_path / "job.log"
     log.write_text(_megatron_log(t))
-    result = runner.invoke(app, ["calibrate", "--config", str(IMPORT / config), "--log",
-                                 str(log), "--hardware", hardware, *gpus, "--out",
-                                 str(tmp_path / "p.yaml"), "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--config",
+            str(IMPORT / config),
+            "--log",
+            str(log),
+            "--hardware",
+            hardware,
+            *gpus,
+            "--out",
+            str(tmp_path / "p.yaml"),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     run = json.loads(result.stdout)["runs"][0]
     assert run["error_before"] == pytest.approx(1 / 1.2 - 1, abs=1e-3)

@@ -27,8 +27,12 @@ training: {{seq_length: 8192, global_batch_size: 64, precision: bf16}}
 parallel: {{tp: {tp}, pp: 1, dp: {dp}, micro_batch_size: 1, sequence_parallel: true,
            zero_stage: 3, recompute: none}}
 """
-JOBS = [("llama3-8b", 64, 2, 32), ("llama3-8b", 64, 4, 16), ("llama3-70b", 64, 8, 8),
-        ("llama3-70b", 128, 8, 16)]    # model, GPUs, tp, dp: all across 8-GPU nodes
+JOBS = [
+    ("llama3-8b", 64, 2, 32),
+    ("llama3-8b", 64, 4, 16),
+    ("llama3-70b", 64, 8, 8),
+    ("llama3-70b", 128, 8, 16),
+]  # model, GPUs, tp, dp: all across 8-GPU nodes
 
 
 def _runs(tmp_path, hw):
@@ -45,17 +49,18 @@ def _runs(tmp_path, hw):
 @pytest.mark.parametrize("factor", [0.5, 0.35], ids=["half", "third"])
 def test_a_slower_network_is_found_and_the_runs_fitted(tmp_path, factor):
     base = resolve_hardware("h100-sxm")
-    slow = base.model_copy(update={"network_bandwidth_gb_per_s":
-                                   base.network_bandwidth_gb_per_s * factor})
+    slow = base.model_copy(
+        update={"network_bandwidth_gb_per_s": base.network_bandwidth_gb_per_s * factor}
+    )
     got = calibrate(_runs(tmp_path, slow), base)
-    assert max(abs(e) for e in got.before) > 0.15          # the base is far off
-    assert max(abs(e) for e in got.after) < 0.01           # the calibrated profile is not
+    assert max(abs(e) for e in got.before) > 0.15  # the base is far off
+    assert max(abs(e) for e in got.after) < 0.01  # the calibrated profile is not
     # the achieved network rate (bandwidth x efficiency) is what the runs pin
     want = slow.network_bandwidth_gb_per_s * slow.calibration.network_efficiency
     have = got.profile.network_bandwidth_gb_per_s * got.profile.calibration.network_efficiency
     assert have == pytest.approx(want, rel=0.03)
     assert "network_bandwidth_gb_per_s" in got.bandwidths
-    assert got.profile.hbm_bandwidth_gb_per_s == base.hbm_bandwidth_gb_per_s   # not exercised
+    assert got.profile.hbm_bandwidth_gb_per_s == base.hbm_bandwidth_gb_per_s  # not exercised
 
 
 def test_a_cluster_that_matches_the_base_keeps_its_bandwidths(tmp_path):
@@ -68,14 +73,18 @@ def test_a_cluster_that_matches_the_base_keeps_its_bandwidths(tmp_path):
 
 def _megatron_log(t: float) -> str:
     # Megatron-LM's iteration line (three slower warm-up steps first)
-    return "".join(f" iteration {10 * i:6d}/ 100 | elapsed time per iteration (ms): "
-                   f"{t * 1e3 * (1.4 if i <= 3 else 1.0):.3f} |\n" for i in range(1, 9))
+    return "".join(
+        f" iteration {10 * i:6d}/ 100 | elapsed time per iteration (ms): "
+        f"{t * 1e3 * (1.4 if i <= 3 else 1.0):.3f} |\n"
+        for i in range(1, 9)
+    )
 
 
 def test_the_cli_prints_and_returns_the_factor(runner, tmp_path):
     base = resolve_hardware("h100-sxm")
-    slow = base.model_copy(update={"network_bandwidth_gb_per_s":
-                                   base.network_bandwidth_gb_per_s * 0.5})
+    slow = base.model_copy(
+        update={"network_bandwidth_gb_per_s": base.network_bandwidth_gb_per_s * 0.5}
+    )
     entries = []
     for i, r in enumerate(_runs(tmp_path, slow)):
         log = tmp_path / f"run{i}.log"
@@ -86,8 +95,9 @@ def test_the_cli_prints_and_returns_the_factor(runner, tmp_path):
     out = tmp_path / "mine.yaml"
     res = runner.invoke(app, ["calibrate", str(runs), "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["bandwidths"]["network_bandwidth_gb_per_s"] == \
-        pytest.approx(0.5, abs=0.02)
+    assert json.loads(res.stdout)["bandwidths"]["network_bandwidth_gb_per_s"] == pytest.approx(
+        0.5, abs=0.02
+    )
     text = runner.invoke(app, ["calibrate", str(runs), "--out", str(out)]).stdout
     assert "bandwidths refitted" in text and "check h100-sxm's hardware numbers" in text
     assert "check h100-sxm's hardware numbers" in out.read_text()

@@ -38,8 +38,9 @@ def loo():
 
 
 def test_the_shipped_table_is_current():
-    assert TARGET.read_text() == render(*residuals(), serve_residuals()), \
+    assert TARGET.read_text() == render(*residuals(), serve_residuals()), (
         "stale: run python scripts/gen_intervals.py"
+    )
 
 
 def test_the_quantile_rule_covers_80_percent_of_new_draws():
@@ -77,14 +78,18 @@ def test_the_small_sample_rule_covers_80_percent_of_new_draws(n):
 
 def test_a_small_class_stands_on_its_own_runs_not_the_pool():
     # 3 runs of class "s" far from 10 of class "b": its interval is about its own mean
-    rows = [("b", "g", 0.0)] * 5 + [("b", "g", 0.01)] * 5 + [("s", "g", v)
-                                                             for v in (0.50, 0.55, 0.60)]
+    rows = (
+        [("b", "g", 0.0)] * 5 + [("b", "g", 0.01)] * 5 + [("s", "g", v) for v in (0.50, 0.55, 0.60)]
+    )
     t = build_table(rows)
     lo, hi, n = t[("s", "*")]
-    half = 1.886 * 0.05 * math.sqrt(1 + 1 / 3)     # t(0.9, 2) x s x sqrt(1 + 1/n)
-    assert (lo, hi, n) == (pytest.approx(0.55 - half, abs=1e-4),
-                           pytest.approx(0.55 + half, abs=1e-4), 3)
-    assert ("s", "g") not in t     # per GPU, a group still needs MIN_RUNS
+    half = 1.886 * 0.05 * math.sqrt(1 + 1 / 3)  # t(0.9, 2) x s x sqrt(1 + 1/n)
+    assert (lo, hi, n) == (
+        pytest.approx(0.55 - half, abs=1e-4),
+        pytest.approx(0.55 + half, abs=1e-4),
+        3,
+    )
+    assert ("s", "g") not in t  # per GPU, a group still needs MIN_RUNS
 
 
 @pytest.mark.parametrize("cls", ["dense-bf16", "fsdp", "moe"])
@@ -100,6 +105,7 @@ def test_off_calibrated_ground_the_interval_widens(examples_dir):
     job, layout = load_config(examples_dir / "llama3-70b-2048xh100.yaml")
     on = time_interval(job, layout)
     from dataclasses import replace
+
     off = time_interval(replace(job, hardware=resolve_hardware("mi300x")), layout)
     assert (on.cls, on.gpu, on.widened) == ("dense-bf16", "h100-sxm", False)
     assert on.runs == TIME[("dense-bf16", "h100-sxm")][2]
@@ -108,8 +114,9 @@ def test_off_calibrated_ground_the_interval_widens(examples_dir):
     assert off.widened and math.log(off.hi / off.lo) == pytest.approx(WIDEN * (hi - lo), rel=1e-9)
 
 
-@pytest.mark.parametrize("lo,hi,text", [(0.91, 1.09, "±9%"), (0.93, 1.12, "-7/+12%")],
-                         ids=["symmetric", "skewed"])
+@pytest.mark.parametrize(
+    "lo,hi,text", [(0.91, 1.09, "±9%"), (0.93, 1.12, "-7/+12%")], ids=["symmetric", "skewed"]
+)
 def test_label(lo, hi, text):
     assert label(Interval(lo, hi, "c", "g", 10)) == text
 
@@ -118,25 +125,35 @@ def test_validate_json_carries_the_intervals_and_their_basis(runner, examples_di
     import json
 
     from planner.cli import app
-    out = json.loads(runner.invoke(app, ["validate", str(examples_dir / "llama3-70b-2048xh100.yaml"),
-                                         "--json"]).stdout)
+
+    out = json.loads(
+        runner.invoke(
+            app, ["validate", str(examples_dir / "llama3-70b-2048xh100.yaml"), "--json"]
+        ).stdout
+    )
     q10, q90, n = TIME[("dense-bf16", "h100-sxm")]
     t = out["time"]["step_time_s"]
-    assert out["time"]["step_time_s_interval"] == pytest.approx([t * math.exp(q10),
-                                                                 t * math.exp(q90)])
+    assert out["time"]["step_time_s_interval"] == pytest.approx(
+        [t * math.exp(q10), t * math.exp(q90)]
+    )
     lo, hi = out["memory"]["total_bytes_interval"]
     assert lo < out["memory"]["total_bytes"] < hi
     tps = out["throughput"]["tokens_per_s_per_gpu"]
     assert out["throughput"]["tokens_per_s_per_gpu_interval"] == pytest.approx(
-        [tps / math.exp(q90), tps / math.exp(q10)])
-    assert {k: out["interval_basis"][k] for k in ("class", "gpu", "runs")} == \
-        {"class": "dense-bf16", "gpu": "h100-sxm", "runs": n}
+        [tps / math.exp(q90), tps / math.exp(q10)]
+    )
+    assert {k: out["interval_basis"][k] for k in ("class", "gpu", "runs")} == {
+        "class": "dense-bf16",
+        "gpu": "h100-sxm",
+        "runs": n,
+    }
 
 
 def test_plan_marks_ties_where_the_intervals_overlap(runner):
     import json
 
     from planner.cli import app
+
     args = ["plan", "--model", "llama3-8b", "--gpus", "64", "--top", "12"]
     plans = json.loads(runner.invoke(app, [*args, "--json"]).stdout)["plans"]
     fastest = min(plans, key=lambda p: p["time"]["step_time_s"])
@@ -151,26 +168,39 @@ def test_plan_marks_ties_where_the_intervals_overlap(runner):
 
 def test_the_html_reports_show_the_intervals(runner, examples_dir, tmp_path):
     from planner.cli import app
+
     page = tmp_path / "v.html"
     cfg = str(examples_dir / "llama3-70b-2048xh100.yaml")
     assert runner.invoke(app, ["validate", cfg, "--html", str(page)]).exit_code == 0
     assert "80% intervals: step" in page.read_text()
     plan = tmp_path / "p.html"
-    assert runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--top", "3",
-                               "--html", str(plan)]).exit_code == 0
+    assert (
+        runner.invoke(
+            app, ["plan", "--model", "llama3-8b", "--gpus", "64", "--top", "3", "--html", str(plan)]
+        ).exit_code
+        == 0
+    )
     assert "= a tie with the fastest" in plan.read_text()
 
 
 @pytest.fixture(scope="module")
 def loo_serve():
     from benchmarks.intervals import leave_one_out_serve
+
     return leave_one_out_serve()
 
 
-@pytest.mark.parametrize("metric,cls", [("output_tokens_per_s", "dense"),
-                                        ("output_tokens_per_s", "moe"), ("e2e_s", "dense"),
-                                        ("ttft_s", "dense"), ("tpot_s", "dense")],
-                         ids=lambda v: v)
+@pytest.mark.parametrize(
+    "metric,cls",
+    [
+        ("output_tokens_per_s", "dense"),
+        ("output_tokens_per_s", "moe"),
+        ("e2e_s", "dense"),
+        ("ttft_s", "dense"),
+        ("tpot_s", "dense"),
+    ],
+    ids=lambda v: v,
+)
 def test_serving_leave_one_out_coverage_is_within_the_bar(loo_serve, metric, cls):
     got = coverage(loo_serve, metric, "class")[f"{metric} {cls}"]
     assert got["n"] >= MIN_RUNS
@@ -182,14 +212,21 @@ def test_serve_validate_json_carries_ttft_tpot_and_throughput_intervals(runner, 
 
     from planner.calibration.interval_table import SERVE
     from planner.cli import app
-    out = json.loads(runner.invoke(app, ["validate", str(examples_dir / "serve" /
-                                                         "llama3-70b-8xh100.yaml"),
-                                         "--json"]).stdout)
-    for metric, section in (("ttft_s", "latency"), ("tpot_s", "latency"),
-                            ("output_tokens_per_s", "throughput")):
+
+    out = json.loads(
+        runner.invoke(
+            app, ["validate", str(examples_dir / "serve" / "llama3-70b-8xh100.yaml"), "--json"]
+        ).stdout
+    )
+    for metric, section in (
+        ("ttft_s", "latency"),
+        ("tpot_s", "latency"),
+        ("output_tokens_per_s", "throughput"),
+    ):
         q10, q90, n = SERVE[metric][("dense", "h100-sxm")]
         v = out[section][metric]
-        assert out[section][f"{metric}_interval"] == pytest.approx([v * math.exp(q10),
-                                                                    v * math.exp(q90)])
+        assert out[section][f"{metric}_interval"] == pytest.approx(
+            [v * math.exp(q10), v * math.exp(q90)]
+        )
         assert out["interval_basis"][metric]["runs"] == n
-    assert "e2e_s_interval" not in out["latency"]    # continuous batching: no static-batch runs
+    assert "e2e_s_interval" not in out["latency"]  # continuous batching: no static-batch runs

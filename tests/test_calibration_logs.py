@@ -18,17 +18,47 @@ LOGS = Path(__file__).resolve().parent / "data" / "logs"
 # after the first max(3, ceil(0.1 x n)) = 3 (every fixture has fewer than 31 records).
 CASES = [
     # file, format, field, logged values (in the unit the field takes), peak GiB, peak kind
-    ("megatron.log", "megatron", "step_time_s",
-     [9.1204, 5.8902, 5.0107, 4.800, 4.820, 4.790, 5.300], 51200.0 / 1024, "max allocated"),
-    ("nemo.log", "nemo", "step_time_s",
-     [31.52, 6.204, 5.911, 5.402, 5.410, 5.399, 5.405], None, ""),
+    (
+        "megatron.log",
+        "megatron",
+        "step_time_s",
+        [9.1204, 5.8902, 5.0107, 4.800, 4.820, 4.790, 5.300],
+        51200.0 / 1024,
+        "max allocated",
+    ),
+    (
+        "nemo.log",
+        "nemo",
+        "step_time_s",
+        [31.52, 6.204, 5.911, 5.402, 5.410, 5.399, 5.405],
+        None,
+        "",
+    ),
     ("bridge.log", "nemo", "step_time_s", [14.20, 3.10, 2.75, 2.71, 2.70, 2.73], None, ""),
-    ("torchtitan.log", "torchtitan", "tokens_per_s_per_gpu",
-     [812, 6950, 7080, 7120, 7100, 7140], 58.35, "max reserved"),
-    ("megatron_deepspeed.log", "deepspeed", "step_time_s",
-     [40.1234, 12.100, 11.800, 11.500, 11.520], None, ""),
-    ("deepspeed_timer.log", "deepspeed", "samples_per_s",
-     [30.1, 50.3, 52.0, 52.4, 51.6, 52.2], 62.0, "max allocated"),
+    (
+        "torchtitan.log",
+        "torchtitan",
+        "tokens_per_s_per_gpu",
+        [812, 6950, 7080, 7120, 7100, 7140],
+        58.35,
+        "max reserved",
+    ),
+    (
+        "megatron_deepspeed.log",
+        "deepspeed",
+        "step_time_s",
+        [40.1234, 12.100, 11.800, 11.500, 11.520],
+        None,
+        "",
+    ),
+    (
+        "deepspeed_timer.log",
+        "deepspeed",
+        "samples_per_s",
+        [30.1, 50.3, 52.0, 52.4, 51.6, 52.2],
+        62.0,
+        "max allocated",
+    ),
 ]
 
 
@@ -45,15 +75,19 @@ def test_steady_state_is_the_median_after_the_warm_up(name, fmt, key, values, pe
 
 def test_warm_up_is_a_tenth_of_a_long_log():
     # 50 records: ceil(0.1 x 50) = 5 > 3 dropped; the first five are slow, the rest 2.0 s
-    lines = [f"iteration {i:5d}/ 500 | elapsed time per iteration (ms): "
-             f"{9000.0 if i <= 5 else 2000.0} |" for i in range(1, 51)]
+    lines = [
+        f"iteration {i:5d}/ 500 | elapsed time per iteration (ms): {9000.0 if i <= 5 else 2000.0} |"
+        for i in range(1, 51)
+    ]
     s = read_log("\n".join(lines))
     assert (s.records, s.used, s.step_time_s) == (50, 45, 2.0)
 
 
 def test_a_short_log_keeps_its_last_step_and_says_so():
-    s = read_log("iteration 1/ 3 | elapsed time per iteration (ms): 900.0 |\n"
-                 "iteration 2/ 3 | elapsed time per iteration (ms): 500.0 |")
+    s = read_log(
+        "iteration 1/ 3 | elapsed time per iteration (ms): 900.0 |\n"
+        "iteration 2/ 3 | elapsed time per iteration (ms): 500.0 |"
+    )
     assert (s.used, s.step_time_s) == (1, 0.5)
     assert "last one" in s.notes[0]
 
@@ -72,11 +106,15 @@ def test_deepspeed_samples_per_second_are_the_global_batch():
     assert t == pytest.approx(512 / 52.2)
 
 
-@pytest.mark.parametrize("text,fmt,words", [
-    ("loss went down\nall good\n", None, "no step lines"),
-    ("step: 1  loss: 3.0  tps: 100\n", "megatron", "no megatron step lines"),
-    ("iteration 1/ 3 | elapsed time per iteration (ms): 900.0 |", "vllm", "not one of"),
-], ids=["no-format", "wrong-format", "unknown-format"])
+@pytest.mark.parametrize(
+    "text,fmt,words",
+    [
+        ("loss went down\nall good\n", None, "no step lines"),
+        ("step: 1  loss: 3.0  tps: 100\n", "megatron", "no megatron step lines"),
+        ("iteration 1/ 3 | elapsed time per iteration (ms): 900.0 |", "vllm", "not one of"),
+    ],
+    ids=["no-format", "wrong-format", "unknown-format"],
+)
 def test_logs_without_step_lines_are_one_line_errors(text, fmt, words):
     with pytest.raises(SpecError, match=words):
         read_log(text, fmt=fmt)

@@ -36,10 +36,12 @@ serving: {{precision: {prec}, input_length: {isl}, output_length: {osl}, concurr
 parallel: {{tp: {tp}}}
 """
 # decode-heavy runs (short prompts, long outputs): the HBM share of decode is what they pin
-RUNS = [("llama3-70b", 2, "fp8", 256, 2048, 64, "vllm"),
-        ("llama3-70b", 4, "fp8", 256, 2048, 8, "sglang"),
-        ("llama3-8b", 1, "bf16", 256, 1024, 256, "trtllm"),
-        ("llama3-8b", 1, "bf16", 512, 2048, 4, "vllm")]
+RUNS = [
+    ("llama3-70b", 2, "fp8", 256, 2048, 64, "vllm"),
+    ("llama3-70b", 4, "fp8", 256, 2048, 8, "sglang"),
+    ("llama3-8b", 1, "bf16", 256, 1024, 256, "trtllm"),
+    ("llama3-8b", 1, "bf16", 512, 2048, 4, "vllm"),
+]
 LOG_FORMAT = ["vllm", "sglang", "trtllm", "vllm-json"]
 
 
@@ -49,52 +51,67 @@ def _truth(factor: float):
 
 
 def _vllm(ttft, tpot, tput, conc, isl, osl, n=200):
-    return (f"Maximum request concurrency: {conc}\n"
-            "============ Serving Benchmark Result ============\n"
-            f"Successful requests:                     {n}\n"
-            f"Total input tokens:                      {n * isl}\n"
-            f"Total generated tokens:                  {n * osl}\n"
-            f"Output token throughput (tok/s):         {tput:.4f}\n"
-            "---------------Time to First Token----------------\n"
-            f"Mean TTFT (ms):                          {ttft * 1.1e3:.4f}\n"
-            f"Median TTFT (ms):                        {ttft * 1e3:.4f}\n"
-            "-----Time per Output Token (excl. 1st token)------\n"
-            f"Mean TPOT (ms):                          {tpot * 1.02e3:.4f}\n"
-            f"Median TPOT (ms):                        {tpot * 1e3:.4f}\n"
-            "==================================================\n")
+    return (
+        f"Maximum request concurrency: {conc}\n"
+        "============ Serving Benchmark Result ============\n"
+        f"Successful requests:                     {n}\n"
+        f"Total input tokens:                      {n * isl}\n"
+        f"Total generated tokens:                  {n * osl}\n"
+        f"Output token throughput (tok/s):         {tput:.4f}\n"
+        "---------------Time to First Token----------------\n"
+        f"Mean TTFT (ms):                          {ttft * 1.1e3:.4f}\n"
+        f"Median TTFT (ms):                        {ttft * 1e3:.4f}\n"
+        "-----Time per Output Token (excl. 1st token)------\n"
+        f"Mean TPOT (ms):                          {tpot * 1.02e3:.4f}\n"
+        f"Median TPOT (ms):                        {tpot * 1e3:.4f}\n"
+        "==================================================\n"
+    )
 
 
 def _sglang(ttft, tpot, tput, conc, isl, osl, n=200):
-    return ("============ Serving Benchmark Result ============\n"
-            "Backend:                                 sglang\n"
-            f"Max request concurrency:                 {conc}\n"
-            f"Successful requests:                     {n}\n"
-            f"Total input tokens:                      {n * isl}\n"
-            f"Total generated tokens:                  {n * osl}\n"
-            f"Output token throughput (tok/s):         {tput:.4f}\n"
-            f"Median TTFT (ms):                        {ttft * 1e3:.4f}\n"
-            f"Median TPOT (ms):                        {tpot * 1e3:.4f}\n"
-            "==================================================\n")
+    return (
+        "============ Serving Benchmark Result ============\n"
+        "Backend:                                 sglang\n"
+        f"Max request concurrency:                 {conc}\n"
+        f"Successful requests:                     {n}\n"
+        f"Total input tokens:                      {n * isl}\n"
+        f"Total generated tokens:                  {n * osl}\n"
+        f"Output token throughput (tok/s):         {tput:.4f}\n"
+        f"Median TTFT (ms):                        {ttft * 1e3:.4f}\n"
+        f"Median TPOT (ms):                        {tpot * 1e3:.4f}\n"
+        "==================================================\n"
+    )
 
 
 def _trtllm(ttft, tpot, tput, conc, isl, osl, n=200):
-    return (f"Number of requests:             {n}\n"
-            f"Number of concurrent requests:  {conc * 0.97:.4f}\n"
-            f"Average Input Length (tokens):  {isl:.4f}\n"
-            f"Average Output Length (tokens): {osl:.4f}\n"
-            f"Request Throughput (req/sec):                     {tput / osl:.4f}\n"
-            f"Total Output Throughput (tokens/sec):             {tput:.4f}\n"
-            f"Average time-to-first-token [TTFT] (ms):          {ttft * 1.1e3:.4f}\n"
-            f"Average time-per-output-token [TPOT] (ms):        {tpot * 1.02e3:.4f}\n"
-            f"[TPOT] P50    : {tpot * 1e3:.4f}\n"
-            f"[TTFT] P50    : {ttft * 1e3:.4f}\n")
+    return (
+        f"Number of requests:             {n}\n"
+        f"Number of concurrent requests:  {conc * 0.97:.4f}\n"
+        f"Average Input Length (tokens):  {isl:.4f}\n"
+        f"Average Output Length (tokens): {osl:.4f}\n"
+        f"Request Throughput (req/sec):                     {tput / osl:.4f}\n"
+        f"Total Output Throughput (tokens/sec):             {tput:.4f}\n"
+        f"Average time-to-first-token [TTFT] (ms):          {ttft * 1.1e3:.4f}\n"
+        f"Average time-per-output-token [TPOT] (ms):        {tpot * 1.02e3:.4f}\n"
+        f"[TPOT] P50    : {tpot * 1e3:.4f}\n"
+        f"[TTFT] P50    : {ttft * 1e3:.4f}\n"
+    )
 
 
 def _vllm_json(ttft, tpot, tput, conc, isl, osl, n=200):
-    return json.dumps({"completed": n, "max_concurrency": conc, "total_input_tokens": n * isl,
-                       "total_output_tokens": n * osl, "output_throughput": tput,
-                       "median_ttft_ms": ttft * 1e3, "mean_ttft_ms": ttft * 1.1e3,
-                       "median_tpot_ms": tpot * 1e3, "mean_tpot_ms": tpot * 1.02e3})
+    return json.dumps(
+        {
+            "completed": n,
+            "max_concurrency": conc,
+            "total_input_tokens": n * isl,
+            "total_output_tokens": n * osl,
+            "output_throughput": tput,
+            "median_ttft_ms": ttft * 1e3,
+            "mean_ttft_ms": ttft * 1.1e3,
+            "median_tpot_ms": tpot * 1e3,
+            "mean_tpot_ms": tpot * 1.02e3,
+        }
+    )
 
 
 WRITERS = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm, "vllm-json": _vllm_json}
@@ -105,13 +122,15 @@ def _write_runs(tmp: Path, factor: float, runs=RUNS, formats=LOG_FORMAT) -> Path
     entries = []
     for i, ((model, tp, prec, isl, osl, conc, engine), fmt) in enumerate(zip(runs, formats)):
         cfg = tmp / f"serve{i}.yaml"
-        cfg.write_text(CONFIG.format(model=model, tp=tp, prec=prec, isl=isl, osl=osl,
-                                     conc=conc, engine=engine))
+        cfg.write_text(
+            CONFIG.format(model=model, tp=tp, prec=prec, isl=isl, osl=osl, conc=conc, engine=engine)
+        )
         job, lay = load_serve_config(cfg)
         est = estimate(replace(job, hardware=truth), lay)
         log = tmp / f"bench{i}.{'json' if fmt == 'vllm-json' else 'txt'}"
-        log.write_text(WRITERS[fmt](est.ttft_s, est.tpot_s, est.output_tokens_per_s, conc,
-                                    isl, osl))
+        log.write_text(
+            WRITERS[fmt](est.ttft_s, est.tpot_s, est.output_tokens_per_s, conc, isl, osl)
+        )
         entries.append(f"  - {{config: {cfg.name}, log: {log.name}}}")
     path = tmp / "runs.yaml"
     path.write_text("runs:\n" + "\n".join(entries) + "\n")
@@ -128,12 +147,17 @@ def _shipped_median_errors() -> dict:
     """The shipped h100-sxm profile's median |error| per metric on the measured serving runs
     (benchmarks/serve_accuracy.py): TPOT and TTFT of serving-latency, offline output tok/s."""
     from benchmarks.serve_accuracy import evaluate, load_all
+
     rows = evaluate([c for c in load_all() if c.hardware == "h100-sxm"])
-    by = {"tpot_s": ("serving-latency", "tpot_s"), "ttft_s": ("serving-latency", "ttft_s"),
-          "output_tokens_per_s": ("offline-throughput", "output_tokens_per_s")}
-    return {m: statistics.median(abs(r["error"]) for r in rows
-                                 if (r["class"], r["metric"]) == key)
-            for m, key in by.items()}
+    by = {
+        "tpot_s": ("serving-latency", "tpot_s"),
+        "ttft_s": ("serving-latency", "ttft_s"),
+        "output_tokens_per_s": ("offline-throughput", "output_tokens_per_s"),
+    }
+    return {
+        m: statistics.median(abs(r["error"]) for r in rows if (r["class"], r["metric"]) == key)
+        for m, key in by.items()
+    }
 
 
 def test_hbm_bandwidth_x07_is_recovered_within_the_shipped_profiles_errors(runner, tmp_path):
@@ -147,13 +171,13 @@ def test_hbm_bandwidth_x07_is_recovered_within_the_shipped_profiles_errors(runne
     shipped = _shipped_median_errors()
     before = {m: max(abs(r["error_before"][m]) for r in data["runs"]) for m in shipped}
     after = {m: max(abs(r["error_after"][m]) for r in data["runs"]) for m in shipped}
-    assert before["tpot_s"] > 0.10                      # the base profile is off on this cluster
+    assert before["tpot_s"] > 0.10  # the base profile is off on this cluster
     for m in shipped:
         assert after[m] <= shipped[m], (m, after[m], shipped[m])
     cal = data["serving_calibration"]
     assert cal["hbm_efficiency"] == pytest.approx(0.92 * 0.7, abs=0.01)
     base = resolve_hardware("h100-sxm").serving_calibration
-    for k in ("moe_efficiency", "link_efficiency", "request_overhead_us"):   # not fitted
+    for k in ("moe_efficiency", "link_efficiency", "request_overhead_us"):  # not fitted
         assert cal[k] == getattr(base, k)
     assert "serving-latency" in cal["fitted_on"]
 
@@ -163,13 +187,15 @@ def test_the_written_profile_is_what_hardware_uses(runner, tmp_path):
     out = tmp_path / "mine.yaml"
     _calibrate(runner, [str(runs), "--out", str(out)])
     cfg = tmp_path / "serve0.yaml"
-    got = json.loads(runner.invoke(app, ["validate", str(cfg), "--hardware", str(out),
-                                         "--json"]).stdout)["latency"]["tpot_s"]
+    got = json.loads(
+        runner.invoke(app, ["validate", str(cfg), "--hardware", str(out), "--json"]).stdout
+    )["latency"]["tpot_s"]
     job, lay = load_serve_config(cfg)
     want = estimate(replace(job, hardware=_truth(0.7)), lay).tpot_s
     assert got == pytest.approx(want, rel=0.01)
-    served = runner.invoke(app, ["serve", "--model", "llama3-70b", "--gpus", "8", "--hardware",
-                                 str(out), "--json"])
+    served = runner.invoke(
+        app, ["serve", "--model", "llama3-70b", "--gpus", "8", "--hardware", str(out), "--json"]
+    )
     assert served.exit_code == 0, served.output
 
 
@@ -189,9 +215,18 @@ def test_hbm_bandwidth_x05_moves_to_the_bound_and_says_so(runner, tmp_path):
 
 def test_one_run_fits_at_most_one_parameter_and_prints_each_metric(runner, tmp_path):
     _write_runs(tmp_path, 0.7, RUNS[:1], ["vllm"])
-    result = runner.invoke(app, ["calibrate", "--config", str(tmp_path / "serve0.yaml"),
-                                 "--log", str(tmp_path / "bench0.txt"), "--out",
-                                 str(tmp_path / "p.yaml")])
+    result = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--config",
+            str(tmp_path / "serve0.yaml"),
+            "--log",
+            str(tmp_path / "bench0.txt"),
+            "--out",
+            str(tmp_path / "p.yaml"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert [line.split()[2] for line in lines[1:4]] == ["TTFT", "TPOT", "output"]
@@ -204,40 +239,85 @@ def test_the_logs_concurrency_replaces_the_configs_and_says_so(runner, tmp_path)
     _write_runs(tmp_path, 0.7, RUNS[:1], ["vllm"])
     cfg = tmp_path / "serve0.yaml"
     cfg.write_text(cfg.read_text().replace("concurrency: 64", "concurrency: 32"))
-    data = _calibrate(runner, ["--config", str(cfg), "--log", str(tmp_path / "bench0.txt"),
-                               "--out", str(tmp_path / "p.yaml")])["serving"]
+    data = _calibrate(
+        runner,
+        [
+            "--config",
+            str(cfg),
+            "--log",
+            str(tmp_path / "bench0.txt"),
+            "--out",
+            str(tmp_path / "p.yaml"),
+        ],
+    )["serving"]
     assert data["runs"][0]["notes"] == [
-        "concurrency 64 from the log, not the config's 32 per instance"]
+        "concurrency 64 from the log, not the config's 32 per instance"
+    ]
 
 
 def test_a_launch_command_takes_its_request_lengths_from_the_log(runner, tmp_path):
     # `vllm serve` says the deployment, not the request shape: the log's mean lengths fill it
     _write_runs(tmp_path, 0.7, RUNS[3:], ["vllm"])
     script = tmp_path / "launch.sh"
-    script.write_text("vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 1 "
-                      "--enable-prefix-caching\n")
-    data = _calibrate(runner, ["--config", str(script), "--log", str(tmp_path / "bench0.txt"),
-                               "--gpus", "1", "--hardware", "h100-sxm", "--out",
-                               str(tmp_path / "p.yaml")])["serving"]
-    yaml_run = _calibrate(runner, ["--config", str(tmp_path / "serve0.yaml"), "--log",
-                                   str(tmp_path / "bench0.txt"), "--out",
-                                   str(tmp_path / "q.yaml")])["serving"]
+    script.write_text(
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 1 "
+        "--enable-prefix-caching\n"
+    )
+    data = _calibrate(
+        runner,
+        [
+            "--config",
+            str(script),
+            "--log",
+            str(tmp_path / "bench0.txt"),
+            "--gpus",
+            "1",
+            "--hardware",
+            "h100-sxm",
+            "--out",
+            str(tmp_path / "p.yaml"),
+        ],
+    )["serving"]
+    yaml_run = _calibrate(
+        runner,
+        [
+            "--config",
+            str(tmp_path / "serve0.yaml"),
+            "--log",
+            str(tmp_path / "bench0.txt"),
+            "--out",
+            str(tmp_path / "q.yaml"),
+        ],
+    )["serving"]
     assert data["runs"][0]["error_before"] == pytest.approx(yaml_run["runs"][0]["error_before"])
     # a flag planner does not model is said, as validate says it
     assert any("--enable-prefix-caching: not modelled" in n for n in data["runs"][0]["notes"])
-    assert data["runs"][0]["notes"][-1] == ("request lengths from the log (the launch command "
-                                            "has none): --isl 512, --osl 2048")
+    assert data["runs"][0]["notes"][-1] == (
+        "request lengths from the log (the launch command has none): --isl 512, --osl 2048"
+    )
     # trtllm-bench runs TensorRT-LLM only: its report is not a vLLM deployment's
     (tmp_path / "trt.txt").write_text(_trtllm(0.1, 0.01, 1000.0, 4, 512, 2048))
-    refused = runner.invoke(app, ["calibrate", "--config", str(script), "--log",
-                                  str(tmp_path / "trt.txt"), "--gpus", "1", "--out",
-                                  str(tmp_path / "r.yaml")])
+    refused = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--config",
+            str(script),
+            "--log",
+            str(tmp_path / "trt.txt"),
+            "--gpus",
+            "1",
+            "--out",
+            str(tmp_path / "r.yaml"),
+        ],
+    )
     assert refused.exit_code == 2
     assert "runs TensorRT-LLM only" in refused.stderr
 
 
 def test_a_mixed_runs_file_fits_both_parts(runner, tmp_path):
     from tests.test_calibrate_cli import _write_runs as write_training
+
     train = tmp_path / "train"
     train.mkdir()
     write_training(train, ["megatron", "nemo", "torchtitan", "megatron"])
@@ -255,22 +335,37 @@ def test_a_mixed_runs_file_fits_both_parts(runner, tmp_path):
     assert prof.serving_calibration.hbm_efficiency == pytest.approx(0.644, abs=0.01)
 
 
-@pytest.mark.parametrize("log,extra,words", [
-    ("train.log", [], "no serving benchmark result found"),
-    ("empty.txt", [], "empty.txt"),
-    ("bench0.txt", ["--log-format", "megatron"], "--log-format megatron is a training log"),
-    ("sweep.txt", [], "give one run per log"),
-    ("bench0.txt", ["--log-format", "nonsense"], "--log-format"),
-], ids=["training-log", "empty-log", "training-format", "sweep", "unknown-format"])
+@pytest.mark.parametrize(
+    "log,extra,words",
+    [
+        ("train.log", [], "no serving benchmark result found"),
+        ("empty.txt", [], "empty.txt"),
+        ("bench0.txt", ["--log-format", "megatron"], "--log-format megatron is a training log"),
+        ("sweep.txt", [], "give one run per log"),
+        ("bench0.txt", ["--log-format", "nonsense"], "--log-format"),
+    ],
+    ids=["training-log", "empty-log", "training-format", "sweep", "unknown-format"],
+)
 def test_bad_serving_input_is_one_line_and_exit_2(runner, tmp_path, log, extra, words):
     _write_runs(tmp_path, 0.7, RUNS[:1], ["vllm"])
-    (tmp_path / "train.log").write_text(" iteration 10/ 100 | elapsed time per iteration "
-                                        "(ms): 900.0 |\n")
+    (tmp_path / "train.log").write_text(
+        " iteration 10/ 100 | elapsed time per iteration (ms): 900.0 |\n"
+    )
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "sweep.txt").write_text((tmp_path / "bench0.txt").read_text() * 2)
-    result = runner.invoke(app, ["calibrate", "--config", str(tmp_path / "serve0.yaml"),
-                                 "--log", str(tmp_path / log), *extra, "--out",
-                                 str(tmp_path / "p.yaml")])
+    result = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--config",
+            str(tmp_path / "serve0.yaml"),
+            "--log",
+            str(tmp_path / log),
+            *extra,
+            "--out",
+            str(tmp_path / "p.yaml"),
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert words in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -279,12 +374,24 @@ def test_bad_serving_input_is_one_line_and_exit_2(runner, tmp_path, log, extra, 
 
 def test_a_training_config_with_a_serving_log_format_is_refused(runner, tmp_path):
     from tests.test_calibrate_cli import CONFIG as TRAINING
+
     cfg = tmp_path / "c.yaml"
     cfg.write_text(TRAINING.format(seq=8192, tp=2, dp=4, sp="true"))
     (tmp_path / "c.log").write_text("x\n")
-    result = runner.invoke(app, ["calibrate", "--config", str(cfg), "--log",
-                                 str(tmp_path / "c.log"), "--log-format", "vllm", "--out",
-                                 str(tmp_path / "p.yaml")])
+    result = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--config",
+            str(cfg),
+            "--log",
+            str(tmp_path / "c.log"),
+            "--log-format",
+            "vllm",
+            "--out",
+            str(tmp_path / "p.yaml"),
+        ],
+    )
     assert result.exit_code == 2
     assert "--log-format vllm is a serving benchmark's" in result.stderr
 
@@ -293,8 +400,12 @@ def test_a_run_above_what_the_deployment_holds_is_fitted_with_its_queue(runner, 
     # 5,000 clients on one H100 with Llama 3 8B: the KV cache holds a few hundred requests
     # at once (planner validate's concurrency-above-capacity); the others wait for a slot,
     # which is in the run's TTFT (serve/estimate.py admission_wait), so the run is fitted
-    runs = _write_runs(tmp_path, 0.7, [RUNS[3], ("llama3-8b", 1, "bf16", 1024, 256, 5000,
-                                                 "vllm")], ["vllm", "vllm"])
+    runs = _write_runs(
+        tmp_path,
+        0.7,
+        [RUNS[3], ("llama3-8b", 1, "bf16", 1024, 256, 5000, "vllm")],
+        ["vllm", "vllm"],
+    )
     data = _calibrate(runner, [str(runs), "--out", str(tmp_path / "p.yaml")])["serving"]
     assert not data.get("infeasible")
     assert len(data["runs"]) == 2
@@ -304,6 +415,7 @@ def test_a_run_above_what_the_deployment_holds_is_fitted_with_its_queue(runner, 
 @pytest.mark.parametrize("held, listed", [(0, True), (1, False), (300, False)])
 def test_only_a_run_with_no_room_for_one_request_is_infeasible(held, listed):
     from planner.serve.calibrate import infeasible
+
     row = {"id": "r", "requested": 5000, "max_concurrency": held}
     assert bool(infeasible([row])) is listed
 
@@ -311,9 +423,23 @@ def test_only_a_run_with_no_room_for_one_request_is_infeasible(held, listed):
 def test_a_deployment_that_does_not_fit_is_refused(runner, tmp_path):
     _write_runs(tmp_path, 0.7, RUNS[:1], ["vllm"])
     cfg = tmp_path / "serve0.yaml"
-    cfg.write_text(cfg.read_text().replace("fp8", "bf16").replace("num_gpus: 2", "num_gpus: 1")
-                   .replace("tp: 2", "tp: 1"))
-    result = runner.invoke(app, ["calibrate", "--config", str(cfg), "--log",
-                                 str(tmp_path / "bench0.txt"), "--out", str(tmp_path / "p.yaml")])
+    cfg.write_text(
+        cfg.read_text()
+        .replace("fp8", "bf16")
+        .replace("num_gpus: 2", "num_gpus: 1")
+        .replace("tp: 2", "tp: 1")
+    )
+    result = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--config",
+            str(cfg),
+            "--log",
+            str(tmp_path / "bench0.txt"),
+            "--out",
+            str(tmp_path / "p.yaml"),
+        ],
+    )
     assert result.exit_code == 2
     assert "weights" in result.stderr and "`planner validate` says what to fix" in result.stderr

@@ -18,20 +18,47 @@ LOGS = Path(__file__).resolve().parent / "data" / "logs"
 CASES = [
     # file, format, TTFT ms, TPOT ms, output tok/s, requests, concurrency (a setting?),
     # mean input / output tokens (total tokens / requests, or the report's averages)
-    ("vllm_bench_serve.txt", "vllm", 298.40, 23.61, 634.84, 160, (16, True),
-     163840 / 160, 40960 / 160),
-    ("vllm_bench_serve.json", "vllm", 401.9, 26.35, 1152.5, 320, (32, True),
-     655360 / 320, 81920 / 320),
-    ("sglang_bench_serving.txt", "sglang", 118.07, 9.47, 793.61, 128, (8, True),
-     131072 / 128, 32768 / 128),
+    (
+        "vllm_bench_serve.txt",
+        "vllm",
+        298.40,
+        23.61,
+        634.84,
+        160,
+        (16, True),
+        163840 / 160,
+        40960 / 160,
+    ),
+    (
+        "vllm_bench_serve.json",
+        "vllm",
+        401.9,
+        26.35,
+        1152.5,
+        320,
+        (32, True),
+        655360 / 320,
+        81920 / 320,
+    ),
+    (
+        "sglang_bench_serving.txt",
+        "sglang",
+        118.07,
+        9.47,
+        793.61,
+        128,
+        (8, True),
+        131072 / 128,
+        32768 / 128,
+    ),
     ("trtllm_bench.txt", "trtllm", 850.0, 21.70, 2512.0, 512, (63.8125, False), 1024.0, 256.0),
 ]
 
 
-@pytest.mark.parametrize("name,fmt,ttft,tpot,tput,n,conc,isl,osl", CASES,
-                         ids=[c[0] for c in CASES])
-def test_each_reader_reads_the_numbers_its_fixture_states(name, fmt, ttft, tpot, tput, n, conc,
-                                                           isl, osl):
+@pytest.mark.parametrize("name,fmt,ttft,tpot,tput,n,conc,isl,osl", CASES, ids=[c[0] for c in CASES])
+def test_each_reader_reads_the_numbers_its_fixture_states(
+    name, fmt, ttft, tpot, tput, n, conc, isl, osl
+):
     s = load_serve_log(LOGS / name)
     assert s.format == fmt
     assert s.ttft_s == pytest.approx(ttft / 1e3)
@@ -40,8 +67,7 @@ def test_each_reader_reads_the_numbers_its_fixture_states(name, fmt, ttft, tpot,
     assert s.requests == n
     assert (s.concurrency, s.concurrency_is_setting) == (pytest.approx(conc[0]), conc[1])
     assert (s.input_length, s.output_length) == (pytest.approx(isl), pytest.approx(osl))
-    assert s.aggregate == {"ttft_s": "median", "tpot_s": "median",
-                           "output_tokens_per_s": "total"}
+    assert s.aggregate == {"ttft_s": "median", "tpot_s": "median", "output_tokens_per_s": "total"}
     assert s.rule == "TTFT median, TPOT median, output tok/s total over the run"
 
 
@@ -54,38 +80,57 @@ def test_detection_by_content_and_an_explicit_format_agree(name, fmt):
 
 def test_without_a_median_the_mean_is_used_and_said():
     # a vLLM block whose median lines are cut: the Mean lines are read
-    text = "\n".join(line for line in (LOGS / "vllm_bench_serve.txt").read_text().splitlines()
-                     if not line.startswith("Median"))
+    text = "\n".join(
+        line
+        for line in (LOGS / "vllm_bench_serve.txt").read_text().splitlines()
+        if not line.startswith("Median")
+    )
     s = read_serve_log(text)
     assert (s.ttft_s, s.tpot_s) == (pytest.approx(0.31277), pytest.approx(0.0239))
     assert s.aggregate["ttft_s"] == s.aggregate["tpot_s"] == "mean"
 
 
 def test_trtllm_without_percentiles_uses_the_averages():
-    text = "\n".join(line for line in (LOGS / "trtllm_bench.txt").read_text().splitlines()
-                     if not line.startswith(("[TTFT]", "[TPOT]")))
+    text = "\n".join(
+        line
+        for line in (LOGS / "trtllm_bench.txt").read_text().splitlines()
+        if not line.startswith(("[TTFT]", "[TPOT]"))
+    )
     s = read_serve_log(text)
     assert (s.ttft_s, s.tpot_s) == (pytest.approx(0.90525), pytest.approx(0.02195))
     assert s.aggregate["ttft_s"] == "mean"
 
 
 def test_a_vllm_run_without_max_concurrency_states_none():
-    text = (LOGS / "vllm_bench_serve.txt").read_text().replace(
-        "Maximum request concurrency: 16", "Maximum request concurrency: None")
+    text = (
+        (LOGS / "vllm_bench_serve.txt")
+        .read_text()
+        .replace("Maximum request concurrency: 16", "Maximum request concurrency: None")
+    )
     s = read_serve_log(text)
     assert (s.concurrency, s.concurrency_is_setting) == (None, False)
 
 
-@pytest.mark.parametrize("text,fmt,words", [
-    ("", None, "no serving benchmark result found"),
-    ("INFO server started\nall good\n", None, "no serving benchmark result found"),
-    ("iteration 1/ 3 | elapsed time per iteration (ms): 900.0 |", "vllm",
-     "no 'Serving Benchmark Result' block"),
-    ("============ Serving Benchmark Result ============\nSuccessful requests: 10\n"
-     "==================================================\n", None,
-     "states no TTFT, TPOT or output token throughput"),
-    ("x", "megatron", "not one of vllm, sglang, trtllm"),
-], ids=["empty", "no-block", "wrong-format", "nothing-measured", "unknown-format"])
+@pytest.mark.parametrize(
+    "text,fmt,words",
+    [
+        ("", None, "no serving benchmark result found"),
+        ("INFO server started\nall good\n", None, "no serving benchmark result found"),
+        (
+            "iteration 1/ 3 | elapsed time per iteration (ms): 900.0 |",
+            "vllm",
+            "no 'Serving Benchmark Result' block",
+        ),
+        (
+            "============ Serving Benchmark Result ============\nSuccessful requests: 10\n"
+            "==================================================\n",
+            None,
+            "states no TTFT, TPOT or output token throughput",
+        ),
+        ("x", "megatron", "not one of vllm, sglang, trtllm"),
+    ],
+    ids=["empty", "no-block", "wrong-format", "nothing-measured", "unknown-format"],
+)
 def test_bad_logs_are_one_line_errors_naming_the_file(text, fmt, words):
     with pytest.raises(SpecError, match=words) as err:
         read_serve_log(text, fmt=fmt, source="bench.txt")

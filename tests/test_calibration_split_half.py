@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.split_half import split_half
 
-LONG = pytest.mark.calibration_long     # ~15 s each: python -m pytest -m calibration_long
+LONG = pytest.mark.calibration_long  # ~15 s each: python -m pytest -m calibration_long
 PASSING = ["b200", pytest.param("h100-sxm", marks=LONG), pytest.param("h100-96g", marks=LONG)]
-TOL = 1e-4      # the loss is printed to 4 decimals
+TOL = 1e-4  # the loss is printed to 4 decimals
 _cache: dict = {}
 
 

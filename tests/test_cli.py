@@ -19,12 +19,43 @@ from planner.cost.params import total_params
 from planner.presets import FAMILY_PRESETS, PRESETS, PUBLISHED_PARAMS, get_preset
 
 PACKAGE = Path(__file__).resolve().parent.parent / "planner"
-PROFILES = ["a100-40g", "a100-80g", "h100-sxm", "h100-96g", "h800", "h200", "b200", "b300",
-            "gb200-nvl72", "gb300-nvl72", "mi300x", "rtx-pro-6000"]
-LAYOUT_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "num_microbatches",
-               "sequence_parallel", "zero_stage", "recompute"}
-MEMORY_KEYS = {"weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
-               "other_bytes", "total_bytes", "capacity_bytes"}
+PROFILES = [
+    "a100-40g",
+    "a100-80g",
+    "h100-sxm",
+    "h100-96g",
+    "h800",
+    "h200",
+    "b200",
+    "b300",
+    "gb200-nvl72",
+    "gb300-nvl72",
+    "mi300x",
+    "rtx-pro-6000",
+]
+LAYOUT_KEYS = {
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "etp",
+    "vpp",
+    "micro_batch_size",
+    "num_microbatches",
+    "sequence_parallel",
+    "zero_stage",
+    "recompute",
+}
+MEMORY_KEYS = {
+    "weights_bytes",
+    "gradients_bytes",
+    "optimizer_bytes",
+    "activations_bytes",
+    "other_bytes",
+    "total_bytes",
+    "capacity_bytes",
+}
 
 
 def _table_row(text: str, name: str) -> str:
@@ -34,6 +65,7 @@ def _table_row(text: str, name: str) -> str:
 
 
 # ---------------------------------------------------------------------------------- models
+
 
 def test_models_lists_every_preset_with_its_count(runner):
     result = runner.invoke(app, ["models"])
@@ -59,6 +91,7 @@ def test_models_json_counts_match_the_published_totals(runner):
 
 # -------------------------------------------------------------------------------- hardware
 
+
 def test_hardware_lists_every_profile(runner):
     result = runner.invoke(app, ["hardware"])
     assert result.exit_code == 0, result.output
@@ -74,6 +107,7 @@ def test_hardware_table_reads_at_80_columns():
 
     from planner.config import profile_names
     from planner.views.report import hardware_view
+
     console = Console(width=80, no_color=True, force_terminal=False)
     with console.capture() as capture:
         console.print(hardware_view([resolve_hardware(n).model_dump() for n in profile_names()]))
@@ -95,11 +129,14 @@ def test_hardware_json_names(runner):
 
 # ---------------------------------------------------------------------------- validate --json
 
+
 def test_validate_json_contract(runner, examples_dir):
-    result = runner.invoke(app, ["validate", str(examples_dir / "llama3-70b-2048xh100.yaml"), "--json"])
+    result = runner.invoke(
+        app, ["validate", str(examples_dir / "llama3-70b-2048xh100.yaml"), "--json"]
+    )
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
-    out = json.loads(result.stdout)   # exactly one JSON document: trailing text would not parse
+    out = json.loads(result.stdout)  # exactly one JSON document: trailing text would not parse
     assert isinstance(out, dict)
     assert {"valid", "errors", "warnings", "layout", "memory"} <= set(out)
     assert LAYOUT_KEYS <= set(out["layout"])
@@ -111,11 +148,28 @@ def test_validate_json_contract(runner, examples_dir):
     # no warning applies
     assert out["warnings"] == []
     assert {k: out["layout"][k] for k in LAYOUT_KEYS} == dict(
-        tp=8, pp=4, dp=64, cp=1, ep=1, etp=8, vpp=1, micro_batch_size=1, num_microbatches=16,
-        sequence_parallel=True, zero_stage=1, recompute="none")
+        tp=8,
+        pp=4,
+        dp=64,
+        cp=1,
+        ep=1,
+        etp=8,
+        vpp=1,
+        micro_batch_size=1,
+        num_microbatches=16,
+        sequence_parallel=True,
+        zero_stage=1,
+        recompute="none",
+    )
     mem = out["memory"]
-    parts = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes")
-    assert abs(mem["total_bytes"] - sum(mem[k] for k in parts)) <= len(parts)   # each rounded
+    parts = (
+        "weights_bytes",
+        "gradients_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "other_bytes",
+    )
+    assert abs(mem["total_bytes"] - sum(mem[k] for k in parts)) <= len(parts)  # each rounded
     # hardware_profiles/h100-sxm.yaml: memory_gib 79.11 (torch-visible)
     assert mem["capacity_bytes"] == round(79.11 * 2**30)
     assert 0 < mem["total_bytes"] < mem["capacity_bytes"]
@@ -130,7 +184,8 @@ def test_validate_json_reports_broken_rules(runner, tmp_path):
     assert out["valid"] is False
     errors = {e["rule"]: e["message"] for e in out["errors"]}
     assert errors["heads-divisible-by-tp"] == (
-        "num_attention_heads (64) must be divisible by tp (3); try tp 1, 2, 4, 8, 16, 32 or 64")
+        "num_attention_heads (64) must be divisible by tp (3); try tp 1, 2, 4, 8, 16, 32 or 64"
+    )
     assert all(set(e) == {"rule", "message"} for e in out["errors"] + out["warnings"])
 
 
@@ -147,9 +202,15 @@ def test_validate_json_bad_input_prints_the_error_object(runner, tmp_path):
 
 # -------------------------------------------------------------------------------- python -m
 
+
 def test_python_m_planner_help():
-    proc = subprocess.run([sys.executable, "-m", "planner", "--help"], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "planner", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert proc.returncode == 0, proc.stderr
     for command in ("validate", "models", "hardware"):
         assert command in proc.stdout
@@ -157,6 +218,7 @@ def test_python_m_planner_help():
 
 
 # ------------------------------------------------------------------------ import direction
+
 
 def _imported_roots(path: Path) -> set[str]:
     roots = set()
@@ -169,8 +231,11 @@ def _imported_roots(path: Path) -> set[str]:
 
 
 def _importers_of(module: str) -> set[str]:
-    return {p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.rglob("*.py")
-            if module in _imported_roots(p)}
+    return {
+        p.relative_to(PACKAGE.parent).as_posix()
+        for p in PACKAGE.rglob("*.py")
+        if module in _imported_roots(p)
+    }
 
 
 def test_only_cli_imports_typer():
@@ -181,28 +246,49 @@ def test_only_the_views_import_rich():
     # the rich views, and the one console policy (cli.py makes its consoles there)
     importers = _importers_of("rich")
     assert "planner/views/report.py" in importers
-    assert importers <= {"planner/views/console.py", "planner/views/report.py",
-                         "planner/views/serve_report.py"}
+    assert importers <= {
+        "planner/views/console.py",
+        "planner/views/report.py",
+        "planner/views/serve_report.py",
+    }
 
 
 # ---------------------------------------------------------------------------------- start-up
 # Each command imports only what it uses (benchmarks/startup_speed.py times them; no timing
 # here). Fresh interpreters, since this one has imported everything already.
 
-HEAVY = ("typer", "pydantic", "rich", "yaml", "planner.cli", "planner.specs", "planner.config",
-         "planner.cost", "planner.search", "planner.views")
+HEAVY = (
+    "typer",
+    "pydantic",
+    "rich",
+    "yaml",
+    "planner.cli",
+    "planner.specs",
+    "planner.config",
+    "planner.cost",
+    "planner.search",
+    "planner.views",
+)
 
 
 def _modules_after(code: str) -> set[str]:
     """The modules a fresh interpreter holds after running `code` (its own output dropped)."""
-    probe = ("import contextlib, io, json, os, sys\n"
-             "with contextlib.redirect_stdout(io.StringIO()):\n"
-             "    try:\n" + "".join(f"        {line}\n" for line in code.splitlines()) +
-             "    except SystemExit:\n        pass\n"
-             "os.write(1, json.dumps(sorted(sys.modules)).encode())\n")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120, cwd=PACKAGE.parent,
-                          env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    probe = (
+        "import contextlib, io, json, os, sys\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        + "".join(f"        {line}\n" for line in code.splitlines())
+        + "    except SystemExit:\n        pass\n"
+        "os.write(1, json.dumps(sorted(sys.modules)).encode())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=PACKAGE.parent,
+        env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return set(json.loads(proc.stdout))
 
@@ -214,40 +300,59 @@ def _heavy(modules: set[str]) -> set[str]:
 def test_version_imports_nothing_heavy():
     # python -m planner --version: answered by planner/__main__.py; -X importtime lists every
     # module the process imported
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "planner", "--version"],
-                          capture_output=True, text=True, timeout=60, cwd=PACKAGE.parent,
-                          env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "planner", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=PACKAGE.parent,
+        env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)},
+    )
     from planner import __version__
+
     assert proc.returncode == 0 and proc.stdout == f"planner {__version__}\n", proc.stderr[-2000:]
-    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
-                if line.startswith("import time:") and "|" in line}
+    imported = {
+        line.split("|")[-1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
     assert "planner" in imported
     assert _heavy(imported) == set()
     # planner.cli's main (the old script entry, and callers of main) answers without typer
-    assert _heavy(_modules_after("from planner.cli import main\nmain(['--version'])")) == \
-        {"planner.cli"}
+    assert _heavy(_modules_after("from planner.cli import main\nmain(['--version'])")) == {
+        "planner.cli"
+    }
 
 
 def test_import_planner_is_lazy():
     assert _heavy(_modules_after("import planner")) == set()
-    code = ("import planner\nassert planner.Layout.__module__ == 'planner.layout'\n"
-            "import planner.validate\nassert callable(planner.validate)\n"
-            "assert planner.validate is planner.validate.__globals__['validate']")
+    code = (
+        "import planner\nassert planner.Layout.__module__ == 'planner.layout'\n"
+        "import planner.validate\nassert callable(planner.validate)\n"
+        "assert planner.validate is planner.validate.__globals__['validate']"
+    )
     assert "planner.layout" in _modules_after(code)
 
 
 def test_public_names_resolve():
     import planner
+
     assert set(planner.__all__) == set(planner._PUBLIC) | {"__version__"}
     for name in planner._PUBLIC:
         assert getattr(planner, name).__name__ == name
-    assert not isinstance(planner.validate, type(planner))   # the function, not the module
+    assert not isinstance(planner.validate, type(planner))  # the function, not the module
     with pytest.raises(AttributeError):
         planner.no_such_name  # noqa: B018
 
 
-@pytest.mark.parametrize("args", [["models", "--json"], ["hardware", "--json"],
-                                  ["plan", "--model", "llama2-7b", "--gpus", "8", "--json"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["models", "--json"],
+        ["hardware", "--json"],
+        ["plan", "--model", "llama2-7b", "--gpus", "8", "--json"],
+    ],
+)
 def test_json_commands_do_not_import_the_terminal_views(args):
     modules = _modules_after(f"from planner.cli import main\nmain({args!r})")
     assert "typer" in modules and "planner.cli" in modules
@@ -255,9 +360,15 @@ def test_json_commands_do_not_import_the_terminal_views(args):
     assert "planner.views.report" not in modules and "planner.views.serve_report" not in modules
 
 
-READERS = ("planner.readers", "planner.frameworks.loading", "planner.frameworks.common",
-           "planner.frameworks.megatron.reader", "planner.frameworks.nemo.reader",
-           "planner.frameworks.deepspeed.reader", "planner.frameworks.torchtitan.reader")
+READERS = (
+    "planner.readers",
+    "planner.frameworks.loading",
+    "planner.frameworks.common",
+    "planner.frameworks.megatron.reader",
+    "planner.frameworks.nemo.reader",
+    "planner.frameworks.deepspeed.reader",
+    "planner.frameworks.torchtitan.reader",
+)
 
 
 def _readers(modules: set[str]) -> set[str]:
@@ -267,8 +378,10 @@ def _readers(modules: set[str]) -> set[str]:
 def test_plan_does_not_import_the_config_readers(tmp_path):
     # plan reads no config file: the writers' refusals (the fw column), not the readers
     # (planner.frameworks loads load_any on first use); validate, which reads one, loads them
-    plan = _modules_after("from planner.cli import main\n"
-                          "main(['plan', '--model', 'llama2-7b', '--gpus', '8', '--json'])")
+    plan = _modules_after(
+        "from planner.cli import main\n"
+        "main(['plan', '--model', 'llama2-7b', '--gpus', '8', '--json'])"
+    )
     assert "planner.frameworks.runnable" in plan and "planner.frameworks.megatron.writer" in plan
     assert _readers(plan) == set()
     cfg = tmp_path / "c.yaml"
@@ -281,23 +394,29 @@ def test_validate_chooses_the_knobs_a_config_leaves_out(runner, tmp_path):
     # micro_batch_size and vpp left out: planner picks the fastest that passes every rule
     # (memory with the requested headroom included) and says which it chose.
     cfg = tmp_path / "auto.yaml"
-    cfg.write_text("model: llama3-70b\nnum_gpus: 512\n"
-                   "training: {seq_length: 8192, global_batch_size: 512}\n"
-                   "parallel: {tp: 8, pp: 4}\n")
+    cfg.write_text(
+        "model: llama3-70b\nnum_gpus: 512\n"
+        "training: {seq_length: 8192, global_batch_size: 512}\n"
+        "parallel: {tp: 8, pp: 4}\n"
+    )
     out = json.loads(runner.invoke(app, ["validate", str(cfg), "--json"]).stdout)
     assert out["valid"] is True
     assert out["chosen_by_planner"] == ["micro_batch_size", "vpp"]
-    assert 20 % out["layout"]["vpp"] == 0              # 80 layers / pp 4 per rank
-    tight = json.loads(runner.invoke(app, ["validate", str(cfg), "--json",
-                                           "--headroom", "0.5"]).stdout)
+    assert 20 % out["layout"]["vpp"] == 0  # 80 layers / pp 4 per rank
+    tight = json.loads(
+        runner.invoke(app, ["validate", str(cfg), "--json", "--headroom", "0.5"]).stdout
+    )
     mem = tight["memory"]
-    assert tight["valid"] is True                     # a smaller choice that fits in half
+    assert tight["valid"] is True  # a smaller choice that fits in half
     assert mem["total_bytes"] <= 0.5 * mem["capacity_bytes"]
-    assert (tight["layout"]["vpp"], tight["layout"]["micro_batch_size"]) != \
-        (out["layout"]["vpp"], out["layout"]["micro_batch_size"])
+    assert (tight["layout"]["vpp"], tight["layout"]["micro_batch_size"]) != (
+        out["layout"]["vpp"],
+        out["layout"]["micro_batch_size"],
+    )
     # pinned values are kept as written
-    cfg.write_text(cfg.read_text().replace("{tp: 8, pp: 4}",
-                                           "{tp: 8, pp: 4, vpp: 1, micro_batch_size: 1}"))
+    cfg.write_text(
+        cfg.read_text().replace("{tp: 8, pp: 4}", "{tp: 8, pp: 4, vpp: 1, micro_batch_size: 1}")
+    )
     pinned = json.loads(runner.invoke(app, ["validate", str(cfg), "--json"]).stdout)
     assert pinned["chosen_by_planner"] == []
     assert (pinned["layout"]["vpp"], pinned["layout"]["micro_batch_size"]) == (1, 1)
@@ -305,19 +424,32 @@ def test_validate_chooses_the_knobs_a_config_leaves_out(runner, tmp_path):
 
 # ------------------------------------------------------------- values typer cannot coerce
 
-@pytest.mark.parametrize("argv, flag, value, reason", [
-    (["plan", "--model", "70b", "--gpus", "abc"], "--gpus", "abc", "must be a whole number"),
-    (["plan", "--model", "70b", "--gpus=1.5"], "--gpus", "1.5", "must be a whole number"),
-    (["plan", "--model", "70b", "--gpus", "8", "--top", "x"], "--top", "x",
-     "must be a whole number"),
-    (["plan", "--model", "70b", "--gpus", "8", "--headroom", "half"], "--headroom", "half",
-     "must be a number"),
-])
+
+@pytest.mark.parametrize(
+    "argv, flag, value, reason",
+    [
+        (["plan", "--model", "70b", "--gpus", "abc"], "--gpus", "abc", "must be a whole number"),
+        (["plan", "--model", "70b", "--gpus=1.5"], "--gpus", "1.5", "must be a whole number"),
+        (
+            ["plan", "--model", "70b", "--gpus", "8", "--top", "x"],
+            "--top",
+            "x",
+            "must be a whole number",
+        ),
+        (
+            ["plan", "--model", "70b", "--gpus", "8", "--headroom", "half"],
+            "--headroom",
+            "half",
+            "must be a number",
+        ),
+    ],
+)
 def test_a_value_typer_cannot_coerce_is_named_with_the_fix(capsys, argv, flag, value, reason):
     # typer's own words are pydantic's ("Input should be a valid integer, unable to parse
     # string as an integer") without the value; the one line names the option, the value and
     # what to give, and --json carries the value
     from planner.cli import main
+
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2

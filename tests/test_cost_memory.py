@@ -31,8 +31,12 @@ GiB = 2**30
 
 # ------------------------------------------------------------------------------ model states
 
-@pytest.mark.parametrize("zero, gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)],
-                         ids=["baseline", "zero1", "zero2", "zero3"])
+
+@pytest.mark.parametrize(
+    "zero, gb",
+    [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)],
+    ids=["baseline", "zero1", "zero2", "zero3"],
+)
 def test_zero_figure_1(zero, gb):
     # Rajbhandari et al. 2020 (arXiv:1910.02054) Fig. 1: Psi = 7.5B, N_d = 64, K = 12,
     # fp16 weights + fp16 grads + 12-byte Adam states: (2+2+K)Psi = 120, 2Psi + 2Psi + K*Psi/N_d
@@ -51,24 +55,30 @@ def test_calibration_model_states(case):
     # benchmarks/data/calibration.yaml `model_states` (ZeRO Fig. 1 points, as published;
     # docs/reference/formulas.md#f1a-zero-stages)
     assert "deepspeed" in case["accounting"]
-    per_param = sum(state_bytes_per_param(zero=case["zero_stage"], shard=case["dp"],
-                                          accounting="deepspeed"))
+    per_param = sum(
+        state_bytes_per_param(zero=case["zero_stage"], shard=case["dp"], accounting="deepspeed")
+    )
     assert per_param * case["params"] / 1e9 == pytest.approx(case["expected_gb"], abs=0.1)
 
 
-@pytest.mark.parametrize("zero, d, want", [
-    # docs/reference/formulas.md#f1b-megatron-lm-accounting (Megatron distributed-optimizer
-    # docs): 18 bytes/param, or 6 + 12/d
-    (0, 8, (2.0, 4.0, 12.0)),
-    (1, 8, (2.0, 4.0, 1.5)),
-    (2, 8, (2.0, 0.5, 1.5)),
-    (3, 8, (0.25, 0.5, 1.5)),
-], ids=["zero0", "zero1", "zero2", "zero3"])
+@pytest.mark.parametrize(
+    "zero, d, want",
+    [
+        # docs/reference/formulas.md#f1b-megatron-lm-accounting (Megatron distributed-optimizer
+        # docs): 18 bytes/param, or 6 + 12/d
+        (0, 8, (2.0, 4.0, 12.0)),
+        (1, 8, (2.0, 4.0, 1.5)),
+        (2, 8, (2.0, 0.5, 1.5)),
+        (3, 8, (0.25, 0.5, 1.5)),
+    ],
+    ids=["zero0", "zero1", "zero2", "zero3"],
+)
 def test_megatron_bytes_per_param(zero, d, want):
     assert state_bytes_per_param(zero=zero, shard=d, accounting="megatron") == pytest.approx(want)
 
 
 # ------------------------------------------------------------------ Megatron weight+optimizer
+
 
 def _llama3_70b_megatron_shard(tp: int, pp: int) -> float:
     """Params on the most loaded shard as Megatron's compute_weight_and_optimizer_memory
@@ -94,8 +104,9 @@ def test_megatron_weight_and_optimizer_formula_llama3_70b():
     assert shard == pytest.approx(4_541_547_520, rel=1e-9)
     got = megatron_weight_optimizer_bytes(params_on_rank=shard, dp=2)
     assert got / GiB == pytest.approx(50.76, abs=0.005)
-    assert megatron_weight_optimizer_bytes(params_on_rank=shard, dp=2,
-                                           distributed_optimizer=False) == pytest.approx(18 * shard)
+    assert megatron_weight_optimizer_bytes(
+        params_on_rank=shard, dp=2, distributed_optimizer=False
+    ) == pytest.approx(18 * shard)
 
 
 def test_planner_shards_the_optimizer_over_dp_times_cp():
@@ -111,8 +122,12 @@ def test_planner_shards_the_optimizer_over_dp_times_cp():
     # params on this shard instead of planner's 20*2h = 327,680 (+0.004%), and the final norm
     # spread over every stage; both far below 1%.
     m = get_preset("llama3-70b")
-    job = Job(model=m, hardware=resolve_hardware("h100-sxm"), num_gpus=64,
-              training=default_training(m, seq_length=8192, global_batch_size=128))
+    job = Job(
+        model=m,
+        hardware=resolve_hardware("h100-sxm"),
+        num_gpus=64,
+        training=default_training(m, seq_length=8192, global_batch_size=128),
+    )
     lay = Layout(tp=4, cp=2, dp=2, pp=4, vpp=5, etp=4, sp=True, tp_comm_overlap=True, zero=1)
     assert lay.world_size == 64 and lay.optimizer_shard == 4
     mem = CostModel(job).memory(lay)
@@ -129,12 +144,17 @@ def test_planner_shards_the_optimizer_over_dp_times_cp():
 
 # ------------------------------------------------------------------------------ activations
 
-@pytest.mark.parametrize("sp, recompute, percent", [
-    (True, "none", 62),
-    (False, "selective", 57),
-    (True, "selective", 18),
-    (False, "full", 9),
-], ids=["tp+sp", "tp+selective", "tp+sp+selective", "full"])
+
+@pytest.mark.parametrize(
+    "sp, recompute, percent",
+    [
+        (True, "none", 62),
+        (False, "selective", 57),
+        (True, "selective", 18),
+        (False, "full", 9),
+    ],
+    ids=["tp+sp", "tp+selective", "tp+sp+selective", "full"],
+)
 def test_korthikanti_figure_7_ratios(sp, recompute, percent):
     # Korthikanti et al. 2022 (arXiv:2205.05198) Fig. 7, GPT-3 175B, t = 8, s = 2048, a = 96,
     # h = 12288: activation memory per layer as % of tensor parallelism alone. From Table 2:
@@ -160,8 +180,9 @@ def test_mha_gelu_without_flash_matches_korthikanti_within_the_softmax_stats():
     # The 4a stats are what flash attention keeps; they are 4a/(32h) = 1/(8d) = 0.1% (d = 128).
     shape = shape_of(_mha_gelu())
     h, a, s, b = shape.h, shape.a, 2048, 1
-    got = layer_activation_bytes(shape, tokens=s * b, seq=s, t=1, sp=False, recompute="none",
-                                 flash=False, moe=False)
+    got = layer_activation_bytes(
+        shape, tokens=s * b, seq=s, t=1, sp=False, recompute="none", flash=False, moe=False
+    )
     korthikanti = (34 - 2) * s * b * h + 5 * a * s * s * b
     assert got == pytest.approx(korthikanti, rel=1 / (8 * 128))
     assert got >= korthikanti
@@ -171,8 +192,9 @@ def test_mha_gelu_without_flash_equals_korthikanti_minus_dropout_masks():
     # The exact identity the docstring claims: (34 - 2)sbh + 5as^2b.
     shape = shape_of(_mha_gelu())
     h, a, s, b = shape.h, shape.a, 2048, 2
-    got = layer_activation_bytes(shape, tokens=s * b, seq=s, t=1, sp=False, recompute="none",
-                                 flash=False, moe=False)
+    got = layer_activation_bytes(
+        shape, tokens=s * b, seq=s, t=1, sp=False, recompute="none", flash=False, moe=False
+    )
     assert got == (34 - 2) * s * b * h + 5 * a * s * s * b
 
 
@@ -185,8 +207,9 @@ def test_flash_attention_drops_exactly_the_score_term(s, b):
     kw = dict(tokens=s * b, seq=s, t=1, sp=False, recompute="none", moe=False)
     no_flash = layer_activation_bytes(shape, flash=False, **kw)
     flash = layer_activation_bytes(shape, flash=True, **kw)
-    assert no_flash - flash == pytest.approx(5 * shape.a * s * s * b - 4 * shape.a * s * b,
-                                             rel=1e-12)
+    assert no_flash - flash == pytest.approx(
+        5 * shape.a * s * s * b - 4 * shape.a * s * b, rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("key", ["gpt3-175b", "llama3-70b", "llama3-405b"])
@@ -215,22 +238,29 @@ def test_gqa_swiglu_rederivation_llama3_70b():
     #   gate and up 2*2f, SiLU*up 2f                        = 6f        = 172,032
     #   total                                                           = 274,688 bytes/token
     shape = shape_of(get_preset("llama3-70b"))
-    got = layer_activation_bytes(shape, tokens=8192, seq=8192, t=1, sp=False, recompute="none",
-                                 flash=True, moe=False)
+    got = layer_activation_bytes(
+        shape, tokens=8192, seq=8192, t=1, sp=False, recompute="none", flash=True, moe=False
+    )
     assert got == pytest.approx(274_688 * 8192, rel=1e-12)
     # selective recompute drops the attention core's saved state (the stats); full keeps 2h
-    sel = layer_activation_bytes(shape, tokens=8192, seq=8192, t=1, sp=False,
-                                 recompute="selective", flash=True, moe=False)
+    sel = layer_activation_bytes(
+        shape, tokens=8192, seq=8192, t=1, sp=False, recompute="selective", flash=True, moe=False
+    )
     assert sel == pytest.approx((274_688 - 256) * 8192, rel=1e-12)
-    full = layer_activation_bytes(shape, tokens=8192, seq=8192, t=8, sp=True,
-                                  recompute="full", flash=True, moe=False)
+    full = layer_activation_bytes(
+        shape, tokens=8192, seq=8192, t=8, sp=True, recompute="full", flash=True, moe=False
+    )
     assert full == pytest.approx(2 * 8192 * 8192 / 8, rel=1e-12)
 
 
 # ------------------------------------------------------------------------------ pipeline
 
-@pytest.mark.parametrize("p, m", [(4, 4), (4, 64), (8, 4), (16, 16), (16, 8), (1, 32)],
-                         ids=["p4-m4", "p4-m64", "p8-m4", "p16-m16", "p16-m8", "p1"])
+
+@pytest.mark.parametrize(
+    "p, m",
+    [(4, 4), (4, 64), (8, 4), (16, 16), (16, 8), (1, 32)],
+    ids=["p4-m4", "p4-m64", "p8-m4", "p16-m16", "p16-m8", "p1"],
+)
 def test_1f1b_first_stage_holds_min_m_p_micro_batches(p, m):
     # docs/reference/formulas.md#f3b-micro-batches-in-flight: 1F1B's first stage holds
     # min(p, m) micro-batches in flight, each of L/p layers: about L layers' worth of one
@@ -239,13 +269,17 @@ def test_1f1b_first_stage_holds_min_m_p_micro_batches(p, m):
     per_stage = L / p
     assert in_flight_layers(layers=1, p=p, v=1, m=m, rank=0) == min(m, p)
     assert in_flight_layers(layers=per_stage, p=p, v=1, m=m, rank=0) == pytest.approx(
-        per_stage * min(m, p))
+        per_stage * min(m, p)
+    )
     if m >= p:
         assert in_flight_layers(layers=per_stage, p=p, v=1, m=m, rank=0) == pytest.approx(L)
 
 
-@pytest.mark.parametrize("L, p, v", [(80, 4, 5), (96, 8, 4), (128, 16, 8), (32, 2, 2)],
-                         ids=["L80-p4-v5", "L96-p8-v4", "L128-p16-v8", "L32-p2-v2"])
+@pytest.mark.parametrize(
+    "L, p, v",
+    [(80, 4, 5), (96, 8, 4), (128, 16, 8), (32, 2, 2)],
+    ids=["L80-p4-v5", "L96-p8-v4", "L128-p16-v8", "L32-p2-v2"],
+)
 def test_interleaved_first_rank_uses_megatrons_factor(L, p, v):
     # Megatron theoretical_memory_usage.py: interleaved schedule penalty 1 + (p-1)/(p*v) on
     # L layers' worth of activations for the first rank (with m large enough: m >= p).

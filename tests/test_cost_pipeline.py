@@ -20,18 +20,28 @@ from planner.cost.schedule import build_schedule
 F, B, W = 1.0, 2.0, 1.0
 
 
-@pytest.mark.parametrize("schedule, p, v, fb, want", [
-    ("1f1b", 4, 1, None, 3 * (F + B)),                    # (4-1)(1+2) = 9
-    ("interleaved", 4, 2, None, 3 * (F + B) / 2),         # 9/2
-    # DualPipe, PP 16 (DeepSeek-V3): (16/2-1)(F&B + B - 3W) = 7 (3 + 2 - 3) = 14 with
-    # F&B = F+B (no overlap credit) against 1F1B's 15 * 3 = 45
-    ("dualpipe", 16, 1, None, 7 * (F + B + B - 3 * W)),
-    # with the forward and backward chunks fully overlapped (F&B = max(F, B) = 2): 7 * 1 = 7
-    ("dualpipe", 16, 1, 2.0, 7 * (2.0 + B - 3 * W)),
-    ("dualpipev", 8, 1, None, 3 * (F + B + B - 3 * W)),
-    ("1f1b", 1, 1, None, 0.0),
-], ids=["1f1b-p4", "interleaved-p4-v2", "dualpipe-p16", "dualpipe-p16-overlapped",
-        "dualpipev-p8", "no-pipeline"])
+@pytest.mark.parametrize(
+    "schedule, p, v, fb, want",
+    [
+        ("1f1b", 4, 1, None, 3 * (F + B)),  # (4-1)(1+2) = 9
+        ("interleaved", 4, 2, None, 3 * (F + B) / 2),  # 9/2
+        # DualPipe, PP 16 (DeepSeek-V3): (16/2-1)(F&B + B - 3W) = 7 (3 + 2 - 3) = 14 with
+        # F&B = F+B (no overlap credit) against 1F1B's 15 * 3 = 45
+        ("dualpipe", 16, 1, None, 7 * (F + B + B - 3 * W)),
+        # with the forward and backward chunks fully overlapped (F&B = max(F, B) = 2): 7 * 1 = 7
+        ("dualpipe", 16, 1, 2.0, 7 * (2.0 + B - 3 * W)),
+        ("dualpipev", 8, 1, None, 3 * (F + B + B - 3 * W)),
+        ("1f1b", 1, 1, None, 0.0),
+    ],
+    ids=[
+        "1f1b-p4",
+        "interleaved-p4-v2",
+        "dualpipe-p16",
+        "dualpipe-p16-overlapped",
+        "dualpipev-p8",
+        "no-pipeline",
+    ],
+)
 def test_schedule_bubble(schedule, p, v, fb, want):
     assert schedule_bubble(schedule, p=p, f=F, b=B, w=W, fb=fb, v=v) == pytest.approx(want)
 
@@ -39,7 +49,7 @@ def test_schedule_bubble(schedule, p, v, fb, want):
 def test_dualpipe_bubble_is_below_1f1b_at_deepseek_v3_scale():
     one = schedule_bubble("1f1b", p=16, f=F, b=B, w=W)
     dual = schedule_bubble("dualpipe", p=16, f=F, b=B, w=W)
-    assert dual < one / 3          # 14 against 45
+    assert dual < one / 3  # 14 against 45
 
 
 def test_1f1b_bubble_matches_the_simulated_schedule():
@@ -50,12 +60,16 @@ def test_1f1b_bubble_matches_the_simulated_schedule():
     assert sim.makespan - sim.ideal == pytest.approx(schedule_bubble("1f1b", p=p, f=F, b=B, w=W))
 
 
-@pytest.mark.parametrize("schedule, copies, acts", [
-    ("1f1b", 1, 8.0),
-    ("interleaved", 1, 8 * (1 + 7 / (8 * 2))),   # v = 2: p (1 + (p-1)/(p v))
-    ("dualpipe", 2, 9.0),
-    ("dualpipev", 1, 9.0),
-], ids=["1f1b", "interleaved", "dualpipe", "dualpipev"])
+@pytest.mark.parametrize(
+    "schedule, copies, acts",
+    [
+        ("1f1b", 1, 8.0),
+        ("interleaved", 1, 8 * (1 + 7 / (8 * 2))),  # v = 2: p (1 + (p-1)/(p v))
+        ("dualpipe", 2, 9.0),
+        ("dualpipev", 1, 9.0),
+    ],
+    ids=["1f1b", "interleaved", "dualpipe", "dualpipev"],
+)
 def test_parameter_copies_and_activations(schedule, copies, acts):
     assert parameter_copies(schedule) == copies
     assert activations_in_flight(schedule, p=8, v=2) == pytest.approx(acts)
@@ -68,13 +82,27 @@ def test_unknown_schedule_is_refused():
 
 def _v3_job(schedule: str, vpp: int = 1):
     from planner.config import config_from_data
-    return config_from_data({
-        "model": "deepseek-v3", "hardware": "h800", "num_gpus": 2048,
-        "training": {"seq_length": 4096, "global_batch_size": 15360, "precision": "bf16"},
-        "parallel": {"tp": 1, "pp": 16, "ep": 64, "etp": 1, "micro_batch_size": 1,
-                     "vpp": vpp, "moe_token_dispatcher": "deepep",
-                     "pipeline_schedule": schedule, "first_stage_layers": 4,
-                     "last_stage_layers": 3}})
+
+    return config_from_data(
+        {
+            "model": "deepseek-v3",
+            "hardware": "h800",
+            "num_gpus": 2048,
+            "training": {"seq_length": 4096, "global_batch_size": 15360, "precision": "bf16"},
+            "parallel": {
+                "tp": 1,
+                "pp": 16,
+                "ep": 64,
+                "etp": 1,
+                "micro_batch_size": 1,
+                "vpp": vpp,
+                "moe_token_dispatcher": "deepep",
+                "pipeline_schedule": schedule,
+                "first_stage_layers": 4,
+                "last_stage_layers": 3,
+            },
+        }
+    )
 
 
 def test_dualpipe_in_the_step_and_the_memory():

@@ -42,46 +42,67 @@ from planner.cost import cost_model, estimate
 # ------------------------------------------------------------------------- the dense model
 
 L, H, F, A, G, D, V = 2, 64, 256, 4, 2, 16, 1024
-S = 256                  # tokens per micro-batch (seq 256 x micro-batch 1)
-DP = 8                   # data-parallel ranks (8 GPUs, tp = pp = cp = 1)
-DENSE = dict(name="tiny", num_layers=L, hidden_size=H, ffn_hidden_size=F, num_attention_heads=A,
-             num_kv_heads=G, vocab_size=V, activation="swiglu")
+S = 256  # tokens per micro-batch (seq 256 x micro-batch 1)
+DP = 8  # data-parallel ranks (8 GPUs, tp = pp = cp = 1)
+DENSE = dict(
+    name="tiny",
+    num_layers=L,
+    hidden_size=H,
+    ffn_hidden_size=F,
+    num_attention_heads=A,
+    num_kv_heads=G,
+    vocab_size=V,
+    activation="swiglu",
+)
 
 # Parameters of one layer.
-QKV_W = H * (A * D + 2 * G * D)    # linear_qkv: 64 x (64 + 2*2*16) = 64 x 128 = 8,192
-PROJ_W = A * D * H                 # linear_proj: 64 x 64 = 4,096
-FC1_W = H * 2 * F                  # linear_fc1 (gate and up): 64 x 512 = 32,768
-FC2_W = F * H                      # linear_fc2: 256 x 64 = 16,384
-NORM_W = 2 * H                     # the two RMSNorm weights (fused into linear_qkv, linear_fc1)
-LINEAR_PER_LAYER = QKV_W + PROJ_W + FC1_W + FC2_W          # 61,440: what FP8 quantizes
-LAYER_PARAMS = LINEAR_PER_LAYER + NORM_W                   # 61,568
-EMBED = V * H            # 65,536 (1024 is a multiple of 128*tp: no vocabulary padding)
-OUTPUT = V * H           # 65,536 (untied output layer)
-FINAL_NORM = H           # 64
-PARAMS = L * LAYER_PARAMS + EMBED + OUTPUT + FINAL_NORM    # 254,272 on the one pipeline stage
-LINEAR = L * LINEAR_PER_LAYER                              # 122,880
+QKV_W = H * (A * D + 2 * G * D)  # linear_qkv: 64 x (64 + 2*2*16) = 64 x 128 = 8,192
+PROJ_W = A * D * H  # linear_proj: 64 x 64 = 4,096
+FC1_W = H * 2 * F  # linear_fc1 (gate and up): 64 x 512 = 32,768
+FC2_W = F * H  # linear_fc2: 256 x 64 = 16,384
+NORM_W = 2 * H  # the two RMSNorm weights (fused into linear_qkv, linear_fc1)
+LINEAR_PER_LAYER = QKV_W + PROJ_W + FC1_W + FC2_W  # 61,440: what FP8 quantizes
+LAYER_PARAMS = LINEAR_PER_LAYER + NORM_W  # 61,568
+EMBED = V * H  # 65,536 (1024 is a multiple of 128*tp: no vocabulary padding)
+OUTPUT = V * H  # 65,536 (untied output layer)
+FINAL_NORM = H  # 64
+PARAMS = L * LAYER_PARAMS + EMBED + OUTPUT + FINAL_NORM  # 254,272 on the one pipeline stage
+LINEAR = L * LINEAR_PER_LAYER  # 122,880
 
 # Bytes one layer keeps for its backward pass, per token (Korthikanti Table 2 re-derived for
 # the TE layer spec: its 34sbh with dropout masks gone, flash attention instead of the s x s
 # scores, GQA, a gated MLP, and the norms fused into the next GEMM).
-RESIDUAL_IN = 2 * H          # layer input: the input norm (in TELayerNormColumnParallelLinear) keeps it
-QKV_NORM_OUT = 2 * H         # its output, linear_qkv's GEMM input (for the weight gradient)
-QKV = 2 * (A * D + 2 * G * D)    # Q, K, V after RoPE, kept by flash attention: 2 x 128 = 256
-ATTN_OUT = 2 * A * D         # flash attention's output O = linear_proj's input (one tensor) = 128
-LSE = 4 * A                  # flash attention's softmax log-sum-exp, fp32 per head = 16
-RESIDUAL_MID = 2 * H         # x + attention: the pre-MLP norm (in linear_fc1) keeps it
-MLP_NORM_OUT = 2 * H         # its output, fc1's GEMM input
-FC1_OUT = 2 * 2 * F          # gate and up outputs, kept by SwiGLU's backward = 1,024
-ACT_OUT = 2 * F              # SwiGLU output, fc2's GEMM input = 512
-LAYER = (RESIDUAL_IN + QKV_NORM_OUT + QKV + ATTN_OUT + LSE + RESIDUAL_MID + MLP_NORM_OUT
-         + FC1_OUT + ACT_OUT)                              # 2,448 bytes per token
-LOGITS = 4 * V + 2 * H       # last stage: fp32 logits + the final norm's output = 4,224
+RESIDUAL_IN = 2 * H  # layer input: the input norm (in TELayerNormColumnParallelLinear) keeps it
+QKV_NORM_OUT = 2 * H  # its output, linear_qkv's GEMM input (for the weight gradient)
+QKV = 2 * (A * D + 2 * G * D)  # Q, K, V after RoPE, kept by flash attention: 2 x 128 = 256
+ATTN_OUT = 2 * A * D  # flash attention's output O = linear_proj's input (one tensor) = 128
+LSE = 4 * A  # flash attention's softmax log-sum-exp, fp32 per head = 16
+RESIDUAL_MID = 2 * H  # x + attention: the pre-MLP norm (in linear_fc1) keeps it
+MLP_NORM_OUT = 2 * H  # its output, fc1's GEMM input
+FC1_OUT = 2 * 2 * F  # gate and up outputs, kept by SwiGLU's backward = 1,024
+ACT_OUT = 2 * F  # SwiGLU output, fc2's GEMM input = 512
+LAYER = (
+    RESIDUAL_IN
+    + QKV_NORM_OUT
+    + QKV
+    + ATTN_OUT
+    + LSE
+    + RESIDUAL_MID
+    + MLP_NORM_OUT
+    + FC1_OUT
+    + ACT_OUT
+)  # 2,448 bytes per token
+LOGITS = 4 * V + 2 * H  # last stage: fp32 logits + the final norm's output = 4,224
 
 
 def _job_layout(model=None, *, num_gpus=DP, hardware="h100-sxm", training=None, **parallel):
-    data = dict(model=model or DENSE, hardware=hardware, num_gpus=num_gpus,
-                training=dict(dict(seq_length=S, global_batch_size=4 * DP), **(training or {})),
-                parallel=dict(dict(micro_batch_size=1, vpp=1), **parallel))
+    data = dict(
+        model=model or DENSE,
+        hardware=hardware,
+        num_gpus=num_gpus,
+        training=dict(dict(seq_length=S, global_batch_size=4 * DP), **(training or {})),
+        parallel=dict(dict(micro_batch_size=1, vpp=1), **parallel),
+    )
     return config_from_data(data)
 
 
@@ -108,14 +129,15 @@ def _only(before, after, field: str, expected: float):
 def test_the_dense_model_is_counted_as_derived():
     # Not a setting: the baseline every test below differs from, counted the same way.
     m = _memory()
-    assert m.weights == 2 * PARAMS                  # bf16 parameters
-    assert m.gradients == 4 * PARAMS                # fp32 main-gradient buffer
-    assert m.optimizer == pytest.approx(12 * PARAMS / DP)   # fp32 master + Adam m, v; sharded
+    assert m.weights == 2 * PARAMS  # bf16 parameters
+    assert m.gradients == 4 * PARAMS  # fp32 main-gradient buffer
+    assert m.optimizer == pytest.approx(12 * PARAMS / DP)  # fp32 master + Adam m, v; sharded
     # pp 1: one micro-batch in flight, both layers and the loss on this rank
     assert m.activations == S * (L * LAYER + LOGITS)
 
 
 # ------------------------------------------------------------------------- the loss
+
 
 def test_torchtitans_eager_loss_holds_three_fp32_logits_buffers():
     # torchtitan's loss is cross_entropy(pred.flatten(0, 1).float(), labels) in eager mode
@@ -128,7 +150,7 @@ def test_torchtitans_eager_loss_holds_three_fp32_logits_buffers():
     # token of the micro-batch, in the activations only.
     before = _memory()
     after = _memory(training=dict(cross_entropy="pytorch_fp32"))
-    _only(before, after, "activations", S * (12 - 4) * V)           # 2,097,152 bytes
+    _only(before, after, "activations", S * (12 - 4) * V)  # 2,097,152 bytes
     assert after.activations == S * (L * LAYER + 12 * V + 2 * H)
 
 
@@ -141,7 +163,7 @@ def test_a_gathered_loss_holds_the_whole_vocabulary_on_every_tp_rank():
     tt = dict(cross_entropy="pytorch_fp32")
     before = _memory(num_gpus=DP, tp=2, training=dict(tt, loss_parallel=True))
     after = _memory(num_gpus=DP, tp=2, training=dict(tt, loss_parallel=False))
-    _only(before, after, "activations", 12 * S * (V - V // 2))      # 1,572,864 bytes
+    _only(before, after, "activations", 12 * S * (V - V // 2))  # 1,572,864 bytes
 
 
 # ------------------------------------------------------------------------- torchtitan's op SAC
@@ -152,13 +174,15 @@ def test_a_gathered_loss_holds_the_whole_vocabulary_on_every_tp_rank():
 # mm), saves flash attention's output and log-sum-exp, and recomputes everything else from the
 # layer input. The layer's matmuls in order: wq (h -> a*d), wk (h -> g*d), wv (h -> g*d),
 # wo (a*d -> h), w1 (h -> f), w3 (h -> f), w2 (f -> h): saved wq, wv, w1, w2.
-OP_SAC_LAYER = (2 * H            # the layer input (the checkpoint's own input)
-                + 2 * A * D      # wq's output           (saved: 1st mm)
-                + 2 * G * D      # wv's output           (saved: 3rd mm)
-                + 2 * F          # w1's output           (saved: 5th mm)
-                + 2 * H          # w2's output           (saved: 7th mm)
-                + 2 * A * D      # flash attention's output
-                + 4 * A)         # and its fp32 log-sum-exp                  = 1,104 bytes a token
+OP_SAC_LAYER = (
+    2 * H  # the layer input (the checkpoint's own input)
+    + 2 * A * D  # wq's output           (saved: 1st mm)
+    + 2 * G * D  # wv's output           (saved: 3rd mm)
+    + 2 * F  # w1's output           (saved: 5th mm)
+    + 2 * H  # w2's output           (saved: 7th mm)
+    + 2 * A * D  # flash attention's output
+    + 4 * A
+)  # and its fp32 log-sum-exp                  = 1,104 bytes a token
 
 
 def test_torchtitans_op_sac_keeps_every_other_matmul_output():
@@ -174,18 +198,31 @@ def test_torchtitans_op_sac_reruns_the_matmuls_it_did_not_save():
     # saved: the attention core does not rerun.
     from planner.cost.compute import layer_times
     from planner.cost.shape import model_shape
+
     job, _ = _job_layout()
     shape = model_shape(job.model)
     rate, hbm, ew = 1e12, 1e12, 3.0
-    kw = dict(moe=False, tokens=S, seq=S, tp=1, recompute="selective", gemm_flops_per_s=rate,
-              attn_flops_per_s=rate, hbm_bytes_per_s=hbm, ew_factor=ew, act_bytes_fwd=S * LAYER,
-              modules=("torchtitan_op",), freed_bytes=S * (LAYER - OP_SAC_LAYER))
-    rerun = 2 * (H * G * D + A * D * H + H * F) * S / rate           # 2 x 22,528 x 256 FLOPs
+    kw = dict(
+        moe=False,
+        tokens=S,
+        seq=S,
+        tp=1,
+        recompute="selective",
+        gemm_flops_per_s=rate,
+        attn_flops_per_s=rate,
+        hbm_bytes_per_s=hbm,
+        ew_factor=ew,
+        act_bytes_fwd=S * LAYER,
+        modules=("torchtitan_op",),
+        freed_bytes=S * (LAYER - OP_SAC_LAYER),
+    )
+    rerun = 2 * (H * G * D + A * D * H + H * F) * S / rate  # 2 x 22,528 x 256 FLOPs
     regen = ew * S * (LAYER - OP_SAC_LAYER) / hbm
     assert layer_times(shape, **kw).recompute == pytest.approx(rerun + regen, rel=1e-12)
 
 
 # ------------------------------------------------------------------------- model states
+
 
 def test_grad_reduce_in_bf16_halves_the_gradient_buffer():
     # --grad-reduce-in-bf16 (ddp grad_reduce_in_fp32 false): the DDP main-gradient buffer holds
@@ -195,12 +232,19 @@ def test_grad_reduce_in_bf16_halves_the_gradient_buffer():
     # backward pass has freed the activations, so it is not part of the peak.)
     before = _memory(grad_reduce_in_fp32=True)
     after = _memory(grad_reduce_in_fp32=False)
-    _only(before, after, "gradients", -(4 - 2) * PARAMS)          # -508,544 bytes
+    _only(before, after, "gradients", -(4 - 2) * PARAMS)  # -508,544 bytes
     assert after.gradients == 2 * PARAMS
 
 
-@pytest.mark.parametrize("recipe,hardware", [("delayed", "h100-sxm"), ("tensorwise", "h100-sxm"),
-                                             ("blockwise", "h100-sxm"), ("mxfp8", "b200")])
+@pytest.mark.parametrize(
+    "recipe,hardware",
+    [
+        ("delayed", "h100-sxm"),
+        ("tensorwise", "h100-sxm"),
+        ("blockwise", "h100-sxm"),
+        ("mxfp8", "b200"),
+    ],
+)
 def test_fp8_param_gather_drops_the_bf16_weight_copy(recipe, hardware):
     # FP8 linear layers (attention and MLP projections, not the embedding, output layer or norms)
     # keep the FP8 weight Transformer Engine casts for the GEMMs, in both layouts (row-wise data
@@ -212,15 +256,16 @@ def test_fp8_param_gather_drops_the_bf16_weight_copy(recipe, hardware):
     fp8 = dict(precision="fp8", fp8_recipe=recipe)
     before = _memory(hardware=hardware, training=dict(fp8, fp8_param_gather=False))
     after = _memory(hardware=hardware, training=dict(fp8, fp8_param_gather=True))
-    _only(before, after, "weights", -2 * LINEAR)                   # -245,760 bytes
+    _only(before, after, "weights", -2 * LINEAR)  # -245,760 bytes
     if recipe in ("delayed", "tensorwise"):
         # per-tensor scaling: the FP8 weight and its transpose are 1 B each (one fp32 scale a
         # tensor); everything else stays bf16
         assert after.weights == 2 * (PARAMS - LINEAR) + (1 + 1) * LINEAR
 
 
-@pytest.mark.parametrize("exp_avg,exp_avg_sq", [("bf16", "fp32"), ("fp32", "bf16"),
-                                                ("bf16", "bf16")])
+@pytest.mark.parametrize(
+    "exp_avg,exp_avg_sq", [("bf16", "fp32"), ("fp32", "bf16"), ("bf16", "bf16")]
+)
 def test_bf16_adam_moments_shard_over_dp(exp_avg, exp_avg_sq):
     # The precision-aware optimizer (--exp-avg-dtype / --exp-avg-sq-dtype bf16) stores each
     # moment in 2 B instead of 4; the fp32 master weights stay. The distributed optimizer holds
@@ -228,10 +273,11 @@ def test_bf16_adam_moments_shard_over_dp(exp_avg, exp_avg_sq):
     before = _memory()
     after = _memory(exp_avg_dtype=exp_avg, exp_avg_sq_dtype=exp_avg_sq)
     n_bf16 = (exp_avg, exp_avg_sq).count("bf16")
-    _only(before, after, "optimizer", -n_bf16 * (4 - 2) * PARAMS / DP)   # -63,568 each
+    _only(before, after, "optimizer", -n_bf16 * (4 - 2) * PARAMS / DP)  # -63,568 each
 
 
 # ------------------------------------------------------------------------- recompute modules
+
 
 def _selective_freed(model, modules) -> float:
     """Activation bytes `recompute selective` with these modules frees against no recompute."""
@@ -247,7 +293,7 @@ def test_core_attn_frees_the_softmax_statistics():
     # inputs Q, K, V (flash attention kept those anyway); the output O stays as linear_proj's
     # input. Freed: the fp32 log-sum-exp, 4a bytes a token. (Korthikanti's selective recompute
     # freed the 5as score bytes; flash attention never stores those.)
-    assert _selective_freed(DENSE, ["core_attn"]) == S * L * LSE               # 8,192
+    assert _selective_freed(DENSE, ["core_attn"]) == S * L * LSE  # 8,192
 
 
 def test_mlp_frees_the_norm_output_fc1_and_activation_outputs():
@@ -271,31 +317,31 @@ def test_layernorm_frees_nothing_when_the_norms_are_fused():
 # width f_e = 128, top-k = 2 (capacity factor 1: each token is copied to 2 experts).
 E, K, FE, FS = 4, 2, 128, 128
 MOE = dict(DENSE, num_experts=E, moe_top_k=K, moe_ffn_hidden_size=FE)
-MOE_SHARED = dict(MOE, num_shared_experts=1)        # + one shared expert of width f_s = 128
-ROUTER = 8 * E                   # router logits and probabilities, fp32 (the model's count)
-PERMUTED = 2 * H                 # a routed copy of the token: the experts' fc1 GEMM input
-EXPERT_FC1_OUT = 2 * 2 * FE      # gate and up of one routed copy = 512
-EXPERT_ACT_OUT = 2 * FE          # the activation (probabilities applied inside) = 256
-SHARED = 2 * 2 * FS + 2 * FS     # shared expert: fc1 outputs + activation output = 768
+MOE_SHARED = dict(MOE, num_shared_experts=1)  # + one shared expert of width f_s = 128
+ROUTER = 8 * E  # router logits and probabilities, fp32 (the model's count)
+PERMUTED = 2 * H  # a routed copy of the token: the experts' fc1 GEMM input
+EXPERT_FC1_OUT = 2 * 2 * FE  # gate and up of one routed copy = 512
+EXPERT_ACT_OUT = 2 * FE  # the activation (probabilities applied inside) = 256
+SHARED = 2 * 2 * FS + 2 * FS  # shared expert: fc1 outputs + activation output = 768
 
 
 def test_moe_act_frees_the_expert_activation_outputs():
     # moe_act: CheckpointWithoutOutput around the experts' activation (TEGroupedMLP); its
     # output, fc2's input, is discarded after fc2 and recomputed from the fc1 output (kept).
     # Freed: 2 f_e per routed copy, k copies a token.
-    assert _selective_freed(MOE, ["moe_act"]) == S * L * K * EXPERT_ACT_OUT       # 262,144
+    assert _selective_freed(MOE, ["moe_act"]) == S * L * K * EXPERT_ACT_OUT  # 262,144
 
 
 def test_moe_frees_the_router_state_and_every_routed_copy():
     # moe: tensor_parallel.checkpoint(custom_forward, False, hidden_states) around the whole MoE
     # layer; its input (the pre-MLP norm output, the router's input) is kept. Freed: the router
     # state, and per routed copy its fc1 input, fc1 outputs and activation output.
-    freed = ROUTER + K * (PERMUTED + EXPERT_FC1_OUT + EXPERT_ACT_OUT)             # 1,824
+    freed = ROUTER + K * (PERMUTED + EXPERT_FC1_OUT + EXPERT_ACT_OUT)  # 1,824
     assert _selective_freed(MOE, ["moe"]) == S * L * freed
 
 
 def test_moe_also_frees_the_shared_experts():
-    freed = ROUTER + K * (PERMUTED + EXPERT_FC1_OUT + EXPERT_ACT_OUT) + SHARED    # 2,592
+    freed = ROUTER + K * (PERMUTED + EXPERT_FC1_OUT + EXPERT_ACT_OUT) + SHARED  # 2,592
     assert _selective_freed(MOE_SHARED, ["moe"]) == S * L * freed
 
 
@@ -303,31 +349,36 @@ def test_shared_experts_frees_the_shared_expert_mlp():
     # shared_experts: tensor_parallel.checkpoint(self.shared_experts, False, residual): the input
     # (the pre-MLP norm output) is kept by the router anyway. Freed: fc1 outputs 4 f_s and the
     # activation output 2 f_s.
-    assert _selective_freed(MOE_SHARED, ["shared_experts"]) == S * L * SHARED     # 393,216
+    assert _selective_freed(MOE_SHARED, ["shared_experts"]) == S * L * SHARED  # 393,216
 
 
 def test_layernorm_in_an_moe_layer_frees_the_pre_mlp_norm_output():
     # The router, the token dispatcher and (when present) the shared expert read the pre-MLP
     # norm's output; CheckpointWithoutOutput discards it after the MoE layer and recomputes it
     # in backward. Freed: 2h a token.
-    assert _selective_freed(MOE, ["layernorm"]) == S * L * MLP_NORM_OUT           # 65,536
+    assert _selective_freed(MOE, ["layernorm"]) == S * L * MLP_NORM_OUT  # 65,536
 
 
 # The MLA model: the dense model with multi-latent attention (DeepSeek-V3's, shrunk): q_lora 32,
 # kv_lora 32, qk_head_dim 16 + qk_pos_emb_head_dim 8 = 24 per query/key head, v_head_dim 16.
 QL, KVL, QK, ROPE, VD = 32, 32, 16, 8, 16
-MLA = dict(DENSE, q_lora_rank=QL, kv_lora_rank=KVL, qk_head_dim=QK, qk_pos_emb_head_dim=ROPE,
-           v_head_dim=VD)
-MLA_QKV = 2 * (A * (QK + ROPE) + A * (QK + ROPE) + A * VD)    # query, key, value: 2 x 256 = 512
-NORMED_LATENTS = 2 * (QL + KVL)    # q and kv latents after their norms = 128
+MLA = dict(
+    DENSE, q_lora_rank=QL, kv_lora_rank=KVL, qk_head_dim=QK, qk_pos_emb_head_dim=ROPE, v_head_dim=VD
+)
+MLA_QKV = 2 * (A * (QK + ROPE) + A * (QK + ROPE) + A * VD)  # query, key, value: 2 x 256 = 512
+NORMED_LATENTS = 2 * (QL + KVL)  # q and kv latents after their norms = 128
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "mla_up_proj also frees the normed q and kv latents (2(q_lora + kv_lora) a token): with "
-    "qk_layernorm (DeepSeek's latent norms) linear_q_up_proj and linear_kv_up_proj are "
-    "TELayerNormColumnParallelLinear and keep their norm outputs for the weight gradient; under "
-    "the CheckpointWithoutOutput the up-projections run without autograd and keep nothing. The "
-    "model's no-recompute count also leaves those normed latents out"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "mla_up_proj also frees the normed q and kv latents (2(q_lora + kv_lora) a token): with "
+        "qk_layernorm (DeepSeek's latent norms) linear_q_up_proj and linear_kv_up_proj are "
+        "TELayerNormColumnParallelLinear and keep their norm outputs for the weight gradient; under "
+        "the CheckpointWithoutOutput the up-projections run without autograd and keep nothing. The "
+        "model's no-recompute count also leaves those normed latents out"
+    ),
+)
 def test_mla_up_proj_frees_query_key_value_and_the_normed_latents():
     # mla_up_proj: CheckpointWithoutOutput(qkv_up_proj_and_rope_apply, q_compressed,
     # kv_compressed, k_pos_emb, ...): the inputs (the down-projection outputs, before the latent
@@ -338,7 +389,7 @@ def test_mla_up_proj_frees_query_key_value_and_the_normed_latents():
 
 
 def test_layernorm_in_an_mla_layer_frees_the_input_norm_output():
-    assert _selective_freed(MLA, ["layernorm"]) == S * L * QKV_NORM_OUT           # 65,536
+    assert _selective_freed(MLA, ["layernorm"]) == S * L * QKV_NORM_OUT  # 65,536
 
 
 # ------------------------------------------------------------------------- full recompute
@@ -357,7 +408,7 @@ def test_recompute_num_layers_counts_per_virtual_stage():
     #          freed bytes cover the recomputed layer's working set:   5 x (2h + LAYER)
     #   N = 2: each chunk keeps 2 x 2h, and the first backward recomputes one layer on top:
     #          5 x 4h + LAYER
-    kw = dict(num_gpus=8, pp=2, vpp=2, recompute="full")        # dp 4, m = 32 / 4 = 8
+    kw = dict(num_gpus=8, pp=2, vpp=2, recompute="full")  # dp 4, m = 32 / 4 = 8
     n1 = _ranks(DENSE8, recompute_num_layers=1, **kw)[0]
     n2 = _ranks(DENSE8, recompute_num_layers=2, **kw)[0]
     assert n1.activations == S * 5 * (RESIDUAL_IN + LAYER)
@@ -377,15 +428,19 @@ def test_the_recompute_working_set_comes_after_the_logits_are_freed():
     assert n2.activations == S * (2 * RESIDUAL_IN + max(LOGITS, LAYER))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a selective recompute's working set is not counted: on a rank without logits the first "
-    "backward re-runs the last module of the last layer (here the MLP) on top of everything "
-    "the rank holds (and the model's mlp frees 6f where 2h + 6f are freed, see the mlp test)"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a selective recompute's working set is not counted: on a rank without logits the first "
+        "backward re-runs the last module of the last layer (here the MLP) on top of everything "
+        "the rank holds (and the model's mlp frees 6f where 2h + 6f are freed, see the mlp test)"
+    ),
+)
 def test_selective_recompute_adds_one_layers_recomputed_module_on_a_first_stage():
     # pp 2, rank 0 (one layer, no logits), 1F1B: it holds min(m, p) = 2 micro-batches of its
     # layer when its first backward starts; that backward begins with the MLP, whose checkpoint
     # regenerates the norm output, fc1 and SwiGLU outputs of one layer before anything is freed.
-    kept = LAYER - (MLP_NORM_OUT + FC1_OUT + ACT_OUT)                             # 784
+    kept = LAYER - (MLP_NORM_OUT + FC1_OUT + ACT_OUT)  # 784
     rank0 = _ranks(num_gpus=8, pp=2, recompute="selective", recompute_modules=["mlp"])[0]
     assert rank0.activations == S * (2 * kept + MLP_NORM_OUT + FC1_OUT + ACT_OUT)
 
@@ -401,7 +456,7 @@ def test_cpu_offloading_removes_the_offloaded_layers():
     # the activations of L - N = 2 layers (and the logits); freed: 2 x LAYER a token.
     before = _memory(DENSE4)
     after = _memory(DENSE4, cpu_offloading_num_layers=2)
-    _only(before, after, "activations", -S * 2 * LAYER)                            # -1,253,376
+    _only(before, after, "activations", -S * 2 * LAYER)  # -1,253,376
 
 
 # ------------------------------------------------------------------------- multi-token prediction
@@ -409,14 +464,14 @@ def test_cpu_offloading_removes_the_offloaded_layers():
 # One MTP layer (DeepSeek-V3 sec. 2.2; Megatron's MultiTokenPredictionLayer): enorm and hnorm
 # (RMSNorm, h each), eh_proj (2h -> h), a transformer layer, and its own final_layernorm (h);
 # the embedding and output layer are the main model's (shared).
-MTP_PARAMS = LAYER_PARAMS + H + H + 2 * H * H + H        # 61,568 + 8,384 = 69,952
+MTP_PARAMS = LAYER_PARAMS + H + H + 2 * H * H + H  # 61,568 + 8,384 = 69,952
 
 
 def test_an_mtp_layer_adds_its_parameters():
     before = _memory()
     after = _memory(dict(DENSE, mtp_num_layers=1))
-    assert after.weights - before.weights == 2 * MTP_PARAMS        # bf16
-    assert after.gradients - before.gradients == 4 * MTP_PARAMS    # fp32 main grads
+    assert after.weights - before.weights == 2 * MTP_PARAMS  # bf16
+    assert after.gradients - before.gradients == 4 * MTP_PARAMS  # fp32 main grads
     assert after.optimizer - before.optimizer == pytest.approx(12 * MTP_PARAMS / DP)
 
 
@@ -429,10 +484,14 @@ def test_mtp_on_a_later_stage_needs_its_own_embedding():
     assert after.weights - before.weights == 2 * (MTP_PARAMS + EMBED)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an MTP layer keeps 8h a token more than one layer + its logits: its enorm input (the "
-    "shifted tokens' embedding, 2h), eh_proj's input (the 4h concatenation of the two norm "
-    "outputs) and its final norm's input (2h); the model counts one layer + 4V + 2h"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "an MTP layer keeps 8h a token more than one layer + its logits: its enorm input (the "
+        "shifted tokens' embedding, 2h), eh_proj's input (the 4h concatenation of the two norm "
+        "outputs) and its final norm's input (2h); the model counts one layer + 4V + 2h"
+    ),
+)
 def test_an_mtp_layer_adds_its_activations():
     # Per token, beside its transformer layer (LAYER; its input, eh_proj's output, is that
     # layer's residual):
@@ -445,11 +504,12 @@ def test_an_mtp_layer_adds_its_activations():
     #   its own fp32 logits, kept by its own loss                   4V
     before = _memory()
     after = _memory(dict(DENSE, mtp_num_layers=1))
-    extra = LAYER + 2 * H + 4 * H + 2 * H + 2 * H + 4 * V                        # 7,184
+    extra = LAYER + 2 * H + 4 * H + 2 * H + 2 * H + 4 * V  # 7,184
     assert after.activations - before.activations == S * extra
 
 
 # ------------------------------------------------------------------------- pipeline layout
+
 
 @pytest.mark.parametrize("layout,first,last", [("Et|tL", 1, 1), ("Ett|L", 2, 0)])
 def test_pipeline_layout_sets_each_stages_layers(layout, first, last):
@@ -462,8 +522,8 @@ def test_pipeline_layout_sets_each_stages_layers(layout, first, last):
     for rank, params in ((rank0, p0), (rank1, p1)):
         assert rank.weights == 2 * params
         assert rank.gradients == 4 * params
-        assert rank.optimizer == pytest.approx(12 * params / 4)   # dp 4
-    assert rank0.activations == S * 2 * first * LAYER            # 2 micro-batches in flight
+        assert rank.optimizer == pytest.approx(12 * params / 4)  # dp 4
+    assert rank0.activations == S * 2 * first * LAYER  # 2 micro-batches in flight
 
 
 def test_pipeline_layout_moves_a_layer_between_stages():
@@ -494,9 +554,9 @@ def test_interleaved_layout_assigns_virtual_stages_round_robin():
 # is cached once in a customized E5M6 format with 1x128 power-of-two-scaled tiles.
 # Megatron-Core's `activation_func_fp8_input_store` (TransformerConfig) does the first:
 # `bias_swiglu_impl` saves `input.to(torch.float8_e4m3fn)`, 1 byte an element, no scale.
-FC1_OUT_FP8 = 1 * 2 * F          # gate and up in FP8: 512 instead of FC1_OUT = 1,024
-E5M6 = 12 / 8 + 4 / 128          # 12 bits an element + a fp32 scale per 128 = 1.53125 B
-BLOCKWISE = 1 + 4 / 128          # a blockwise FP8 GEMM input: 1 B + a fp32 scale per 128
+FC1_OUT_FP8 = 1 * 2 * F  # gate and up in FP8: 512 instead of FC1_OUT = 1,024
+E5M6 = 12 / 8 + 4 / 128  # 12 bits an element + a fp32 scale per 128 = 1.53125 B
+BLOCKWISE = 1 + 4 / 128  # a blockwise FP8 GEMM input: 1 B + a fp32 scale per 128
 
 
 def _stored(model=None, parallel=None, **store):
@@ -507,13 +567,13 @@ def _stored(model=None, parallel=None, **store):
 
 def test_fp8_input_store_halves_the_dense_swiglu_input():
     before, after = _stored(activation_func_fp8_input_store=True)
-    _only(before, after, "activations", -S * L * (FC1_OUT - FC1_OUT_FP8))       # -262,144
+    _only(before, after, "activations", -S * L * (FC1_OUT - FC1_OUT_FP8))  # -262,144
 
 
 def test_fp8_input_store_halves_every_swiglu_input_of_an_moe_layer():
     # per token: k routed copies' fc1 outputs 2*2f_e -> 1*2f_e, the shared expert's 2*2f_s ->
     # 1*2f_s; the router, the copies' fc1 inputs and the activation outputs do not change
-    freed = K * (EXPERT_FC1_OUT - 2 * FE) + (2 * 2 * FS - 2 * FS)                 # 768
+    freed = K * (EXPERT_FC1_OUT - 2 * FE) + (2 * 2 * FS - 2 * FS)  # 768
     before, after = _stored(MOE_SHARED, activation_func_fp8_input_store=True)
     _only(before, after, "activations", -S * L * freed)
 
@@ -534,7 +594,7 @@ def test_deepseeks_caching_recomputes_the_swiglu_from_its_fp8_input():
     sel = dict(recompute="selective", recompute_modules=["moe_act"])
     none, _ = _stored(MOE)
     _, after = _stored(MOE, sel, activation_func_fp8_input_store=True, activation_cache="deepseek")
-    freed = K * (EXPERT_FC1_OUT + EXPERT_ACT_OUT - 2 * FE) + (2 - E5M6) * A * D    # 1,054
+    freed = K * (EXPERT_FC1_OUT + EXPERT_ACT_OUT - 2 * FE) + (2 - E5M6) * A * D  # 1,054
     _only(none, after, "activations", -S * L * freed)
 
 
@@ -544,10 +604,17 @@ def test_fp8_input_store_leaves_a_gelu_mlp_alone():
     _only(before, after, "activations", 0.0)
 
 
-@pytest.mark.parametrize("training,kept", [
-    (None, 2.0),                                             # bf16: O, shared with linear_proj
-    (dict(precision="fp8", fp8_recipe="blockwise"), 2.0 + BLOCKWISE),   # + linear_proj's FP8 copy
-], ids=["bf16", "fp8-blockwise"])
+@pytest.mark.parametrize(
+    "training,kept",
+    [
+        (None, 2.0),  # bf16: O, shared with linear_proj
+        (
+            dict(precision="fp8", fp8_recipe="blockwise"),
+            2.0 + BLOCKWISE,
+        ),  # + linear_proj's FP8 copy
+    ],
+    ids=["bf16", "fp8-blockwise"],
+)
 def test_deepseeks_caching_keeps_one_e5m6_copy_of_the_attention_output(training, kept):
     # the attention output a*d a token: `kept` bytes an element before, E5M6 after (the dense
     # model's MLP is not touched: no FP8 input store)

@@ -32,6 +32,7 @@ def _rules(imported) -> dict[str, list[str]]:
 
 # ------------------------------------------------------------- Ulysses, NUM_GPUS, GPT-2 BPE
 
+
 def test_ulysses_is_cp_over_all_to_all_taken_out_of_the_data_parallel_ranks():
     imported = load_any(DATA / "ulysses_gpt2_64gpus.sh")
     lay = imported.layout
@@ -49,7 +50,7 @@ def test_ulysses_is_cp_over_all_to_all_taken_out_of_the_data_parallel_ranks():
 
 def test_the_scripts_own_num_gpus_is_the_world_size_with_a_note():
     imported = load_any(DATA / "ulysses_gpt2_64gpus.sh")
-    assert imported.job.num_gpus == 64                    # NUM_GPUS=64 in the script
+    assert imported.job.num_gpus == 64  # NUM_GPUS=64 in the script
     (note,) = _rules(imported)["megatron-world-from-variable"]
     assert "NUM_GPUS=64" in note
     # --gpus replaces it, and then there is nothing to say
@@ -57,20 +58,27 @@ def test_the_scripts_own_num_gpus_is_the_world_size_with_a_note():
     assert again.job.num_gpus == 32 and "megatron-world-from-variable" not in _rules(again)
 
 
-@pytest.mark.parametrize("text,world", [
-    ("NUM_GPUS=16\n", 16),
-    ("TOTAL_GPUS=24\n", 24),
-    ("GPUS_PER_NODE=8\nNUM_NODES=3\n", 24),     # per node x nodes, as before
-    ("WORLD_SIZE=40\n", 40),
-], ids=["NUM_GPUS", "TOTAL_GPUS", "per-node-x-nodes", "WORLD_SIZE"])
+@pytest.mark.parametrize(
+    "text,world",
+    [
+        ("NUM_GPUS=16\n", 16),
+        ("TOTAL_GPUS=24\n", 24),
+        ("GPUS_PER_NODE=8\nNUM_NODES=3\n", 24),  # per node x nodes, as before
+        ("WORLD_SIZE=40\n", 40),
+    ],
+    ids=["NUM_GPUS", "TOTAL_GPUS", "per-node-x-nodes", "WORLD_SIZE"],
+)
 def test_world_size_variables(tmp_path, text, world, launcher="deepspeed"):
-    (tmp_path / "ds.json").write_text('{"train_micro_batch_size_per_gpu": 1, '
-                                      '"bf16": {"enabled": true}}')
+    (tmp_path / "ds.json").write_text(
+        '{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}}'
+    )
     script = tmp_path / "run.sh"
-    script.write_text(text + f"{launcher} pretrain_gpt.py --num-layers 2 --hidden-size 256 "
-                      "--num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
-                      "--micro-batch-size 1 --vocab-size 1000 --deepspeed --deepspeed_config "
-                      "ds.json\n")
+    script.write_text(
+        text + f"{launcher} pretrain_gpt.py --num-layers 2 --hidden-size 256 "
+        "--num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
+        "--micro-batch-size 1 --vocab-size 1000 --deepspeed --deepspeed_config "
+        "ds.json\n"
+    )
     assert load_any(script).job.num_gpus == world
 
 
@@ -105,12 +113,17 @@ AUTO = [
 ]
 
 
-@pytest.mark.parametrize("gbs,mbs,micro,batch,gas", AUTO,
-                         ids=["defaults", "mbs", "gbs", "gbs+mbs"])
-def test_auto_batch_keys_come_from_the_options_or_the_trainers_defaults(gbs, mbs, micro, batch,
-                                                                        gas):
-    imported = load_any(DATA / "hf_trainer_auto_zero3.json", model="llama3-8b", gpus=8,
-                        global_batch_size=gbs, micro_batch_size=mbs)
+@pytest.mark.parametrize("gbs,mbs,micro,batch,gas", AUTO, ids=["defaults", "mbs", "gbs", "gbs+mbs"])
+def test_auto_batch_keys_come_from_the_options_or_the_trainers_defaults(
+    gbs, mbs, micro, batch, gas
+):
+    imported = load_any(
+        DATA / "hf_trainer_auto_zero3.json",
+        model="llama3-8b",
+        gpus=8,
+        global_batch_size=gbs,
+        micro_batch_size=mbs,
+    )
     assert imported.layout.micro_batch_size == micro and imported.layout.dp == 8
     assert imported.job.training.global_batch_size == batch
     notes = _rules(imported)["deepspeed-auto-value"]
@@ -128,10 +141,10 @@ def test_auto_batch_keys_come_from_the_options_or_the_trainers_defaults(gbs, mbs
 
 def test_a_batch_option_replacing_a_number_in_the_file_says_so(tmp_path):
     path = tmp_path / "ds.json"
-    path.write_text('{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, '
-                    '"bf16": {"enabled": true}}')
-    imported = load_any(path, model="llama3-8b", gpus=8, global_batch_size=16,
-                        micro_batch_size=2)
+    path.write_text(
+        '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true}}'
+    )
+    imported = load_any(path, model="llama3-8b", gpus=8, global_batch_size=16, micro_batch_size=2)
     # 16 = micro 2 x GAS 1 x DP 8
     assert imported.job.training.global_batch_size == 16 and imported.layout.micro_batch_size == 2
     replaced = " ".join(_rules(imported)["deepspeed-batch-replaced"])
@@ -140,25 +153,51 @@ def test_a_batch_option_replacing_a_number_in_the_file_says_so(tmp_path):
 
 
 def test_batch_options_are_refused_for_files_that_set_their_own_batch():
-    with pytest.raises(SpecError, match="--global-batch-size fills the \"auto\" batch keys"):
-        load_any(ROOT / "tests" / "data" / "import" / "megatron_llama3_70b_1node.sh",
-                 global_batch_size=64)
+    with pytest.raises(SpecError, match='--global-batch-size fills the "auto" batch keys'):
+        load_any(
+            ROOT / "tests" / "data" / "import" / "megatron_llama3_70b_1node.sh",
+            global_batch_size=64,
+        )
 
 
 def test_cli_validate_takes_the_batch_options():
-    result = CliRunner().invoke(app, ["validate", str(DATA / "hf_trainer_auto_zero3.json"),
-                                      "--model", "llama3-8b", "--gpus", "8", "--json",
-                                      "--global-batch-size", "64", "--micro-batch-size", "1"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "validate",
+            str(DATA / "hf_trainer_auto_zero3.json"),
+            "--model",
+            "llama3-8b",
+            "--gpus",
+            "8",
+            "--json",
+            "--global-batch-size",
+            "64",
+            "--micro-batch-size",
+            "1",
+        ],
+    )
     out = json.loads(result.output)
     assert out["job"]["global_batch_size"] == 64 and out["layout"]["micro_batch_size"] == 1
-    assert out["layout"]["num_microbatches"] == 8            # 64 / (1 x DP 8)
-    bad = CliRunner().invoke(app, ["validate", str(DATA / "hf_trainer_auto_zero3.json"),
-                                   "--model", "llama3-8b", "--gpus", "8",
-                                   "--micro-batch-size", "0"])
+    assert out["layout"]["num_microbatches"] == 8  # 64 / (1 x DP 8)
+    bad = CliRunner().invoke(
+        app,
+        [
+            "validate",
+            str(DATA / "hf_trainer_auto_zero3.json"),
+            "--model",
+            "llama3-8b",
+            "--gpus",
+            "8",
+            "--micro-batch-size",
+            "0",
+        ],
+    )
     assert bad.exit_code == 2 and "--micro-batch-size" in bad.output
 
 
 # ------------------------------------------------------------- a missing sed template
+
 
 def test_a_missing_sed_template_is_named_as_a_file_not_beside_the_script():
     with pytest.raises(SpecError) as exc:
@@ -173,7 +212,8 @@ def test_the_same_script_reads_once_the_template_is_there(tmp_path):
     script.write_text((DATA / "sed_template_missing.sh").read_text())
     (tmp_path / "ds_config_gpt_TEMPLATE.json").write_text(
         '{"train_batch_size": CONFIG_BATCH_SIZE, "train_micro_batch_size_per_gpu": '
-        'CONFIG_MBSIZE, "bf16": {"enabled": true}}')
+        'CONFIG_MBSIZE, "bf16": {"enabled": true}}'
+    )
     imported = load_any(script)
     # GBS 64 = MBS 2 x GAS 4 x DP 8
     assert imported.job.training.global_batch_size == 64 and imported.layout.micro_batch_size == 2
@@ -190,8 +230,9 @@ def test_planners_deepspeed_export_validates_without_model_or_gpus(tmp_path, nam
     job, layout = load_config(ROOT / "examples" / f"{name}.yaml")
     path = tmp_path / f"{name}{suffix}"
     path.write_text(export(job, layout, "deepspeed"))
-    result = CliRunner().invoke(app, ["validate", str(path), "--hardware", job.hardware.name,
-                                      "--json"])
+    result = CliRunner().invoke(
+        app, ["validate", str(path), "--hardware", job.hardware.name, "--json"]
+    )
     assert result.exit_code in (0, 1), result.output
     out = json.loads(result.output)
     assert out["format"] == "deepspeed"

@@ -54,8 +54,7 @@ def _anchors(page: Path) -> set[str]:
 
 def test_generated_blocks_are_current():
     stale = _gen_docs().run(check=True)
-    assert not stale, ("stale generated blocks (run python scripts/gen_docs.py): "
-                       + ", ".join(stale))
+    assert not stale, "stale generated blocks (run python scripts/gen_docs.py): " + ", ".join(stale)
 
 
 def test_relative_links_resolve():
@@ -66,7 +65,7 @@ def test_relative_links_resolve():
             continue
         for _n, line in enumerate(_prose(page.read_text(encoding="utf-8")), 1):
             for target in LINK.findall(line):
-                if re.match(r"^[a-z][a-z0-9+.-]*:", target):      # http:, https:, mailto:
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
                     continue
                 path, _, anchor = target.partition("#")
                 dest = (page.parent / path).resolve() if path else page
@@ -84,15 +83,17 @@ def test_relative_links_resolve():
 
 def test_readme_keeps_the_two_commands():
     blocks = re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S)
-    assert blocks[:2] == ["pip install -e . && planner plan --model 70b --gpus 2048\n",
-                          "pip install -e '.[test]' && python -m pytest\n"]
+    assert blocks[:2] == [
+        "pip install -e . && planner plan --model 70b --gpus 2048\n",
+        "pip install -e '.[test]' && python -m pytest\n",
+    ]
 
 
 def test_readme_is_short():
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) < 300
 
 
-OUTSIDE = "../" + "shared"      # spelled in two parts so that this file does not match itself
+OUTSIDE = "../" + "shared"  # spelled in two parts so that this file does not match itself
 
 
 def test_nothing_points_outside_the_repository():

@@ -41,32 +41,48 @@ HF = Path(__file__).resolve().parent / "data" / "hf"
 
 # ------------------------------------------------------------------------ the layer pattern
 
-@pytest.mark.parametrize("freq, layers, moe_at", [
-    # Megatron --moe-layer-freq int N: [1 if i % N == 0 else 0 for i in range(L)]
-    pytest.param(1, 4, (0, 1, 2, 3), id="int-1"),
-    pytest.param(2, 6, (0, 2, 4), id="int-2"),
-    pytest.param("[0]*3+[1]*5", 8, (3, 4, 5, 6, 7), id="dense-first"),
-    pytest.param("([0]+[1]*1)*3", 6, (1, 3, 5), id="interleaved"),
-    pytest.param((0, 1, 1, 0), 4, (1, 2), id="list"),
-])
+
+@pytest.mark.parametrize(
+    "freq, layers, moe_at",
+    [
+        # Megatron --moe-layer-freq int N: [1 if i % N == 0 else 0 for i in range(L)]
+        pytest.param(1, 4, (0, 1, 2, 3), id="int-1"),
+        pytest.param(2, 6, (0, 2, 4), id="int-2"),
+        pytest.param("[0]*3+[1]*5", 8, (3, 4, 5, 6, 7), id="dense-first"),
+        pytest.param("([0]+[1]*1)*3", 6, (1, 3, 5), id="interleaved"),
+        pytest.param((0, 1, 1, 0), 4, (1, 2), id="list"),
+    ],
+)
 def test_moe_layer_freq_reads_megatron_patterns(freq, layers, moe_at):
     pat = moe_pattern_of(freq, layers)
     assert tuple(i for i, x in enumerate(pat) if x) == moe_at
 
 
-@pytest.mark.parametrize("freq, needle", [
-    pytest.param("[0]*3+[1]*4", "each of the 8 layers", id="too-short"),
-    pytest.param("__import__('os')", "only list literals", id="no-calls"),
-    pytest.param("[1]*10**9", "only list literals", id="no-power"),
-    pytest.param("[1]*1000000", "100,000", id="too-long"),
-    pytest.param("[0, 2]*4", "0 or 1", id="not-binary"),
-    pytest.param("[0]*3+", "not a list expression", id="syntax"),
-])
+@pytest.mark.parametrize(
+    "freq, needle",
+    [
+        pytest.param("[0]*3+[1]*4", "each of the 8 layers", id="too-short"),
+        pytest.param("__import__('os')", "only list literals", id="no-calls"),
+        pytest.param("[1]*10**9", "only list literals", id="no-power"),
+        pytest.param("[1]*1000000", "100,000", id="too-long"),
+        pytest.param("[0, 2]*4", "0 or 1", id="not-binary"),
+        pytest.param("[0]*3+", "not a list expression", id="syntax"),
+    ],
+)
 def test_bad_moe_layer_freq_is_one_line_naming_the_field(freq, needle):
     with pytest.raises(SpecError) as err:
-        parse_spec(ModelSpec, dict(num_layers=8, hidden_size=256, num_attention_heads=4,
-                                   vocab_size=1000, num_experts=4, moe_layer_freq=freq),
-                   where="model")
+        parse_spec(
+            ModelSpec,
+            dict(
+                num_layers=8,
+                hidden_size=256,
+                num_attention_heads=4,
+                vocab_size=1000,
+                num_experts=4,
+                moe_layer_freq=freq,
+            ),
+            where="model",
+        )
     assert "moe_layer_freq" in err.value.message and needle in err.value.message
     assert "\n" not in err.value.message
 
@@ -84,21 +100,47 @@ def test_num_dense_layers_stays_the_shorthand_of_a_dense_first_pattern():
 
 def test_layer_types_need_their_sizes():
     with pytest.raises(SpecError) as err:
-        parse_spec(ModelSpec, dict(num_layers=2, hidden_size=256, num_attention_heads=4,
-                                   vocab_size=1000, layer_types="['sliding','full']"),
-                   where="model")
+        parse_spec(
+            ModelSpec,
+            dict(
+                num_layers=2,
+                hidden_size=256,
+                num_attention_heads=4,
+                vocab_size=1000,
+                layer_types="['sliding','full']",
+            ),
+            where="model",
+        )
     assert "window_size" in err.value.message
 
 
 # ------------------------------------------------------------- small models, one per kind
 # h 256, 4 query heads of 64 (q = 256), 2 KV heads, 4 layers, vocabulary 1000.
-TINY = dict(num_layers=4, hidden_size=256, num_attention_heads=4, num_kv_heads=2,
-            vocab_size=1000, ffn_hidden_size=512, activation="swiglu")
-LINEAR = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
-              linear_value_head_dim=32)
+TINY = dict(
+    num_layers=4,
+    hidden_size=256,
+    num_attention_heads=4,
+    num_kv_heads=2,
+    vocab_size=1000,
+    ffn_hidden_size=512,
+    activation="swiglu",
+)
+LINEAR = dict(
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=32,
+    linear_value_head_dim=32,
+)
 # MLA: 4 heads, q_lora 64, kv_lora 32, qk 32 + rope 16, v 32; indexer 2 heads of 16, top-64
-TINY_MLA = dict(TINY, num_kv_heads=None, q_lora_rank=64, kv_lora_rank=32, qk_head_dim=32,
-                qk_pos_emb_head_dim=16, v_head_dim=32)
+TINY_MLA = dict(
+    TINY,
+    num_kv_heads=None,
+    q_lora_rank=64,
+    kv_lora_rank=32,
+    qk_head_dim=32,
+    qk_pos_emb_head_dim=16,
+    v_head_dim=32,
+)
 DSA = dict(dsa_index_topk=64, dsa_index_heads=2, dsa_index_head_dim=16)
 
 
@@ -112,24 +154,32 @@ def _tiny(kinds: str | None, **kw) -> ModelSpec:
 # of C^2/2 keys, 4*2048/256 = 32 keys, 4*256*32 = 32,768; at s = 200: three chunks and 8
 # tokens, (3*2048 + 8^2/2)/200 = 30.88 keys, 31,621.12. Gated DeltaNet (nv 4, dk = dv = 32):
 # 2*nv*(3*dk*dv + (dk + dv)*64/2) = 8*(3072 + 2048) = 40,960 whatever s.
-@pytest.mark.parametrize("kinds, kw, seq, per_token", [
-    pytest.param(None, {}, 256, 512 * 256, id="full"),
-    pytest.param("['sliding']*4", dict(window_size=64), 256, 57344.0, id="sliding"),
-    pytest.param("['sliding']*4", dict(window_size=512), 256, 512 * 256, id="sliding-wider-than-s"),
-    pytest.param("['chunked']*4", dict(attention_chunk_size=64), 256, 32768.0, id="chunked"),
-    pytest.param("['chunked']*4", dict(attention_chunk_size=64), 200, 31621.12, id="chunked-partial"),
-    pytest.param("['linear']*4", LINEAR, 256, 40960.0, id="linear"),
-    pytest.param("['linear']*4", LINEAR, 4096, 40960.0, id="linear-any-s"),
-    # two sliding and two full layers: (2*57,344 + 2*131,072)/4
-    pytest.param("['sliding','full']*2", dict(window_size=64), 256, 94208.0, id="mixed"),
-])
+@pytest.mark.parametrize(
+    "kinds, kw, seq, per_token",
+    [
+        pytest.param(None, {}, 256, 512 * 256, id="full"),
+        pytest.param("['sliding']*4", dict(window_size=64), 256, 57344.0, id="sliding"),
+        pytest.param(
+            "['sliding']*4", dict(window_size=512), 256, 512 * 256, id="sliding-wider-than-s"
+        ),
+        pytest.param("['chunked']*4", dict(attention_chunk_size=64), 256, 32768.0, id="chunked"),
+        pytest.param(
+            "['chunked']*4", dict(attention_chunk_size=64), 200, 31621.12, id="chunked-partial"
+        ),
+        pytest.param("['linear']*4", LINEAR, 256, 40960.0, id="linear"),
+        pytest.param("['linear']*4", LINEAR, 4096, 40960.0, id="linear-any-s"),
+        # two sliding and two full layers: (2*57,344 + 2*131,072)/4
+        pytest.param("['sliding','full']*2", dict(window_size=64), 256, 94208.0, id="mixed"),
+    ],
+)
 def test_attention_core_flops_per_kind(kinds, kw, seq, per_token):
     s = shape_of(_tiny(kinds, **kw))
     assert s.attn_core(seq) == pytest.approx(per_token, rel=1e-12)
     # fwd + bwd = 3x forward, over all L layers and T = seq tokens (one sequence)
     dense = _tiny(None)
-    extra = model_flops_per_step(s, seq=seq, global_batch_size=1) \
-        - model_flops_per_step(shape_of(dense), seq=seq, global_batch_size=1)
+    extra = model_flops_per_step(s, seq=seq, global_batch_size=1) - model_flops_per_step(
+        shape_of(dense), seq=seq, global_batch_size=1
+    )
     proj = 3.0 * seq * s.L * (s.attn_proj_flops - shape_of(dense).attn_proj_flops)
     assert extra == pytest.approx(3.0 * s.L * seq * (per_token - 512 * seq) + proj, rel=1e-9)
 
@@ -153,7 +203,7 @@ def test_gated_deltanet_parameters():
     # = 32,768: 134,184
     m = _tiny("['linear']*3+['full']", **LINEAR)
     assert attention_params(m, "linear") == 134184
-    full = attention_params(m, "full")   # 256*(256 + 2*2*64) + 256*256 = 196,608
+    full = attention_params(m, "full")  # 256*(256 + 2*2*64) + 256*256 = 196,608
     assert full == 196608
     assert total_params(m) - total_params(_tiny(None)) == 3 * (134184 - 196608)
 
@@ -167,11 +217,15 @@ def test_activation_bytes_per_kind():
     assert shape_of(full).act_qkv == 1024.0
     assert shape_of(mixed).act_qkv == 1420.0
     kw = dict(tokens=1024.0, seq=1024, t=2, sp=True, recompute="none", flash=True, moe=False)
-    diff = layer_activation_bytes(shape_of(mixed), **kw) - layer_activation_bytes(shape_of(full), **kw)
-    assert diff == pytest.approx(1024 * (1420 - 1024) / 2)   # attention terms are / t
+    diff = layer_activation_bytes(shape_of(mixed), **kw) - layer_activation_bytes(
+        shape_of(full), **kw
+    )
+    assert diff == pytest.approx(1024 * (1420 - 1024) / 2)  # attention terms are / t
     # a window or chunk keeps the activations of a full layer (flash stores no scores)
     win = _tiny("['sliding']*4", window_size=64)
-    assert layer_activation_bytes(shape_of(win), **kw) == layer_activation_bytes(shape_of(full), **kw)
+    assert layer_activation_bytes(shape_of(win), **kw) == layer_activation_bytes(
+        shape_of(full), **kw
+    )
     # DSA adds the indexer's q and k, 2*(H_I*d_I + d_I) = 96 B, and its top-k indices 4*64
     dsa, mla = shape_of(ModelSpec(**TINY_MLA, **DSA)), shape_of(ModelSpec(**TINY_MLA))
     assert dsa.act_qkv - mla.act_qkv == 96 + 256
@@ -182,8 +236,9 @@ def test_kv_bytes_per_request_per_kind():
     # tokens keeps 64 in the window layer, 1,024 in the full one, 128 in the chunked one
     # (C = 128), and the linear layer's state: 2 B x (nv*dk*dv + conv*(kernel-1)) =
     # 2*(4*32*32 + 256*3) = 9,728 B
-    m = _tiny("['sliding','full','linear','chunked']", window_size=64, attention_chunk_size=128,
-              **LINEAR)
+    m = _tiny(
+        "['sliding','full','linear','chunked']", window_size=64, attention_chunk_size=128, **LINEAR
+    )
     assert kv_bytes_per_token_layer(m, 1, "bf16") == 512.0
     assert linear_state_bytes(m, 1) == 9728.0
     assert kv_bytes_per_request(m, 1, "bf16", 1024) == 64 * 512 + 1024 * 512 + 9728 + 128 * 512
@@ -195,24 +250,35 @@ def test_kv_bytes_per_request_per_kind():
 
 # -------------------------------------------------------- serving: long-context KV capacity
 
+
 def _serve(m: ModelSpec, gpus: int = 8, n: int = 131072) -> ServeJob:
     from planner.config import resolve_hardware
-    return ServeJob(m, resolve_hardware("h100-sxm"), gpus,
-                    ServingSpec(precision="fp8", input_length=n - 4096, output_length=4096))
+
+    return ServeJob(
+        m,
+        resolve_hardware("h100-sxm"),
+        gpus,
+        ServingSpec(precision="fp8", input_length=n - 4096, output_length=4096),
+    )
 
 
-@pytest.mark.parametrize("key, inst, ratio", [
-    # gpt-oss-120b: 18 of 36 layers keep a 128-token window; a request of n = 131,072 tokens
-    # takes (18*n + 18*128)/(36*n) = 0.5 + 64/131072 of full attention's KV: capacity x1.998
-    pytest.param("gpt-oss-120b", Instance(tp=8), 1 / (0.5 + 64 / 131072), id="gpt-oss-120b"),
-    # Llama 4 Scout: 36 of 48 layers keep at most one 8,192-token chunk: (12*n + 36*8192)/(48*n)
-    # = 0.25 + 0.75/16 = 0.296875 of full attention's KV at n = 131,072: capacity x3.37
-    pytest.param("llama4-scout", Instance(tp=8), 1 / 0.296875, id="llama4-scout"),
-    pytest.param("llama4-maverick", Instance(tp=8, pp=2), 1 / 0.296875, id="llama4-maverick-pp2"),
-])
+@pytest.mark.parametrize(
+    "key, inst, ratio",
+    [
+        # gpt-oss-120b: 18 of 36 layers keep a 128-token window; a request of n = 131,072 tokens
+        # takes (18*n + 18*128)/(36*n) = 0.5 + 64/131072 of full attention's KV: capacity x1.998
+        pytest.param("gpt-oss-120b", Instance(tp=8), 1 / (0.5 + 64 / 131072), id="gpt-oss-120b"),
+        # Llama 4 Scout: 36 of 48 layers keep at most one 8,192-token chunk: (12*n + 36*8192)/(48*n)
+        # = 0.25 + 0.75/16 = 0.296875 of full attention's KV at n = 131,072: capacity x3.37
+        pytest.param("llama4-scout", Instance(tp=8), 1 / 0.296875, id="llama4-scout"),
+        pytest.param(
+            "llama4-maverick", Instance(tp=8, pp=2), 1 / 0.296875, id="llama4-maverick-pp2"
+        ),
+    ],
+)
 def test_window_and_chunk_layers_multiply_kv_capacity(key, inst, ratio):
     m = get_preset(key)
-    full = m.model_copy(update={"layer_types": None})   # the same weights, every layer full
+    full = m.model_copy(update={"layer_types": None})  # the same weights, every layer full
     gpus = inst.tp * inst.pp
     got, base = instance_memory(_serve(m, gpus), inst), instance_memory(_serve(full, gpus), inst)
     assert got.weights == base.weights and got.kv_cache == base.kv_cache
@@ -227,20 +293,24 @@ def test_window_and_chunk_layers_multiply_kv_capacity(key, inst, ratio):
 #   B a token, against 48*512 = 24,576 with every layer full: x3.976 the tokens.
 # - Qwen3.5-397B: 2*(64*128*128 + (4096 + 8192)*3)/8 = 271,360 B; 15 full + 45 linear:
 #   7,680 + 45*271,360/131,072 = 7,773.1640625 B a token against 60*512 = 30,720: x3.952.
-@pytest.mark.parametrize("key, per_token, full", [
-    pytest.param("qwen3-next-80b-a3b", 6181.6875, 24576, id="qwen3-next-80b"),
-    pytest.param("qwen3.5-397b-a17b", 7773.1640625, 30720, id="qwen3.5-397b"),
-])
+@pytest.mark.parametrize(
+    "key, per_token, full",
+    [
+        pytest.param("qwen3-next-80b-a3b", 6181.6875, 24576, id="qwen3-next-80b"),
+        pytest.param("qwen3.5-397b-a17b", 7773.1640625, 30720, id="qwen3.5-397b"),
+    ],
+)
 def test_linear_attention_layers_keep_a_constant_state(key, per_token, full):
     got = instance_memory(_serve(get_preset(key)), Instance(tp=8))
     assert got.kv_bytes_per_token == pytest.approx(per_token, rel=1e-12)
     assert got.kv_tokens_capacity == int(got.kv_cache // per_token)
     # against full attention on every layer, for the same KV budget
-    assert got.kv_tokens_capacity / (got.kv_cache // full) == pytest.approx(full / per_token,
-                                                                          rel=1e-6)
+    assert got.kv_tokens_capacity / (got.kv_cache // full) == pytest.approx(
+        full / per_token, rel=1e-6
+    )
     # a longer request keeps the same state: its bytes a token fall towards the full layers'
     longer = instance_memory(_serve(get_preset(key), n=4 * 131072), Instance(tp=8))
-    linear = per_token - full / 4          # the state's share at n = 131,072
+    linear = per_token - full / 4  # the state's share at n = 131,072
     assert longer.kv_bytes_per_token == pytest.approx(full / 4 + linear / 4, rel=1e-12)
 
 
@@ -249,10 +319,28 @@ def test_serve_sizes_the_kv_cache_of_qwen3_5_from_its_config(runner):
     its budget over the bytes a token derived above at its tp (pp 1, cp 1 here): 15 full
     layers of 2*max(1, 2/tp)*256 B (fp8) and 45 Gated DeltaNet states of 2 B x 1,085,440
     over min(tp, 64), shared by the n = 131,072 tokens of a request."""
-    result = runner.invoke(app, [
-        "serve", "--model", str(HF / "Qwen3.5-397B-A17B" / "config.json"), "--gpus", "8",
-        "--hardware", "h100-sxm", "--isl", "126976", "--osl", "4096", "--no-disagg",
-        "--objective", "throughput", "--top", "1", "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "serve",
+            "--model",
+            str(HF / "Qwen3.5-397B-A17B" / "config.json"),
+            "--gpus",
+            "8",
+            "--hardware",
+            "h100-sxm",
+            "--isl",
+            "126976",
+            "--osl",
+            "4096",
+            "--no-disagg",
+            "--objective",
+            "throughput",
+            "--top",
+            "1",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output[-2000:]
     plan = json.loads(result.stdout)["plans"][0]
     lay, mem = plan["layout"], plan["memory"]
@@ -262,7 +350,8 @@ def test_serve_sizes_the_kv_cache_of_qwen3_5_from_its_config(runner):
     assert 64 * 128 * 128 + (2 * 16 * 128 + 64 * 128) * 3 == 1085440
     ranks = lay["dp"]
     assert mem["kv_tokens_capacity"] == pytest.approx(
-        ranks * (mem["kv_cache_bytes"] // per_token), abs=ranks)
+        ranks * (mem["kv_cache_bytes"] // per_token), abs=ranks
+    )
 
 
 def test_serving_workspace_makes_up_no_dense_mlp_for_an_all_moe_model():
@@ -273,9 +362,11 @@ def test_serving_workspace_makes_up_no_dense_mlp_for_an_all_moe_model():
     elements against the MoE layer's 2h + 1*(h + 2*64) = 896; a declared width f = 640 keeps
     its 2f = 1,280 more (as every preset with an ffn_hidden_size does)."""
     from planner.serve.memory import activation_bytes
-    m = ModelSpec(**dict(TINY, ffn_hidden_size=None, num_experts=8, moe_top_k=1,
-                         moe_ffn_hidden_size=64))
-    assert m.num_moe_layers == m.num_layers and m.ffn == 640    # the made-up default
+
+    m = ModelSpec(
+        **dict(TINY, ffn_hidden_size=None, num_experts=8, moe_top_k=1, moe_ffn_hidden_size=64)
+    )
+    assert m.num_moe_layers == m.num_layers and m.ffn == 640  # the made-up default
     inst = Instance(tp=1, ep=8, dp=8, dp_attention=True)
     logits = 1 * 1000 * 4
     assert activation_bytes(m, inst, tokens=100, batch=1) == 100 * 1024 * 2 + logits
@@ -301,6 +392,7 @@ def test_serve_stages_count_interleaved_moe_layers():
 
 # ------------------------------------------------------- training: torchtitan's Maverick
 
+
 def test_torchtitan_maverick_fits_256_gpus_with_its_moe_layers_spread(tmp_path):
     """torchtitan's llama4_17bx128e.toml (torchtitan/models/llama4/train_configs/): tp 8,
     pp 4, etp 8, FSDP over the rest, full AC, local batch 1 x 8,192 tokens: on 256 GPUs.
@@ -310,12 +402,15 @@ def test_torchtitan_maverick_fits_256_gpus_with_its_moe_layers_spread(tmp_path):
     from planner.cost.model import CostModel
     from planner.frameworks import load_any
     from planner.validate import validate
+
     toml = tmp_path / "llama4_17bx128e.toml"
-    toml.write_text('[model]\nname = "llama4"\nflavor = "17bx128e"\n[training]\n'
-                    'local_batch_size = 1\nseq_len = 8192\n[parallelism]\n'
-                    'data_parallel_shard_degree = -1\ntensor_parallel_degree = 8\n'
-                    'pipeline_parallel_degree = 4\nexpert_parallel_degree = 1\n'
-                    'expert_tensor_parallel_degree = 8\n[activation_checkpoint]\nmode = "full"\n')
+    toml.write_text(
+        '[model]\nname = "llama4"\nflavor = "17bx128e"\n[training]\n'
+        "local_batch_size = 1\nseq_len = 8192\n[parallelism]\n"
+        "data_parallel_shard_degree = -1\ntensor_parallel_degree = 8\n"
+        "pipeline_parallel_degree = 4\nexpert_parallel_degree = 1\n"
+        'expert_tensor_parallel_degree = 8\n[activation_checkpoint]\nmode = "full"\n'
+    )
     imp = load_any(toml, gpus=256)
     job, lay = imp.job, imp.layout
     cm = CostModel(job, shape_of(job.model))
@@ -335,33 +430,86 @@ def test_torchtitan_maverick_fits_256_gpus_with_its_moe_layers_spread(tmp_path):
 # "no input embedding": the card's active count leaves out the input embedding (a lookup);
 # its figure is reproduced by active_params - h*V. Tolerance 1% unless the row says why.
 FAMILIES = [
-    pytest.param("gpt-oss-120b", 116.83e9, 5.13e9, "no input embedding", 0.01,
-                 "gpt-oss-120b & gpt-oss-20b model card (arXiv:2508.10925) Table 1: 116.83B "
-                 "total, 5.13B active", id="gpt-oss-120b"),
-    pytest.param("gpt-oss-20b", 20.91e9, 3.61e9, "no input embedding", 0.01,
-                 "same Table 1: 20.91B total, 3.61B active", id="gpt-oss-20b"),
-    pytest.param("llama4-maverick", 400e9, 17e9, "all", 0.011,
-                 "huggingface.co/meta-llama/Llama-4-Maverick-17B-128E model card: 17B active, "
-                 "400B total (17B has two digits: 1.01 of it is within rounding)",
-                 id="llama4-maverick"),
-    pytest.param("llama4-scout", 109e9, 17e9, "all", 0.015,
-                 "huggingface.co/meta-llama/Llama-4-Scout-17B-16E model card: 17B active, 109B "
-                 "total; the total includes the vision encoder, which planner does not count "
-                 "(text model 107.8B, 1.1% below; with the 0.872B encoder 108.6B, 0.33% below: "
-                 "test_llama4_totals_with_the_vision_encoder)", id="llama4-scout"),
-    pytest.param("glm-4.5", 355e9, 32e9, "no embeddings", 0.01,
-                 "GLM-4.5 report (arXiv:2508.06471) Table 1: 355B total, 32B activated, 3 dense "
-                 "+ 89 MoE layers (MTP layer not counted)", id="glm-4.5"),
-    pytest.param("glm-4.6", 355e9, 32e9, "no embeddings", 0.01,
-                 "huggingface.co/zai-org/GLM-4.6 model card: GLM-4.5's 355B-A32B shape",
-                 id="glm-4.6"),
-    pytest.param("qwen3-next-80b-a3b", 80e9, None, None, 0.01,
-                 "huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct model card: 80B total, 3B "
-                 "activated (one digit: not checkable to 1%)", id="qwen3-next-80b-a3b"),
-    pytest.param("deepseek-v3.2", 671e9, None, None, 0.01,
-                 "huggingface.co/deepseek-ai/DeepSeek-V3.2-Exp: 685B with the 14B MTP module "
-                 "(as DeepSeek-V3's README breaks it down); planner adds the 0.85B indexer",
-                 id="deepseek-v3.2"),
+    pytest.param(
+        "gpt-oss-120b",
+        116.83e9,
+        5.13e9,
+        "no input embedding",
+        0.01,
+        "gpt-oss-120b & gpt-oss-20b model card (arXiv:2508.10925) Table 1: 116.83B "
+        "total, 5.13B active",
+        id="gpt-oss-120b",
+    ),
+    pytest.param(
+        "gpt-oss-20b",
+        20.91e9,
+        3.61e9,
+        "no input embedding",
+        0.01,
+        "same Table 1: 20.91B total, 3.61B active",
+        id="gpt-oss-20b",
+    ),
+    pytest.param(
+        "llama4-maverick",
+        400e9,
+        17e9,
+        "all",
+        0.011,
+        "huggingface.co/meta-llama/Llama-4-Maverick-17B-128E model card: 17B active, "
+        "400B total (17B has two digits: 1.01 of it is within rounding)",
+        id="llama4-maverick",
+    ),
+    pytest.param(
+        "llama4-scout",
+        109e9,
+        17e9,
+        "all",
+        0.015,
+        "huggingface.co/meta-llama/Llama-4-Scout-17B-16E model card: 17B active, 109B "
+        "total; the total includes the vision encoder, which planner does not count "
+        "(text model 107.8B, 1.1% below; with the 0.872B encoder 108.6B, 0.33% below: "
+        "test_llama4_totals_with_the_vision_encoder)",
+        id="llama4-scout",
+    ),
+    pytest.param(
+        "glm-4.5",
+        355e9,
+        32e9,
+        "no embeddings",
+        0.01,
+        "GLM-4.5 report (arXiv:2508.06471) Table 1: 355B total, 32B activated, 3 dense "
+        "+ 89 MoE layers (MTP layer not counted)",
+        id="glm-4.5",
+    ),
+    pytest.param(
+        "glm-4.6",
+        355e9,
+        32e9,
+        "no embeddings",
+        0.01,
+        "huggingface.co/zai-org/GLM-4.6 model card: GLM-4.5's 355B-A32B shape",
+        id="glm-4.6",
+    ),
+    pytest.param(
+        "qwen3-next-80b-a3b",
+        80e9,
+        None,
+        None,
+        0.01,
+        "huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct model card: 80B total, 3B "
+        "activated (one digit: not checkable to 1%)",
+        id="qwen3-next-80b-a3b",
+    ),
+    pytest.param(
+        "deepseek-v3.2",
+        671e9,
+        None,
+        None,
+        0.01,
+        "huggingface.co/deepseek-ai/DeepSeek-V3.2-Exp: 685B with the 14B MTP module "
+        "(as DeepSeek-V3's README breaks it down); planner adds the 0.85B indexer",
+        id="deepseek-v3.2",
+    ),
     # Kimi K2: the checkpoint's config.json has num_nextn_predict_layers 0 (no MTP layer), and
     # planner counts 1.02641T: 61 layers (1 dense, 60 MoE) of MLA, embedding and output layer.
     # One MTP layer of its shape would add 17.162B: MLA attention 101.12M, 384 experts
@@ -370,46 +518,71 @@ FAMILIES = [
     # 1.04357T, 0.34% above the report's 1.04T (test_kimi_k2_total_with_one_mtp_layer). So the
     # report's figure likely counts an MTP layer (as DeepSeek-V3's 685B counts its 14B MTP
     # module) -- our reading of the arithmetic, not stated by the report; the HF card says 1T.
-    pytest.param("kimi-k2", 1.04e12, 32e9, "no input embedding", 0.015,
-                 "Kimi K2 report (arXiv:2507.20534): 1.04T total, 32B activated "
-                 "(moonshotai/Kimi-K2-Instruct card: 1T, one digit, and 32B); planner's 1.026T "
-                 "from the config.json (no MTP layer) is 1.3% below, within 1.5%: with one MTP "
-                 "layer it is 1.0436T, the likely convention of the report's figure (not "
-                 "confirmed by it)", id="kimi-k2"),
+    pytest.param(
+        "kimi-k2",
+        1.04e12,
+        32e9,
+        "no input embedding",
+        0.015,
+        "Kimi K2 report (arXiv:2507.20534): 1.04T total, 32B activated "
+        "(moonshotai/Kimi-K2-Instruct card: 1T, one digit, and 32B); planner's 1.026T "
+        "from the config.json (no MTP layer) is 1.3% below, within 1.5%: with one MTP "
+        "layer it is 1.0436T, the likely convention of the report's figure (not "
+        "confirmed by it)",
+        id="kimi-k2",
+    ),
     # Qwen3.5: planner counts the language model only; the published totals include the vision
     # encoder (test_qwen3_5_totals_include_the_vision_encoder derives it from the config's
     # vision_config: 0.447B / 0.456B, mostly 27 x (4*1152^2 + 2*1152*4304) = 0.411B).
     # 35B-A3B: text 34.661B, 0.97% below 35B (with the encoder 35.108B, 0.31% above).
-    pytest.param("qwen3.5-35b-a3b", 35e9, None, None, 0.01,
-                 "huggingface.co/Qwen/Qwen3.5-35B-A3B model card: 35B total, 3B activated "
-                 "(whole billions: test_qwen_activated_counts_fit_the_published_whole_"
-                 "billions); the total includes the ~0.45B vision encoder planner does not "
-                 "count (text model 34.66B, 0.97% below)", id="qwen3.5-35b-a3b"),
+    pytest.param(
+        "qwen3.5-35b-a3b",
+        35e9,
+        None,
+        None,
+        0.01,
+        "huggingface.co/Qwen/Qwen3.5-35B-A3B model card: 35B total, 3B activated "
+        "(whole billions: test_qwen_activated_counts_fit_the_published_whole_"
+        "billions); the total includes the ~0.45B vision encoder planner does not "
+        "count (text model 34.66B, 0.97% below)",
+        id="qwen3.5-35b-a3b",
+    ),
     # 397B-A17B: text 396.346B, 0.16% below 397B (with the encoder 396.80B, 0.05% below).
-    pytest.param("qwen3.5-397b-a17b", 397e9, None, None, 0.01,
-                 "huggingface.co/Qwen/Qwen3.5-397B-A17B model card: 397B total, 17B activated "
-                 "(checked as whole billions, as 35B-A3B's); text model 396.35B, 0.16% below the "
-                 "total, which includes the vision encoder", id="qwen3.5-397b-a17b"),
+    pytest.param(
+        "qwen3.5-397b-a17b",
+        397e9,
+        None,
+        None,
+        0.01,
+        "huggingface.co/Qwen/Qwen3.5-397B-A17B model card: 397B total, 17B activated "
+        "(checked as whole billions, as 35B-A3B's); text model 396.35B, 0.16% below the "
+        "total, which includes the vision encoder",
+        id="qwen3.5-397b-a17b",
+    ),
 ]
 
 
 def test_every_family_preset_has_a_cited_count():
     assert sorted(p.values[0] for p in FAMILIES) == sorted(FAMILY_PRESETS)
     from planner.presets import PUBLISHED_PARAMS
+
     assert all(PUBLISHED_PARAMS[p.values[0]] == p.values[1] for p in FAMILIES)  # one figure
     assert not set(FAMILY_PRESETS) & set(PRESETS)
 
 
 @pytest.mark.parametrize("key, total, active, convention, tol, source", FAMILIES)
-def test_family_parameter_counts_match_the_published(key, total, active, convention, tol,
-                                                     source):
+def test_family_parameter_counts_match_the_published(key, total, active, convention, tol, source):
     m = get_preset(key)
     assert total_params(m) == pytest.approx(total, rel=tol), source
     if active is None:
         return
     emb, out = embedding_params(m)
-    got = active_params(m) - {"all": 0, "no input embedding": emb,
-                              "no embeddings": emb + out - m.hidden_size}[convention]
+    got = (
+        active_params(m)
+        - {"all": 0, "no input embedding": emb, "no embeddings": emb + out - m.hidden_size}[
+            convention
+        ]
+    )
     assert got == pytest.approx(active, rel=max(tol, 0.01)), source
 
 
@@ -422,7 +595,7 @@ def test_kimi_k2_total_with_one_mtp_layer():
     h = m.hidden_size
     mtp = layer_params(m, moe=True).total + shape_of(m).mtp_extra
     assert shape_of(m).mtp_extra == 2 * h * h + 2 * h
-    assert mtp == pytest.approx(17.162e9, rel=1e-4)                 # the row's sum
+    assert mtp == pytest.approx(17.162e9, rel=1e-4)  # the row's sum
     assert total_params(m) == pytest.approx(1.0264e12, rel=1e-4)
     assert total_params(m) / 1.04e12 - 1 == pytest.approx(-0.013, abs=0.001)
     assert total_params(m) + mtp == pytest.approx(1.04e12, rel=0.01)  # 1.0436T, +0.34%
@@ -442,25 +615,30 @@ def _qwen3_5_vision_params(vc: dict) -> int:
     block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h)
     patch = vc["in_channels"] * vc["temporal_patch_size"] * vc["patch_size"] ** 2 * h + h
     merged = h * vc["spatial_merge_size"] ** 2
-    merger = 2 * h + merged * merged + merged + merged * vc["out_hidden_size"] + vc["out_hidden_size"]
+    merger = (
+        2 * h + merged * merged + merged + merged * vc["out_hidden_size"] + vc["out_hidden_size"]
+    )
     return depth * block + patch + vc["num_position_embeddings"] * h + merger
 
 
-@pytest.mark.parametrize("folder, key, total, vision_m", [
-    # the model cards: 35B and 397B total. The encoders: 27 blocks of 15,239,504 (411.47M),
-    # patch 1,770,624, positions 2304*1152 = 2,654,208, merger 2*1152 + 4608^2 + 4608 =
-    # 21,240,576 plus 4608*out + out: out 2048 -> 446.57M, out 4096 (397B) -> 456.01M
-    pytest.param("Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", 35e9, 446.571248, id="35b-a3b"),
-    pytest.param("Qwen3.5-397B-A17B", "qwen3.5-397b-a17b", 397e9, 456.010480, id="397b-a17b"),
-])
+@pytest.mark.parametrize(
+    "folder, key, total, vision_m",
+    [
+        # the model cards: 35B and 397B total. The encoders: 27 blocks of 15,239,504 (411.47M),
+        # patch 1,770,624, positions 2304*1152 = 2,654,208, merger 2*1152 + 4608^2 + 4608 =
+        # 21,240,576 plus 4608*out + out: out 2048 -> 446.57M, out 4096 (397B) -> 456.01M
+        pytest.param("Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", 35e9, 446.571248, id="35b-a3b"),
+        pytest.param("Qwen3.5-397B-A17B", "qwen3.5-397b-a17b", 397e9, 456.010480, id="397b-a17b"),
+    ],
+)
 def test_qwen3_5_totals_include_the_vision_encoder(folder, key, total, vision_m):
     vc = json.loads((HF / folder / "config.json").read_text())["vision_config"]
     vision = _qwen3_5_vision_params(vc)
     # the 27 blocks' matrices alone: 27 * (4*1152^2 + 2*1152*4304) = 0.411B
-    assert 27 * (4 * 1152 ** 2 + 2 * 1152 * 4304) == 411_070_464
+    assert 27 * (4 * 1152**2 + 2 * 1152 * 4304) == 411_070_464
     assert vision == pytest.approx(vision_m * 1e6, abs=1)
     text = total_params(get_preset(key))
-    assert text < total                           # planner counts the language model only
+    assert text < total  # planner counts the language model only
     assert text + vision == pytest.approx(total, rel=0.005)
 
 
@@ -479,17 +657,22 @@ def _llama4_vision_params(vc: dict, text_hidden: int) -> int:
     stem = h + patches * h + vc["num_channels"] * vc["patch_size"] ** 2 * h + 4 * h
     layer = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 4 * h
     shuffled = int(h / vc["pixel_shuffle_ratio"] ** 2)
-    adapter = shuffled * vc["projector_input_dim"] \
+    adapter = (
+        shuffled * vc["projector_input_dim"]
         + vc["projector_input_dim"] * vc["projector_output_dim"]
+    )
     return stem + n * layer + adapter + vc["vision_output_dim"] * text_hidden
 
 
-@pytest.mark.parametrize("folder, key, total", [
-    # Scout 109B and Maverick 400B (their model cards); both checkpoints share one
-    # vision_config (hidden 1408, 34 layers, MLP 5632, 336-pixel images of 14-pixel patches)
-    pytest.param("Llama-4-Scout-17B-16E", "llama4-scout", 109e9, id="scout"),
-    pytest.param("Llama-4-Maverick-17B-128E", "llama4-maverick", 400e9, id="maverick"),
-])
+@pytest.mark.parametrize(
+    "folder, key, total",
+    [
+        # Scout 109B and Maverick 400B (their model cards); both checkpoints share one
+        # vision_config (hidden 1408, 34 layers, MLP 5632, 336-pixel images of 14-pixel patches)
+        pytest.param("Llama-4-Scout-17B-16E", "llama4-scout", 109e9, id="scout"),
+        pytest.param("Llama-4-Maverick-17B-128E", "llama4-maverick", 400e9, id="maverick"),
+    ],
+)
 def test_llama4_totals_with_the_vision_encoder(folder, key, total):
     # stem 1,408 + 577*1,408 + 588*1,408 + 4*1,408 = 1,647,360; a layer 4*(1408^2 + 1408)
     # + 2*1408*5632 + 5632 + 1408 + 4*1408 = 23,807,872, 34 of them 809,467,648; adapter
@@ -503,17 +686,20 @@ def test_llama4_totals_with_the_vision_encoder(folder, key, total):
     assert text + vision == pytest.approx(total, rel=0.005)
 
 
-@pytest.mark.parametrize("key, activated", [
-    # the model cards' "3B activated" / "17B activated" are whole billions, too coarse for 1%:
-    # a count is consistent with one when it lies in [N, N + 1) billion. Planner's active
-    # counts (embeddings included, text only): Qwen3-Next-80B-A3B 3.875B, Qwen3.5-35B-A3B
-    # 3.455B, Qwen3.5-397B-A17B 17.349B. Qwen3-Next's "3B" for 3.875B shows the names are not
-    # rounded to the nearest billion; with the vision encoders (0.447B, 0.456B) the Qwen3.5
-    # counts, 3.90B and 17.80B, would fit as well: the figures cannot tell whether it is in.
-    pytest.param("qwen3-next-80b-a3b", 3, id="qwen3-next-80b-a3b"),
-    pytest.param("qwen3.5-35b-a3b", 3, id="qwen3.5-35b-a3b"),
-    pytest.param("qwen3.5-397b-a17b", 17, id="qwen3.5-397b-a17b"),
-])
+@pytest.mark.parametrize(
+    "key, activated",
+    [
+        # the model cards' "3B activated" / "17B activated" are whole billions, too coarse for 1%:
+        # a count is consistent with one when it lies in [N, N + 1) billion. Planner's active
+        # counts (embeddings included, text only): Qwen3-Next-80B-A3B 3.875B, Qwen3.5-35B-A3B
+        # 3.455B, Qwen3.5-397B-A17B 17.349B. Qwen3-Next's "3B" for 3.875B shows the names are not
+        # rounded to the nearest billion; with the vision encoders (0.447B, 0.456B) the Qwen3.5
+        # counts, 3.90B and 17.80B, would fit as well: the figures cannot tell whether it is in.
+        pytest.param("qwen3-next-80b-a3b", 3, id="qwen3-next-80b-a3b"),
+        pytest.param("qwen3.5-35b-a3b", 3, id="qwen3.5-35b-a3b"),
+        pytest.param("qwen3.5-397b-a17b", 17, id="qwen3.5-397b-a17b"),
+    ],
+)
 def test_qwen_activated_counts_fit_the_published_whole_billions(key, activated):
     got = active_params(get_preset(key)) / 1e9
     assert activated <= got < activated + 1
@@ -543,8 +729,12 @@ def test_hf_config_reads_as_the_preset(folder, key):
     assert m.moe_layers == p.moe_layers and m.attention_kinds == p.attention_kinds
     assert total_params(m) == total_params(p)
     assert active_params(m) == active_params(p)
-    assert (m.window_size, m.attention_chunk_size, m.dsa_index_topk, m.expert_precision) == \
-        (p.window_size, p.attention_chunk_size, p.dsa_index_topk, p.expert_precision)
+    assert (m.window_size, m.attention_chunk_size, m.dsa_index_topk, m.expert_precision) == (
+        p.window_size,
+        p.attention_chunk_size,
+        p.dsa_index_topk,
+        p.expert_precision,
+    )
 
 
 def test_hf_reader_takes_the_mtp_layers_and_nested_text_config():
@@ -571,6 +761,7 @@ def _qwen3_5(**text) -> dict:
 
 def test_qwen3_5_reads_its_mtp_depth_and_rope_parameters():
     from planner.presets import model_from_hf_config
+
     # text_config mtp_num_hidden_layers 1 (Qwen3.5's key; DeepSeek's is num_nextn_predict_layers)
     m = resolve_model(str(HF / "Qwen3.5-397B-A17B" / "config.json"))
     assert m.mtp_num_layers == 1
@@ -582,12 +773,15 @@ def test_qwen3_5_reads_its_mtp_depth_and_rope_parameters():
     assert "mtp_num_hidden_layers" in err.value.message and "disagree" in err.value.message
     # rope_theta inside rope_parameters (the fixture has no top-level rope_theta)
     assert "rope_theta" not in _qwen3_5()["text_config"] and m.rotary_base == 1e7
-    moved = _qwen3_5(rope_theta=5e6, rope_parameters={"rope_type": "default",
-                                                      "partial_rotary_factor": 0.25})
+    moved = _qwen3_5(
+        rope_theta=5e6, rope_parameters={"rope_type": "default", "partial_rotary_factor": 0.25}
+    )
     assert model_from_hf_config(moved).rotary_base == 5e6
     for text, needle in [
-        (dict(rope_parameters={"rope_theta": 1e7, "partial_rotary_factor": 4}),
-         "rope_parameters.partial_rotary_factor"),
+        (
+            dict(rope_parameters={"rope_theta": 1e7, "partial_rotary_factor": 4}),
+            "rope_parameters.partial_rotary_factor",
+        ),
         (dict(partial_rotary_factor=0), "partial_rotary_factor"),
         (dict(rope_theta=1e6), "disagree"),
         (dict(rope_parameters=[1e7]), "rope_parameters"),
@@ -599,8 +793,9 @@ def test_qwen3_5_reads_its_mtp_depth_and_rope_parameters():
 
 def test_qwen3_5_reads_the_output_gate_and_the_wrappers_tied_embeddings():
     from planner.presets import model_from_hf_config
+
     m = model_from_hf_config(_qwen3_5())
-    assert m.attention_output_gate                       # text_config attn_output_gate true
+    assert m.attention_output_gate  # text_config attn_output_gate true
     # without the gate a full layer loses its h x q gate projection: 4096 x 32*256 on each of
     # the 15 full-attention layers
     ungated = model_from_hf_config(_qwen3_5(attn_output_gate=False))
@@ -616,6 +811,7 @@ def test_qwen3_5_reads_the_output_gate_and_the_wrappers_tied_embeddings():
 
 def test_qwen3_5_needs_intermediate_size_only_for_dense_layers(runner, tmp_path):
     from planner.presets import model_from_hf_config
+
     # Qwen3_5MoeTextConfig has no intermediate_size (and no decoder_sparse_step): every layer
     # MoE, so the config reads without one and no layer is dense
     m = model_from_hf_config(_qwen3_5())
@@ -633,44 +829,66 @@ def test_qwen3_5_needs_intermediate_size_only_for_dense_layers(runner, tmp_path)
         assert "intermediate_size" in result.output and "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("folder", [p.values[0] for p in HF_FAMILIES]
-                         + ["tiny-qwen3_5_moe", "tiny-glm_moe_dsa"])
+@pytest.mark.parametrize(
+    "folder", [p.values[0] for p in HF_FAMILIES] + ["tiny-qwen3_5_moe", "tiny-glm_moe_dsa"]
+)
 def test_each_family_plans_from_its_config(runner, folder):
-    result = runner.invoke(app, ["plan", "--model", str(HF / folder / "config.json"),
-                                 "--gpus", "256", "--top", "1"])
+    result = runner.invoke(
+        app, ["plan", "--model", str(HF / folder / "config.json"), "--gpus", "256", "--top", "1"]
+    )
     assert result.exit_code in (0, 1), result.output[-2000:]
 
 
 # -------------------------------------------------------- Megatron flags, and the exports
 
+
 def _script(tmp_path: Path, flags: str) -> Path:
     # our own small launch: 8 layers of 512, 8 heads, NullTokenizer vocabulary 32000
-    text = ("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 8 --hidden-size 512 "
-            "--num-attention-heads 8 --seq-length 4096 --max-position-embeddings 4096 "
-            "--micro-batch-size 1 --global-batch-size 64 --bf16 --tokenizer-type NullTokenizer "
-            "--vocab-size 32000 --num-experts 8 --moe-router-topk 2 "
-            "--expert-model-parallel-size 8 " + flags + "\n")
+    text = (
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 8 --hidden-size 512 "
+        "--num-attention-heads 8 --seq-length 4096 --max-position-embeddings 4096 "
+        "--micro-batch-size 1 --global-batch-size 64 --bf16 --tokenizer-type NullTokenizer "
+        "--vocab-size 32000 --num-experts 8 --moe-router-topk 2 "
+        "--expert-model-parallel-size 8 " + flags + "\n"
+    )
     path = tmp_path / "train.sh"
     path.write_text(text)
     return path
 
 
-@pytest.mark.parametrize("flags, moe_at, kinds", [
-    pytest.param("--moe-layer-freq 2", (0, 2, 4, 6), ("full",) * 8, id="freq-int"),
-    pytest.param("--moe-layer-freq '([0]+[1]*1)*4'", (1, 3, 5, 7), ("full",) * 8,
-                 id="freq-interleaved"),
-    pytest.param("--moe-layer-freq '[0]*2+[1]*6'", (2, 3, 4, 5, 6, 7), ("full",) * 8,
-                 id="freq-dense-first"),
-    # --window-attn-skip-freq 4: one full layer after three window layers (Megatron's help)
-    pytest.param("--window-size 128,0 --window-attn-skip-freq 4", tuple(range(8)),
-                 ("sliding",) * 3 + ("full",) + ("sliding",) * 3 + ("full",), id="window-skip-4"),
-    # a list: 1 = window layer, 0 = full
-    pytest.param("--window-size '(128,0)' --window-attn-skip-freq '([1]+[0])*4'",
-                 tuple(range(8)), ("sliding", "full") * 4, id="window-list"),
-    pytest.param("--window-size 128,0", tuple(range(8)), ("sliding",) * 8, id="window-all"),
-])
+@pytest.mark.parametrize(
+    "flags, moe_at, kinds",
+    [
+        pytest.param("--moe-layer-freq 2", (0, 2, 4, 6), ("full",) * 8, id="freq-int"),
+        pytest.param(
+            "--moe-layer-freq '([0]+[1]*1)*4'", (1, 3, 5, 7), ("full",) * 8, id="freq-interleaved"
+        ),
+        pytest.param(
+            "--moe-layer-freq '[0]*2+[1]*6'",
+            (2, 3, 4, 5, 6, 7),
+            ("full",) * 8,
+            id="freq-dense-first",
+        ),
+        # --window-attn-skip-freq 4: one full layer after three window layers (Megatron's help)
+        pytest.param(
+            "--window-size 128,0 --window-attn-skip-freq 4",
+            tuple(range(8)),
+            ("sliding",) * 3 + ("full",) + ("sliding",) * 3 + ("full",),
+            id="window-skip-4",
+        ),
+        # a list: 1 = window layer, 0 = full
+        pytest.param(
+            "--window-size '(128,0)' --window-attn-skip-freq '([1]+[0])*4'",
+            tuple(range(8)),
+            ("sliding", "full") * 4,
+            id="window-list",
+        ),
+        pytest.param("--window-size 128,0", tuple(range(8)), ("sliding",) * 8, id="window-all"),
+    ],
+)
 def test_megatron_reader_takes_the_layer_pattern(tmp_path, flags, moe_at, kinds):
     from planner.frameworks import load_any
+
     imp = load_any(_script(tmp_path, flags))
     m = imp.job.model
     assert tuple(i for i, x in enumerate(m.moe_layers) if x) == moe_at
@@ -680,6 +898,7 @@ def test_megatron_reader_takes_the_layer_pattern(tmp_path, flags, moe_at, kinds)
 
 def test_megatron_quick_geglu_and_learnable_softmax(tmp_path):
     from planner.frameworks import load_any
+
     m = load_any(_script(tmp_path, "--quick-geglu --softmax-type learnable")).job.model
     # --quick-geglu sets gated_linear_unit: a 3-matrix MLP like --swiglu; learnable = sinks
     assert m.gated and m.attention_sinks
@@ -690,15 +909,21 @@ def _export(key: str, fmt: str, **fix) -> str:
     from planner.frameworks.export import export
     from planner.layout import Layout
     from planner.specs import TrainingSpec
+
     m = get_preset(key)
     lay = Layout(**dict(dict(tp=1, pp=1, ep=8, dp=8), **fix))
-    job = Job(model=m, hardware=resolve_hardware("h100-sxm"), num_gpus=lay.tp * lay.pp * lay.dp,
-              training=TrainingSpec(global_batch_size=64, seq_length=m.seq_length or 4096))
+    job = Job(
+        model=m,
+        hardware=resolve_hardware("h100-sxm"),
+        num_gpus=lay.tp * lay.pp * lay.dp,
+        training=TrainingSpec(global_batch_size=64, seq_length=m.seq_length or 4096),
+    )
     return export(job, lay, fmt)
 
 
 def test_megatron_export_writes_the_pattern_and_reads_back(tmp_path):
     from planner.frameworks import load_any
+
     text = _export("gpt-oss-20b", "megatron")
     assert "--window-size 128,0" in text and "--softmax-type learnable" in text
     assert "--window-attn-skip-freq '([1]*1+[0]*1)*12'" in text
@@ -710,15 +935,21 @@ def test_megatron_export_writes_the_pattern_and_reads_back(tmp_path):
     assert back.attention_sinks
 
 
-@pytest.mark.parametrize("key, fmt, needle", [
-    pytest.param("llama4-scout", "megatron", "chunked", id="megatron-chunked"),
-    pytest.param("qwen3-next-80b-a3b", "megatron", "linear-attention", id="megatron-linear"),
-    pytest.param("deepseek-v3.2", "megatron", "DSA", id="megatron-dsa"),
-    pytest.param("gpt-oss-20b", "nemo", "attention_sinks", id="nemo-sinks"),
-    pytest.param("gpt-oss-20b", "deepspeed", "full causal attention only", id="deepspeed-window"),
-])
+@pytest.mark.parametrize(
+    "key, fmt, needle",
+    [
+        pytest.param("llama4-scout", "megatron", "chunked", id="megatron-chunked"),
+        pytest.param("qwen3-next-80b-a3b", "megatron", "linear-attention", id="megatron-linear"),
+        pytest.param("deepseek-v3.2", "megatron", "DSA", id="megatron-dsa"),
+        pytest.param("gpt-oss-20b", "nemo", "attention_sinks", id="nemo-sinks"),
+        pytest.param(
+            "gpt-oss-20b", "deepspeed", "full causal attention only", id="deepspeed-window"
+        ),
+    ],
+)
 def test_exports_refuse_layer_kinds_they_cannot_write(key, fmt, needle):
     from planner.errors import InfeasibleError
+
     with pytest.raises(InfeasibleError) as err:
         _export(key, fmt)
     assert needle in str(err.value)
@@ -729,6 +960,7 @@ def test_megatron_and_nemo_exports_write_interleaved_moe_layers(tmp_path):
 
     from planner.frameworks import load_any
     from planner.presets import FAMILY_PRESETS
+
     # Maverick with full attention everywhere (its chunks refuse Megatron): MoE on layers 1, 3..
     FAMILY_PRESETS["maverick-full"] = dict(FAMILY_PRESETS["llama4-maverick"], layer_types=None)
     try:
@@ -747,16 +979,30 @@ def test_megatron_bridge_keys_take_the_layer_pattern(tmp_path):
     import yaml
 
     from planner.frameworks import load_any
+
     # a Megatron-Bridge config of our own: 8 layers, MoE on layers 1, 3, 5, 7, windows of 128
     # on every layer but each fourth (TransformerConfig: 1 = window layer), learnable softmax
     data = {
-        "model": {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2,
-                  "num_layers": 8, "hidden_size": 1024, "ffn_hidden_size": 2816,
-                  "num_attention_heads": 16, "num_query_groups": 4, "gated_linear_unit": True,
-                  "vocab_size": 32000, "normalization": "RMSNorm", "add_bias_linear": False,
-                  "seq_length": 4096, "num_moe_experts": 8, "expert_model_parallel_size": 2,
-                  "moe_layer_freq": [0, 1] * 4, "window_size": [128, 0],
-                  "window_attn_skip_freq": [1, 1, 1, 0] * 2, "softmax_type": "learnable"},
+        "model": {
+            "tensor_model_parallel_size": 1,
+            "pipeline_model_parallel_size": 2,
+            "num_layers": 8,
+            "hidden_size": 1024,
+            "ffn_hidden_size": 2816,
+            "num_attention_heads": 16,
+            "num_query_groups": 4,
+            "gated_linear_unit": True,
+            "vocab_size": 32000,
+            "normalization": "RMSNorm",
+            "add_bias_linear": False,
+            "seq_length": 4096,
+            "num_moe_experts": 8,
+            "expert_model_parallel_size": 2,
+            "moe_layer_freq": [0, 1] * 4,
+            "window_size": [128, 0],
+            "window_attn_skip_freq": [1, 1, 1, 0] * 2,
+            "softmax_type": "learnable",
+        },
         "train": {"micro_batch_size": 1, "global_batch_size": 16, "train_iters": 10},
         "dataset": {"seq_length": 4096},
         "ddp": {"use_distributed_optimizer": True},
@@ -771,11 +1017,13 @@ def test_megatron_bridge_keys_take_the_layer_pattern(tmp_path):
     assert m.moe_layers == (False, True) * 4
     assert m.attention_kinds == ("sliding",) * 3 + ("full",) + ("sliding",) * 3 + ("full",)
     assert m.window_size == 128 and m.attention_sinks
-    assert not [v for v in imp.violations if "window_size" in v.message
-                or "moe_layer_freq" in v.message]
+    assert not [
+        v for v in imp.violations if "window_size" in v.message or "moe_layer_freq" in v.message
+    ]
 
 
 # -------------------------------------------------------- partial RoPE (rotary_percent)
+
 
 def test_hf_partial_rotary_factor_becomes_rotary_percent():
     # GLM-4.5's config.json: partial_rotary_factor 0.5; Qwen3.5's sits under rope_parameters
@@ -786,19 +1034,27 @@ def test_hf_partial_rotary_factor_becomes_rotary_percent():
     assert get_preset("glm-4.5").rotary_percent == 0.5 and get_preset("70b").rotary_percent == 1.0
 
 
-@pytest.mark.parametrize("fmt, ext, needle", [
-    pytest.param("megatron", ".sh", "--rotary-percent 0.5", id="megatron"),
-    pytest.param("nemo", ".yaml", "rotary_percentage: 0.5", id="nemo1"),
-    pytest.param("megatron-bridge", ".yaml", "rotary_percent: 0.5", id="megatron-bridge"),
-])
+@pytest.mark.parametrize(
+    "fmt, ext, needle",
+    [
+        pytest.param("megatron", ".sh", "--rotary-percent 0.5", id="megatron"),
+        pytest.param("nemo", ".yaml", "rotary_percentage: 0.5", id="nemo1"),
+        pytest.param("megatron-bridge", ".yaml", "rotary_percent: 0.5", id="megatron-bridge"),
+    ],
+)
 def test_exports_write_the_rotary_share_and_read_it_back(tmp_path, fmt, ext, needle):
     from planner.frameworks import load_any
+
     text = _export("glm-4.5", fmt, tp=8, pp=4, ep=8, dp=8, sp=True)
     assert needle in text
     path = tmp_path / f"glm{ext}"
     path.write_text(text)
-    back = load_any(path, hardware="h100-sxm", model="glm-4.5" if fmt == "nemo" else None,
-                    gpus=256 if fmt == "megatron-bridge" else None).job.model
+    back = load_any(
+        path,
+        hardware="h100-sxm",
+        model="glm-4.5" if fmt == "nemo" else None,
+        gpus=256 if fmt == "megatron-bridge" else None,
+    ).job.model
     assert back.rotary_percent == 0.5
 
 
@@ -812,6 +1068,7 @@ def test_a_full_rotary_share_writes_nothing():
 def test_megatron_reader_takes_rotary_percent(tmp_path, flag, ok):
     from planner.errors import SpecError
     from planner.frameworks import load_any
+
     path = _script(tmp_path, f"--position-embedding-type rope --rotary-percent {flag}")
     if ok:
         assert load_any(path).job.model.rotary_percent == 0.5
@@ -826,6 +1083,7 @@ def test_dedicated_mtp_embeddings_add_one_embedding_per_mtp_layer(tmp_path):
     # shared case; planner counts them on the last stage, where the MTP layer runs
     from planner.cost.memory import stage_params
     from planner.cost.shape import model_shape
+
     cfg = json.loads((HF / "tiny-qwen3_5_moe" / "config.json").read_text())
     cfg["text_config"]["mtp_use_dedicated_embeddings"] = True
     path = tmp_path / "config.json"
@@ -834,13 +1092,13 @@ def test_dedicated_mtp_embeddings_add_one_embedding_per_mtp_layer(tmp_path):
     shared = resolve_model(str(HF / "tiny-qwen3_5_moe" / "config.json"))
     assert own.mtp_dedicated_embeddings and not shared.mtp_dedicated_embeddings
     V, h = shared.vocab_size, shared.hidden_size
-    kw = dict(layers=4, moe_layers=4, t=2, with_embedding=False, with_output=True, vocab=V,
-              mtp=1)
+    kw = dict(layers=4, moe_layers=4, t=2, with_embedding=False, with_output=True, vocab=V, mtp=1)
     a = stage_params(model_shape(own), **kw)
     b = stage_params(model_shape(shared), **kw)
-    assert a[0] - b[0] == pytest.approx(V * h / 2)       # tp 2 shards the embedding
-    assert (a[1], a[2]) == (b[1], b[2])                   # no linear-layer or expert weight
+    assert a[0] - b[0] == pytest.approx(V * h / 2)  # tp 2 shards the embedding
+    assert (a[1], a[2]) == (b[1], b[2])  # no linear-layer or expert weight
     # the published-count convention leaves the MTP module out (DeepSeek-V3's 671B)
     assert total_params(own) == total_params(shared)
     from planner.frameworks.megatron.writer import layer_kind_problems
+
     assert any(bad and "mtp_dedicated_embeddings" in msg for bad, msg in layer_kind_problems(own))

@@ -16,8 +16,8 @@ from planner.config import profile_dir, profile_names, resolve_hardware
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "data"
 NEW = ["h800", "b300", "gb300-nvl72", "h100-96g"]
-Gbit = 1e9 / 8          # bytes/s in one Gb/s
-PCIE5_X16_RAW = 32e9 * 16 * 128 / 130 / 8 / 1e9   # GB/s one direction: 32 GT/s x 16 lanes, 128b/130b
+Gbit = 1e9 / 8  # bytes/s in one Gb/s
+PCIE5_X16_RAW = 32e9 * 16 * 128 / 130 / 8 / 1e9  # GB/s one direction: 32 GT/s x 16 lanes, 128b/130b
 
 
 def _hw(name: str):
@@ -25,6 +25,7 @@ def _hw(name: str):
 
 
 # ---------------------------------------------------------------------------- every profile
+
 
 @pytest.mark.parametrize("name", profile_names())
 def test_profile_loads_under_its_file_name(name):
@@ -52,7 +53,9 @@ def test_every_number_has_a_comment_above_it(name):
             in_calibration = key.group(2) in ("calibration", "serving_calibration")
         if in_calibration or key.group(2) in ("name", "description") or key.group(3) is None:
             continue
-        assert lines[i - 1].lstrip().startswith("#"), f"{name}: {key.group(2)} has no source comment"
+        assert lines[i - 1].lstrip().startswith("#"), (
+            f"{name}: {key.group(2)} has no source comment"
+        )
 
 
 @pytest.mark.parametrize("name", profile_names())
@@ -80,7 +83,9 @@ def test_peaks_are_ordered(name):
 def test_node_sits_inside_its_nvlink_domain(name):
     hw = _hw(name)
     assert hw.nvlink_domain_size >= hw.gpus_per_node
-    assert hw.nvlink_domain_size % hw.gpus_per_node == 0, "a domain is whole nodes (8, or 18 trays of 4)"
+    assert hw.nvlink_domain_size % hw.gpus_per_node == 0, (
+        "a domain is whole nodes (8, or 18 trays of 4)"
+    )
     assert hw.nvlink_bandwidth_gb_per_s > hw.network_bandwidth_gb_per_s, "scale-up is the fast link"
 
 
@@ -88,13 +93,14 @@ def test_node_sits_inside_its_nvlink_domain(name):
 # 79.11 GiB to torch (84.9e9 bytes, more than 80e9), so the torch-visible GiB must be below the
 # marketed number read as GiB, and (no decimal/binary slip, nothing left out) within 10% of it.
 MARKETED_GB = {
-    "a100-40g": 40, "a100-80g": 80,
-    "h100-sxm": 80,      # H100 SXM datasheet: 80 GB HBM3
-    "h800": 80,          # "NVIDIA H800 80GB HBM3"
-    "h100-96g": 96,      # torchtitan benchmarks/llama3_h100_202412_torchtitan.md: "96GB HBM2e"
+    "a100-40g": 40,
+    "a100-80g": 80,
+    "h100-sxm": 80,  # H100 SXM datasheet: 80 GB HBM3
+    "h800": 80,  # "NVIDIA H800 80GB HBM3"
+    "h100-96g": 96,  # torchtitan benchmarks/llama3_h100_202412_torchtitan.md: "96GB HBM2e"
     "h200": 141,
-    "b200": 180,         # DGX B200: 1,440 GB / 8
-    "b300": 270,         # NVIDIA Blackwell Ultra datasheet, HGX B300: "270 GB HBM3e" (DGX: 288)
+    "b200": 180,  # DGX B200: 1,440 GB / 8
+    "b300": 270,  # NVIDIA Blackwell Ultra datasheet, HGX B300: "270 GB HBM3e" (DGX: 288)
     "gb200-nvl72": 186,  # GB200 NVL72: 13.4 TB / 72
     "gb300-nvl72": 279,  # NVIDIA Blackwell Ultra datasheet, GB300: "up to 279 GB HBM3e"
     "mi300x": 192,
@@ -114,6 +120,7 @@ def test_memory_below_the_marketed_capacity(name):
 
 # ------------------------------------------------------------------------- h800 (DeepSeek-V3)
 
+
 def test_h800_is_h100_compute_with_cut_nvlink():
     h800, h100 = _hw("h800"), _hw("h100-sxm")
     # deepseek-ai/FlashMLA docs/20250422-new-kernel-deep-dive.md: "An NVIDIA H800 SXM5 GPU has a
@@ -127,7 +134,9 @@ def test_h800_is_h100_compute_with_cut_nvlink():
     # DeepSeek, "Insights into DeepSeek-V3" (ISCA 2025, arXiv:2505.09343) section 4.1: "the
     # NVLink bandwidth in H800 SXM nodes is reduced from 900 GB/s to 400 GB/s" (bidirectional)
     assert h800.nvlink_bandwidth_gb_per_s == pytest.approx(400 / 2)
-    assert h800.nvlink_bandwidth_gb_per_s == pytest.approx(h100.nvlink_bandwidth_gb_per_s * 400 / 900)
+    assert h800.nvlink_bandwidth_gb_per_s == pytest.approx(
+        h100.nvlink_bandwidth_gb_per_s * 400 / 900
+    )
     # ... "each node is equipped with eight 400G Infiniband (IB) CX7 NICs": 8 GPUs, 8 NICs
     assert h800.gpus_per_node == h800.nvlink_domain_size == 8
     assert h800.network_bandwidth_gb_per_s * 1e9 == pytest.approx(400 * Gbit)
@@ -140,7 +149,9 @@ def test_h800_nominal_nvlink_is_above_what_deepseek_measured():
     h800 = _hw("h800")
     assert h800.nvlink_bandwidth_gb_per_s > 160
     assert 160 / h800.nvlink_bandwidth_gb_per_s == pytest.approx(0.8)
-    assert h800.nvlink_bandwidth_gb_per_s * h800.calibration.nvlink_efficiency == pytest.approx(160, rel=0.1)
+    assert h800.nvlink_bandwidth_gb_per_s * h800.calibration.nvlink_efficiency == pytest.approx(
+        160, rel=0.1
+    )
 
 
 # ------------------------------------------------------------------------- b300 / gb300-nvl72
@@ -206,6 +217,7 @@ def test_blackwell_ultra_links_and_memory():
 
 # ------------------------------------------------------------------------ h100-96g (500 W)
 
+
 def test_h100_96g_published_figures():
     hw = _hw("h100-96g")
     # torchtitan benchmarks/llama3_h100_202412_torchtitan.md: "Each host has 8 NVIDIA H100 GPUs
@@ -243,6 +255,7 @@ def test_h100_96g_peak_is_the_derived_500w_estimate():
 
 
 # ------------------------------------------------------------------ the data files' hardware
+
 
 @pytest.mark.parametrize("data", ["calibration.yaml", "calibration-modern.yaml"])
 def test_every_hardware_name_in_the_calibration_data_is_a_profile(data):

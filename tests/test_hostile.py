@@ -35,10 +35,19 @@ CPU_SECONDS = 2.0
 CPU_SECONDS_FOR = {"150000-key-ds-config": 8.0}
 
 TINY = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 8, "vocab_size": 1000}
-LLAMA_HF = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-            "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
-            "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
-            "rope_theta": 500000.0, "tie_word_embeddings": False}
+LLAMA_HF = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+}
 
 
 def _laughs(levels: int = 9) -> str:
@@ -63,7 +72,7 @@ FILES: dict[str, str | bytes] = {
     "ok.yaml": "model: llama3-8b\nnum_gpus: 8\n",
     "bomb.yaml": "model: llama3-8b\nnum_gpus: 8\nparallel:\n" + _laughs(),
     "bomb-model.yaml": "name: bomb\nnum_layers: 2\nhidden_size: 64\nnum_attention_heads: 8\n"
-                       "vocab_size: 1000\nextra:\n" + _laughs(),
+    "vocab_size: 1000\nextra:\n" + _laughs(),
     "bomb-nemo.yaml": "trainer:\n  devices: 8\nmodel:\n" + _laughs(),
     "self-alias.yaml": "model: llama3-8b\nnum_gpus: 8\nparallel: &p {tp: *p}\n",
     "deep.json": "[" * 1000 + "]" * 1000,
@@ -81,27 +90,27 @@ FILES: dict[str, str | bytes] = {
     "big.yaml": "# " + "x" * (MAX_FILE_BYTES + 10) + "\n",
     "binary.yaml": b"model: llama3-8b\x00\x01\x02\n",
     "misspelt.yaml": "name: tiny\nnum_layer: 2\nhidden_size: 64\nnum_attention_heads: 8\n"
-                     "vocab_size: 1000\n",
+    "vocab_size: 1000\n",
     "markup-model.yaml": "name: Llama [v2] test [/x]\nnum_layers: 2\nhidden_size: 64\n"
-                         "num_attention_heads: 8\nvocab_size: 1000\n",
+    "num_attention_heads: 8\nvocab_size: 1000\n",
     "markup-script.sh": "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 "
-                        "--hidden-size 64 --num-attention-heads 8 --seq-length 1024 "
-                        "--max-position-embeddings 1024 --micro-batch-size 1 "
-                        "--global-batch-size 8 --vocab-size 1000 --bf16 '--x[/x]' 1\n",
+    "--hidden-size 64 --num-attention-heads 8 --seq-length 1024 "
+    "--max-position-embeddings 1024 --micro-batch-size 1 "
+    "--global-batch-size 8 --vocab-size 1000 --bf16 '--x[/x]' 1\n",
     "invalid-split.yaml": "model: llama3-70b\nnum_gpus: 64\nparallel: {tp: 8, pp: 4, "
-                          "first_stage_layers: 1, last_stage_layers: 300, micro_batch_size: 1, "
-                          "vpp: 1}\n",
+    "first_stage_layers: 1, last_stage_layers: 300, micro_batch_size: 1, "
+    "vpp: 1}\n",
     "mla.yaml": "name: tiny-mla\nnum_layers: 4\nhidden_size: 512\nnum_attention_heads: 8\n"
-                "vocab_size: 1000\nkv_lora_rank: 64\nqk_head_dim: 64\nv_head_dim: 64\n"
-                "activation: swiglu\n",
-    "world.toml": "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[parallelism]\n"
-                  "data_parallel_shard_degree = 150000000000000000000\n",
+    "vocab_size: 1000\nkv_lora_rank: 64\nqk_head_dim: 64\nv_head_dim: 64\n"
+    "activation: swiglu\n",
+    "world.toml": '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\n'
+    "data_parallel_shard_degree = 150000000000000000000\n",
     "many-flags.sh": "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
-                     "--num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
-                     "--micro-batch-size 1 --global-batch-size 8 --vocab-size 1000 --bf16 "
-                     + " ".join(f"--unknown-flag-{i} 1" for i in range(20000)) + "\n",
-    "many-keys.json": json.dumps({"train_batch_size": 8,
-                                  **{f"k{i}": 1 for i in range(150_000)}}),
+    "--num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
+    "--micro-batch-size 1 --global-batch-size 8 --vocab-size 1000 --bf16 "
+    + " ".join(f"--unknown-flag-{i} 1" for i in range(20000))
+    + "\n",
+    "many-keys.json": json.dumps({"train_batch_size": 8, **{f"k{i}": 1 for i in range(150_000)}}),
     "hf-ok/config.json": _hf(),
     "hf-empty-dir/README": "no config here\n",
     "hf-not-json/config.json": "{'model_type': 'llama',}\n",
@@ -113,8 +122,13 @@ FILES: dict[str, str | bytes] = {
     "hf-tied-str/config.json": _hf(tie_word_embeddings="yes"),
     "hf-seq-negative/config.json": _hf(max_position_embeddings=-1),
     "hf-type-number/config.json": _hf(model_type=5),
-    "hf-moe-zero/config.json": _hf(model_type="qwen2_moe", num_experts=8, num_experts_per_tok=2,
-                                   moe_intermediate_size=0, shared_expert_intermediate_size=512),
+    "hf-moe-zero/config.json": _hf(
+        model_type="qwen2_moe",
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=0,
+        shared_expert_intermediate_size=512,
+    ),
     "hf-named/config.json": _hf(_name_or_path="meta-llama/Meta-Llama-3-8B"),
 }
 
@@ -123,85 +137,194 @@ LONG = "a" * 300
 # (id, argv with {d} for the files' folder, exit code, substrings of stderr's one line)
 CASES = [
     ("alias-bomb-config", ["validate", "{d}/bomb.yaml"], 2, ["more than 200,000 values", "alias"]),
-    ("alias-bomb-model", ["plan", "--model", "{d}/bomb-model.yaml", "--gpus", "8"], 2,
-     ["model file", "limit: values per file"]),
+    (
+        "alias-bomb-model",
+        ["plan", "--model", "{d}/bomb-model.yaml", "--gpus", "8"],
+        2,
+        ["model file", "limit: values per file"],
+    ),
     ("alias-bomb-nemo", ["validate", "{d}/bomb-nemo.yaml"], 2, ["limit: values per file"]),
     ("alias-bomb-json", ["validate", "{d}/bomb.yaml", "--json"], 2, ["alias"]),
     ("self-alias", ["validate", "{d}/self-alias.yaml"], 2, ["contains itself"]),
     ("deep-json", ["validate", "{d}/deep.json"], 2, [f"deeper than {MAX_DEPTH} levels"]),
-    ("deep-ds-config", ["validate", "{d}/deep-ds.json", "--model", "8b", "--gpus", "8"], 2,
-     ["limit: nesting depth"]),
+    (
+        "deep-ds-config",
+        ["validate", "{d}/deep-ds.json", "--model", "8b", "--gpus", "8"],
+        2,
+        ["limit: nesting depth"],
+    ),
     ("deep-yaml-flow", ["validate", "{d}/deep-flow.yaml"], 2, ["limit: nesting depth"]),
-    ("deep-yaml-block", ["validate", "{d}/deep-block.yaml"], 2, ["limit: nesting depth",
-                                                                "line 1"]),
+    ("deep-yaml-block", ["validate", "{d}/deep-block.yaml"], 2, ["limit: nesting depth", "line 1"]),
     ("deep-toml", ["validate", "{d}/deep.toml", "--gpus", "8"], 2, ["limit: nesting depth"]),
-    ("deep-hf-config", ["plan", "--model", "{d}/deep-hf", "--gpus", "8"], 2,
-     ["limit: nesting depth"]),
-    ("int-5000-digits", ["validate", "{d}/long-int.yaml"], 2, ["5,000 digits", "limit: number size"]),
+    (
+        "deep-hf-config",
+        ["plan", "--model", "{d}/deep-hf", "--gpus", "8"],
+        2,
+        ["limit: nesting depth"],
+    ),
+    (
+        "int-5000-digits",
+        ["validate", "{d}/long-int.yaml"],
+        2,
+        ["5,000 digits", "limit: number size"],
+    ),
     ("int-hex-5000", ["validate", "{d}/long-hex.yaml"], 2, ["limit: number size"]),
     ("int-sexagesimal", ["validate", "{d}/long-sexagesimal.yaml"], 2, ["limit: number size"]),
     ("int-json", ["validate", "{d}/long-int-ds.json"], 2, ["limit: number size"]),
     ("int-toml", ["validate", "{d}/long-int.toml"], 2, ["limit: number size"]),
-    ("yaml-bad-date", ["validate", "{d}/bad-date.yaml"], 2, ["a value YAML cannot read",
-                                                              "month must be in 1..12"]),
+    (
+        "yaml-bad-date",
+        ["validate", "{d}/bad-date.yaml"],
+        2,
+        ["a value YAML cannot read", "month must be in 1..12"],
+    ),
     ("dev-zero", ["validate", "/dev/zero"], 2, ["not a regular file"]),
     ("dev-urandom", ["validate", "/dev/urandom"], 2, ["not a regular file"]),
     ("dev-zero-model", ["plan", "--model", "/dev/zero", "--gpus", "8"], 2, ["not a regular file"]),
-    ("dev-urandom-hardware", ["plan", "--model", "8b", "--gpus", "8", "--hardware",
-                              "/dev/urandom"], 2, ["not a regular file"]),
+    (
+        "dev-urandom-hardware",
+        ["plan", "--model", "8b", "--gpus", "8", "--hardware", "/dev/urandom"],
+        2,
+        ["not a regular file"],
+    ),
     ("fifo", ["validate", "{d}/fifo"], 2, ["not a regular file"]),
-    ("fifo-model", ["validate", "{d}/ok.yaml", "--model", "{d}/fifo.yaml"], 2,
-     ["not a regular file"]),
+    (
+        "fifo-model",
+        ["validate", "{d}/ok.yaml", "--model", "{d}/fifo.yaml"],
+        2,
+        ["not a regular file"],
+    ),
     ("huge-file", ["validate", "{d}/big.yaml"], 2, ["2.0 MiB", "limit: file size"]),
     ("binary-file", ["validate", "{d}/binary.yaml"], 2, ["NUL bytes"]),
-    ("gpus-1e18", ["plan", "--model", "70b", "--gpus", str(10**18)], 2,
-     ["--gpus = 1000000000000000000", "10,000,000", "limit: GPUs"]),
-    ("nodes-1e17", ["plan", "--model", "70b", "--nodes", str(10**17)], 2, ["--nodes", "limit: GPUs"]),
-    ("validate-gpus-1e18", ["validate", "{d}/ok.yaml", "--gpus", str(10**18)], 2,
-     ["--gpus", "limit: GPUs"]),
+    (
+        "gpus-1e18",
+        ["plan", "--model", "70b", "--gpus", str(10**18)],
+        2,
+        ["--gpus = 1000000000000000000", "10,000,000", "limit: GPUs"],
+    ),
+    (
+        "nodes-1e17",
+        ["plan", "--model", "70b", "--nodes", str(10**17)],
+        2,
+        ["--nodes", "limit: GPUs"],
+    ),
+    (
+        "validate-gpus-1e18",
+        ["validate", "{d}/ok.yaml", "--gpus", str(10**18)],
+        2,
+        ["--gpus", "limit: GPUs"],
+    ),
     # the torchtitan importer derives the global batch from dp first; either limit is exit 2
-    ("importer-world-1.5e20", ["validate", "{d}/world.toml"], 2,
-     ["150000000000000000000", "limit: GPUs"]),
+    (
+        "importer-world-1.5e20",
+        ["validate", "{d}/world.toml"],
+        2,
+        ["150000000000000000000", "limit: GPUs"],
+    ),
     ("name-over-255", ["validate", "{d}/" + LONG + ".yaml"], 2, ["305 characters", "at most 255"]),
     ("model-name-over-255", ["plan", "--model", LONG, "--gpus", "8"], 2, ["is not a preset"]),
-    ("model-path-over-255", ["plan", "--model", "{d}/" + LONG + ".json", "--gpus", "8"], 2,
-     ["at most 255"]),
-    ("hardware-name-over-255", ["plan", "--model", "8b", "--gpus", "8", "--hardware", LONG], 2,
-     ["is not a profile"]),
-    ("hf-not-json", ["plan", "--model", "{d}/hf-not-json/config.json", "--gpus", "8"], 2,
-     ["is not valid JSON at line 1, column 2"]),
+    (
+        "model-path-over-255",
+        ["plan", "--model", "{d}/" + LONG + ".json", "--gpus", "8"],
+        2,
+        ["at most 255"],
+    ),
+    (
+        "hardware-name-over-255",
+        ["plan", "--model", "8b", "--gpus", "8", "--hardware", LONG],
+        2,
+        ["is not a profile"],
+    ),
+    (
+        "hf-not-json",
+        ["plan", "--model", "{d}/hf-not-json/config.json", "--gpus", "8"],
+        2,
+        ["is not valid JSON at line 1, column 2"],
+    ),
     ("hf-dir", ["plan", "--model", "{d}/hf-ok", "--gpus", "8", "--top", "1"], 0, []),
-    ("hf-dir-without-config", ["plan", "--model", "{d}/hf-empty-dir", "--gpus", "8"], 2,
-     ["has no config.json"]),
-    ("hf-hidden-str", ["plan", "--model", "{d}/hf-hidden-str", "--gpus", "8"], 2,
-     ["hidden_size = '4096x': must be a positive whole number"]),
-    ("hf-heads-zero", ["plan", "--model", "{d}/hf-heads-zero", "--gpus", "8"], 2,
-     ["num_attention_heads = 0"]),
-    ("hf-layers-list", ["plan", "--model", "{d}/hf-layers-list", "--gpus", "8"], 2,
-     ["num_hidden_layers = [32]"]),
-    ("hf-kv-zero", ["plan", "--model", "{d}/hf-kv-zero", "--gpus", "8"], 2,
-     ["num_key_value_heads = 0"]),
-    ("hf-rope-str", ["plan", "--model", "{d}/hf-rope-str", "--gpus", "8"], 2,
-     ["rope_theta = 'big': must be a positive number"]),
-    ("hf-tied-str", ["plan", "--model", "{d}/hf-tied-str", "--gpus", "8"], 2,
-     ["tie_word_embeddings = 'yes': must be true or false"]),
-    ("hf-seq-negative", ["plan", "--model", "{d}/hf-seq-negative", "--gpus", "8"], 2,
-     ["max_position_embeddings = -1"]),
-    ("hf-type-number", ["plan", "--model", "{d}/hf-type-number", "--gpus", "8"], 2,
-     ["model_type 5 is not supported"]),
-    ("hf-moe-zero", ["plan", "--model", "{d}/hf-moe-zero", "--gpus", "8"], 2,
-     ["moe_intermediate_size = 0"]),
-    ("misspelt-model-key", ["plan", "--model", "{d}/misspelt.yaml", "--gpus", "8"], 2,
-     ["unknown key 'model.num_layer'; did you mean 'num_layers'?"]),
+    (
+        "hf-dir-without-config",
+        ["plan", "--model", "{d}/hf-empty-dir", "--gpus", "8"],
+        2,
+        ["has no config.json"],
+    ),
+    (
+        "hf-hidden-str",
+        ["plan", "--model", "{d}/hf-hidden-str", "--gpus", "8"],
+        2,
+        ["hidden_size = '4096x': must be a positive whole number"],
+    ),
+    (
+        "hf-heads-zero",
+        ["plan", "--model", "{d}/hf-heads-zero", "--gpus", "8"],
+        2,
+        ["num_attention_heads = 0"],
+    ),
+    (
+        "hf-layers-list",
+        ["plan", "--model", "{d}/hf-layers-list", "--gpus", "8"],
+        2,
+        ["num_hidden_layers = [32]"],
+    ),
+    (
+        "hf-kv-zero",
+        ["plan", "--model", "{d}/hf-kv-zero", "--gpus", "8"],
+        2,
+        ["num_key_value_heads = 0"],
+    ),
+    (
+        "hf-rope-str",
+        ["plan", "--model", "{d}/hf-rope-str", "--gpus", "8"],
+        2,
+        ["rope_theta = 'big': must be a positive number"],
+    ),
+    (
+        "hf-tied-str",
+        ["plan", "--model", "{d}/hf-tied-str", "--gpus", "8"],
+        2,
+        ["tie_word_embeddings = 'yes': must be true or false"],
+    ),
+    (
+        "hf-seq-negative",
+        ["plan", "--model", "{d}/hf-seq-negative", "--gpus", "8"],
+        2,
+        ["max_position_embeddings = -1"],
+    ),
+    (
+        "hf-type-number",
+        ["plan", "--model", "{d}/hf-type-number", "--gpus", "8"],
+        2,
+        ["model_type 5 is not supported"],
+    ),
+    (
+        "hf-moe-zero",
+        ["plan", "--model", "{d}/hf-moe-zero", "--gpus", "8"],
+        2,
+        ["moe_intermediate_size = 0"],
+    ),
+    (
+        "misspelt-model-key",
+        ["plan", "--model", "{d}/misspelt.yaml", "--gpus", "8"],
+        2,
+        ["unknown key 'model.num_layer'; did you mean 'num_layers'?"],
+    ),
     # inputs that used to be slow but finishing: now bounded by the rows shown and the
     # suggestions made
     ("20000-unknown-flags", ["validate", "{d}/many-flags.sh"], 1, []),
     # 8B on 8 GPUs with ZeRO 1 (DeepSpeed's BF16 optimizer) is 107% of an H100: within the
     # estimate's 10%, a warning; the 150,000 unknown keys are warnings too
-    ("150000-key-ds-config", ["validate", "{d}/many-keys.json", "--model", "8b", "--gpus", "8"],
-     0, []),
-    ("markup-in-fix", ["plan", "--model", "8b", "--gpus", "8", "--fix", "[/x]=1"], 2,
-     ["--fix axis '[/x]' is unknown"]),
+    (
+        "150000-key-ds-config",
+        ["validate", "{d}/many-keys.json", "--model", "8b", "--gpus", "8"],
+        0,
+        [],
+    ),
+    (
+        "markup-in-fix",
+        ["plan", "--model", "8b", "--gpus", "8", "--fix", "[/x]=1"],
+        2,
+        ["--fix axis '[/x]' is unknown"],
+    ),
 ]
 
 
@@ -217,12 +340,20 @@ def results(tmp_path_factory):
             path.write_text(content)
     os.mkfifo(d / "fifo")
     os.mkfifo(d / "fifo.yaml")
-    cases = [{"id": cid, "argv": [a.replace("{d}", str(d)) for a in argv]}
-             for cid, argv, _, _ in CASES + OUTPUT_CASES]
+    cases = [
+        {"id": cid, "argv": [a.replace("{d}", str(d)) for a in argv]}
+        for cid, argv, _, _ in CASES + OUTPUT_CASES
+    ]
     # the timeout is a hang guard only (a FIFO that blocked would cost no CPU)
-    proc = subprocess.run([sys.executable, str(WORKER), str(GIB)], input=json.dumps(cases),
-                          capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=ROOT,
-                          env={**os.environ, "COLUMNS": "100", "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), str(GIB)],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "100", "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -231,8 +362,9 @@ def _within_budget(cid: str, r: dict) -> None:
     """The example's work is bounded: its CPU seconds (the worker's own process_time plus the
     forked search child's), whatever the machine's load did to its wall-clock seconds."""
     budget = CPU_SECONDS_FOR.get(cid, CPU_SECONDS)
-    assert r["cpu_seconds"] < budget, \
+    assert r["cpu_seconds"] < budget, (
         f"{cid}: {r['cpu_seconds']:.2f} CPU s > {budget} ({r['seconds']:.2f} s on the clock)"
+    )
 
 
 @pytest.mark.parametrize("cid, argv, code, parts", CASES, ids=[c[0] for c in CASES])
@@ -241,7 +373,7 @@ def test_each_example_is_one_line_and_the_right_exit_under_1gib(results, cid, ar
     assert r["code"] == code, r
     _within_budget(cid, r)
     lines = r["stderr"].splitlines()
-    if code in (0, 1) and argv[0] == "validate":   # the verdict on stdout, the table bounded
+    if code in (0, 1) and argv[0] == "validate":  # the verdict on stdout, the table bounded
         assert ("INVALID" if code == 1 else "VALID") in r["stdout"]
         assert r["stdout"].count("\n") < 400, "the rules table must stay bounded"
     if code == 2:
@@ -252,23 +384,50 @@ def test_each_example_is_one_line_and_the_right_exit_under_1gib(results, cid, ar
     assert "Traceback" not in r["stderr"] + r["stdout"]
     if "--json" in argv:
         error = json.loads(r["stdout"])["error"]
-        assert error["code"] == code and error["message"] == lines[0][len("error: "):]
+        assert error["code"] == code and error["message"] == lines[0][len("error: ") :]
 
 
 # ----------------------------------------------------- output that must print as written
 
 OUTPUT_CASES = [
-    ("markup-model-name", ["plan", "--model", "{d}/markup-model.yaml", "--gpus", "8", "--top", "2"],
-     0, []),
+    (
+        "markup-model-name",
+        ["plan", "--model", "{d}/markup-model.yaml", "--gpus", "8", "--top", "2"],
+        0,
+        [],
+    ),
     ("markup-flag", ["validate", "{d}/markup-script.sh"], 1, []),
     ("invalid-split-json", ["validate", "{d}/invalid-split.yaml", "--json"], 1, []),
     ("nothing-fits-json", ["plan", "--model", "70b", "--gpus", "8", "--json"], 1, []),
-    ("nothing-structural-json", ["plan", "--model", "70b", "--gpus", "8", "--fix", "tp=3",
-                                 "--json"], 1, []),
-    ("export-refused-json", ["plan", "--model", "{d}/mla.yaml", "--gpus", "8", "--top", "2",
-                             "--export", "deepspeed", "--json"], 1, []),
-    ("export-refused-text", ["plan", "--model", "{d}/mla.yaml", "--gpus", "8", "--top", "2",
-                             "--export", "deepspeed"], 1, []),
+    (
+        "nothing-structural-json",
+        ["plan", "--model", "70b", "--gpus", "8", "--fix", "tp=3", "--json"],
+        1,
+        [],
+    ),
+    (
+        "export-refused-json",
+        [
+            "plan",
+            "--model",
+            "{d}/mla.yaml",
+            "--gpus",
+            "8",
+            "--top",
+            "2",
+            "--export",
+            "deepspeed",
+            "--json",
+        ],
+        1,
+        [],
+    ),
+    (
+        "export-refused-text",
+        ["plan", "--model", "{d}/mla.yaml", "--gpus", "8", "--top", "2", "--export", "deepspeed"],
+        1,
+        [],
+    ),
     ("usage-error-json", ["plan", "--model", "8b", "--gpus", "eight", "--json"], 2, []),
     ("unknown-option-json", ["validate", "x.yaml", "--jsonn", "--json"], 2, []),
 ]
@@ -298,8 +457,19 @@ def test_an_invalid_split_has_no_negative_bubble(results):
     out = json.loads(_case(results, "invalid-split-json")["stdout"])
     assert out["valid"] is False and "layers-divisible" in {e["rule"] for e in out["errors"]}
     assert out["time"]["bubble_s"] >= 0
-    parts = sum(out["time"][k] for k in ("compute_s", "bubble_s", "tp_comm_s", "pp_comm_s",
-                                         "dp_comm_s", "ep_comm_s", "cp_comm_s", "optimizer_s"))
+    parts = sum(
+        out["time"][k]
+        for k in (
+            "compute_s",
+            "bubble_s",
+            "tp_comm_s",
+            "pp_comm_s",
+            "dp_comm_s",
+            "ep_comm_s",
+            "cp_comm_s",
+            "optimizer_s",
+        )
+    )
     assert parts == pytest.approx(out["time"]["step_time_s"])
 
 
@@ -333,8 +503,9 @@ def test_a_refused_export_goes_into_the_result(results):
     assert "Top 2 layouts" in text["stdout"] and "multi-latent attention" in text["stderr"]
 
 
-@pytest.mark.parametrize("cid, flag", [("usage-error-json", "--gpus"),
-                                       ("unknown-option-json", None)])
+@pytest.mark.parametrize(
+    "cid, flag", [("usage-error-json", "--gpus"), ("unknown-option-json", None)]
+)
 def test_typer_usage_errors_print_the_error_object(results, cid, flag):
     r = _case(results, cid)
     error = json.loads(r["stdout"])["error"]
@@ -344,26 +515,34 @@ def test_typer_usage_errors_print_the_error_object(results, cid, flag):
 
 # ------------------------------------------------------------ exit 3, pipes, disks, rights
 
+
 def test_an_internal_error_prints_the_error_object_with_code_3(runner, monkeypatch):
     import planner.search
 
     def broken(*args, **kwargs):
-        raise ZeroDivisionError("x" * 5000)   # a bug, with a long message
+        raise ZeroDivisionError("x" * 5000)  # a bug, with a long message
 
     monkeypatch.setattr(planner.search, "search", broken)
     from planner.cli import app
+
     result = runner.invoke(app, ["plan", "--model", "8b", "--gpus", "8", "--json"])
     assert result.exit_code == 3
     error = json.loads(result.stdout)["error"]
     assert error["code"] == 3 and error["field"] is None
-    assert error["message"].startswith("internal error (a bug in planner, please report it): "
-                                       "ZeroDivisionError: xxx")
+    assert error["message"].startswith(
+        "internal error (a bug in planner, please report it): ZeroDivisionError: xxx"
+    )
     assert len(result.stderr) < 400 and result.stderr.count("\n") == 1
 
 
 def _planner(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "planner", *args], cwd=ROOT, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "planner", *args],
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["table", "json"])
@@ -372,8 +551,19 @@ def test_a_closed_pipe_ends_quietly_with_141(json_flag):
     r, w = os.pipe()
     os.close(r)
     try:
-        proc = _planner("plan", "--model", "8b", "--gpus", "64", "--top", "50", *json_flag,
-                        stdout=w, stderr=subprocess.PIPE, text=True)
+        proc = _planner(
+            "plan",
+            "--model",
+            "8b",
+            "--gpus",
+            "64",
+            "--top",
+            "50",
+            *json_flag,
+            stdout=w,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     finally:
         os.close(w)
     assert proc.returncode == 141
@@ -384,11 +574,22 @@ def test_a_closed_pipe_ends_quietly_with_141(json_flag):
 @pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["table", "json"])
 def test_a_full_disk_is_one_line_and_exit_2(json_flag):
     with open("/dev/full", "w") as full:
-        proc = _planner("plan", "--model", "8b", "--gpus", "64", *json_flag, stdout=full,
-                        stderr=subprocess.PIPE, text=True)
+        proc = _planner(
+            "plan",
+            "--model",
+            "8b",
+            "--gpus",
+            "64",
+            *json_flag,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     assert proc.returncode == 2
-    assert proc.stderr == ("error: cannot write the output (No space left on device); free space "
-                           "or write it elsewhere\n")
+    assert proc.stderr == (
+        "error: cannot write the output (No space left on device); free space "
+        "or write it elsewhere\n"
+    )
 
 
 def test_a_file_in_an_unreadable_folder(tmp_path):
@@ -398,14 +599,22 @@ def test_a_file_in_an_unreadable_folder(tmp_path):
     folder.chmod(0o000)
     try:
         kw = {}
-        if os.geteuid() == 0:   # root reads anything: run as nobody
+        if os.geteuid() == 0:  # root reads anything: run as nobody
             kw["preexec_fn"] = lambda: (os.setgid(65534), os.setuid(65534))
         try:
-            proc = _planner("validate", str(folder / "config.yaml"), "--json",
-                            capture_output=True, text=True, **kw)
+            proc = _planner(
+                "validate",
+                str(folder / "config.yaml"),
+                "--json",
+                capture_output=True,
+                text=True,
+                **kw,
+            )
         except PermissionError:
-            pytest.skip("nobody cannot run this Python (test_unreadable_folder_in_process "
-                        "covers the same path)")
+            pytest.skip(
+                "nobody cannot run this Python (test_unreadable_folder_in_process "
+                "covers the same path)"
+            )
     finally:
         folder.chmod(0o700)
     if "ModuleNotFoundError" in proc.stderr or "Permission denied: '" in proc.stderr:
@@ -426,16 +635,20 @@ def test_unreadable_folder_in_process(runner, tmp_path, monkeypatch):
             if str(path).startswith(locked):
                 raise PermissionError(13, "Permission denied", str(path))
             return real(path, *args, **kwargs)
+
         return call
 
     monkeypatch.setattr(os, "open", refuse(real_open))
     monkeypatch.setattr(os, "stat", refuse(real_stat))
     from planner.cli import app
+
     result = runner.invoke(app, ["validate", f"{locked}/config.yaml"])
     assert result.exit_code == 2
-    assert result.stderr == (f"error: config '{locked}/config.yaml' cannot be opened: permission "
-                             "denied (the file or a folder above it is not readable); check the "
-                             "permissions\n")
+    assert result.stderr == (
+        f"error: config '{locked}/config.yaml' cannot be opened: permission "
+        "denied (the file or a folder above it is not readable); check the "
+        "permissions\n"
+    )
     result = runner.invoke(app, ["plan", "--model", f"{locked}/model.yaml", "--gpus", "8"])
     assert result.exit_code == 2 and "model file" in result.stderr
     assert "permission denied" in result.stderr
@@ -453,19 +666,24 @@ def test_reading_budget_stops_an_import_that_never_ends(runner, tmp_path, monkey
     monkeypatch.setattr(planner.frameworks.loading, "detect_format", forever)
     (tmp_path / "c.yaml").write_text("model: llama3-8b\nnum_gpus: 8\n")
     from planner.cli import app
+
     result = runner.invoke(app, ["validate", str(tmp_path / "c.yaml"), "--json"])
     assert result.exit_code == 2
     error = json.loads(result.stdout)["error"]
-    assert error["message"].endswith("took more than 0.2 s; planner gives one file at most "
-                                     "0.2 s (limit: reading time); simplify the file")
+    assert error["message"].endswith(
+        "took more than 0.2 s; planner gives one file at most "
+        "0.2 s (limit: reading time); simplify the file"
+    )
     import signal
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)   # the timer is cleared
+
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # the timer is cleared
 
 
 def test_short_forms_never_build_a_whole_repr():
     from planner.errors import short
+
     assert short("x" * 10**6) == "'" + "x" * 56 + "..."
     assert short(10**5000) == "<an integer of about 5001 digits>"
-    nested = [[["a" * 1000] * 1000] * 1000] * 1000    # 10^9 strings if expanded
+    nested = [[["a" * 1000] * 1000] * 1000] * 1000  # 10^9 strings if expanded
     assert len(short(nested)) <= 60
     assert short({"k": 1, "j": [1, 2]}) == "{'k': 1, 'j': [1, 2]}"

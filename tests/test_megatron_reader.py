@@ -30,12 +30,12 @@ def test_a_functional_test_config_is_a_megatron_launch():
     lay, job = imported.layout, imported.job
     # 8 GPUs / (tp 2 x pp 2) = dp 2; 32 = micro 4 x 4 micro-batches x dp 2
     assert (lay.tp, lay.pp, lay.dp, lay.micro_batch_size) == (2, 2, 2, 4)
-    assert lay.sp and lay.zero == 1                       # --sequence-parallel, distributed opt
+    assert lay.sp and lay.zero == 1  # --sequence-parallel, distributed opt
     assert job.training.global_batch_size == 32 and job.training.seq_length == 1024
     m = job.model
     assert (m.num_layers, m.hidden_size, m.num_attention_heads) == (12, 512, 8)
-    assert m.tied_embeddings                              # --untie...: false leaves the flag out
-    assert m.vocab_size == 50257                          # GPT2BPETokenizer
+    assert m.tied_embeddings  # --untie...: false leaves the flag out
+    assert m.vocab_size == 50257  # GPT2BPETokenizer
     (note,) = _rules(imported)["megatron-test-config-keys"]
     assert "TEST_TYPE, METRICS" in note
     assert not [v for v in imported.violations if v.severity == "error"]
@@ -49,11 +49,21 @@ def test_the_world_size_comes_from_the_options():
 
 
 def _config(tmp_path, env: dict, args: dict | None = None) -> Path:
-    data = {"ENV_VARS": env, "MODEL_ARGS": {
-        "--num-layers": 4, "--hidden-size": 256, "--num-attention-heads": 4,
-        "--seq-length": 512, "--max-position-embeddings": 512, "--micro-batch-size": 1,
-        "--vocab-size": 1000, "--tokenizer-type": "NullTokenizer", "--bf16": True,
-        **(args or {})}}
+    data = {
+        "ENV_VARS": env,
+        "MODEL_ARGS": {
+            "--num-layers": 4,
+            "--hidden-size": 256,
+            "--num-attention-heads": 4,
+            "--seq-length": 512,
+            "--max-position-embeddings": 512,
+            "--micro-batch-size": 1,
+            "--vocab-size": 1000,
+            "--tokenizer-type": "NullTokenizer",
+            "--bf16": True,
+            **(args or {}),
+        },
+    }
     path = tmp_path / "model_config.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -74,9 +84,13 @@ def test_unknown_flags_in_model_args_get_a_did_you_mean(tmp_path):
 
 
 def test_a_list_value_is_the_flags_values(tmp_path):
-    imported = load_any(_config(tmp_path, {"NUM_GPUS": 2},
-                                {"--recompute-granularity": "selective",
-                                 "--recompute-modules": ["mlp", "core_attn"]}))
+    imported = load_any(
+        _config(
+            tmp_path,
+            {"NUM_GPUS": 2},
+            {"--recompute-granularity": "selective", "--recompute-modules": ["mlp", "core_attn"]},
+        )
+    )
     assert imported.layout.recompute == "selective"
     assert set(imported.layout.recompute_modules) == {"mlp", "core_attn"}
 

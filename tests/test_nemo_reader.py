@@ -10,13 +10,19 @@ import pytest
 from planner.errors import SpecError
 from planner.frameworks import load_any
 
-CONFIG = (Path(__file__).resolve().parent / "data" / "import" / "nemo"
-          / "nemo1_sentencepiece_unknown_vocab.yaml")
+CONFIG = (
+    Path(__file__).resolve().parent
+    / "data"
+    / "import"
+    / "nemo"
+    / "nemo1_sentencepiece_unknown_vocab.yaml"
+)
 
 
 def test_an_unknown_tokenizer_names_vocab_size_among_the_fixes():
-    with pytest.raises(SpecError, match="give --vocab-size V, --model or "
-                                        "model.override_vocab_size"):
+    with pytest.raises(
+        SpecError, match="give --vocab-size V, --model or model.override_vocab_size"
+    ):
         load_any(CONFIG)
 
 
@@ -26,7 +32,7 @@ def test_vocab_size_gives_a_nemo1_model_its_vocabulary(vocab):
     assert imported.format == "nemo"
     m = imported.job.model
     assert m.vocab_size == vocab
-    assert (m.num_layers, m.hidden_size) == (8, 1024)          # the file's shape, kept
+    assert (m.num_layers, m.hidden_size) == (8, 1024)  # the file's shape, kept
     # trainer.devices 8 x num_nodes 2 = 16 GPUs; dp = 16 / tp 2 = 8
     assert imported.job.num_gpus == 16 and imported.layout.dp == 8
 

@@ -22,33 +22,45 @@ from planner.presets import resolve_model
 from planner.search import SearchOptions, search
 from planner.validate import validate
 
-EXT = {"megatron": ".sh", "deepspeed": ".json", "torchtitan": ".toml", "nemo": ".yaml",
-       "megatron-bridge": ".yaml"}
+EXT = {
+    "megatron": ".sh",
+    "deepspeed": ".json",
+    "torchtitan": ".toml",
+    "nemo": ".yaml",
+    "megatron-bridge": ".yaml",
+}
 
 
 def _job(model: str, gpus: int, hardware: str = "h100-sxm", **training) -> Job:
     m = resolve_model(model)
-    return Job(model=m, hardware=resolve_hardware(hardware), num_gpus=gpus,
-               training=default_training(m, num_gpus=gpus, **training))
+    return Job(
+        model=m,
+        hardware=resolve_hardware(hardware),
+        num_gpus=gpus,
+        training=default_training(m, num_gpus=gpus, **training),
+    )
 
 
 def _read_back(tmp_path: Path, job: Job, plan, fw: str):
     text = export(job, plan.layout, fw, estimate=Estimate(memory=plan.memory, time=plan.time))
     path = tmp_path / f"plan-{fw}{EXT[fw]}"
     path.write_text(text)
-    imported = load_any(path, hardware=job.hardware.name, gpus=job.num_gpus,
-                        model=_preset(job))
+    imported = load_any(path, hardware=job.hardware.name, gpus=job.num_gpus, model=_preset(job))
     return imported, validate(imported.job, imported.layout, extra=imported.violations)
 
 
 def _preset(job: Job) -> str:
     from planner.frameworks.engines.writer import preset_key
+
     return preset_key(job.model)
 
 
 # the done-when: (model, GPUs) on H100, and which frameworks cannot train the model
-DONE_WHEN = [("llama3-70b", 2048, ()), ("llama3-405b", 16384, ()),
-             ("deepseek-v3", 1024, ("nemo", "deepspeed"))]
+DONE_WHEN = [
+    ("llama3-70b", 2048, ()),
+    ("llama3-405b", 16384, ()),
+    ("deepseek-v3", 1024, ("nemo", "deepspeed")),
+]
 
 
 @pytest.mark.parametrize("fw", runnable.TRAIN_FRAMEWORKS)
@@ -65,7 +77,7 @@ def test_framework_plan_exports_and_reads_back_the_same(tmp_path, model, gpus, c
     assert result.plans
     for p in result.plans:
         assert runnable.refusals(job, p.layout, fw) == []
-        assert runnable.runs_as(job, p.layout, fw) == p.layout     # ranked as it runs
+        assert runnable.runs_as(job, p.layout, fw) == p.layout  # ranked as it runs
     best = result.best
     imported, checked = _read_back(tmp_path, job, best, fw)
     assert imported.format == fw
@@ -84,6 +96,7 @@ def test_405b_torchtitan_no_longer_reads_back_at_twice_the_plan(tmp_path):
     as_run = runnable.runs_as(runnable.job_for(job, "torchtitan"), plain.layout, "torchtitan")
     assert (plain.layout.zero, as_run.zero) == (1, 2)
     from planner.cost import cost_model
+
     tt_job = runnable.job_for(job, "torchtitan")
     assert cost_model(tt_job).step_seconds(as_run) > 1.5 * plain.time.step_time_s
     fw_best = search(tt_job, SearchOptions(top=1, runs_as=runnable.allow("torchtitan"))).best
@@ -97,6 +110,7 @@ def test_without_framework_each_plan_says_who_runs_it():
     import json
 
     from planner.cli import main
+
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_:
         main(["plan", "--model", "llama3-70b", "--gpus", "2048", "--top", "5", "--json"])
@@ -113,16 +127,31 @@ def test_without_framework_each_plan_says_who_runs_it():
         assert "deepspeed" not in first["frameworks"]
 
 
-@pytest.mark.parametrize("argv,code,text", [
-    (["--model", "deepseek-v3", "--gpus", "1024", "--export", "nemo"], 1, "NeMo 1 cannot train"),
-    (["--model", "deepseek-v3", "--gpus", "1024", "--framework", "deepspeed"], 1,
-     "Megatron-DeepSpeed cannot train"),
-    (["--model", "llama3-8b", "--gpus", "8", "--framework", "jax"], 2, "--framework"),
-    (["--model", "llama3-8b", "--gpus", "8", "--framework", "nemo", "--export", "megatron"], 2,
-     "--export"),
-], ids=["dsv3-nemo", "dsv3-deepspeed", "unknown", "disagree"])
+@pytest.mark.parametrize(
+    "argv,code,text",
+    [
+        (
+            ["--model", "deepseek-v3", "--gpus", "1024", "--export", "nemo"],
+            1,
+            "NeMo 1 cannot train",
+        ),
+        (
+            ["--model", "deepseek-v3", "--gpus", "1024", "--framework", "deepspeed"],
+            1,
+            "Megatron-DeepSpeed cannot train",
+        ),
+        (["--model", "llama3-8b", "--gpus", "8", "--framework", "jax"], 2, "--framework"),
+        (
+            ["--model", "llama3-8b", "--gpus", "8", "--framework", "nemo", "--export", "megatron"],
+            2,
+            "--export",
+        ),
+    ],
+    ids=["dsv3-nemo", "dsv3-deepspeed", "unknown", "disagree"],
+)
 def test_framework_refusals_are_one_line(capsys, argv, code, text):
     from planner.cli import main
+
     with pytest.raises(SystemExit) as exit_:
         main(["plan"] + argv)
     assert exit_.value.code == code
@@ -132,25 +161,34 @@ def test_framework_refusals_are_one_line(capsys, argv, code, text):
 
 # ------------------------------------------------------------------ every setting in view
 
-SEARCHES = [("llama3-70b", 2048, {}), ("llama3-8b", 8, {"fix": "tp=4,pp=2,cp=1",
-                                                          "global_batch_size": 64}),
-            ("mixtral-8x7b", 64, {}), ("llama3-70b", 64, {})]
+SEARCHES = [
+    ("llama3-70b", 2048, {}),
+    ("llama3-8b", 8, {"fix": "tp=4,pp=2,cp=1", "global_batch_size": 64}),
+    ("mixtral-8x7b", 64, {}),
+    ("llama3-70b", 64, {}),
+]
 
 
 def _searched(model, gpus, kw):
     from planner.search import parse_fix
+
     kw = dict(kw)
     fix = parse_fix(kw.pop("fix", None))
     job = _job(model, gpus, **kw)
     result = search(job, SearchOptions(top=10, fix=fix))
-    result.plans = [p.__class__(p.rank, p.layout, p.memory, p.time, p.warnings,
-                                tuple(runnable.runnable(job, p.layout))) for p in result.plans]
+    result.plans = [
+        p.__class__(
+            p.rank, p.layout, p.memory, p.time, p.warnings, tuple(runnable.runnable(job, p.layout))
+        )
+        for p in result.plans
+    ]
     return result
 
 
 @pytest.mark.parametrize("model,gpus,kw", SEARCHES, ids=[f"{m}@{g}" for m, g, _ in SEARCHES])
 def test_rows_that_print_the_same_have_the_same_settings(model, gpus, kw):
     from planner.views.report import _plan_rows
+
     result = _searched(model, gpus, kw)
     rows, _ = _plan_rows(result)
     seen: dict[tuple, object] = {}
@@ -158,8 +196,10 @@ def test_rows_that_print_the_same_have_the_same_settings(model, gpus, kw):
         printed = tuple(v for k, v in sorted(row.items()) if k != "#")
         if printed in seen:
             other = seen[printed]
-            assert (other.memory.total, other.time.step_time_s) == \
-                (plan.memory.total, plan.time.step_time_s), printed
+            assert (other.memory.total, other.time.step_time_s) == (
+                plan.memory.total,
+                plan.time.step_time_s,
+            ), printed
             assert other.layout == plan.layout, printed
         seen[printed] = plan
 
@@ -168,20 +208,27 @@ def test_rows_that_print_the_same_have_the_same_settings(model, gpus, kw):
 def test_zero_stage_at_dp_cp_1_collapses(model, gpus, kw):
     result = _searched(model, gpus, kw)
     for i, a in enumerate(result.plans):
-        for b in result.plans[i + 1:]:
+        for b in result.plans[i + 1 :]:
             if a.layout.dp * a.layout.cp == 1 and a.layout.with_(zero=b.layout.zero) == b.layout:
-                assert (a.memory.total, a.time.step_time_s) != \
-                    (b.memory.total, b.time.step_time_s)
+                assert (a.memory.total, a.time.step_time_s) != (b.memory.total, b.time.step_time_s)
 
 
 def test_savers_column_shows_offload_and_bf16_states():
     from planner.layout import Layout
     from planner.savers import in_use
+
     job = _job("llama3-70b", 64)
-    lay = Layout(tp=8, dp=8, cpu_offloading_num_layers=40, grad_reduce_in_fp32=False,
-                 exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
+    lay = Layout(
+        tp=8,
+        dp=8,
+        cpu_offloading_num_layers=40,
+        grad_reduce_in_fp32=False,
+        exp_avg_dtype="bf16",
+        exp_avg_sq_dtype="bf16",
+    )
     assert in_use(lay, job.training) == ["off40", "bf16gm"]
     assert in_use(Layout(tp=8, dp=8, recompute="full", recompute_num_layers=2)) == ["full2"]
-    assert in_use(Layout(tp=8, dp=8, recompute="selective",
-                         recompute_modules=("core_attn", "layernorm"))) == ["sel+"]
+    assert in_use(
+        Layout(tp=8, dp=8, recompute="selective", recompute_modules=("core_attn", "layernorm"))
+    ) == ["sel+"]
     assert in_use(Layout(tp=8, dp=8)) == []

@@ -27,14 +27,28 @@ SCRIPT = ROOT / "tests" / "data" / "import" / "megatron_llama3_8b_fp8_1node.sh"
 # what validating these may warn about; anything else (or any error) is a regression
 NEAR_CAPACITY = {"memory-near-capacity"}
 SCRIPT_WARNINGS = NEAR_CAPACITY | {
-    "megatron-undecided-condition",   # `[ ! -f "$PRETRAIN_SCRIPT_PATH" ]`: taken as present
-    "megatron-sp-needs-tp",           # --sequence-parallel at TP 1 (Megatron turns it off)
-    "megatron-not-modelled",          # --empty-unused-memory-level (the published script)
+    "megatron-undecided-condition",  # `[ ! -f "$PRETRAIN_SCRIPT_PATH" ]`: taken as present
+    "megatron-sp-needs-tp",  # --sequence-parallel at TP 1 (Megatron turns it off)
+    "megatron-not-modelled",  # --empty-unused-memory-level (the published script)
 }
-FP8_SETTINGS = ("tp", "pp", "cp", "dp", "vpp", "micro_batch_size", "zero_stage", "recompute",
-                "sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
-                "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype",
-                "recompute_modules", "cpu_offloading_num_layers")
+FP8_SETTINGS = (
+    "tp",
+    "pp",
+    "cp",
+    "dp",
+    "vpp",
+    "micro_batch_size",
+    "zero_stage",
+    "recompute",
+    "sequence_parallel",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "grad_reduce_in_fp32",
+    "exp_avg_dtype",
+    "exp_avg_sq_dtype",
+    "recompute_modules",
+    "cpu_offloading_num_layers",
+)
 
 
 def _validate(runner, *args) -> tuple[int, dict]:
@@ -49,6 +63,7 @@ def _rules(report: dict, severity: str) -> set[str]:
 
 
 # ------------------------------------------------------------------ NVIDIA's FP8 example
+
 
 def test_the_fp8_example_fits_on_8_h100(runner):
     code, report = _validate(runner, EXAMPLE)
@@ -89,7 +104,8 @@ def test_the_fp8_script_validates_as_the_example_does(runner, script):
     # the script's NullTokenizer has 128,257 tokens (the preset 128,256): 128 more padded rows
     # in the embedding and the output layer, a few MiB of the ~80 GiB
     assert report["memory"]["total_bytes"] == pytest.approx(
-        example["memory"]["total_bytes"], rel=1e-3)
+        example["memory"]["total_bytes"], rel=1e-3
+    )
 
 
 def test_the_example_is_the_export_fixture_of_the_same_name():

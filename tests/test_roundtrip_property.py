@@ -27,16 +27,25 @@ from planner.presets import resolve_model  # noqa: E402
 from planner.search import SearchOptions, search  # noqa: E402
 from planner.validate import validate  # noqa: E402
 
-EXT = {"megatron": ".sh", "deepspeed": ".json", "torchtitan": ".toml", "nemo": ".yaml",
-       "megatron-bridge": ".yaml"}
+EXT = {
+    "megatron": ".sh",
+    "deepspeed": ".json",
+    "torchtitan": ".toml",
+    "nemo": ".yaml",
+    "megatron-bridge": ".yaml",
+}
 TRAIN_MODELS = ["llama3-8b", "llama3-70b", "mixtral-8x7b", "deepseek-v3"]
-SLOW = settings(max_examples=6, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow])
+SLOW = settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def _preset(model) -> str:
     from planner.frameworks.engines.writer import preset_key
+
     return preset_key(model)
 
 
@@ -48,9 +57,12 @@ def train_jobs(draw):
     gpus = smallest * draw(st.sampled_from([1, 2, 4]))
     seq = draw(st.sampled_from([4096, 8192]))
     gbs = draw(st.sampled_from([None, 256, 1024]))
-    return Job(model=m, hardware=resolve_hardware("h100-sxm"), num_gpus=gpus,
-               training=default_training(m, seq_length=seq, global_batch_size=gbs,
-                                         num_gpus=gpus))
+    return Job(
+        model=m,
+        hardware=resolve_hardware("h100-sxm"),
+        num_gpus=gpus,
+        training=default_training(m, seq_length=seq, global_batch_size=gbs, num_gpus=gpus),
+    )
 
 
 @SLOW
@@ -67,12 +79,13 @@ def test_training_plans_read_back_with_the_same_verdict_memory_and_time(tmp_path
                 continue
             try:
                 text = export(run_job, lay, fw)
-            except InfeasibleError as exc:      # refusals() must have said so
+            except InfeasibleError as exc:  # refusals() must have said so
                 pytest.fail(f"{fw} refused what refusals() passed: {exc.message}")
             path = tmp / f"{plan.rank}-{fw}{EXT[fw]}"
             path.write_text(text)
-            imported = load_any(path, hardware=job.hardware.name, gpus=job.num_gpus,
-                                model=_preset(job.model))
+            imported = load_any(
+                path, hardware=job.hardware.name, gpus=job.num_gpus, model=_preset(job.model)
+            )
             back = validate(imported.job, imported.layout, extra=imported.violations)
             cm = cost_model(run_job)
             mem, step = cm.memory(lay).total, cm.step_seconds(lay)
@@ -84,21 +97,29 @@ def test_training_plans_read_back_with_the_same_verdict_memory_and_time(tmp_path
     assert result.plans or result.suggestions
 
 
-SERVE_CASES = [("llama3-70b", 8, "h100-sxm"), ("llama3-8b", 8, "h100-sxm"),
-               ("qwen3-235b-a22b", 8, "b200"), ("deepseek-v3", 16, "h200"),
-               ("mixtral-8x7b", 8, "h100-sxm")]
+SERVE_CASES = [
+    ("llama3-70b", 8, "h100-sxm"),
+    ("llama3-8b", 8, "h100-sxm"),
+    ("qwen3-235b-a22b", 8, "b200"),
+    ("deepseek-v3", 16, "h200"),
+    ("mixtral-8x7b", 8, "h100-sxm"),
+]
 
 
 @st.composite
 def serve_jobs(draw):
     from planner.serve.specs import ServeJob, ServingSpec
+
     model, gpus, hw = draw(st.sampled_from(SERVE_CASES))
     engine = draw(st.sampled_from(["vllm", "sglang", "trtllm"]))
     isl = draw(st.sampled_from([1024, 2048, 8192]))
     osl = draw(st.sampled_from([256, 1024]))
-    return ServeJob(model=resolve_model(model), hardware=resolve_hardware(hw), num_gpus=gpus,
-                    serving=ServingSpec(precision="fp8", input_length=isl, output_length=osl,
-                                        engine=engine))
+    return ServeJob(
+        model=resolve_model(model),
+        hardware=resolve_hardware(hw),
+        num_gpus=gpus,
+        serving=ServingSpec(precision="fp8", input_length=isl, output_length=osl, engine=engine),
+    )
 
 
 def _serve_round_trip(tmp: Path, job, slo: bool):
@@ -108,12 +129,14 @@ def _serve_round_trip(tmp: Path, job, slo: bool):
     from planner.serve.search import ServeOptions
     from planner.serve.search import search as serve_search
     from planner.serve.validate import validate as serve_validate
-    opts = ServeOptions(top=3, tpot_s=0.05 if slo else None, ttft_s=3.0 if slo else None,
-                        accepts=accepts)
+
+    opts = ServeOptions(
+        top=3, tpot_s=0.05 if slo else None, ttft_s=3.0 if slo else None, accepts=accepts
+    )
     engine = job.serving.engine
     out = []
     for p in serve_search(job, opts).plans:
-        text = serve_export(job, p.layout, engine, estimate=p.estimate)   # accepted: it starts
+        text = serve_export(job, p.layout, engine, estimate=p.estimate)  # accepted: it starts
         path = tmp / f"{p.rank}-{engine}.sh"
         path.write_text(text)
         imported = load_any(path, hardware=job.hardware.name, model=_preset(job.model))
@@ -121,8 +144,12 @@ def _serve_round_trip(tmp: Path, job, slo: bool):
     return out
 
 
-@settings(max_examples=10, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=10,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(job=serve_jobs(), slo=st.booleans())
 def test_serving_plans_export_and_read_back_the_same_instances(tmp_path_factory, job, slo):
     """Every deployment ranked exports (the ranking keeps only what the engine starts) and
@@ -151,9 +178,13 @@ def test_the_default_engines_first_plan_always_exports():
     from planner.serve.search import ServeOptions
     from planner.serve.search import search as serve_search
     from planner.serve.specs import ServeJob, ServingSpec
-    job = ServeJob(model=resolve_model("deepseek-v3"), hardware=resolve_hardware("h200"),
-                   num_gpus=16, serving=ServingSpec(precision="fp8", input_length=2048,
-                                                   output_length=512))
+
+    job = ServeJob(
+        model=resolve_model("deepseek-v3"),
+        hardware=resolve_hardware("h200"),
+        num_gpus=16,
+        serving=ServingSpec(precision="fp8", input_length=2048, output_length=512),
+    )
     # without the engine's filter the ranking holds layouts vLLM refuses (ep 2 over 8 GPUs)
     plain = serve_search(job, ServeOptions(top=50))
     refused = [p for p in plain.plans if not accepts(job, p.layout)]
@@ -187,9 +218,13 @@ KNOWN = [
 @pytest.mark.parametrize("model,gpus,hw,engine", KNOWN)
 def test_serving_round_trip_gives_the_same_verdict_and_time(tmp_path, model, gpus, hw, engine):
     from planner.serve.specs import ServeJob, ServingSpec
-    job = ServeJob(model=resolve_model(model), hardware=resolve_hardware(hw), num_gpus=gpus,
-                   serving=ServingSpec(precision="fp8", input_length=2048, output_length=512,
-                                       engine=engine))
+
+    job = ServeJob(
+        model=resolve_model(model),
+        hardware=resolve_hardware(hw),
+        num_gpus=gpus,
+        serving=ServingSpec(precision="fp8", input_length=2048, output_length=512, engine=engine),
+    )
     for p, back in _serve_round_trip(tmp_path, job, True):
         assert back.valid
         assert back.estimate.concurrency == p.estimate.concurrency

@@ -35,21 +35,42 @@ H100 = resolve_hardware("h100-sxm")
 # A small MoE (no published numbers needed: the oracle checks the search against itself):
 # 8 experts top-2, GQA, SwiGLU, 14 layers so that pp 4 and pp 8 take the uneven
 # "embedding and loss count as a layer" split (3 + 2x4 + 3 and 1 + 6x2 + 1).
-TINY_MOE = ModelSpec(name="tiny-moe", num_layers=14, hidden_size=2048, ffn_hidden_size=5632,
-                     num_attention_heads=16, num_kv_heads=8, vocab_size=32000,
-                     activation="swiglu", num_experts=8, moe_top_k=2, seq_length=4096)
+TINY_MOE = ModelSpec(
+    name="tiny-moe",
+    num_layers=14,
+    hidden_size=2048,
+    ffn_hidden_size=5632,
+    num_attention_heads=16,
+    num_kv_heads=8,
+    vocab_size=32000,
+    activation="swiglu",
+    num_experts=8,
+    moe_top_k=2,
+    seq_length=4096,
+)
 
 
-def _job(model, num_gpus: int, *, seq: int | None = None, gbs: int | None = None,
-         hardware=H100) -> Job:
+def _job(
+    model, num_gpus: int, *, seq: int | None = None, gbs: int | None = None, hardware=H100
+) -> Job:
     m = get_preset(model) if isinstance(model, str) else model
-    return Job(model=m, hardware=hardware, num_gpus=num_gpus,
-               training=default_training(m, seq_length=seq, global_batch_size=gbs))
+    return Job(
+        model=m,
+        hardware=hardware,
+        num_gpus=num_gpus,
+        training=default_training(m, seq_length=seq, global_batch_size=gbs),
+    )
 
 
 def _errors(job: Job, lay: Layout, memory=None) -> list[str]:
-    ctx = Context(model=job.model, hardware=job.hardware, training=job.training,
-                  num_gpus=job.num_gpus, layout=lay, memory=memory)
+    ctx = Context(
+        model=job.model,
+        hardware=job.hardware,
+        training=job.training,
+        num_gpus=job.num_gpus,
+        layout=lay,
+        memory=memory,
+    )
     return [v.rule for v in check(ctx) if v.severity == "error"]
 
 
@@ -60,9 +81,15 @@ ORDER = {r: i for i, r in enumerate(RECOMPUTE)}
 
 def _saver_fields(sv) -> dict:
     dt = "bf16" if sv.bf16_states else "fp32"
-    return dict(recompute=sv.recompute, recompute_modules=sv.modules,
-                recompute_num_layers=sv.num_layers, cpu_offloading_num_layers=sv.offload_layers,
-                grad_reduce_in_fp32=not sv.bf16_states, exp_avg_dtype=dt, exp_avg_sq_dtype=dt)
+    return dict(
+        recompute=sv.recompute,
+        recompute_modules=sv.modules,
+        recompute_num_layers=sv.num_layers,
+        cpu_offloading_num_layers=sv.offload_layers,
+        grad_reduce_in_fp32=not sv.bf16_states,
+        exp_avg_dtype=dt,
+        exp_avg_sq_dtype=dt,
+    )
 
 
 def _oracle(job: Job, opts: SearchOptions):
@@ -77,35 +104,60 @@ def _oracle(job: Job, opts: SearchOptions):
     options = savers(m, dict(opts.fix))
     feasible = []
     for tp in (t for t in divisors(N) if t <= job.hardware.nvlink_domain_size):
-        cps = [c for c in (2**i for i in range(16)) if c <= opts.max_cp
-               and (N // tp) % c == 0 and 2 * c <= seq]
+        cps = [
+            c
+            for c in (2**i for i in range(16))
+            if c <= opts.max_cp and (N // tp) % c == 0 and 2 * c <= seq
+        ]
         for cp in cps:
             for pp in (p for p in divisors(N // (tp * cp)) if p <= L):
                 dp = N // (tp * cp * pp)
                 first, last = (split_options(L, pp) or [(None, None)])[0]
-                counts = stage_layer_counts(L, Layout(pp=pp, first_stage_layers=first,
-                                                      last_stage_layers=last))
-                vpps = [v for v in range(1, opts.max_vpp + 1)
-                        if any(c == int(c) and int(c) % v == 0 for c in counts)]
-                eps = ([(e, x) for e in divisors(m.num_experts) for x in sorted({1, tp})]
-                       if m.is_moe else [(1, tp)])
+                counts = stage_layer_counts(
+                    L, Layout(pp=pp, first_stage_layers=first, last_stage_layers=last)
+                )
+                vpps = [
+                    v
+                    for v in range(1, opts.max_vpp + 1)
+                    if any(c == int(c) and int(c) % v == 0 for c in counts)
+                ]
+                eps = (
+                    [(e, x) for e in divisors(m.num_experts) for x in sorted({1, tp})]
+                    if m.is_moe
+                    else [(1, tp)]
+                )
                 sps = [False, True] if tp > 1 else [False]
                 for (ep, etp), sp, vpp, mbs, zero, sv in itertools.product(
-                        eps, sps, vpps, range(1, opts.max_micro_batch + 1), range(4), options):
-                    lay = Layout(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, vpp=vpp, etp=etp, sp=sp,
-                                 zero=zero, micro_batch_size=mbs,
-                                 first_stage_layers=first, last_stage_layers=last,
-                                 tp_comm_overlap=sp and tp > 1, **_saver_fields(sv))
-                    ctx = Context(model=m, hardware=job.hardware, training=tr, num_gpus=N,
-                                  layout=lay)
+                    eps, sps, vpps, range(1, opts.max_micro_batch + 1), range(4), options
+                ):
+                    lay = Layout(
+                        tp=tp,
+                        cp=cp,
+                        ep=ep,
+                        dp=dp,
+                        pp=pp,
+                        vpp=vpp,
+                        etp=etp,
+                        sp=sp,
+                        zero=zero,
+                        micro_batch_size=mbs,
+                        first_stage_layers=first,
+                        last_stage_layers=last,
+                        tp_comm_overlap=sp and tp > 1,
+                        **_saver_fields(sv),
+                    )
+                    ctx = Context(
+                        model=m, hardware=job.hardware, training=tr, num_gpus=N, layout=lay
+                    )
                     # the hard rules without memory first (check's errors are exactly RULES)
                     # so that memory is estimated only where the layout tiles the GPUs
                     if any(fn(ctx) for _, fn in RULES):
                         continue
                     mem = cm.memory(lay)
                     # plan proposes only what passes every rule and keeps the headroom
-                    if _errors(job, lay, mem) or not fits(mem.total, mem.capacity,
-                                                          DEFAULT_HEADROOM):
+                    if _errors(job, lay, mem) or not fits(
+                        mem.total, mem.capacity, DEFAULT_HEADROOM
+                    ):
                         continue
                     feasible.append((sv, lay, mem))
     return feasible
@@ -115,14 +167,35 @@ def _key(lay: Layout, mem, tm) -> tuple:
     """The ranking order search.py documents: time, then the fewest numerics given up (bf16
     gradients, bf16 moments), then memory, then fewer model-parallel ranks, then the axes in
     order."""
-    compromises = ((not lay.grad_reduce_in_fp32) + (lay.exp_avg_dtype == "bf16")
-                   + (lay.exp_avg_sq_dtype == "bf16"))
-    return (tm.step_time_s, compromises, mem.total, lay.tp * lay.cp * lay.pp * lay.ep, lay.tp,
-            lay.cp, lay.ep, lay.pp, lay.vpp, lay.etp, lay.zero, lay.micro_batch_size,
-            ORDER[lay.recompute], len(lay.recompute_modules), lay.recompute_num_layers or 0,
-            lay.cpu_offloading_num_layers, not lay.grad_reduce_in_fp32, lay.exp_avg_dtype,
-            lay.exp_avg_sq_dtype, lay.sp, lay.moe_token_dispatcher,
-            lay.overlap_moe_expert_parallel_comm)
+    compromises = (
+        (not lay.grad_reduce_in_fp32)
+        + (lay.exp_avg_dtype == "bf16")
+        + (lay.exp_avg_sq_dtype == "bf16")
+    )
+    return (
+        tm.step_time_s,
+        compromises,
+        mem.total,
+        lay.tp * lay.cp * lay.pp * lay.ep,
+        lay.tp,
+        lay.cp,
+        lay.ep,
+        lay.pp,
+        lay.vpp,
+        lay.etp,
+        lay.zero,
+        lay.micro_batch_size,
+        ORDER[lay.recompute],
+        len(lay.recompute_modules),
+        lay.recompute_num_layers or 0,
+        lay.cpu_offloading_num_layers,
+        not lay.grad_reduce_in_fp32,
+        lay.exp_avg_dtype,
+        lay.exp_avg_sq_dtype,
+        lay.sp,
+        lay.moe_token_dispatcher,
+        lay.overlap_moe_expert_parallel_comm,
+    )
 
 
 def _fastest_variant(cm, lay: Layout):
@@ -133,8 +206,10 @@ def _fastest_variant(cm, lay: Layout):
     variants = [("allgather", False), ("alltoall", False)]
     if lay.recompute != "full":
         variants.append(("alltoall", True))
-    timed = [(lay.with_(moe_token_dispatcher=d, overlap_moe_expert_parallel_comm=o),)
-             for d, o in variants]
+    timed = [
+        (lay.with_(moe_token_dispatcher=d, overlap_moe_expert_parallel_comm=o),)
+        for d, o in variants
+    ]
     timed = [(v[0], cm.time(v[0])) for v in timed]
     return min(timed, key=lambda x: x[1].step_time_s)
 
@@ -169,9 +244,11 @@ def _least_recompute(job, feasible, opts):
 ORACLE_CASES = [("llama3-8b", 8), ("llama3-8b", 32), (TINY_MOE, 8), (TINY_MOE, 16)]
 
 
-@pytest.mark.parametrize("model, N", ORACLE_CASES,
-                         ids=[f"{m if isinstance(m, str) else m.name}-{n}gpu"
-                              for m, n in ORACLE_CASES])
+@pytest.mark.parametrize(
+    "model, N",
+    ORACLE_CASES,
+    ids=[f"{m if isinstance(m, str) else m.name}-{n}gpu" for m, n in ORACLE_CASES],
+)
 def test_search_agrees_with_the_brute_force_oracle(model, N):
     job = _job(model, N, seq=4096, gbs=64)
     opts = SearchOptions(top=5)
@@ -186,9 +263,10 @@ def test_search_agrees_with_the_brute_force_oracle(model, N):
     assert result.best.time.step_time_s == pytest.approx(best_tm.step_time_s, rel=1e-12)
     assert result.best.layout == best_lay
     # and the whole top K, in order
-    assert [p.layout for p in result.plans] == [lay for lay, _, _ in ranked[:opts.top]]
+    assert [p.layout for p in result.plans] == [lay for lay, _, _ in ranked[: opts.top]]
     assert [p.time.step_time_s for p in result.plans] == pytest.approx(
-        [tm.step_time_s for _, _, tm in ranked[:opts.top]], rel=1e-12)
+        [tm.step_time_s for _, _, tm in ranked[: opts.top]], rel=1e-12
+    )
 
 
 # ------------------------------------------------------------------------------ plans
@@ -228,17 +306,25 @@ def test_ranking_is_sorted_and_deterministic(key, N, seq, gbs):
     times = [p.time.step_time_s for p in first.plans]
     assert times == sorted(times)
     assert [p.rank for p in first.plans] == list(range(1, len(first.plans) + 1))
-    assert [(p.layout, p.time, p.memory) for p in first.plans] == \
-        [(p.layout, p.time, p.memory) for p in again.plans]
-    assert (first.searched, first.feasible, first.pruned) == \
-        (again.searched, again.feasible, again.pruned)
+    assert [(p.layout, p.time, p.memory) for p in first.plans] == [
+        (p.layout, p.time, p.memory) for p in again.plans
+    ]
+    assert (first.searched, first.feasible, first.pruned) == (
+        again.searched,
+        again.feasible,
+        again.pruned,
+    )
 
 
-@pytest.mark.parametrize("fix, want", [
-    ("tp=4,pp=2", dict(tp=4, pp=2)),
-    ("tp=8,recompute=full", dict(tp=8, recompute="full")),
-    ("mbs=2,zero=3", dict(micro_batch_size=2, zero=3)),
-], ids=["tp4-pp2", "tp8-full", "mbs2-zero3"])
+@pytest.mark.parametrize(
+    "fix, want",
+    [
+        ("tp=4,pp=2", dict(tp=4, pp=2)),
+        ("tp=8,recompute=full", dict(tp=8, recompute="full")),
+        ("mbs=2,zero=3", dict(micro_batch_size=2, zero=3)),
+    ],
+    ids=["tp4-pp2", "tp8-full", "mbs2-zero3"],
+)
 def test_fix_is_honoured(fix, want):
     job = _job("llama3-70b", 256)
     result = search(job, SearchOptions(top=10, fix=parse_fix(fix)))
@@ -248,14 +334,18 @@ def test_fix_is_honoured(fix, want):
             assert getattr(p.layout, axis) == value, p.layout
 
 
-@pytest.mark.parametrize("key, N, seq, opts", [
-    ("llama3-70b", 256, None, SearchOptions()),
-    ("llama3-70b", 256, None, SearchOptions(fix=parse_fix("tp=4,pp=2"))),
-    ("llama3-70b", 256, None, SearchOptions(sort_by="memory")),
-    ("mixtral-8x7b", 64, 4096, SearchOptions()),
-    ("llama3-405b", 8, None, SearchOptions()),          # nothing fits
-    ("gpt3-175b", 48, None, SearchOptions()),           # 48 = 2^4*3: tp 3 and 6 break rules
-], ids=["70b", "70b-fix", "70b-by-memory", "mixtral", "405b-8gpu", "175b-48gpu"])
+@pytest.mark.parametrize(
+    "key, N, seq, opts",
+    [
+        ("llama3-70b", 256, None, SearchOptions()),
+        ("llama3-70b", 256, None, SearchOptions(fix=parse_fix("tp=4,pp=2"))),
+        ("llama3-70b", 256, None, SearchOptions(sort_by="memory")),
+        ("mixtral-8x7b", 64, 4096, SearchOptions()),
+        ("llama3-405b", 8, None, SearchOptions()),  # nothing fits
+        ("gpt3-175b", 48, None, SearchOptions()),  # 48 = 2^4*3: tp 3 and 6 break rules
+    ],
+    ids=["70b", "70b-fix", "70b-by-memory", "mixtral", "405b-8gpu", "175b-48gpu"],
+)
 def test_searched_is_pruned_plus_feasible(key, N, seq, opts):
     result = search(_job(key, N, seq=seq), opts)
     assert result.searched == sum(result.pruned.values()) + result.feasible
@@ -273,31 +363,58 @@ def _space_size(job: Job, opts: SearchOptions) -> int:
     for tp in (t for t in divisors(N) if t <= job.hardware.nvlink_domain_size):
         eps = len(divisors(m.num_experts)) * len({1, tp}) if m.is_moe else 1
         sps = 2 if tp > 1 else 1
-        for cp in (c for c in (2**i for i in range(16)) if c <= opts.max_cp
-                   and (N // tp) % c == 0 and 2 * c <= seq):
+        for cp in (
+            c
+            for c in (2**i for i in range(16))
+            if c <= opts.max_cp and (N // tp) % c == 0 and 2 * c <= seq
+        ):
             for pp in (p for p in divisors(N // (tp * cp)) if p <= L):
                 splits = split_options(L, pp)
                 vpps = 1
                 if splits:
                     first, last = splits[0]
-                    lays = [Layout(tp=tp, cp=cp, dp=N // (tp * cp * pp), pp=pp, vpp=v,
-                                   first_stage_layers=first, last_stage_layers=last)
-                            for v in range(1, opts.max_vpp + 1)]
-                    vpps = sum(1 for lay in lays if not any(
-                        rule(Context(model=m, hardware=job.hardware, training=job.training,
-                                     num_gpus=N, layout=lay))
-                        for rule in (layers_divisible, vpp_needs_pp)))
+                    lays = [
+                        Layout(
+                            tp=tp,
+                            cp=cp,
+                            dp=N // (tp * cp * pp),
+                            pp=pp,
+                            vpp=v,
+                            first_stage_layers=first,
+                            last_stage_layers=last,
+                        )
+                        for v in range(1, opts.max_vpp + 1)
+                    ]
+                    vpps = sum(
+                        1
+                        for lay in lays
+                        if not any(
+                            rule(
+                                Context(
+                                    model=m,
+                                    hardware=job.hardware,
+                                    training=job.training,
+                                    num_gpus=N,
+                                    layout=lay,
+                                )
+                            )
+                            for rule in (layers_divisible, vpp_needs_pp)
+                        )
+                    )
                 size += leaf * eps * sps * vpps
     return size
 
 
-@pytest.mark.parametrize("key, N, seq", [
-    pytest.param("llama3-8b", 64, 4096, id="llama3-8b-64"),
-    pytest.param("llama2-13b", 64, 4096, id="llama2-13b-64-layers-pruned"),
-    pytest.param("gpt3-175b", 48, 2048, id="gpt3-175b-48"),
-    pytest.param("mixtral-8x7b", 32, 4096, id="mixtral-8x7b-32"),
-    pytest.param("llama3-8b", 24, 4096, id="llama3-8b-24-heads-pruned"),
-])
+@pytest.mark.parametrize(
+    "key, N, seq",
+    [
+        pytest.param("llama3-8b", 64, 4096, id="llama3-8b-64"),
+        pytest.param("llama2-13b", 64, 4096, id="llama2-13b-64-layers-pruned"),
+        pytest.param("gpt3-175b", 48, 2048, id="gpt3-175b-48"),
+        pytest.param("mixtral-8x7b", 32, 4096, id="mixtral-8x7b-32"),
+        pytest.param("llama3-8b", 24, 4096, id="llama3-8b-24-heads-pruned"),
+    ],
+)
 def test_searched_is_the_size_of_the_space(key, N, seq):
     # search.py: `pruned` counts "the whole subtree below the level where it fired", so
     # `searched` = pruned + feasible is every layout of the space, wherever the rules fire.
@@ -314,6 +431,7 @@ def test_seven_step_trace_has_seven_numbered_steps():
 
 # ------------------------------------------------------------------------------ Llama 3 405B
 
+
 def test_llama3_405b_production_layout_is_feasible_and_not_faster_than_the_top_plan():
     # Dubey et al. 2024 (arXiv:2407.21783) Table 4: Llama 3 405B pre-training on 16,384 H100,
     # TP 8, CP 1, PP 16, DP 128, seq 8192, 2,048 sequences per step (16 per DP group); §3.3.2:
@@ -322,13 +440,23 @@ def test_llama3_405b_production_layout_is_feasible_and_not_faster_than_the_top_p
     job = _job("llama3-405b", 16384, seq=8192, gbs=2048)
     assert split_options(126, 16) == [(7, 7)]
     cm = CostModel(job)
-    production = Layout(tp=8, cp=1, dp=128, pp=16, etp=8, sp=True, tp_comm_overlap=True,
-                        first_stage_layers=7, last_stage_layers=7)
+    production = Layout(
+        tp=8,
+        cp=1,
+        dp=128,
+        pp=16,
+        etp=8,
+        sp=True,
+        tp_comm_overlap=True,
+        first_stage_layers=7,
+        last_stage_layers=7,
+    )
     assert production.world_size == 16384
     assert production.num_microbatches(2048) == 16
     fitting = []
-    for mbs, vpp, rec, zero in itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8), RECOMPUTE,
-                                                 (0, 1, 2, 3)):
+    for mbs, vpp, rec, zero in itertools.product(
+        (1, 2, 4, 8, 16), (1, 2, 4, 8), RECOMPUTE, (0, 1, 2, 3)
+    ):
         lay = production.with_(micro_batch_size=mbs, vpp=vpp, recompute=rec, zero=zero)
         if not _errors(job, lay, cm.memory(lay)):
             fitting.append((cm.time(lay).step_time_s, lay))
@@ -338,15 +466,18 @@ def test_llama3_405b_production_layout_is_feasible_and_not_faster_than_the_top_p
     top = result.best
     assert top is not None
     assert _errors(job, top.layout, cm.memory(top.layout)) == []
-    print(f"\nLlama 3.1 405B on 16,384 H100: production TP8 PP16 DP128 (7/7 split), best fitting "
-          f"as {prod_lay.name} mbs {prod_lay.micro_batch_size} recompute {prod_lay.recompute} "
-          f"zero {prod_lay.zero}: {prod_s:.3f} s/step; search top {top.layout.name} "
-          f"mbs {top.layout.micro_batch_size} recompute {top.layout.recompute} zero "
-          f"{top.layout.zero}: {top.time.step_time_s:.3f} s/step")
+    print(
+        f"\nLlama 3.1 405B on 16,384 H100: production TP8 PP16 DP128 (7/7 split), best fitting "
+        f"as {prod_lay.name} mbs {prod_lay.micro_batch_size} recompute {prod_lay.recompute} "
+        f"zero {prod_lay.zero}: {prod_s:.3f} s/step; search top {top.layout.name} "
+        f"mbs {top.layout.micro_batch_size} recompute {top.layout.recompute} zero "
+        f"{top.layout.zero}: {top.time.step_time_s:.3f} s/step"
+    )
     assert top.time.step_time_s <= prod_s
 
 
 # ------------------------------------------------------------------------------ the CLI
+
 
 def test_cli_nothing_fits_exits_1_with_the_shortfall_and_suggestions(runner):
     result = runner.invoke(app, ["plan", "--model", "405b", "--gpus", "8"])
@@ -373,10 +504,11 @@ def test_cli_nothing_fits_json(runner):
 
 
 def test_cli_plan_json(runner):
-    result = runner.invoke(app, ["plan", "--model", "70b", "--gpus", "2048", "--top", "3",
-                                 "--json"])
+    result = runner.invoke(
+        app, ["plan", "--model", "70b", "--gpus", "2048", "--top", "3", "--json"]
+    )
     assert result.exit_code == 0, result.output
-    out = json.loads(result.stdout)   # one JSON object, nothing else on stdout
+    out = json.loads(result.stdout)  # one JSON object, nothing else on stdout
     assert {"plans", "searched", "feasible", "steps"} <= set(out)
     assert [p["rank"] for p in out["plans"]] == [1, 2, 3]
     for p in out["plans"]:
@@ -393,7 +525,9 @@ def test_cli_plan_human_output(runner):
     result = runner.invoke(app, ["plan", "--model", "70b", "--gpus", "2048", "--top", "3"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert any(line.startswith("Top 3 layouts for Llama 3 70B on 2048 x h100-sxm") for line in lines)
+    assert any(
+        line.startswith("Top 3 layouts for Llama 3 70B on 2048 x h100-sxm") for line in lines
+    )
     header = [line for line in lines if line.split()[:4] == ["#", "tp", "pp", "dp"]]
     assert len(header) == 1
     assert "Seven-step procedure" in result.stdout
@@ -428,37 +562,49 @@ def test_cli_sort_by_memory(runner):
 
 
 def test_cli_export_megatron_after_the_table(runner):
-    result = runner.invoke(app, ["plan", "--model", "70b", "--gpus", "2048", "--top", "3",
-                                 "--export", "megatron"])
+    result = runner.invoke(
+        app, ["plan", "--model", "70b", "--gpus", "2048", "--top", "3", "--export", "megatron"]
+    )
     assert result.exit_code == 0, result.output
     text = result.stdout
     assert "pretrain_gpt.py" in text
     assert text.index("Top 3 layouts") < text.index("searched ") < text.index("pretrain_gpt.py")
 
 
-@pytest.mark.parametrize("model, gpus", [("llama3-70b", 2048), ("mixtral-8x7b", 256)],
-                         ids=["70b-2048", "mixtral-256"])
+@pytest.mark.parametrize(
+    "model, gpus", [("llama3-70b", 2048), ("mixtral-8x7b", 256)], ids=["70b-2048", "mixtral-256"]
+)
 def test_two_processes_give_exactly_the_one_process_result(model, gpus, monkeypatch):
     # search.py splits the (tp, cp) pairs with a forked child on 2+ cores; the merge must
     # not change a count or a plan.
     m = get_preset(model)
-    job = Job(model=m, hardware=resolve_hardware("h100-sxm"), num_gpus=gpus,
-              training=default_training(m))
+    job = Job(
+        model=m, hardware=resolve_hardware("h100-sxm"), num_gpus=gpus, training=default_training(m)
+    )
     monkeypatch.delenv("PLANNER_SERIAL", raising=False)
     split = search(job)
     monkeypatch.setenv("PLANNER_SERIAL", "1")
     single = search(job)
-    assert (split.searched, split.feasible, split.evaluated, split.pruned) == \
-        (single.searched, single.feasible, single.evaluated, single.pruned)
-    assert [(p.layout, p.time.step_time_s) for p in split.plans] == \
-        [(p.layout, p.time.step_time_s) for p in single.plans]
+    assert (split.searched, split.feasible, split.evaluated, split.pruned) == (
+        single.searched,
+        single.feasible,
+        single.evaluated,
+        single.pruned,
+    )
+    assert [(p.layout, p.time.step_time_s) for p in split.plans] == [
+        (p.layout, p.time.step_time_s) for p in single.plans
+    ]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--global-batch-size", "0"], "--global-batch-size = 0"),
-    (["--seq-length", "0"], "--seq-length = 0"),
-    (["--precision", "fp8", "--hardware", "a100-80g"], "needs FP8 tensor cores"),
-], ids=["gbs-0", "seq-0", "fp8-on-a100"])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--global-batch-size", "0"], "--global-batch-size = 0"),
+        (["--seq-length", "0"], "--seq-length = 0"),
+        (["--precision", "fp8", "--hardware", "a100-80g"], "needs FP8 tensor cores"),
+    ],
+    ids=["gbs-0", "seq-0", "fp8-on-a100"],
+)
 def test_plan_rejects_inputs_no_layout_could_satisfy(runner, args, message):
     # A zero must not fall back to the default silently; FP8 on a GPU without FP8 tensor
     # cores is an input problem, not "no layout fits".
@@ -467,16 +613,21 @@ def test_plan_rejects_inputs_no_layout_could_satisfy(runner, args, message):
     assert message in result.stderr
 
 
-@pytest.mark.parametrize("gpus, fix", [
-    (1, "tp=2,pp=2,cp=2"),      # pinned degrees larger than the cluster
-    (48, "pp=4,vpp=2"),          # a pinned pp the seven steps cannot use with their tp
-    (8, "tp=3"),                 # a tp that does not divide the GPUs
-    (64, "pp=500"),              # more stages than layers
-], ids=["bigger-than-cluster", "pp-vpp", "tp-3", "pp-500"])
+@pytest.mark.parametrize(
+    "gpus, fix",
+    [
+        (1, "tp=2,pp=2,cp=2"),  # pinned degrees larger than the cluster
+        (48, "pp=4,vpp=2"),  # a pinned pp the seven steps cannot use with their tp
+        (8, "tp=3"),  # a tp that does not divide the GPUs
+        (64, "pp=500"),  # more stages than layers
+    ],
+    ids=["bigger-than-cluster", "pp-vpp", "tp-3", "pp-500"],
+)
 def test_pinned_axes_that_cannot_tile_give_a_clean_answer(runner, gpus, fix):
     # Found by fuzzing: these once divided by zero. Now: no layout (exit 1) or plans (exit 0),
     # never an internal error.
-    result = runner.invoke(app, ["plan", "--model", "mixtral-8x7b", "--gpus", str(gpus),
-                                 "--fix", fix])
+    result = runner.invoke(
+        app, ["plan", "--model", "mixtral-8x7b", "--gpus", str(gpus), "--fix", fix]
+    )
     assert result.exit_code in (0, 1), result.stderr
     assert "internal error" not in result.stderr

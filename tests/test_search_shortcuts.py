@@ -20,8 +20,9 @@ from planner.search.walk import _collect, _Counter, _Group, _groups, _tp_cp_pair
 
 def _job(model: str, gpus: int, hardware: str = "h100-sxm") -> Job:
     m = get_preset(model)
-    return Job(model=m, hardware=resolve_hardware(hardware), num_gpus=gpus,
-               training=default_training(m))
+    return Job(
+        model=m, hardware=resolve_hardware(hardware), num_gpus=gpus, training=default_training(m)
+    )
 
 
 def _leaves(job: Job, space: _Space, n: int, seed: int = 0):
@@ -35,8 +36,9 @@ def _leaves(job: Job, space: _Space, n: int, seed: int = 0):
         yield head, tail, rng.choice(space.zero), rng.choice(space.mbs), rng.choice(space.rec)
 
 
-@pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("mixtral-8x7b", 64),
-                                         ("llama3-70b", 128)])
+@pytest.mark.parametrize(
+    "model, gpus", [("deepseek-v3", 256), ("mixtral-8x7b", 64), ("llama3-70b", 128)]
+)
 def test_group_memory_totals_are_the_cost_models(model, gpus):
     job = _job(model, gpus)
     space, cm, fresh = _Space(job, SearchOptions()), cost_model(job), cost_model(job)
@@ -59,14 +61,23 @@ def test_built_leaves_are_the_base_with_each_piece_in_its_field(model, gpus):
         vpp, sp, zero = rng.choice(vpps), rng.choice(sps), rng.choice(space.zero)
         mbs, sv, (d, o) = rng.choice(space.mbs), rng.choice(space.rec), rng.choice(space.variants)
         dt = "bf16" if sv.bf16_states else "fp32"
-        built = _build(_head(base, vpp, sp), zero, mbs, sv, _tail(base, sp and base.tp > 1),
-                       (d, o))
+        built = _build(_head(base, vpp, sp), zero, mbs, sv, _tail(base, sp and base.tp > 1), (d, o))
         assert built == base.with_(
-            vpp=vpp, sp=sp, tp_comm_overlap=sp and base.tp > 1, zero=zero, micro_batch_size=mbs,
-            recompute=sv.recompute, recompute_modules=sv.modules,
-            recompute_num_layers=sv.num_layers, cpu_offloading_num_layers=sv.offload_layers,
-            grad_reduce_in_fp32=not sv.bf16_states, exp_avg_dtype=dt, exp_avg_sq_dtype=dt,
-            moe_token_dispatcher=d, overlap_moe_expert_parallel_comm=o)
+            vpp=vpp,
+            sp=sp,
+            tp_comm_overlap=sp and base.tp > 1,
+            zero=zero,
+            micro_batch_size=mbs,
+            recompute=sv.recompute,
+            recompute_modules=sv.modules,
+            recompute_num_layers=sv.num_layers,
+            cpu_offloading_num_layers=sv.offload_layers,
+            grad_reduce_in_fp32=not sv.bf16_states,
+            exp_avg_dtype=dt,
+            exp_avg_sq_dtype=dt,
+            moe_token_dispatcher=d,
+            overlap_moe_expert_parallel_comm=o,
+        )
         # set slot by slot (space._layout_maker): the same object as Layout's own __init__ makes
         rebuilt = type(built)(**{f.name: getattr(built, f.name) for f in fields(built)})
         assert hash(built) == hash(rebuilt) and repr(built) == repr(rebuilt)
@@ -100,8 +111,9 @@ def test_scaled_bound_sum_is_the_lower_bound():
             full = cm.scale_bound(cm.bound_sum(on), on.pp, on.vpp, on.dp, on.micro_batch_size, ends)
             assert ends and full == cm.time_lower_bound(on) <= cm.time(on).step_time_s * (1 + 1e-12)
             assert cost_model(job).bound_parts(on) == (cm.bound_sum(on), ends)
-            assert full > cm.scale_bound(cm.bound_sum(on), on.pp, on.vpp, on.dp,
-                                         on.micro_batch_size)
+            assert full > cm.scale_bound(
+                cm.bound_sum(on), on.pp, on.vpp, on.dp, on.micro_batch_size
+            )
 
 
 @pytest.mark.parametrize("model, gpus", [("deepseek-v3", 512), ("mixtral-8x7b", 256)])
@@ -113,8 +125,9 @@ def test_shares_ranked_alone_time_every_contender_the_whole_ranking_needs(model,
     shares = [_collect(job, space, cm, opts, pairs[k::3]) for k in range(3)]
     cands, known = [], {}
     for _, share, _ in shares:
-        known.update({len(cands) + i: got for i, got in
-                      _by_bound(share, opts.top, space, cm)[2].items()})
+        known.update(
+            {len(cands) + i: got for i, got in _by_bound(share, opts.top, space, cm)[2].items()}
+        )
         cands += share
     scored, timed, missing = _by_bound(cands, opts.top, space, cm, known)
     assert missing == {}
@@ -129,14 +142,21 @@ def test_two_processes_give_exactly_the_one_process_result_for_moe(model, gpus, 
     split = search(job)
     monkeypatch.setenv("PLANNER_SERIAL", "1")
     single = search(job)
-    assert (split.searched, split.feasible, split.evaluated, split.timed, split.pruned) == \
-        (single.searched, single.feasible, single.evaluated, single.timed, single.pruned)
-    assert [(p.layout, p.memory, p.time) for p in split.plans] == \
-        [(p.layout, p.memory, p.time) for p in single.plans]
+    assert (split.searched, split.feasible, split.evaluated, split.timed, split.pruned) == (
+        single.searched,
+        single.feasible,
+        single.evaluated,
+        single.timed,
+        single.pruned,
+    )
+    assert [(p.layout, p.memory, p.time) for p in split.plans] == [
+        (p.layout, p.memory, p.time) for p in single.plans
+    ]
 
 
-@pytest.mark.skipif(not hasattr(os, "fork") or (os.cpu_count() or 1) < 2,
-                    reason="one process: nothing crosses")
+@pytest.mark.skipif(
+    not hasattr(os, "fork") or (os.cpu_count() or 1) < 2, reason="one process: nothing crosses"
+)
 def test_the_child_process_results_arrive_unpickled(monkeypatch):
     # the parent redoes what a failed child left undone, so the results above would hold
     # even if what the child sends back (counters, heads and tails, savers, layouts) no
@@ -144,6 +164,7 @@ def test_the_child_process_results_arrive_unpickled(monkeypatch):
     import pickle
 
     from planner.search import pool
+
     monkeypatch.delenv("PLANNER_SERIAL", raising=False)
     seen = []
     waitpid, loads = os.waitpid, pickle.loads
@@ -165,8 +186,9 @@ def test_the_child_process_results_arrive_unpickled(monkeypatch):
     assert seen[1][0] == "pairs" and seen[1][1] > 0
 
 
-@pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("qwen3-235b-a22b", 128),
-                                         ("llama3-70b", 128)])
+@pytest.mark.parametrize(
+    "model, gpus", [("deepseek-v3", 256), ("qwen3-235b-a22b", 128), ("llama3-70b", 128)]
+)
 def test_step_time_parts_shared_across_zero_and_dispatchers_are_exact(model, gpus):
     # time() caches its pipeline part without ZeRO and its DP part without the fields it
     # reads only through the compute windows: a warm cost model (every ZeRO stage,
@@ -179,8 +201,11 @@ def test_step_time_parts_shared_across_zero_and_dispatchers_are_exact(model, gpu
         for z in space.zero:
             for d, o in space.variants:
                 for other in space.rec:
-                    warm.time(group.layout(z, mbs, other).with_(
-                        moe_token_dispatcher=d, overlap_moe_expert_parallel_comm=o))
+                    warm.time(
+                        group.layout(z, mbs, other).with_(
+                            moe_token_dispatcher=d, overlap_moe_expert_parallel_comm=o
+                        )
+                    )
         for d, o in space.variants:
             one = lay.with_(moe_token_dispatcher=d, overlap_moe_expert_parallel_comm=o)
             fresh = cost_model(job).time(one)

@@ -53,7 +53,7 @@ def test_every_printed_suggestion_makes_plan_exit_0(runner, base):
         fixed = runner.invoke(app, ["plan", *_apply(base, sugg), "--json", "--top", "1"])
         assert fixed.exit_code == 0, (sugg["option"], fixed.output[-400:])
         best = json.loads(fixed.stdout)["plans"][0]
-        assert best["layout"] == sugg["layout"]       # the layout the suggestion promised
+        assert best["layout"] == sugg["layout"]  # the layout the suggestion promised
 
 
 def test_the_binding_constraint_is_named(runner):
@@ -73,8 +73,9 @@ def test_the_binding_constraint_is_named(runner):
 
 def test_suggestions_for_100_gpus_name_the_batch_and_the_gpu_counts(runner):
     """The issue's example: 96 and 128 GPUs fit, and so do batches that dp 5 divides."""
-    out = json.loads(runner.invoke(app, ["plan", "--model", "70b", "--gpus", "100",
-                                         "--json"]).stdout)
+    out = json.loads(
+        runner.invoke(app, ["plan", "--model", "70b", "--gpus", "100", "--json"]).stdout
+    )
     options = [s["option"] for s in out["suggested"]]
     assert "--gpus 96" in options and "--gpus 128" in options
     batches = [int(o.split()[1]) for o in options if o.startswith("--global-batch-size")]

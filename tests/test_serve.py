@@ -38,7 +38,7 @@ H100 = resolve_hardware("h100-sxm")
 
 def _model(name: str):
     m = get_preset(name)
-    if name == "deepseek-v3":   # DeepSeek-V3 config.json: num_nextn_predict_layers 1 (MTP)
+    if name == "deepseek-v3":  # DeepSeek-V3 config.json: num_nextn_predict_layers 1 (MTP)
         m = m.model_copy(update={"mtp_num_layers": 1})
     return m
 
@@ -56,11 +56,12 @@ def agg(tp=1, pp=1, ep=1, dp=1, adp=False, replicas=1) -> ServeLayout:
 
 # ------------------------------------------------------------------------------ KV cache
 
+
 def test_kv_bytes_per_token_llama3_70b_gqa():
     # Llama 3 70B (Meta-Llama-3-70B config.json): 80 layers, 8 KV heads (GQA), head dim
     # 8192 / 64 = 128. K and V per token: 2 x 80 x 8 x 128 = 163,840 values; bf16 = 2 bytes.
     m = get_preset("llama3-70b")
-    assert kv_bytes_per_token_model(m, "bf16") == 2 * 80 * 8 * 128 * 2 == 327_680   # 320 KiB
+    assert kv_bytes_per_token_model(m, "bf16") == 2 * 80 * 8 * 128 * 2 == 327_680  # 320 KiB
     assert kv_bytes_per_token_model(m, "fp8") == 163_840
     # per GPU and layer: tp 2 holds 4 heads; tp 8 one head; tp 16 > 8 heads replicates each
     # head on two GPUs, so still one head (2 x 1 x 128 x 2 bytes) per GPU
@@ -117,8 +118,11 @@ def test_the_engines_size_the_kv_cache_differently():
         st = engine_settings(job, inst)
         W, A, Ot, M = 30e9, 2e9, 3e9, 80e9
         kv = kv_budget(st, capacity=M, weights=W, activations=A, other=Ot)
-        expected = {"vllm": 0.9 * M - W - A - Ot, "sglang": 0.9 * M - W,
-                    "trtllm": 0.9 * (M - W - A - Ot)}[engine]
+        expected = {
+            "vllm": 0.9 * M - W - A - Ot,
+            "sglang": 0.9 * M - W,
+            "trtllm": 0.9 * (M - W - A - Ot),
+        }[engine]
         assert kv == pytest.approx(expected)
     # SGLang's default fraction: (M - reserved) / M, reserved 9.5 + tp*pp/2 GiB under 90 GiB
     st = engine_settings(job_of(engine="sglang"), inst)
@@ -127,14 +131,24 @@ def test_the_engines_size_the_kv_cache_differently():
 
 # ------------------------------------------------------------------------------ time model
 
+
 def _simple_hw(alpha_us: float):
     """An H100 whose serving parameters make the decode step a hand sum: every efficiency 1,
     no fixed costs but the all-reduce latency alpha per ring step."""
-    cal = ServingCalibration(hbm_efficiency=1, gemm_efficiency=1, gemm_half_tokens=0,
-                             moe_efficiency=1, attention_efficiency=1, layer_overhead_us=0,
-                             step_overhead_us=0, sequence_overhead_us=0, request_overhead_us=0,
-                             link_efficiency=1, allreduce_latency_us=alpha_us,
-                             graph_layer_overhead_us=0)
+    cal = ServingCalibration(
+        hbm_efficiency=1,
+        gemm_efficiency=1,
+        gemm_half_tokens=0,
+        moe_efficiency=1,
+        attention_efficiency=1,
+        layer_overhead_us=0,
+        step_overhead_us=0,
+        sequence_overhead_us=0,
+        request_overhead_us=0,
+        link_efficiency=1,
+        allreduce_latency_us=alpha_us,
+        graph_layer_overhead_us=0,
+    )
     return H100.model_copy(update={"serving_calibration": cal})
 
 
@@ -166,8 +180,14 @@ def test_pp_raises_ttft():
     # step's fixed cost (step_overhead_us); tp 8 splits each layer's work instead, so it
     # prefills faster.
     job = job_of(batching="static", concurrency=1)
-    ttft = {name: estimate(job, lay).ttft_s for name, lay in
-            (("tp4", agg(tp=4, replicas=2)), ("tp4-pp2", agg(tp=4, pp=2)), ("tp8", agg(tp=8)))}
+    ttft = {
+        name: estimate(job, lay).ttft_s
+        for name, lay in (
+            ("tp4", agg(tp=4, replicas=2)),
+            ("tp4-pp2", agg(tp=4, pp=2)),
+            ("tp8", agg(tp=8)),
+        )
+    }
     cost = ServeCost(job, Instance(tp=4, pp=2))
     hop = p2p_time(2048 * 8192 * 2, cost.pp_link)
     step = H100.serving_calibration.step_overhead_us * 1e-6
@@ -179,10 +199,15 @@ def test_pp_raises_ttft():
 def test_speculative_decoding_tokens_per_step():
     # Leviathan et al. 2023, eq. 1: E[tokens] = (1 - a^(k+1)) / (1 - a)
     assert accepted_tokens(1, 0.5) == pytest.approx(1.5)
-    assert accepted_tokens(3, 0.8) == pytest.approx((1 - 0.8 ** 4) / 0.2)
+    assert accepted_tokens(3, 0.8) == pytest.approx((1 - 0.8**4) / 0.2)
     base = job_of("deepseek-v3", "h200", 8, concurrency=4)
-    spec = job_of("deepseek-v3", "h200", 8, concurrency=4,
-                  speculative={"method": "mtp", "num_tokens": 1, "acceptance_rate": 0.8})
+    spec = job_of(
+        "deepseek-v3",
+        "h200",
+        8,
+        concurrency=4,
+        speculative={"method": "mtp", "num_tokens": 1, "acceptance_rate": 0.8},
+    )
     lay = agg(tp=8)
     # at small batches decode is bound by the weight stream: verifying 2 tokens costs about
     # one step, and 1.8 tokens come out of it
@@ -201,25 +226,29 @@ def test_continuous_batching_throughput_is_littles_law_over_a_groups_cycle():
     # chunk_groups(...) chunk steps; a group's cycle is its own chunk step and its 511 later
     # tokens, so each replica serves 64 x 512 tokens per (511 x TPOT + that chunk step)
     from planner.serve.estimate import chunk_groups
+
     job = job_of(concurrency=64)
     est = estimate(job, agg(tp=4, replicas=2))
     cost = ServeCost(job, Instance(tp=4))
     n, g = chunk_groups(64, 2048, 8192)
-    own = cost.interval(seqs=64 - g, ctx=2048 + 256, prefill=g * 2048, span=1024, requests=g,
-                        eager=1.0).total
+    own = cost.interval(
+        seqs=64 - g, ctx=2048 + 256, prefill=g * 2048, span=1024, requests=g, eager=1.0
+    ).total
     assert est.output_tokens_per_s == pytest.approx(2 * 64 * 512 / (511 * est.tpot_s + own))
     assert est.output_tokens_per_s_per_user == pytest.approx(1 / est.tpot_s)
 
 
 def test_disaggregated_throughput_is_the_slower_pool():
     job = job_of(concurrency=64)
-    lay = ServeLayout(prefill=Instance(tp=2), decode=Instance(tp=4), prefill_workers=2,
-                      decode_workers=1)
+    lay = ServeLayout(
+        prefill=Instance(tp=2), decode=Instance(tp=4), prefill_workers=2, decode_workers=1
+    )
     est = estimate(job, lay)
     from planner.serve.estimate import prefill_pool
+
     one, per_worker, chunk_s = prefill_pool(job, ServeCost(job, Instance(tp=2)))
-    decode_rate = 64 / est.tpot_s / 512            # requests/s of the one decode worker
-    prefill_rate = 2 * per_worker                  # of the two prefill workers
+    decode_rate = 64 / est.tpot_s / 512  # requests/s of the one decode worker
+    prefill_rate = 2 * per_worker  # of the two prefill workers
     assert est.output_tokens_per_s == pytest.approx(min(decode_rate, prefill_rate) * 512)
     # TTFT: the prefill worker at load u = decode rate / prefill capacity takes between one
     # prompt alone and a full chunk, then the KV cache moves to the decode worker
@@ -229,6 +258,7 @@ def test_disaggregated_throughput_is_the_slower_pool():
 
 
 # ---------------------------------------------------------------------------------- search
+
 
 def test_search_ranks_what_meets_the_slos_by_tokens_per_gpu():
     job = job_of()
@@ -250,8 +280,11 @@ def test_pareto_front_is_not_dominated():
     for a in front:
         for b in front:
             if a is not b:
-                assert not (b.per_user >= a.per_user and b.per_gpu > a.per_gpu * (1 + 1e-9)
-                            and b.per_user > a.per_user * (1 + 1e-9))
+                assert not (
+                    b.per_user >= a.per_user
+                    and b.per_gpu > a.per_gpu * (1 + 1e-9)
+                    and b.per_user > a.per_user * (1 + 1e-9)
+                )
     again = pareto_front(front)
     assert [c.layout for c in again] == [c.layout for c in front]
 
@@ -271,13 +304,17 @@ def test_moe_search_places_experts_and_attention_dp():
 
 # --------------------------------------------------------------------------------- exports
 
+
 def _engine_flags(name: str) -> set[str]:
     lines = (FLAGS / name).read_text().splitlines()
     return {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
 
 
-ENGINE_LISTS = {"vllm": "vllm-0.11.txt", "sglang": "sglang-0.5.8.txt",
-                "trtllm": "trtllm-serve-1.x.txt"}
+ENGINE_LISTS = {
+    "vllm": "vllm-0.11.txt",
+    "sglang": "sglang-0.5.8.txt",
+    "trtllm": "trtllm-serve-1.x.txt",
+}
 
 
 def _command_flags(text: str) -> set[str]:
@@ -295,15 +332,29 @@ EXPORT_CASES = [
     pytest.param("llama3-70b", "h100-sxm", 8, agg(tp=2, replicas=4), {}, id="dense-replicas"),
     pytest.param("llama3-70b", "h100-sxm", 8, agg(tp=4, pp=2), {}, id="dense-pp"),
     pytest.param("llama3-405b", "h100-sxm", 16, agg(tp=8, pp=2), {}, id="two-nodes"),
-    pytest.param("qwen3-235b-a22b", "h200", 8, agg(tp=1, dp=8, adp=True, ep=8), {}, id="moe-adp-ep"),
+    pytest.param(
+        "qwen3-235b-a22b", "h200", 8, agg(tp=1, dp=8, adp=True, ep=8), {}, id="moe-adp-ep"
+    ),
     pytest.param("mixtral-8x7b", "h100-sxm", 8, agg(tp=4, ep=4, replicas=2), {}, id="moe-ep-tp"),
     pytest.param("llama3-70b", "b200", 8, agg(tp=1, replicas=8), {"precision": "fp4"}, id="fp4"),
-    pytest.param("llama3-70b", "h100-sxm", 8,
-                 ServeLayout(prefill=Instance(tp=2), decode=Instance(tp=4), prefill_workers=2,
-                             decode_workers=1), {}, id="disaggregated"),
-    pytest.param("deepseek-v3", "b200", 8, agg(tp=8),
-                 {"speculative": {"method": "mtp", "num_tokens": 2, "acceptance_rate": 0.7}},
-                 id="mtp"),
+    pytest.param(
+        "llama3-70b",
+        "h100-sxm",
+        8,
+        ServeLayout(
+            prefill=Instance(tp=2), decode=Instance(tp=4), prefill_workers=2, decode_workers=1
+        ),
+        {},
+        id="disaggregated",
+    ),
+    pytest.param(
+        "deepseek-v3",
+        "b200",
+        8,
+        agg(tp=8),
+        {"speculative": {"method": "mtp", "num_tokens": 2, "acceptance_rate": 0.7}},
+        id="mtp",
+    ),
 ]
 
 
@@ -311,8 +362,12 @@ EXPORT_CASES = [
 @pytest.mark.parametrize("model, hw, gpus, layout, serving", EXPORT_CASES)
 def test_every_exported_flag_exists_in_the_engines_list(engine, model, hw, gpus, layout, serving):
     job = job_of(model, hw, gpus, engine=engine, **serving)
-    if engine == "trtllm" and layout.instance is not None and layout.instance.dp_attention \
-            and layout.instance.tp > 1:
+    if (
+        engine == "trtllm"
+        and layout.instance is not None
+        and layout.instance.dp_attention
+        and layout.instance.tp > 1
+    ):
         pytest.skip("TRT-LLM attention DP runs attention with TP 1")
     text = export(job, layout, engine, estimate=estimate(job, layout))
     flags = _command_flags(text)
@@ -324,16 +379,24 @@ def test_every_exported_flag_exists_in_the_engines_list(engine, model, hw, gpus,
 
 def test_vllm_export_of_partial_expert_parallelism_is_refused():
     from planner.errors import InfeasibleError
+
     job = job_of("qwen3-235b-a22b", "h200", 8, engine="vllm")
     with pytest.raises(InfeasibleError, match="vLLM's expert parallelism spans all"):
         export(job, agg(tp=1, dp=8, adp=True, ep=4), "vllm")
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
-@pytest.mark.parametrize("layout", [agg(tp=2, replicas=4), agg(tp=4, pp=2),
-                                    ServeLayout(prefill=Instance(tp=2), decode=Instance(tp=4),
-                                                prefill_workers=2, decode_workers=1)],
-                         ids=["replicas", "pp", "disaggregated"])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        agg(tp=2, replicas=4),
+        agg(tp=4, pp=2),
+        ServeLayout(
+            prefill=Instance(tp=2), decode=Instance(tp=4), prefill_workers=2, decode_workers=1
+        ),
+    ],
+    ids=["replicas", "pp", "disaggregated"],
+)
 def test_validate_reads_the_export_back(runner, tmp_path, engine, layout):
     job = job_of(engine=engine, concurrency=64)
     est = estimate(job, layout)
@@ -355,24 +418,28 @@ def test_a_command_line_without_the_request_shape_is_one_error(runner, tmp_path)
     assert result.exit_code == 2, result.output
     assert result.stderr.count("\n") == 1
     assert "isl=2048 osl=512" in result.stderr and "Traceback" not in result.output
-    path.write_text("# planner serve: isl=2048 osl=512\n"
-                    "vllm serve meta-llama/Meta-Llama-3-70B-Instruct --tensor-parallel-size 8 "
-                    "--enable-chunked-prefill --quantization fp8\n")
+    path.write_text(
+        "# planner serve: isl=2048 osl=512\n"
+        "vllm serve meta-llama/Meta-Llama-3-70B-Instruct --tensor-parallel-size 8 "
+        "--enable-chunked-prefill --quantization fp8\n"
+    )
     result = runner.invoke(app, ["validate", str(path), "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["layout"]["tp"] == 8 and out["job"]["model"] == "Llama 3 70B"
-    assert out["job"]["kv_cache_dtype"] == "bf16"       # vLLM's auto: the model's dtype
+    assert out["job"]["kv_cache_dtype"] == "bf16"  # vLLM's auto: the model's dtype
     assert [w["rule"] for w in out["warnings"]] == ["vllm-flag-not-modelled"]
     assert "--enable-chunked-prefill" in out["warnings"][0]["message"]
 
 
 # ------------------------------------------------------------------------------------- CLI
 
-SERVE_YAML = ("model: llama3-70b\nhardware: h100-sxm\nnum_gpus: 8\n"
-              "serving:\n  precision: fp8\n  input_length: 2048\n  output_length: 512\n"
-              "  concurrency: 64\n  engine: vllm\n{extra}"
-              "parallel:\n  tp: 8\n{parallel}")
+SERVE_YAML = (
+    "model: llama3-70b\nhardware: h100-sxm\nnum_gpus: 8\n"
+    "serving:\n  precision: fp8\n  input_length: 2048\n  output_length: 512\n"
+    "  concurrency: 64\n  engine: vllm\n{extra}"
+    "parallel:\n  tp: 8\n{parallel}"
+)
 
 
 def test_validate_serving_yaml_json_contract(runner, tmp_path):
@@ -382,15 +449,30 @@ def test_validate_serving_yaml_json_contract(runner, tmp_path):
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert {"valid", "errors", "warnings", "layout", "memory", "latency", "throughput"} <= set(out)
-    assert set(out["memory"]) == {"weights_bytes", "kv_cache_bytes", "activations_bytes",
-                                  "other_bytes", "total_bytes", "capacity_bytes",
-                                  "kv_tokens_capacity", "max_concurrency"}
+    assert set(out["memory"]) == {
+        "weights_bytes",
+        "kv_cache_bytes",
+        "activations_bytes",
+        "other_bytes",
+        "total_bytes",
+        "capacity_bytes",
+        "kv_tokens_capacity",
+        "max_concurrency",
+    }
     # the 80% intervals (issue 23; docs/calibration.md): e2e only for static batching
-    assert set(out["latency"]) == {"ttft_s", "tpot_s", "e2e_s", "ttft_s_interval",
-                                   "tpot_s_interval"}
-    assert set(out["throughput"]) == {"output_tokens_per_s", "output_tokens_per_s_per_gpu",
-                                      "output_tokens_per_s_per_user",
-                                      "output_tokens_per_s_interval"}
+    assert set(out["latency"]) == {
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "ttft_s_interval",
+        "tpot_s_interval",
+    }
+    assert set(out["throughput"]) == {
+        "output_tokens_per_s",
+        "output_tokens_per_s_per_gpu",
+        "output_tokens_per_s_per_user",
+        "output_tokens_per_s_interval",
+    }
     assert out["format"] == "serve" and out["layout"]["tp"] == 8
     t = out["throughput"]
     assert t["output_tokens_per_s_per_gpu"] == pytest.approx(t["output_tokens_per_s"] / 8)
@@ -401,23 +483,40 @@ def test_validate_serving_yaml_json_contract(runner, tmp_path):
 
 
 BAD_SERVE = [
-    pytest.param("  concurrency: 0\n", "", ["serving.concurrency", "at least 1"], id="concurrency-0"),
-    pytest.param("  concurrency: lots\n", "", ["serving.concurrency", "'lots'", '"max"'],
-                 id="concurrency-word"),
+    pytest.param(
+        "  concurrency: 0\n", "", ["serving.concurrency", "at least 1"], id="concurrency-0"
+    ),
+    pytest.param(
+        "  concurrency: lots\n",
+        "",
+        ["serving.concurrency", "'lots'", '"max"'],
+        id="concurrency-word",
+    ),
     pytest.param("  engine: tgi\n", "", ["serving.engine = 'tgi'", "'vllm'"], id="engine-unknown"),
-    pytest.param("  precison: fp8\n", "", ["unknown key 'serving.precison'", "did you mean 'precision'"],
-                 id="unknown-serving-key"),
+    pytest.param(
+        "  precison: fp8\n",
+        "",
+        ["unknown key 'serving.precison'", "did you mean 'precision'"],
+        id="unknown-serving-key",
+    ),
     pytest.param("  kv_cache_dtype: fp4\n", "", ["serving.kv_cache_dtype = 'fp4'"], id="kv-fp4"),
-    pytest.param("  speculative: {method: draft, acceptance_rate: 0.7}\n", "",
-                 ["method draft needs draft_model"], id="draft-without-model"),
-    pytest.param("", "  prefill: {tp: 2}\n", ["needs both prefill: and decode:"], id="prefill-only"),
+    pytest.param(
+        "  speculative: {method: draft, acceptance_rate: 0.7}\n",
+        "",
+        ["method draft needs draft_model"],
+        id="draft-without-model",
+    ),
+    pytest.param(
+        "", "  prefill: {tp: 2}\n", ["needs both prefill: and decode:"], id="prefill-only"
+    ),
     pytest.param("", "  replicas: 0\n", ["parallel.replicas = 0"], id="replicas-0"),
 ]
 
 
 @pytest.mark.parametrize("extra, parallel, expected", BAD_SERVE)
-def test_bad_serving_configs_are_one_error_line_and_exit_2(runner, tmp_path, extra, parallel,
-                                                           expected):
+def test_bad_serving_configs_are_one_error_line_and_exit_2(
+    runner, tmp_path, extra, parallel, expected
+):
     path = tmp_path / "serve.yaml"
     text = SERVE_YAML.format(extra=extra, parallel=parallel)
     if "concurrency" in extra:
@@ -432,7 +531,7 @@ def test_bad_serving_configs_are_one_error_line_and_exit_2(runner, tmp_path, ext
         assert part in lines[0]
 
 
-RULE_BREAKS = [   # (engine, parallel: block, the rule)
+RULE_BREAKS = [  # (engine, parallel: block, the rule)
     pytest.param("vllm", "  tp: 3\n", "heads-divisible-by-tp", id="tp-3"),
     pytest.param("vllm", "  tp: 8\n  ep: 2\n", "ep-needs-moe", id="ep-dense"),
     pytest.param("vllm", "  tp: 8\n  replicas: 2\n", "serve-world-size", id="world"),
@@ -453,8 +552,9 @@ def test_a_serving_config_breaking_a_rule_exits_1(runner, tmp_path, engine, para
 
 def test_fp4_on_hopper_is_a_rule_error(runner, tmp_path):
     path = tmp_path / "serve.yaml"
-    path.write_text(SERVE_YAML.format(extra="", parallel="").replace("precision: fp8",
-                                                                     "precision: fp4"))
+    path.write_text(
+        SERVE_YAML.format(extra="", parallel="").replace("precision: fp8", "precision: fp4")
+    )
     result = runner.invoke(app, ["validate", str(path), "--json"])
     assert result.exit_code == 1
     err = json.loads(result.stdout)["errors"][0]
@@ -466,16 +566,37 @@ def test_serve_command_table_trace_and_pareto(runner):
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "Top 10" in out and "Pareto front" in out and "Inference procedure" in out
-    for title in ("memory floor", "TP first", "PP only when memory forces it",
-                  "replicas for the rest", "EP for MoE", "CP for long prompts",
-                  "P/D disaggregation"):
+    for title in (
+        "memory floor",
+        "TP first",
+        "PP only when memory forces it",
+        "replicas for the rest",
+        "EP for MoE",
+        "CP for long prompts",
+        "P/D disaggregation",
+    ):
         assert title in out
     assert "precision fp8 (chosen by planner" in out
 
 
 def test_serve_json_and_export(runner):
-    result = runner.invoke(app, ["serve", "--model", "70b", "--gpus", "8", "--ttft-ms", "500",
-                                 "--tpot-ms", "30", "--json", "--export", "vllm"])
+    result = runner.invoke(
+        app,
+        [
+            "serve",
+            "--model",
+            "70b",
+            "--gpus",
+            "8",
+            "--ttft-ms",
+            "500",
+            "--tpot-ms",
+            "30",
+            "--json",
+            "--export",
+            "vllm",
+        ],
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert {"plans", "pareto", "steps", "slo", "searched", "job", "procedure_pick"} <= set(out)
@@ -492,14 +613,17 @@ def test_serve_exits_1_with_the_closest_when_nothing_meets_the_slo(runner):
     assert len(lines) == 1 and lines[0].startswith("error: ") and "closest" in lines[0]
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--isl", "0"], "--isl = 0"),
-    (["--precision", "int4"], "--precision = 'int4'"),
-    (["--engine", "tgi"], "--engine = 'tgi'"),
-    (["--export", "ollama"], "--export = 'ollama'"),
-    (["--ttft-ms", "-5"], "--ttft-ms = -5"),
-    (["--hardware", "h100-sxm", "--precision", "fp4"], "precision fp4"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--isl", "0"], "--isl = 0"),
+        (["--precision", "int4"], "--precision = 'int4'"),
+        (["--engine", "tgi"], "--engine = 'tgi'"),
+        (["--export", "ollama"], "--export = 'ollama'"),
+        (["--ttft-ms", "-5"], "--ttft-ms = -5"),
+        (["--hardware", "h100-sxm", "--precision", "fp4"], "precision fp4"),
+    ],
+)
 def test_serve_bad_options_exit_2(runner, args, expected):
     result = runner.invoke(app, ["serve", "--model", "70b", "--gpus", "8", *args])
     assert result.exit_code == 2, result.output
@@ -509,12 +633,14 @@ def test_serve_bad_options_exit_2(runner, args, expected):
 
 # -------------------------------------------------------------------------------- accuracy
 
+
 def test_accuracy_on_the_measured_serving_runs():
     # inference-calibration.yaml: TensorRT-LLM perf-overview offline throughput (H100, H200,
     # B200, GB200, RTX PRO 6000) and the ROCm blog's Llama 3.1 70B runs (H100, MI300X),
     # predicted with each profile's fitted serving_calibration (benchmarks/serve_calibrate.py).
     # The bar of the issue: per class median |error| <= 15 %, max <= 40 %.
     from benchmarks.serve_accuracy import evaluate, load_cases, summary
+
     rows = evaluate(load_cases())
     for s in summary(rows):
         if s["hardware"] == "all":
@@ -527,15 +653,25 @@ def test_accuracy_on_the_measured_serving_runs():
 
 def test_validate_a_disaggregated_yaml(runner, tmp_path):
     path = tmp_path / "pd.yaml"
-    path.write_text(SERVE_YAML.format(extra="", parallel="").replace(
-        "parallel:\n  tp: 8\n", "parallel:\n  prefill: {tp: 2, workers: 2}\n"
-                                "  decode: {tp: 4, workers: 1}\n"))
+    path.write_text(
+        SERVE_YAML.format(extra="", parallel="").replace(
+            "parallel:\n  tp: 8\n",
+            "parallel:\n  prefill: {tp: 2, workers: 2}\n  decode: {tp: 4, workers: 1}\n",
+        )
+    )
     result = runner.invoke(app, ["validate", str(path), "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["layout"]["disaggregated"] is True
-    assert out["layout"]["decode"] == {"tp": 4, "pp": 1, "ep": 1, "dp": 1,
-                                       "dp_attention": False, "cp": 1, "workers": 1}
+    assert out["layout"]["decode"] == {
+        "tp": 4,
+        "pp": 1,
+        "ep": 1,
+        "dp": 1,
+        "dp_attention": False,
+        "cp": 1,
+        "workers": 1,
+    }
     assert out["kv_transfer_s"] > 0 and out["bottleneck"] in ("prefill", "decode")
     assert {"prefill_memory", "memory"} <= set(out)
 
@@ -553,16 +689,22 @@ def test_an_sglang_command_with_dp_attention_reads_back(runner, tmp_path):
     # SGLang's --tp counts every GPU of the server; with --enable-dp-attention the attention
     # runs tp/dp-way per DP rank (server_args.py: tp_size % dp_size == 0)
     path = tmp_path / "sglang.sh"
-    path.write_text("# planner serve: isl=1000 osl=1000 hardware=h200\n"
-                    "python -m sglang.launch_server --model-path Qwen/Qwen3-235B-A22B \\\n"
-                    "  --tp 8 --dp 8 --enable-dp-attention --ep 8 --quantization fp8 \\\n"
-                    "  --kv-cache-dtype fp8_e4m3 --port 30000\n")
+    path.write_text(
+        "# planner serve: isl=1000 osl=1000 hardware=h200\n"
+        "python -m sglang.launch_server --model-path Qwen/Qwen3-235B-A22B \\\n"
+        "  --tp 8 --dp 8 --enable-dp-attention --ep 8 --quantization fp8 \\\n"
+        "  --kv-cache-dtype fp8_e4m3 --port 30000\n"
+    )
     result = runner.invoke(app, ["validate", str(path), "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["format"] == "sglang"
-    assert {k: out["layout"][k] for k in ("tp", "dp", "ep", "dp_attention")} == \
-        {"tp": 1, "dp": 8, "ep": 8, "dp_attention": True}
+    assert {k: out["layout"][k] for k in ("tp", "dp", "ep", "dp_attention")} == {
+        "tp": 1,
+        "dp": 8,
+        "ep": 8,
+        "dp_attention": True,
+    }
     assert out["job"]["model"] == "Qwen3-235B-A22B" and out["job"]["hardware"] == "h200"
 
 
@@ -578,6 +720,7 @@ def test_disaggregated_search_matches_a_brute_force_oracle(slo):
         concurrencies,
         instance_shapes,
     )
+
     job = job_of()
     opts = ServeOptions(**slo)
 
@@ -586,8 +729,9 @@ def test_disaggregated_search_matches_a_brute_force_oracle(slo):
         for inst in instance_shapes(job, max_gpus=8, max_tp=8)[0]:
             mem = instance_memory(job, inst)
             if mem.max_concurrency >= 1:
-                out[inst] = _Shape(inst, mem, ServeCost(job, inst),
-                                   concurrencies(mem.max_concurrency))
+                out[inst] = _Shape(
+                    inst, mem, ServeCost(job, inst), concurrencies(mem.max_concurrency)
+                )
         return out
 
     found = max(c.per_gpu for c in _disaggregated_points(job, shapes(), opts) if c.meets)
@@ -601,12 +745,17 @@ def test_disaggregated_search_matches_a_brute_force_oracle(slo):
                 rest = 8 - P * p.inst.gpus
                 if rest < d.inst.gpus or rest % d.inst.gpus:
                     continue
-                lay = ServeLayout(prefill=p.inst, decode=d.inst, prefill_workers=P,
-                                  decode_workers=rest // d.inst.gpus)
+                lay = ServeLayout(
+                    prefill=p.inst,
+                    decode=d.inst,
+                    prefill_workers=P,
+                    decode_workers=rest // d.inst.gpus,
+                )
                 for c in _decode_concurrencies(job, d, opts):
                     e = estimate(job, lay, concurrency=c)
-                    if (opts.ttft_s is None or e.ttft_s <= opts.ttft_s) and \
-                            (opts.tpot_s is None or e.tpot_s <= opts.tpot_s):
+                    if (opts.ttft_s is None or e.ttft_s <= opts.ttft_s) and (
+                        opts.tpot_s is None or e.tpot_s <= opts.tpot_s
+                    ):
                         best = max(best, e.output_tokens_per_s_per_gpu)
     assert best > 0
     assert found == pytest.approx(best, rel=1e-6)
@@ -617,5 +766,8 @@ def test_the_serving_examples_are_valid(runner, examples_dir, name):
     result = runner.invoke(app, ["validate", str(examples_dir / "serve" / name), "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    assert out["valid"] is True and out["warnings"] == [] and out["layout"]["disaggregated"] == \
-        name.endswith("disagg.yaml")
+    assert (
+        out["valid"] is True
+        and out["warnings"] == []
+        and out["layout"]["disaggregated"] == name.endswith("disagg.yaml")
+    )

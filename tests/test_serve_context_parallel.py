@@ -39,6 +39,7 @@ def agg(tp=1, cp=1, pp=1, replicas=1) -> ServeLayout:
 
 # ------------------------------------------------------------------------------ layout
 
+
 def test_an_instance_with_cp_counts_its_gpus_and_names_it():
     inst = Instance(tp=4, pp=2, cp=2)
     assert inst.gpus == 4 * 2 * 2
@@ -49,6 +50,7 @@ def test_an_instance_with_cp_counts_its_gpus_and_names_it():
 
 
 # ------------------------------------------------------------------------------ memory
+
 
 def test_kv_bytes_per_gpu_halve_at_cp2_llama3_70b():
     # Llama 3 70B: 80 layers, 8 KV heads of dim 128. At tp 2 a GPU holds 8/2 = 4 heads:
@@ -62,7 +64,7 @@ def test_kv_bytes_per_gpu_halve_at_cp2_llama3_70b():
     two = instance_memory(job, Instance(tp=2, cp=2))
     assert one.kv_bytes_per_token == 80 * 2048
     assert two.kv_bytes_per_token == 80 * 2048 / 2
-    assert two.weights == one.weights                 # CP does not shard the weights
+    assert two.weights == one.weights  # CP does not shard the weights
     # the KV budget is at least cp 1's (the prompt workspace shrinks), the bytes per token
     # half: at least twice the tokens, and twice the requests of ISL+OSL tokens
     assert two.kv_cache >= one.kv_cache
@@ -75,18 +77,22 @@ def test_the_prompt_workspace_divides_by_cp():
     m = get_preset("llama3-70b")
     full = activation_bytes(m, Instance(tp=4), tokens=8192, batch=0)
     assert activation_bytes(m, Instance(tp=4, cp=2), tokens=8192, batch=0) == pytest.approx(
-        activation_bytes(m, Instance(tp=4), tokens=4096, batch=0))
-    assert activation_bytes(m, Instance(tp=4, cp=4), tokens=8192, batch=0) == pytest.approx(full / 4)
+        activation_bytes(m, Instance(tp=4), tokens=4096, batch=0)
+    )
+    assert activation_bytes(m, Instance(tp=4, cp=4), tokens=8192, batch=0) == pytest.approx(
+        full / 4
+    )
 
 
 # -------------------------------------------------------------------------------- time
+
 
 def test_a_128k_prompt_prefills_faster_at_cp2_on_the_same_tp():
     job = job_of()
     one = estimate(job, agg(tp=4, replicas=2))
     two = estimate(job, agg(tp=4, cp=2))
     assert two.prefill_s < one.prefill_s
-    assert two.prefill_s > one.prefill_s / 2      # no better than a perfect split
+    assert two.prefill_s > one.prefill_s / 2  # no better than a perfect split
 
 
 def test_the_prefill_ring_is_cp_minus_1_sends_of_the_local_kv_less_what_attention_hides():
@@ -117,7 +123,7 @@ def test_decode_reads_1_over_cp_of_the_kv_cache_and_all_the_weights():
     four = ServeCost(job, Instance(tp=4, cp=4)).stage(0, seqs=seqs, ctx=ctx)
     assert two.attention_s == pytest.approx(one.attention_s / 2)
     assert four.attention_s == pytest.approx(one.attention_s / 4)
-    assert two.weights_s == one.weights_s              # every cp rank streams its whole weights
+    assert two.weights_s == one.weights_s  # every cp rank streams its whole weights
     # the combine: per layer one all-reduce of the 64/4 heads' outputs (128 x 2 B) + fp32 LSE
     combine = all_reduce_time(seqs * 64 / 4 * (128 * 2 + 4), 2, c2.cp_link)
     assert two.cp_comm_s == pytest.approx(80 * combine)
@@ -126,32 +132,48 @@ def test_decode_reads_1_over_cp_of_the_kv_cache_and_all_the_weights():
 
 # ------------------------------------------------------------------------------ search
 
+
 def test_the_search_does_not_try_cp_for_short_prompts():
-    job = job_of("deepseek-v3", "b200", 16, precision="fp4", input_length=2048,
-                 output_length=512, engine="trtllm")
+    job = job_of(
+        "deepseek-v3",
+        "b200",
+        16,
+        precision="fp4",
+        input_length=2048,
+        output_length=512,
+        engine="trtllm",
+    )
     res = search(job)
-    assert res.plans and all(c.layout.instance is None or c.layout.instance.cp == 1
-                             for c in res.plans)
+    assert res.plans and all(
+        c.layout.instance is None or c.layout.instance.cp == 1 for c in res.plans
+    )
     step = next(s for s in res.steps if s["title"] == "CP for long prompts")
     assert step["decision"].startswith("prompts of 2,048 tokens") and "cp 1" in step["decision"]
 
 
 def test_the_search_tries_cp_for_long_prompts_where_the_engine_runs_it():
-    job = job_of("deepseek-v3", "b200", 16, precision="fp4", output_length=1024,
-                 engine="trtllm", concurrency=4)
+    job = job_of(
+        "deepseek-v3",
+        "b200",
+        16,
+        precision="fp4",
+        output_length=1024,
+        engine="trtllm",
+        concurrency=4,
+    )
     res = search(job)
     assert "trtllm-cp-needs-mla" not in res.pruned
     step = next(s for s in res.steps if s["title"] == "CP for long prompts")
     assert "cp" in step["decision"] and "prefills one prompt" in step["decision"]
     shapes = [c.layout.instance or c.layout.decode for c in res.plans]
-    assert any(i.cp > 1 for i in shapes)          # searched, estimated, ranked
+    assert any(i.cp > 1 for i in shapes)  # searched, estimated, ranked
     assert any("no context-parallel runs" in x for x in res.caveats)
     if res.pick.layout.instance is not None and res.pick.layout.instance.cp > 1:
         assert step["decision"].startswith(f"cp {res.pick.layout.instance.cp}:")
 
 
 def test_the_trace_says_what_cp_would_do_when_the_engine_cannot():
-    res = search(job_of())          # vllm: no CP axis; the trace prices cp 2 anyway
+    res = search(job_of())  # vllm: no CP axis; the trace prices cp 2 anyway
     step = next(s for s in res.steps if s["title"] == "CP for long prompts")
     assert "cp2" in step["decision"] and "vLLM v0.11" in step["decision"]
     assert res.pruned.get("vllm-cp", 0) > 0
@@ -159,10 +181,12 @@ def test_the_trace_says_what_cp_would_do_when_the_engine_cannot():
 
 # ------------------------------------------------------------------------ rules, CLI
 
-CP_YAML = ("model: {model}\nhardware: {hw}\nnum_gpus: 8\n"
-           "serving:\n  precision: fp8\n  input_length: 131072\n  output_length: 512\n"
-           "  concurrency: 2\n  engine: {engine}\n"
-           "parallel:\n  tp: 4\n  cp: {cp}\n")
+CP_YAML = (
+    "model: {model}\nhardware: {hw}\nnum_gpus: 8\n"
+    "serving:\n  precision: fp8\n  input_length: 131072\n  output_length: 512\n"
+    "  concurrency: 2\n  engine: {engine}\n"
+    "parallel:\n  tp: 4\n  cp: {cp}\n"
+)
 
 
 def _yaml(tmp_path, model="llama3-70b", hw="h100-sxm", engine="vllm", cp=2):
@@ -178,12 +202,15 @@ def test_cp_0_is_one_error_line_naming_the_field(runner, tmp_path):
     assert len(lines) == 1 and "parallel.cp = 0" in lines[0] and "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("engine, model, hw, rule", [
-    ("vllm", "llama3-70b", "h100-sxm", "vllm-cp"),
-    ("sglang", "llama3-70b", "h100-sxm", "sglang-cp"),
-    ("trtllm", "llama3-70b", "b200", "trtllm-cp-needs-mla"),
-    ("trtllm", "deepseek-v3", "h200", "trtllm-cp-needs-blackwell"),
-])
+@pytest.mark.parametrize(
+    "engine, model, hw, rule",
+    [
+        ("vllm", "llama3-70b", "h100-sxm", "vllm-cp"),
+        ("sglang", "llama3-70b", "h100-sxm", "sglang-cp"),
+        ("trtllm", "llama3-70b", "b200", "trtllm-cp-needs-mla"),
+        ("trtllm", "deepseek-v3", "h200", "trtllm-cp-needs-blackwell"),
+    ],
+)
 def test_cp_on_an_engine_without_it_is_a_rule_error(runner, tmp_path, engine, model, hw, rule):
     result = runner.invoke(app, ["validate", str(_yaml(tmp_path, model, hw, engine)), "--json"])
     assert result.exit_code == 1, result.output
@@ -195,8 +222,11 @@ def test_cp_on_an_engine_without_it_is_a_rule_error(runner, tmp_path, engine, mo
 
 def test_cp_that_does_not_divide_the_gpus_is_the_world_rule(runner, tmp_path):
     path = tmp_path / "serve.yaml"
-    path.write_text(CP_YAML.format(model="deepseek-v3", hw="b200", engine="trtllm", cp=3)
-                    .replace("precision: fp8", "precision: fp4"))
+    path.write_text(
+        CP_YAML.format(model="deepseek-v3", hw="b200", engine="trtllm", cp=3).replace(
+            "precision: fp8", "precision: fp4"
+        )
+    )
     result = runner.invoke(app, ["validate", str(path), "--json"])
     assert result.exit_code == 1, result.output
     errs = json.loads(result.stdout)["errors"]
@@ -206,8 +236,11 @@ def test_cp_that_does_not_divide_the_gpus_is_the_world_rule(runner, tmp_path):
 
 def test_an_estimate_with_cp_carries_the_uncalibrated_caveat(runner, tmp_path):
     path = tmp_path / "serve.yaml"
-    path.write_text(CP_YAML.format(model="deepseek-v3", hw="b200", engine="trtllm", cp=2)
-                    .replace("precision: fp8", "precision: fp4"))
+    path.write_text(
+        CP_YAML.format(model="deepseek-v3", hw="b200", engine="trtllm", cp=2).replace(
+            "precision: fp8", "precision: fp4"
+        )
+    )
     out = json.loads(runner.invoke(app, ["validate", str(path), "--json"]).stdout)
     assert out["layout"]["cp"] == 2 and out["valid"] is True
     assert any("no context-parallel runs" in c for c in out["caveats"])
@@ -218,16 +251,25 @@ def test_an_estimate_with_cp_carries_the_uncalibrated_caveat(runner, tmp_path):
 
 # ------------------------------------------------------------------------------ export
 
+
 def _engine_flags(name: str) -> set[str]:
     lines = (FLAGS / name).read_text().splitlines()
     return {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
 
 
 def test_trtllm_export_of_cp_uses_its_flag_and_reads_back(runner, tmp_path):
-    job = job_of("deepseek-v3", "b200", 16, precision="fp4", output_length=1024,
-                 engine="trtllm", concurrency=4)
-    layout = ServeLayout(prefill=Instance(tp=8), decode=Instance(tp=4, cp=2),
-                         prefill_workers=1, decode_workers=1)
+    job = job_of(
+        "deepseek-v3",
+        "b200",
+        16,
+        precision="fp4",
+        output_length=1024,
+        engine="trtllm",
+        concurrency=4,
+    )
+    layout = ServeLayout(
+        prefill=Instance(tp=8), decode=Instance(tp=4, cp=2), prefill_workers=1, decode_workers=1
+    )
     est = estimate(job, layout)
     text = export(job, layout, "trtllm", estimate=est)
     assert "--cp_size 2" in text and "--cp_size" in _engine_flags("trtllm-serve-1.x.txt")
@@ -251,9 +293,11 @@ def test_export_of_cp_to_an_engine_without_it_is_refused(engine):
 def test_a_vllm_command_with_dcp_is_read_with_a_warning(runner, tmp_path):
     assert "--decode-context-parallel-size" in _engine_flags("vllm-0.11.txt")
     path = tmp_path / "serve.sh"
-    path.write_text("# planner serve: isl=2048 osl=512\n"
-                    "vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8 "
-                    "--decode-context-parallel-size 8\n")
+    path.write_text(
+        "# planner serve: isl=2048 osl=512\n"
+        "vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8 "
+        "--decode-context-parallel-size 8\n"
+    )
     result = runner.invoke(app, ["validate", str(path), "--hardware", "b200", "--json"])
     out = json.loads(result.stdout)
     assert out["layout"]["tp"] == 8 and out["layout"]["cp"] == 1

@@ -20,18 +20,40 @@ H200 = resolve_hardware("h200")
 # A model of our own, small enough to count by hand: 2 MoE layers, h 64, 4 heads of 16 (MHA),
 # 8 experts of ffn 32 (SwiGLU: 3 x 64 x 32 = 6,144 params each), top-2, no shared expert,
 # vocab 128. Attention q, k, v, o: 4 x 64 x 64 = 16,384 params per layer.
-TINY_MOE = dict(name="tiny-moe", num_layers=2, hidden_size=64, ffn_hidden_size=128,
-                num_attention_heads=4, num_kv_heads=4, vocab_size=128, activation="swiglu",
-                num_experts=8, moe_top_k=2, moe_ffn_hidden_size=32, num_shared_experts=0,
-                num_dense_layers=0, tied_embeddings=False)
+TINY_MOE = dict(
+    name="tiny-moe",
+    num_layers=2,
+    hidden_size=64,
+    ffn_hidden_size=128,
+    num_attention_heads=4,
+    num_kv_heads=4,
+    vocab_size=128,
+    activation="swiglu",
+    num_experts=8,
+    moe_top_k=2,
+    moe_ffn_hidden_size=32,
+    num_shared_experts=0,
+    num_dense_layers=0,
+    tied_embeddings=False,
+)
 ATTN, EXPERT = 4 * 64 * 64, 3 * 64 * 32
 
 
 def _cal(hw, **kw):
-    base = dict(hbm_efficiency=1, gemm_efficiency=1, gemm_half_tokens=0, moe_efficiency=1,
-                attention_efficiency=1, layer_overhead_us=0, step_overhead_us=0,
-                sequence_overhead_us=0, request_overhead_us=0, link_efficiency=1,
-                allreduce_latency_us=0, graph_layer_overhead_us=0)
+    base = dict(
+        hbm_efficiency=1,
+        gemm_efficiency=1,
+        gemm_half_tokens=0,
+        moe_efficiency=1,
+        attention_efficiency=1,
+        layer_overhead_us=0,
+        step_overhead_us=0,
+        sequence_overhead_us=0,
+        request_overhead_us=0,
+        link_efficiency=1,
+        allreduce_latency_us=0,
+        graph_layer_overhead_us=0,
+    )
     base.update(kw)
     return hw.model_copy(update={"serving_calibration": ServingCalibration(**base)})
 
@@ -42,13 +64,16 @@ def _job(model, hw, **sv):
     return ServeJob(model, hw, 8, ServingSpec(**spec))
 
 
-@pytest.mark.parametrize("E, k, tokens, expected", [
-    pytest.param(8, 2, 1, 2.0, id="one-token-hits-k"),
-    pytest.param(8, 2, 3, 8 * (1 - (6 / 8) ** 3), id="three-tokens"),    # 4.625
-    pytest.param(256, 8, 1, 8.0, id="deepseek-one-token"),
-    pytest.param(256, 8, 64, 256 * (1 - (248 / 256) ** 64), id="deepseek-64"),   # ~222
-    pytest.param(8, 2, 0, 0.0, id="no-tokens"),
-])
+@pytest.mark.parametrize(
+    "E, k, tokens, expected",
+    [
+        pytest.param(8, 2, 1, 2.0, id="one-token-hits-k"),
+        pytest.param(8, 2, 3, 8 * (1 - (6 / 8) ** 3), id="three-tokens"),  # 4.625
+        pytest.param(256, 8, 1, 8.0, id="deepseek-one-token"),
+        pytest.param(256, 8, 64, 256 * (1 - (248 / 256) ** 64), id="deepseek-64"),  # ~222
+        pytest.param(8, 2, 0, 0.0, id="no-tokens"),
+    ],
+)
 def test_touched_experts_is_the_expected_distinct_count(E, k, tokens, expected):
     # each expert is missed by one token's k picks with probability 1 - k/E (uniform routing)
     assert touched_experts(E, k, tokens) == pytest.approx(expected)
@@ -82,14 +107,15 @@ def test_expert_gemm_efficiency_is_sized_on_tokens_per_touched_expert():
     job = _job(ModelSpec(**TINY_MOE), hw)
     P = hw.peak_flops("bf16")
     T = 16
-    touched = 8 * (1 - 0.75 ** T)
+    touched = 8 * (1 - 0.75**T)
     n = T * 2 / touched
-    n_dense = 1 / (1 / 64 + 1 / T)        # TP 1: 1/n = tp/h + 1/T
+    n_dense = 1 / (1 / 64 + 1 / T)  # TP 1: 1/n = tp/h + 1/T
     e_dense = n_dense / (n_dense + 64)
-    n_e = 1 / (1 / 64 + 1 / n)            # one expert rank of 1 GPU: 1/n = etp/h + 1/n_e
+    n_e = 1 / (1 / 64 + 1 / n)  # one expert rank of 1 GPU: 1/n = etp/h + 1/n_e
     e_moe = 0.5 * n_e / (n_e + 0.5 * 64)
-    hand = (2 * (2 * ATTN * T / (P * e_dense) + 2 * EXPERT * 2 * T / (P * e_moe))
-            + 2 * 128 * 64 * T / (P * T / (T + 64)))
+    hand = 2 * (
+        2 * ATTN * T / (P * e_dense) + 2 * EXPERT * 2 * T / (P * e_moe)
+    ) + 2 * 128 * 64 * T / (P * T / (T + 64))
     step = ServeCost(job, Instance()).stage(0, seqs=T, ctx=0)
     assert step.weights_s + step.compute_s == pytest.approx(hand, rel=1e-3)
 
@@ -104,18 +130,19 @@ def test_attention_dp_experts_see_every_ranks_tokens_and_pay_dispatch_and_combin
     # in the GEMM precision (bf16 here, 2 bytes) and combined in bf16 (comm.all_to_all_time
     # over the ep group's link).
     from planner.cost.comm import all_to_all_time
+
     hw = _cal(H100)
     job = _job(ModelSpec(**TINY_MOE), hw)
     inst = Instance(tp=1, dp=4, dp_attention=True, ep=4)
     cost = ServeCost(job, inst)
     step = cost.stage(0, seqs=2, ctx=0)
-    touched = 8 * (1 - 0.75 ** 8)
+    touched = 8 * (1 - 0.75**8)
     w = (2 * (ATTN + touched / 8 * 2 * EXPERT) + 128 * 64) * 2
     assert step.weights_s == pytest.approx(w / (H100.hbm_bandwidth_gb_per_s * 1e9))
-    fan = 4 * (1 - 0.75 ** 2)
+    fan = 4 * (1 - 0.75**2)
     a2a = all_to_all_time(2 * 64 * fan * 2, 4, cost.ep_link)
     assert step.ep_comm_s == pytest.approx(2 * (a2a + a2a))
-    assert step.tp_comm_s == 0.0          # attention TP 1: no all-reduce
+    assert step.tp_comm_s == 0.0  # attention TP 1: no all-reduce
 
 
 # DeepSeek-V3 (deepseek-ai/DeepSeek-V3 config.json): h 7168, 61 layers of which the first 3
@@ -123,9 +150,10 @@ def test_attention_dp_experts_see_every_ranks_tokens_and_pay_dispatch_and_combin
 # MLA: q_lora_rank 1536, kv_lora_rank 512, 128 heads, qk_nope 128 + qk_rope 64, v 128;
 # vocab 129280.
 _H = 7168
-MLA_PARAMS = (_H * 1536 + 1536 * 128 * 192 + _H * (512 + 64) + 512 * 128 * (128 + 128)
-              + 128 * 128 * _H)                       # 187,105,280 per layer
-EXPERT_PARAMS = 3 * _H * 2048                          # 44,040,192 (routed or shared)
+MLA_PARAMS = (
+    _H * 1536 + 1536 * 128 * 192 + _H * (512 + 64) + 512 * 128 * (128 + 128) + 128 * 128 * _H
+)  # 187,105,280 per layer
+EXPERT_PARAMS = 3 * _H * 2048  # 44,040,192 (routed or shared)
 DENSE_MLP = 3 * _H * 18432
 
 
@@ -142,14 +170,21 @@ def test_deepseek_v3_decode_at_concurrency_1_is_its_roofline_derivation():
     # The model's step must be within 25 % of that sum (the issue's bar); before the touched-
     # expert fix the expert GEMMs alone took 68 ms (efficiency sized on k/E tokens per expert).
     from tests.test_serve import _model
-    job = ServeJob(_model("deepseek-v3"), H200, 8,
-                   ServingSpec(precision="fp8", input_length=2048, output_length=512,
-                               engine="sglang", concurrency=1))
+
+    job = ServeJob(
+        _model("deepseek-v3"),
+        H200,
+        8,
+        ServingSpec(
+            precision="fp8", input_length=2048, output_length=512, engine="sglang", concurrency=1
+        ),
+    )
     cost = ServeCost(job, Instance(tp=8))
     c = H200.serving_calibration
     ctx = 2048 + 256
-    weights = (61 * MLA_PARAMS + 3 * DENSE_MLP + 58 * EXPERT_PARAMS
-               + 58 * 8 * EXPERT_PARAMS) / 8 + 129280 * _H / 8 * 2
+    weights = (
+        61 * MLA_PARAMS + 3 * DENSE_MLP + 58 * EXPERT_PARAMS + 58 * 8 * EXPERT_PARAMS
+    ) / 8 + 129280 * _H / 8 * 2
     kv = (512 + 64) * 61 * ctx
     hbm = (weights + kv) / (H200.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency)
     comm = 61 * 2 * all_reduce_time(_H * 2, 8, cost.tp_link)
@@ -158,40 +193,71 @@ def test_deepseek_v3_decode_at_concurrency_1_is_its_roofline_derivation():
     step = cost.interval(seqs=1, ctx=ctx).total
     assert step == pytest.approx(derivation, rel=0.25)
     est = estimate(job, ServeLayout(instance=Instance(tp=8)), concurrency=1)
-    assert est.tpot_s < 0.030     # what `planner serve ... --tpot-ms 30` asks
+    assert est.tpot_s < 0.030  # what `planner serve ... --tpot-ms 30` asks
 
 
 def test_planner_serve_deepseek_v3_on_8_h200_meets_tpot_30_ms(runner):
     from planner.cli import app
-    result = runner.invoke(app, ["serve", "--model", "deepseek-v3", "--gpus", "8", "--hardware",
-                                 "h200", "--engine", "sglang", "--tpot-ms", "30", "--json"])
+
+    result = runner.invoke(
+        app,
+        [
+            "serve",
+            "--model",
+            "deepseek-v3",
+            "--gpus",
+            "8",
+            "--hardware",
+            "h200",
+            "--engine",
+            "sglang",
+            "--tpot-ms",
+            "30",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
 
 
 # --------------------------------------------------------------- closed loop at a concurrency
 
+
 def _llama8b_job(engine, conc, hw=None, **sv):
     from tests.test_serve import _model
-    return ServeJob(_model("llama3-8b"), hw or _cal(H100, layer_overhead_us=40,
-                                                     graph_layer_overhead_us=4),
-                    1, ServingSpec(precision="fp8", input_length=1024, output_length=128,
-                                   engine=engine, concurrency=conc, **sv))
+
+    return ServeJob(
+        _model("llama3-8b"),
+        hw or _cal(H100, layer_overhead_us=40, graph_layer_overhead_us=4),
+        1,
+        ServingSpec(
+            precision="fp8",
+            input_length=1024,
+            output_length=128,
+            engine=engine,
+            concurrency=conc,
+            **sv,
+        ),
+    )
 
 
-@pytest.mark.parametrize("seqs, isl, budget, q, n", [
-    # 8 x 1024 = 8,192 tokens, one group of 8: no one else decodes, the whole budget is theirs
-    pytest.param(8, 1024, 8192, 1, 1, id="c8-one-chunk"),
-    # 64 x 1024 = 65,536 tokens: 8 chunks by the budget alone, but each chunk step also carries
-    # the other 64 - 8 = 56 decode tokens: 8192 - 56 = 8136 of room, ceil(65536 / 8136) = 9;
-    # with 9 groups of 7.11 the others are 56.9 tokens, 8135.1 of room, still 9
-    pytest.param(64, 1024, 8192, 1, 9, id="c64-decode-takes-budget"),
-    # speculative decoding: 4 tokens per decoding request: 8192 - 4 x 56 = 7968 -> 9 groups
-    pytest.param(64, 1024, 8192, 4, 9, id="c64-mtp3"),
-    # a 20,000-token prompt alone: ceil(20000 / 8192) = 3 steps of a third of it each
-    pytest.param(1, 20000, 8192, 1, 3, id="long-prompt"),
-])
+@pytest.mark.parametrize(
+    "seqs, isl, budget, q, n",
+    [
+        # 8 x 1024 = 8,192 tokens, one group of 8: no one else decodes, the whole budget is theirs
+        pytest.param(8, 1024, 8192, 1, 1, id="c8-one-chunk"),
+        # 64 x 1024 = 65,536 tokens: 8 chunks by the budget alone, but each chunk step also carries
+        # the other 64 - 8 = 56 decode tokens: 8192 - 56 = 8136 of room, ceil(65536 / 8136) = 9;
+        # with 9 groups of 7.11 the others are 56.9 tokens, 8135.1 of room, still 9
+        pytest.param(64, 1024, 8192, 1, 9, id="c64-decode-takes-budget"),
+        # speculative decoding: 4 tokens per decoding request: 8192 - 4 x 56 = 7968 -> 9 groups
+        pytest.param(64, 1024, 8192, 4, 9, id="c64-mtp3"),
+        # a 20,000-token prompt alone: ceil(20000 / 8192) = 3 steps of a third of it each
+        pytest.param(1, 20000, 8192, 1, 3, id="long-prompt"),
+    ],
+)
 def test_chunk_groups_share_the_step_budget_with_the_decode_tokens(seqs, isl, budget, q, n):
     from planner.serve.estimate import chunk_groups
+
     got_n, g = chunk_groups(seqs, isl, budget, q)
     assert got_n == n and g == pytest.approx(seqs / n)
 
@@ -201,6 +267,7 @@ def test_mixed_tpot_counts_the_chunk_steps_one_by_one():
     # groups' chunks (30 ms each), 7 are pure decode steps (10 ms): 7 x 10 + 3 x 30 = 160 ms;
     # a group's period: the 4 chunk steps + its 10 + 1 - 4 = 7 pure decode steps = 190 ms
     from planner.serve.estimate import mixed_tpot
+
     decode, period = mixed_tpot(0.010, 0.030, n=4, steps=10)
     assert decode == pytest.approx(0.160) and period == pytest.approx(0.190)
     # more chunk steps than decode steps (long prompts, short outputs): every decode step
@@ -209,10 +276,13 @@ def test_mixed_tpot_counts_the_chunk_steps_one_by_one():
     assert decode == pytest.approx(0.300) and period == pytest.approx(0.360)
 
 
-@pytest.mark.parametrize("conc, groups", [
-    pytest.param(8, 1, id="c8-one-chunk"),
-    pytest.param(64, 9, id="c64-nine-chunks"),   # chunk_groups above
-])
+@pytest.mark.parametrize(
+    "conc, groups",
+    [
+        pytest.param(8, 1, id="c8-one-chunk"),
+        pytest.param(64, 9, id="c64-nine-chunks"),  # chunk_groups above
+    ],
+)
 def test_closed_loop_mixed_engine_counts_chunk_steps_and_pure_decode_steps(conc, groups):
     # TensorRT-LLM mixes prompts into decode steps. C clients start together: the burst of C
     # x 1024 prompt tokens goes in n chunk steps of g = C/n prompts, the C - g others decoding
@@ -230,8 +300,9 @@ def test_closed_loop_mixed_engine_counts_chunk_steps_and_pure_decode_steps(conc,
     dec = cost.interval(seqs=conc, ctx=ctx).total
     chunk = cost.prefill_time(g * 1024, span=512, seqs=g, decode_seqs=conc - g, decode_ctx=ctx)
     if conc > g:
-        mix = cost.interval(seqs=conc - g, ctx=ctx, prefill=g * 1024, span=512, requests=g,
-                            eager=1.0).total
+        mix = cost.interval(
+            seqs=conc - g, ctx=ctx, prefill=g * 1024, span=512, requests=g, eager=1.0
+        ).total
     else:
         mix = chunk
     period = n * mix + (128 - n) * dec
@@ -248,12 +319,26 @@ def test_a_moe_decode_step_touches_the_experts_of_its_decode_tokens_not_of_the_m
     # group: no other group's chunk step) touch 1 - (1 - 8/128)^4 = 23 %. Expert weight
     # stream = experts_w x touched share / bandwidth per MoE layer (the rest: attention and
     # output layer, the same in both).
-    m = ModelSpec(name="moe", num_layers=4, hidden_size=1024, ffn_hidden_size=4096,
-                  num_attention_heads=8, num_kv_heads=2, vocab_size=1000, num_experts=128,
-                  moe_top_k=8, moe_ffn_hidden_size=256)
-    job = ServeJob(m, _cal(H100), 1, ServingSpec(precision="fp8", input_length=512,
-                                                 output_length=128, engine="trtllm",
-                                                 concurrency=4))
+    m = ModelSpec(
+        name="moe",
+        num_layers=4,
+        hidden_size=1024,
+        ffn_hidden_size=4096,
+        num_attention_heads=8,
+        num_kv_heads=2,
+        vocab_size=1000,
+        num_experts=128,
+        moe_top_k=8,
+        moe_ffn_hidden_size=256,
+    )
+    job = ServeJob(
+        m,
+        _cal(H100),
+        1,
+        ServingSpec(
+            precision="fp8", input_length=512, output_length=128, engine="trtllm", concurrency=4
+        ),
+    )
     est = estimate(job, ServeLayout(instance=Instance()))
     cost = ServeCost(job, Instance())
     bw = H100.hbm_bandwidth_gb_per_s * 1e9
@@ -281,31 +366,39 @@ def test_closed_loop_sglang_prefills_first_and_the_burst_waits_for_its_chunks():
     assert est.tpot_s == pytest.approx(decode + 3.5 * group / 127)
 
 
-@pytest.mark.parametrize("engine, delay", [
-    # TensorRT-LLM's PyTorch backend and SGLang overlap step n's host work with step n + 1
-    # (on by default): a 12 ms step delays the first token by that step; vLLM's
-    # --async-scheduling is opt-in: no delay
-    pytest.param("trtllm", 0.012, id="trtllm-overlap"),
-    pytest.param("sglang", 0.012, id="sglang-overlap"),
-    pytest.param("vllm", 0.0, id="vllm-sync"),
-])
+@pytest.mark.parametrize(
+    "engine, delay",
+    [
+        # TensorRT-LLM's PyTorch backend and SGLang overlap step n's host work with step n + 1
+        # (on by default): a 12 ms step delays the first token by that step; vLLM's
+        # --async-scheduling is opt-in: no delay
+        pytest.param("trtllm", 0.012, id="trtllm-overlap"),
+        pytest.param("sglang", 0.012, id="sglang-overlap"),
+        pytest.param("vllm", 0.0, id="vllm-sync"),
+    ],
+)
 def test_first_token_delay_is_one_step_with_an_overlap_scheduler(engine, delay):
     from planner.serve.estimate import first_token_delay
+
     assert first_token_delay(engine, 0.012) == pytest.approx(delay)
 
 
-@pytest.mark.parametrize("clients, slots, residence, wait", [
-    pytest.param(8, 16, 10.0, 0.0, id="fewer-clients-than-slots"),
-    pytest.param(16, 16, 10.0, 0.0, id="exactly-full"),
-    # 32 clients, 16 slots held 10 s each: the engine finishes 1.6 requests/s, a client's
-    # cycle is 32 / 1.6 = 20 s, 10 of it in service: 10 s waiting = (32 - 16) x 10 / 16
-    pytest.param(32, 16, 10.0, 10.0, id="twice-the-slots"),
-    # the Qwen3-32B FP4 GB200 run's figures: 144 clients, TPOT 48 ms over 999 tokens (a 48 s
-    # residence): a 17.3 s wait would mean 144 x 48 / (48 + 17.3) = 106 requests running
-    pytest.param(144, 106, 48.0, 38 * 48.0 / 106, id="144-over-106"),
-])
+@pytest.mark.parametrize(
+    "clients, slots, residence, wait",
+    [
+        pytest.param(8, 16, 10.0, 0.0, id="fewer-clients-than-slots"),
+        pytest.param(16, 16, 10.0, 0.0, id="exactly-full"),
+        # 32 clients, 16 slots held 10 s each: the engine finishes 1.6 requests/s, a client's
+        # cycle is 32 / 1.6 = 20 s, 10 of it in service: 10 s waiting = (32 - 16) x 10 / 16
+        pytest.param(32, 16, 10.0, 10.0, id="twice-the-slots"),
+        # the Qwen3-32B FP4 GB200 run's figures: 144 clients, TPOT 48 ms over 999 tokens (a 48 s
+        # residence): a 17.3 s wait would mean 144 x 48 / (48 + 17.3) = 106 requests running
+        pytest.param(144, 106, 48.0, 38 * 48.0 / 106, id="144-over-106"),
+    ],
+)
 def test_admission_wait_is_littles_law_over_the_slots(clients, slots, residence, wait):
     from planner.serve.estimate import admission_wait
+
     assert admission_wait(clients, slots, residence) == pytest.approx(wait)
 
 
@@ -325,30 +418,37 @@ def test_clients_beyond_the_engines_batch_wait_for_a_slot_in_ttft():
 def test_validate_reports_the_slot_wait_of_clients_beyond_the_batch(runner, tmp_path):
     # 600 clients, max_batch_size 128: exit 0 (a warning, not an error), the wait named
     from planner.cli import app
+
     cfg = tmp_path / "serve.yaml"
-    cfg.write_text("model: llama3-8b\nhardware: h100-sxm\nnum_gpus: 1\nserving:\n"
-                   "  precision: fp8\n  input_length: 1024\n  output_length: 128\n"
-                   "  engine: vllm\n  concurrency: 600\n  max_batch_size: 128\n"
-                   "parallel:\n  tp: 1\n")
+    cfg.write_text(
+        "model: llama3-8b\nhardware: h100-sxm\nnum_gpus: 1\nserving:\n"
+        "  precision: fp8\n  input_length: 1024\n  output_length: 128\n"
+        "  engine: vllm\n  concurrency: 600\n  max_batch_size: 128\n"
+        "parallel:\n  tp: 1\n"
+    )
     result = runner.invoke(app, ["validate", str(cfg)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    out = " ".join(result.output.split())      # the console wraps long lines
+    out = " ".join(result.output.split())  # the console wraps long lines
     assert "concurrency-above-capacity" in out
     assert "600 clients: TTFT includes" in out and "of the 128 slots" in out
 
 
-@pytest.mark.parametrize("engine, seqs, prefill, graph", [
-    pytest.param("vllm", 1, 0, True, id="vllm-decode-1"),
-    pytest.param("vllm", 512, 0, True, id="vllm-decode-512"),
-    pytest.param("vllm", 513, 0, False, id="vllm-decode-513"),
-    pytest.param("vllm", 1, 256, False, id="vllm-mixed"),
-    pytest.param("sglang", 256, 0, True, id="sglang-tp1-256"),     # H100: 256 below tp 4
-    pytest.param("sglang", 257, 0, False, id="sglang-tp1-257"),
-    pytest.param("trtllm", 128, 0, True, id="trtllm-128"),
-    pytest.param("trtllm", 129, 0, False, id="trtllm-129"),
-])
-def test_decode_steps_within_the_engines_graph_batch_pay_the_graph_overhead(engine, seqs,
-                                                                            prefill, graph):
+@pytest.mark.parametrize(
+    "engine, seqs, prefill, graph",
+    [
+        pytest.param("vllm", 1, 0, True, id="vllm-decode-1"),
+        pytest.param("vllm", 512, 0, True, id="vllm-decode-512"),
+        pytest.param("vllm", 513, 0, False, id="vllm-decode-513"),
+        pytest.param("vllm", 1, 256, False, id="vllm-mixed"),
+        pytest.param("sglang", 256, 0, True, id="sglang-tp1-256"),  # H100: 256 below tp 4
+        pytest.param("sglang", 257, 0, False, id="sglang-tp1-257"),
+        pytest.param("trtllm", 128, 0, True, id="trtllm-128"),
+        pytest.param("trtllm", 129, 0, False, id="trtllm-129"),
+    ],
+)
+def test_decode_steps_within_the_engines_graph_batch_pay_the_graph_overhead(
+    engine, seqs, prefill, graph
+):
     # 32 layers x (graph 4 us | eager 40 us); the output layer's per-sequence cost is 0 here
     job = _llama8b_job(engine, 1)
     step = ServeCost(job, Instance()).stage(0, seqs=seqs, ctx=1024, prefill=prefill, span=128)
@@ -356,6 +456,7 @@ def test_decode_steps_within_the_engines_graph_batch_pay_the_graph_overhead(engi
 
 
 # ------------------------------------------------------------------------------ accuracy
+
 
 def test_latency_accuracy_on_the_measured_runs():
     # inference-latency.yaml (AIConfigurator's silicon runs: vLLM, SGLang, TensorRT-LLM under
@@ -370,6 +471,7 @@ def test_latency_accuracy_on_the_measured_runs():
     import statistics
 
     from benchmarks.serve_accuracy import evaluate, infeasible, load_latency_cases
+
     rows = evaluate(load_latency_cases())
     assert len({r["id"] for r in rows}) == 36
     assert not any(math.isnan(r["error"]) for r in rows)
@@ -379,20 +481,25 @@ def test_latency_accuracy_on_the_measured_runs():
 
     def med(metric):
         return statistics.median(abs(r["error"]) for r in agg if r["metric"] == metric)
+
     assert med("tpot_s") <= 0.10
     assert med("ttft_s") <= 0.16
 
 
-@pytest.mark.parametrize("others, step, cycle, k", [
-    # 10 other clients, a 10 ms step, a 1 s cycle: each sends one request per second, so one
-    # falls in a given 10 ms window with probability 0.01: 10 x 0.01 = 0.1 of them
-    pytest.param(10, 0.010, 1.0, 0.1, id="ten-others"),
-    pytest.param(0, 0.010, 1.0, 0.0, id="alone"),
-    # a step as long as the cycle: every other client's request falls in it, not more
-    pytest.param(3, 2.0, 1.0, 3.0, id="capped-at-the-others"),
-])
+@pytest.mark.parametrize(
+    "others, step, cycle, k",
+    [
+        # 10 other clients, a 10 ms step, a 1 s cycle: each sends one request per second, so one
+        # falls in a given 10 ms window with probability 0.01: 10 x 0.01 = 0.1 of them
+        pytest.param(10, 0.010, 1.0, 0.1, id="ten-others"),
+        pytest.param(0, 0.010, 1.0, 0.0, id="alone"),
+        # a step as long as the cycle: every other client's request falls in it, not more
+        pytest.param(3, 2.0, 1.0, 3.0, id="capped-at-the-others"),
+    ],
+)
 def test_arrivals_in_step_is_littles_law_per_client(others, step, cycle, k):
     from planner.serve.estimate import arrivals_in_step
+
     assert arrivals_in_step(others, step, cycle) == pytest.approx(k)
 
 
@@ -403,13 +510,13 @@ def test_independent_ttft_solves_the_fixed_point_by_hand():
     #   => x = 0.035 + 0.003 / (x + 1) => x^2 + 0.965 x - 0.038 = 0
     #   => x = (-0.965 + sqrt(0.965^2 + 4 x 0.038)) / 2 = 0.0378905 s, k = 0.1 / 1.0378905
     from planner.serve.estimate import independent_ttft
+
     ttft, k = independent_ttft(0.010, lambda p: 0.030 * p, clients=11, decode_s=1.0)
-    x = (-0.965 + (0.965 ** 2 + 4 * 0.038) ** 0.5) / 2
+    x = (-0.965 + (0.965**2 + 4 * 0.038) ** 0.5) / 2
     assert ttft == pytest.approx(x, rel=1e-6)
     assert k == pytest.approx(0.1 / (1 + x), rel=1e-6)
     # one client: nobody to share a step with, TTFT = half a step + its own chunk + delay
-    ttft, k = independent_ttft(0.010, lambda p: 0.030 * p, clients=1, decode_s=1.0,
-                               delay_s=0.010)
+    ttft, k = independent_ttft(0.010, lambda p: 0.030 * p, clients=1, decode_s=1.0, delay_s=0.010)
     assert (ttft, k) == (pytest.approx(0.045), 0.0)
 
 
@@ -418,22 +525,26 @@ def test_first_wave_is_the_mean_over_the_bursts_chunk_steps():
     # 8 chunk steps of 8 prompts, group i served after i of them: (1 + ... + 8) / 8 = 4.5
     # steps of 0.2 s = 0.9 s, + a 20 ms overlap delay
     from planner.serve.estimate import first_wave_ttft
+
     assert first_wave_ttft(8, 0.2, 0.020) == pytest.approx(0.92)
-    assert first_wave_ttft(1, 0.2) == pytest.approx(0.2)      # one group: one step
+    assert first_wave_ttft(1, 0.2) == pytest.approx(0.2)  # one group: one step
 
 
-@pytest.mark.parametrize("steady, wave, per_client, ttft", [
-    # a run of 6 requests per client: 1/6 of its TTFTs are the first wave's
-    # 0.1 + (0.7 - 0.1) / 6 = 0.2 s
-    pytest.param(0.1, 0.7, 6.0, 0.2, id="six-waves"),
-    pytest.param(0.1, 0.7, 1.0, 0.7, id="only-the-first-wave"),
-    pytest.param(0.1, 0.7, None, 0.1, id="a-server-steady-state"),
-    # a wave no slower than the steady state (one group) adds nothing
-    pytest.param(0.3, 0.2, 6.0, 0.3, id="wave-faster"),
-])
-def test_with_first_wave_weighs_the_wave_by_its_share_of_the_run(steady, wave, per_client,
-                                                                 ttft):
+@pytest.mark.parametrize(
+    "steady, wave, per_client, ttft",
+    [
+        # a run of 6 requests per client: 1/6 of its TTFTs are the first wave's
+        # 0.1 + (0.7 - 0.1) / 6 = 0.2 s
+        pytest.param(0.1, 0.7, 6.0, 0.2, id="six-waves"),
+        pytest.param(0.1, 0.7, 1.0, 0.7, id="only-the-first-wave"),
+        pytest.param(0.1, 0.7, None, 0.1, id="a-server-steady-state"),
+        # a wave no slower than the steady state (one group) adds nothing
+        pytest.param(0.3, 0.2, 6.0, 0.3, id="wave-faster"),
+    ],
+)
+def test_with_first_wave_weighs_the_wave_by_its_share_of_the_run(steady, wave, per_client, ttft):
     from planner.serve.estimate import with_first_wave
+
     assert with_first_wave(steady, wave, per_client) == pytest.approx(ttft)
 
 
@@ -444,6 +555,7 @@ def test_vllm_clients_out_of_step_and_the_first_wave_compose_in_ttft():
     # with 6 requests per client TTFT = steady + (wave - steady) / 6. vLLM has no overlap
     # delay (its --async-scheduling is opt-in).
     from planner.serve.estimate import first_wave_ttft, independent_ttft
+
     steady_job = _llama8b_job("vllm", 8, max_num_tokens=8192)
     est = estimate(steady_job, ServeLayout(instance=Instance()))
     cost = ServeCost(steady_job, Instance())
@@ -451,12 +563,16 @@ def test_vllm_clients_out_of_step_and_the_first_wave_compose_in_ttft():
     t = cost.interval(seqs=8, ctx=ctx).total
 
     def chunk(p):
-        return max(t, cost.prefill_time(p * 1024, span=512, seqs=p, decode_seqs=8 - p,
-                                        decode_ctx=ctx))
+        return max(
+            t, cost.prefill_time(p * 1024, span=512, seqs=p, decode_seqs=8 - p, decode_ctx=ctx)
+        )
+
     steady, _ = independent_ttft(t, chunk, clients=8, decode_s=127 * est.tpot_s)
     assert est.ttft_s == pytest.approx(steady)
     wave = first_wave_ttft(1, cost.prefill_time(8 * 1024, span=512, seqs=8))
-    run = estimate(_llama8b_job("vllm", 8, max_num_tokens=8192, requests_per_client=6),
-                   ServeLayout(instance=Instance()))
+    run = estimate(
+        _llama8b_job("vllm", 8, max_num_tokens=8192, requests_per_client=6),
+        ServeLayout(instance=Instance()),
+    )
     assert run.ttft_s == pytest.approx(steady + (wave - steady) / 6)
-    assert run.tpot_s == pytest.approx(est.tpot_s)            # TPOT does not move
+    assert run.tpot_s == pytest.approx(est.tpot_s)  # TPOT does not move

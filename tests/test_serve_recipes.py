@@ -44,6 +44,7 @@ def _error(result) -> dict:
 
 # ------------------------------------------------------------------------------- workload
 
+
 def test_the_workload_comes_from_the_options(runner, tmp_path):
     out = _ok(_run(runner, _script(tmp_path, LLAMA), *WORK, "--concurrency", "16"))
     assert (out["job"]["input_length"], out["job"]["output_length"]) == (1000, 200)
@@ -59,12 +60,17 @@ def test_the_options_override_the_comment(runner, tmp_path):
     assert out["job"]["concurrency"] == "max"
 
 
-@pytest.mark.parametrize("args, field, said", [
-    pytest.param([], "--isl", "give --isl N and --osl N", id="neither"),
-    pytest.param(["--isl", "100"], "--osl", "give --osl N", id="no-osl"),
-    pytest.param([*WORK, "--concurrency", "lots"], "--concurrency", 'or "max"', id="bad-concurrency"),
-    pytest.param([*WORK, "--isl", "0"], "--isl", "must be a whole number", id="zero-isl"),
-])
+@pytest.mark.parametrize(
+    "args, field, said",
+    [
+        pytest.param([], "--isl", "give --isl N and --osl N", id="neither"),
+        pytest.param(["--isl", "100"], "--osl", "give --osl N", id="no-osl"),
+        pytest.param(
+            [*WORK, "--concurrency", "lots"], "--concurrency", 'or "max"', id="bad-concurrency"
+        ),
+        pytest.param([*WORK, "--isl", "0"], "--isl", "must be a whole number", id="zero-isl"),
+    ],
+)
 def test_a_command_without_the_workload_names_the_option(runner, tmp_path, args, field, said):
     err = _error(_run(runner, _script(tmp_path, LLAMA), *args))
     assert err["field"] == field and said in err["message"]
@@ -78,8 +84,11 @@ def test_an_acceptance_rate_without_speculative_decoding_is_refused(runner, tmp_
 def test_the_workload_options_override_a_serving_yaml(runner):
     path = Path(__file__).resolve().parent.parent / "examples" / "serve" / "llama3-70b-8xh100.yaml"
     out = _ok(_run(runner, path, "--isl", "999", "--osl", "77", "--concurrency", "3"))
-    assert {k: out["job"][k] for k in ("input_length", "output_length", "concurrency")} == \
-        {"input_length": 999, "output_length": 77, "concurrency": 3}
+    assert {k: out["job"][k] for k in ("input_length", "output_length", "concurrency")} == {
+        "input_length": 999,
+        "output_length": 77,
+        "concurrency": 3,
+    }
 
 
 def test_the_workload_options_are_refused_for_a_training_file(runner, tmp_path):
@@ -90,41 +99,60 @@ def test_the_workload_options_are_refused_for_a_training_file(runner, tmp_path):
 
 # ------------------------------------------------------------------ checkpoint precision
 
-@pytest.mark.parametrize("model_id, preset, precision", [
-    # DeepSeek-V3/R1 ship FP8 weights: tests/data/hf/DeepSeek-V3/config.json (the published
-    # one) has quantization_config quant_method fp8
-    pytest.param("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3", "fp8", id="r1-0528"),
-    pytest.param("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3", "fp8", id="v3-0324"),
-    pytest.param("deepseek-ai/DeepSeek-V3", "deepseek-v3", "fp8", id="v3"),
-    # NVIDIA ModelOpt exports name their precision in the id
-    pytest.param("nvidia/DeepSeek-R1-FP4", "deepseek-v3", "fp4", id="nvidia-r1-fp4"),
-    pytest.param("nvidia/Llama-3.3-70B-Instruct-FP8", "llama3-70b", "fp8", id="llama3.3-fp8"),
-    pytest.param("nvidia/Llama-3.3-70B-Instruct-NVFP4", "llama3-70b", "fp4", id="llama3.3-nvfp4"),
-    pytest.param("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8-dynamic", "llama3-8b", "fp8",
-                 id="fp8-dynamic"),
-    pytest.param("meta-llama/Llama-3.3-70B-Instruct", "llama3-70b", None, id="llama3.3-bf16"),
-    # the distilled R1s are Llama / Qwen models in bf16, not DeepSeek-V3
-    pytest.param("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", None, None, id="r1-distill"),
-    pytest.param("Qwen/Qwen3-8B-FP8", None, "fp8", id="unknown-model-fp8"),
-])
+
+@pytest.mark.parametrize(
+    "model_id, preset, precision",
+    [
+        # DeepSeek-V3/R1 ship FP8 weights: tests/data/hf/DeepSeek-V3/config.json (the published
+        # one) has quantization_config quant_method fp8
+        pytest.param("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3", "fp8", id="r1-0528"),
+        pytest.param("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3", "fp8", id="v3-0324"),
+        pytest.param("deepseek-ai/DeepSeek-V3", "deepseek-v3", "fp8", id="v3"),
+        # NVIDIA ModelOpt exports name their precision in the id
+        pytest.param("nvidia/DeepSeek-R1-FP4", "deepseek-v3", "fp4", id="nvidia-r1-fp4"),
+        pytest.param("nvidia/Llama-3.3-70B-Instruct-FP8", "llama3-70b", "fp8", id="llama3.3-fp8"),
+        pytest.param(
+            "nvidia/Llama-3.3-70B-Instruct-NVFP4", "llama3-70b", "fp4", id="llama3.3-nvfp4"
+        ),
+        pytest.param(
+            "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8-dynamic", "llama3-8b", "fp8", id="fp8-dynamic"
+        ),
+        pytest.param("meta-llama/Llama-3.3-70B-Instruct", "llama3-70b", None, id="llama3.3-bf16"),
+        # the distilled R1s are Llama / Qwen models in bf16, not DeepSeek-V3
+        pytest.param("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", None, None, id="r1-distill"),
+        pytest.param("Qwen/Qwen3-8B-FP8", None, "fp8", id="unknown-model-fp8"),
+    ],
+)
 def test_the_checkpoint_id_says_its_preset_and_precision(model_id, preset, precision):
     got = ckpt.from_id(model_id)
     assert (got.preset if got else None, got.precision if got else None) == (preset, precision)
 
 
-@pytest.mark.parametrize("qc, quant, precision", [
-    pytest.param({"quant_method": "fp8", "fmt": "e4m3"}, None, "fp8", id="fp8"),
-    pytest.param({"quant_method": "modelopt", "quant_algo": "FP8"}, None, "fp8", id="modelopt-fp8"),
-    pytest.param({"quant_method": "modelopt", "quant_algo": "NVFP4"}, None, "fp4",
-                 id="modelopt-nvfp4"),
-    pytest.param({"quant_method": "mxfp4"}, None, "fp4", id="mxfp4"),
-    pytest.param({"quant_method": "compressed-tensors", "config_groups": {
-        "group_0": {"weights": {"num_bits": 8, "type": "float"}}}}, None, "fp8",
-        id="compressed-tensors-fp8"),
-    pytest.param(None, {"quantization": {"quant_algo": "NVFP4"}}, "fp4", id="hf-quant-config"),
-    pytest.param({"quant_method": "awq", "bits": 4}, None, "unknown", id="awq-not-modelled"),
-    pytest.param(None, None, None, id="not-quantized"),
-])
+@pytest.mark.parametrize(
+    "qc, quant, precision",
+    [
+        pytest.param({"quant_method": "fp8", "fmt": "e4m3"}, None, "fp8", id="fp8"),
+        pytest.param(
+            {"quant_method": "modelopt", "quant_algo": "FP8"}, None, "fp8", id="modelopt-fp8"
+        ),
+        pytest.param(
+            {"quant_method": "modelopt", "quant_algo": "NVFP4"}, None, "fp4", id="modelopt-nvfp4"
+        ),
+        pytest.param({"quant_method": "mxfp4"}, None, "fp4", id="mxfp4"),
+        pytest.param(
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}}},
+            },
+            None,
+            "fp8",
+            id="compressed-tensors-fp8",
+        ),
+        pytest.param(None, {"quantization": {"quant_algo": "NVFP4"}}, "fp4", id="hf-quant-config"),
+        pytest.param({"quant_method": "awq", "bits": 4}, None, "unknown", id="awq-not-modelled"),
+        pytest.param(None, None, None, id="not-quantized"),
+    ],
+)
 def test_a_config_json_says_its_precision(qc, quant, precision):
     cfg = {"model_type": "llama"} | ({"quantization_config": qc} if qc else {})
     got = ckpt.from_config(cfg, "config.json", quant)
@@ -144,12 +172,16 @@ def _llama_checkpoint(tmp_path: Path, qc: dict | None, quant: dict | None = None
     return folder
 
 
-@pytest.mark.parametrize("qc, quant, precision", [
-    pytest.param({"quant_method": "modelopt", "quant_algo": "FP8"}, None, "fp8", id="config"),
-    pytest.param(None, {"quantization": {"quant_algo": "FP8"}}, "fp8", id="hf-quant-config"),
-])
-def test_the_model_folder_says_the_precision_and_the_verdict_says_where(runner, tmp_path, qc,
-                                                                         quant, precision):
+@pytest.mark.parametrize(
+    "qc, quant, precision",
+    [
+        pytest.param({"quant_method": "modelopt", "quant_algo": "FP8"}, None, "fp8", id="config"),
+        pytest.param(None, {"quantization": {"quant_algo": "FP8"}}, "fp8", id="hf-quant-config"),
+    ],
+)
+def test_the_model_folder_says_the_precision_and_the_verdict_says_where(
+    runner, tmp_path, qc, quant, precision
+):
     folder = _llama_checkpoint(tmp_path, qc, quant)
     path = _script(tmp_path, "vllm serve /models/llama --tensor-parallel-size 8\n")
     out = _ok(_run(runner, path, *WORK, "--model", str(folder)))
@@ -157,8 +189,9 @@ def test_the_model_folder_says_the_precision_and_the_verdict_says_where(runner, 
     assert any("read from" in c and "config.json" in c for c in out["caveats"])
 
 
-def test_a_checkpoint_folder_beside_the_script_is_the_model_and_says_its_precision(runner,
-                                                                                   tmp_path):
+def test_a_checkpoint_folder_beside_the_script_is_the_model_and_says_its_precision(
+    runner, tmp_path
+):
     folder = _llama_checkpoint(tmp_path, {"quant_method": "fp8", "fmt": "e4m3"})
     path = _script(tmp_path, f"vllm serve ./{folder.name} --tensor-parallel-size 8\n")
     out = _ok(_run(runner, path, *WORK))
@@ -176,11 +209,14 @@ def test_an_integer_quantized_checkpoint_is_named_as_not_modelled(runner, tmp_pa
     assert "quant_method gptq" in out["warnings"][0]["message"]
 
 
-@pytest.mark.parametrize("flags, precision, kv", [
-    pytest.param("", "fp8", "bf16", id="checkpoint"),     # vLLM's kv auto: the model's dtype
-    pytest.param("--kv-cache-dtype fp8", "fp8", "fp8", id="kv-flag"),
-    pytest.param("--quantization modelopt_fp4", "fp4", "bf16", id="quantization-flag-wins"),
-])
+@pytest.mark.parametrize(
+    "flags, precision, kv",
+    [
+        pytest.param("", "fp8", "bf16", id="checkpoint"),  # vLLM's kv auto: the model's dtype
+        pytest.param("--kv-cache-dtype fp8", "fp8", "fp8", id="kv-flag"),
+        pytest.param("--quantization modelopt_fp4", "fp4", "bf16", id="quantization-flag-wins"),
+    ],
+)
 def test_an_engine_flag_wins_over_the_checkpoint(runner, tmp_path, flags, precision, kv):
     path = _script(tmp_path, f"vllm serve deepseek-ai/DeepSeek-R1-0528 -tp 8 {flags}\n")
     out = _ok(_run(runner, path, *WORK, "--hardware", "b200"))
@@ -191,44 +227,57 @@ def test_an_engine_flag_wins_over_the_checkpoint(runner, tmp_path, flags, precis
 
 # ------------------------------------------------------------------ vLLM spellings, --config
 
+
 @pytest.mark.parametrize("spelling", ["dashes", "underscores", "inline"])
 def test_vllm_flags_in_either_spelling(runner, tmp_path, spelling):
-    flags = {"dashes": "--tensor-parallel-size 4 --data-parallel-size 2 --enable-expert-parallel "
-                       "--max-num-seqs 64 --kv-cache-dtype fp8",
-             "underscores": "--tensor_parallel_size 4 --data_parallel_size 2 "
-                            "--enable_expert_parallel --max_num_seqs 64 --kv_cache_dtype fp8",
-             "inline": "--tensor_parallel_size=4 --data-parallel_size=2 --enable_expert-parallel "
-                       "--max_num_seqs=64 --kv_cache_dtype=fp8"}[spelling]
+    flags = {
+        "dashes": "--tensor-parallel-size 4 --data-parallel-size 2 --enable-expert-parallel "
+        "--max-num-seqs 64 --kv-cache-dtype fp8",
+        "underscores": "--tensor_parallel_size 4 --data_parallel_size 2 "
+        "--enable_expert_parallel --max_num_seqs 64 --kv_cache_dtype fp8",
+        "inline": "--tensor_parallel_size=4 --data-parallel_size=2 --enable_expert-parallel "
+        "--max_num_seqs=64 --kv_cache_dtype=fp8",
+    }[spelling]
     path = _script(tmp_path, f"vllm serve Qwen/Qwen3-235B-A22B {flags}\n")
     out = _ok(_run(runner, path, *WORK, "--hardware", "h200"))
     # MoE with dp 2: attention DP, experts over tp * dp = 8 ranks
-    assert {k: out["layout"][k] for k in ("tp", "dp", "ep", "dp_attention")} == \
-        {"tp": 4, "dp": 2, "ep": 8, "dp_attention": True}
+    assert {k: out["layout"][k] for k in ("tp", "dp", "ep", "dp_attention")} == {
+        "tp": 4,
+        "dp": 2,
+        "ep": 8,
+        "dp_attention": True,
+    }
     assert out["job"]["kv_cache_dtype"] == "fp8" and out["warnings"] == []
 
 
 def test_vllm_config_file_beside_the_script_and_the_command_line_overrides_it(runner, tmp_path):
-    (tmp_path / "cfg.yaml").write_text("tensor-parallel-size: 2\n"
-                                       "enable_expert_parallel: true\n"
-                                       "kv-cache-dtype: fp8\n"
-                                       "max-num-seqs: 32\n")
-    path = _script(tmp_path, "vllm serve Qwen/Qwen3-235B-A22B --config cfg.yaml "
-                             "--tensor-parallel-size 8\n")
+    (tmp_path / "cfg.yaml").write_text(
+        "tensor-parallel-size: 2\n"
+        "enable_expert_parallel: true\n"
+        "kv-cache-dtype: fp8\n"
+        "max-num-seqs: 32\n"
+    )
+    path = _script(
+        tmp_path, "vllm serve Qwen/Qwen3-235B-A22B --config cfg.yaml --tensor-parallel-size 8\n"
+    )
     out = _ok(_run(runner, path, *WORK, "--hardware", "h200"))
-    assert (out["layout"]["tp"], out["layout"]["ep"]) == (8, 8)   # the CLI's tp, the file's EP
+    assert (out["layout"]["tp"], out["layout"]["ep"]) == (8, 8)  # the CLI's tp, the file's EP
     assert out["job"]["kv_cache_dtype"] == "fp8" and out["warnings"] == []
 
 
 def test_a_vllm_config_file_written_by_the_script_is_read(runner, tmp_path):
-    text = ("cat > cfg.yaml <<'EOF'\ntensor_parallel_size: 4\nEOF\n"
-            "vllm serve meta-llama/Meta-Llama-3-70B-Instruct --config=cfg.yaml\n")
+    text = (
+        "cat > cfg.yaml <<'EOF'\ntensor_parallel_size: 4\nEOF\n"
+        "vllm serve meta-llama/Meta-Llama-3-70B-Instruct --config=cfg.yaml\n"
+    )
     out = _ok(_run(runner, _script(tmp_path, text), *WORK))
     assert out["layout"]["tp"] == 4
 
 
 def test_a_missing_vllm_config_file_is_a_warning(runner, tmp_path):
-    path = _script(tmp_path, "vllm serve meta-llama/Meta-Llama-3-70B-Instruct -tp 8 "
-                             "--config nowhere.yaml\n")
+    path = _script(
+        tmp_path, "vllm serve meta-llama/Meta-Llama-3-70B-Instruct -tp 8 --config nowhere.yaml\n"
+    )
     out = _ok(_run(runner, path, *WORK))
     assert [w["rule"] for w in out["warnings"]] == ["vllm-config-not-read"]
 
@@ -242,51 +291,83 @@ def test_a_vllm_config_file_that_is_not_a_mapping_is_refused(runner, tmp_path):
 
 # --------------------------------------------------------------- TRT-LLM options file orders
 
-OPTIONS = ("enable_attention_dp: true\n"
-           "kv_cache_config:\n  dtype: fp8\n"
-           "speculative_config:\n  decoding_type: MTP\n  num_nextn_predict_layers: 1\n")
+OPTIONS = (
+    "enable_attention_dp: true\n"
+    "kv_cache_config:\n  dtype: fp8\n"
+    "speculative_config:\n  decoding_type: MTP\n  num_nextn_predict_layers: 1\n"
+)
 
 
-@pytest.mark.parametrize("write", [
-    pytest.param("cat > ${FILE} <<'EOF'", id="cat-redirect-first"),
-    pytest.param("cat << EOF > ${FILE}", id="heredoc-first"),
-    pytest.param('cat <<EOF >"$FILE"', id="heredoc-first-quoted"),
-    pytest.param("cat <<EOF | tee $FILE", id="tee-in-a-pipe"),
-    pytest.param("tee ${FILE} <<EOF >/dev/null", id="tee-heredoc"),
-])
+@pytest.mark.parametrize(
+    "write",
+    [
+        pytest.param("cat > ${FILE} <<'EOF'", id="cat-redirect-first"),
+        pytest.param("cat << EOF > ${FILE}", id="heredoc-first"),
+        pytest.param('cat <<EOF >"$FILE"', id="heredoc-first-quoted"),
+        pytest.param("cat <<EOF | tee $FILE", id="tee-in-a-pipe"),
+        pytest.param("tee ${FILE} <<EOF >/dev/null", id="tee-heredoc"),
+    ],
+)
 def test_a_trtllm_options_file_in_any_redirection_order(runner, tmp_path, write):
-    text = (f"FILE=/tmp/extra.yml\n{write}\n{OPTIONS}EOF\n"
-            "trtllm-serve deepseek-ai/DeepSeek-R1-0528 --tp_size 8 --ep_size 8 "
-            "--extra_llm_api_options ${FILE}\n")
-    out = _ok(_run(runner, _script(tmp_path, text), *WORK, "--hardware", "h200",
-                   "--acceptance-rate", "0.7"))
-    assert {k: out["layout"][k] for k in ("tp", "dp", "ep", "dp_attention")} == \
-        {"tp": 1, "dp": 8, "ep": 8, "dp_attention": True}
+    text = (
+        f"FILE=/tmp/extra.yml\n{write}\n{OPTIONS}EOF\n"
+        "trtllm-serve deepseek-ai/DeepSeek-R1-0528 --tp_size 8 --ep_size 8 "
+        "--extra_llm_api_options ${FILE}\n"
+    )
+    out = _ok(
+        _run(
+            runner, _script(tmp_path, text), *WORK, "--hardware", "h200", "--acceptance-rate", "0.7"
+        )
+    )
+    assert {k: out["layout"][k] for k in ("tp", "dp", "ep", "dp_attention")} == {
+        "tp": 1,
+        "dp": 8,
+        "ep": 8,
+        "dp_attention": True,
+    }
     assert out["job"]["kv_cache_dtype"] == "fp8"
     assert out["warnings"] == []
 
 
 # ------------------------------------------------------------------------------------ MTP
 
+
 def test_the_hf_import_reads_the_mtp_layers():
     # DeepSeek-V3 config.json (tests/data/hf, the published file): num_nextn_predict_layers 1
     assert resolve_model(str(HF / "DeepSeek-V3" / "config.json")).mtp_num_layers == 1
 
 
-@pytest.mark.parametrize("strip, ok", [
-    pytest.param(False, True, id="config-with-mtp"),
-    pytest.param(True, False, id="config-without-mtp"),
-])
+@pytest.mark.parametrize(
+    "strip, ok",
+    [
+        pytest.param(False, True, id="config-with-mtp"),
+        pytest.param(True, False, id="config-without-mtp"),
+    ],
+)
 def test_sglang_mtp_validates_with_the_config_json_mtp_layer(runner, tmp_path, strip, ok):
     cfg = json.loads((HF / "DeepSeek-V3" / "config.json").read_text())
     if strip:
         cfg.pop("num_nextn_predict_layers")
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    path = _script(tmp_path, "python -m sglang.launch_server --model-path /m --tp 8 "
-                             "--speculative-algorithm NEXTN --speculative-num-steps 1\n")
-    out = _ok(_run(runner, path, *WORK, "--hardware", "h200", "--acceptance-rate", "0.7",
-                   "--model", str(tmp_path / "config.json")))
-    assert out["job"]["precision"] == "fp8"       # the config's quantization_config
+    path = _script(
+        tmp_path,
+        "python -m sglang.launch_server --model-path /m --tp 8 "
+        "--speculative-algorithm NEXTN --speculative-num-steps 1\n",
+    )
+    out = _ok(
+        _run(
+            runner,
+            path,
+            *WORK,
+            "--hardware",
+            "h200",
+            "--acceptance-rate",
+            "0.7",
+            "--model",
+            str(tmp_path / "config.json"),
+        )
+    )
+    assert out["job"]["precision"] == "fp8"  # the config's quantization_config
     if ok:
         assert out["valid"] is True, out["errors"]
     else:
@@ -295,8 +376,11 @@ def test_sglang_mtp_validates_with_the_config_json_mtp_layer(runner, tmp_path, s
 
 
 def test_speculative_decoding_without_an_acceptance_rate_names_the_option(runner, tmp_path):
-    path = _script(tmp_path, "python -m sglang.launch_server --model-path "
-                             "deepseek-ai/DeepSeek-V3 --tp 8 --speculative-algorithm EAGLE\n")
+    path = _script(
+        tmp_path,
+        "python -m sglang.launch_server --model-path "
+        "deepseek-ai/DeepSeek-V3 --tp 8 --speculative-algorithm EAGLE\n",
+    )
     err = _error(_run(runner, path, *WORK, "--hardware", "h200"))
     assert err["field"] == "acceptance_rate" and "--acceptance-rate" in err["message"]
 
@@ -305,35 +389,66 @@ def test_speculative_decoding_without_an_acceptance_rate_names_the_option(runner
 
 RECIPES = [
     # vllm-project/recipes DeepSeek-V3.md: FP8 on 8xH200, TP 8 + expert parallel (ep = tp)
-    pytest.param("vllm-deepseek-r1-8xh200.sh", "h200", [],
-                 dict(tp=8, dp=1, ep=8, dp_attention=False), "fp8", "bf16", None, id="vllm-r1"),
+    pytest.param(
+        "vllm-deepseek-r1-8xh200.sh",
+        "h200",
+        [],
+        dict(tp=8, dp=1, ep=8, dp_attention=False),
+        "fp8",
+        "bf16",
+        None,
+        id="vllm-r1",
+    ),
     # SGLang deepseek.md MTP: --tp 8, experts TP-sharded (SGLang's ep_size default 1), EAGLE
     # with 1 step over the model's own MTP layer
-    pytest.param("sglang-deepseek-v3-mtp-8xh200.sh", "h200", ["--acceptance-rate", "0.7"],
-                 dict(tp=8, dp=1, ep=1, dp_attention=False), "fp8", "bf16", ("mtp", 1),
-                 id="sglang-v3-mtp"),
+    pytest.param(
+        "sglang-deepseek-v3-mtp-8xh200.sh",
+        "h200",
+        ["--acceptance-rate", "0.7"],
+        dict(tp=8, dp=1, ep=1, dp_attention=False),
+        "fp8",
+        "bf16",
+        ("mtp", 1),
+        id="sglang-v3-mtp",
+    ),
     # TRT-LLM DeepSeek R1 quick start: --tp_size 8 with enable_attention_dp is 8 attention
     # ranks of tp 1, experts over --ep_size 8; kv_cache_config.dtype fp8; MTP of 1 layer
-    pytest.param("trtllm-deepseek-r1-adp-8gpu.sh", "h200", ["--acceptance-rate", "0.7"],
-                 dict(tp=1, dp=8, ep=8, dp_attention=True), "fp8", "fp8", ("mtp", 1),
-                 id="trtllm-r1-adp"),
+    pytest.param(
+        "trtllm-deepseek-r1-adp-8gpu.sh",
+        "h200",
+        ["--acceptance-rate", "0.7"],
+        dict(tp=1, dp=8, ep=8, dp_attention=True),
+        "fp8",
+        "fp8",
+        ("mtp", 1),
+        id="trtllm-r1-adp",
+    ),
     # nvidia/Llama-3.3-70B-Instruct-FP8 on one H100, --kv-cache-dtype fp8
-    pytest.param("vllm-llama3.3-70b-fp8-1xh100.sh", "h100-sxm", [],
-                 dict(tp=1, dp=1, ep=1, dp_attention=False), "fp8", "fp8", None,
-                 id="vllm-llama3.3-70b-fp8"),
+    pytest.param(
+        "vllm-llama3.3-70b-fp8-1xh100.sh",
+        "h100-sxm",
+        [],
+        dict(tp=1, dp=1, ep=1, dp_attention=False),
+        "fp8",
+        "fp8",
+        None,
+        id="vllm-llama3.3-70b-fp8",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name, hardware, extra, layout, precision, kv, spec", RECIPES)
 def test_a_published_recipe_validates(runner, name, hardware, extra, layout, precision, kv, spec):
-    out = _ok(_run(runner, SERVE / name, "--isl", "1000", "--osl", "1000", "--hardware",
-                   hardware, *extra))
+    out = _ok(
+        _run(runner, SERVE / name, "--isl", "1000", "--osl", "1000", "--hardware", hardware, *extra)
+    )
     assert out["valid"] is True, out["errors"]
     assert {k: out["layout"][k] for k in layout} == layout
     assert (out["job"]["precision"], out["job"]["kv_cache_dtype"]) == (precision, kv)
     assert out["warnings"] == []
-    assert any(c.startswith(f"weights {precision}: read from the checkpoint id")
-               for c in out["caveats"])
+    assert any(
+        c.startswith(f"weights {precision}: read from the checkpoint id") for c in out["caveats"]
+    )
     if spec is not None:
         got = out["job"].get("speculative") or {}
         assert (got.get("method"), got.get("num_tokens")) == spec
@@ -341,16 +456,25 @@ def test_a_published_recipe_validates(runner, name, hardware, extra, layout, pre
 
 # ------------------------------------------------- training exports carry their hardware
 
-@pytest.mark.parametrize("fmt, ext", [("megatron", ".sh"), ("nemo", ".yaml"),
-                                      ("deepspeed", ".json"), ("torchtitan", ".toml")])
+
+@pytest.mark.parametrize(
+    "fmt, ext",
+    [("megatron", ".sh"), ("nemo", ".yaml"), ("deepspeed", ".json"), ("torchtitan", ".toml")],
+)
 def test_a_training_export_reads_back_the_hardware_it_was_planned_for(tmp_path, fmt, ext):
     from planner.config import config_from_data
     from planner.frameworks import load_any
     from planner.frameworks.export import export
-    job, layout = config_from_data(dict(
-        model="llama3-8b", hardware="b200", num_gpus=16,
-        training=dict(seq_length=4096, global_batch_size=64),
-        parallel=dict(tp=2, micro_batch_size=1)))
+
+    job, layout = config_from_data(
+        dict(
+            model="llama3-8b",
+            hardware="b200",
+            num_gpus=16,
+            training=dict(seq_length=4096, global_batch_size=64),
+            parallel=dict(tp=2, micro_batch_size=1),
+        )
+    )
     text = export(job, layout, fmt)
     assert "planner: hardware=b200 num_gpus=16" in text
     path = tmp_path / f"plan{ext}"
@@ -365,12 +489,15 @@ def test_a_training_export_reads_back_the_hardware_it_was_planned_for(tmp_path, 
 def test_a_header_naming_an_unknown_profile_says_to_give_hardware(tmp_path):
     from planner.errors import SpecError
     from planner.frameworks import load_any
+
     path = tmp_path / "train.sh"
-    path.write_text("# planner: hardware=my-gpu num_gpus=8\n"
-                    "torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
-                    "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
-                    "--seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 "
-                    "--global-batch-size 32\n")
+    path.write_text(
+        "# planner: hardware=my-gpu num_gpus=8\n"
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
+        "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+        "--seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 "
+        "--global-batch-size 32\n"
+    )
     with pytest.raises(SpecError) as exc:
         load_any(path, model="llama3-8b")
     assert exc.value.field == "--hardware" and "'my-gpu'" in exc.value.message
@@ -379,13 +506,20 @@ def test_a_header_naming_an_unknown_profile_says_to_give_hardware(tmp_path):
 def test_a_trtllm_option_planner_does_not_apply_is_named(runner, tmp_path):
     # moe_config (the MoE backend) and kv_cache_config.free_gpu_memory_fraction change memory
     # or time; planner reads neither from the options file, so the verdict says so by name
-    options = OPTIONS.replace("kv_cache_config:\n  dtype: fp8\n",
-                              "kv_cache_config:\n  dtype: fp8\n  free_gpu_memory_fraction: 0.8\n")
-    text = (f"FILE=/tmp/extra.yml\ncat > $FILE <<'EOF'\n{options}moe_config:\n"
-            "  backend: DEEPGEMM\nEOF\n"
-            "trtllm-serve deepseek-ai/DeepSeek-R1-0528 --tp_size 8 --ep_size 8 "
-            "--extra_llm_api_options $FILE\n")
-    out = _ok(_run(runner, _script(tmp_path, text), *WORK, "--hardware", "h200",
-                   "--acceptance-rate", "0.7"))
+    options = OPTIONS.replace(
+        "kv_cache_config:\n  dtype: fp8\n",
+        "kv_cache_config:\n  dtype: fp8\n  free_gpu_memory_fraction: 0.8\n",
+    )
+    text = (
+        f"FILE=/tmp/extra.yml\ncat > $FILE <<'EOF'\n{options}moe_config:\n"
+        "  backend: DEEPGEMM\nEOF\n"
+        "trtllm-serve deepseek-ai/DeepSeek-R1-0528 --tp_size 8 --ep_size 8 "
+        "--extra_llm_api_options $FILE\n"
+    )
+    out = _ok(
+        _run(
+            runner, _script(tmp_path, text), *WORK, "--hardware", "h200", "--acceptance-rate", "0.7"
+        )
+    )
     [w] = [w for w in out["warnings"] if w["rule"] == "trtllm-extra-option-not-modelled"]
     assert "kv_cache_config.free_gpu_memory_fraction, moe_config" in w["message"]

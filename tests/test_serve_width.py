@@ -16,28 +16,39 @@ from planner.serve.specs import ServeJob, ServingSpec
 from planner.views import serve_report
 
 # the cases; the SLO (the default interactive one) adds the Pareto front's SLO column
-CASES = [("deepseek-v3", 16, "h200", 0.05), ("llama3-70b", 8, "h100-sxm", 0.05),
-         ("qwen3-235b-a22b", 8, "b200", 0.05), ("deepseek-v3", 16, "h200", None)]
+CASES = [
+    ("deepseek-v3", 16, "h200", 0.05),
+    ("llama3-70b", 8, "h100-sxm", 0.05),
+    ("qwen3-235b-a22b", 8, "b200", 0.05),
+    ("deepseek-v3", 16, "h200", None),
+]
 
 
 def _result(model, gpus, hw, tpot):
-    job = ServeJob(model=resolve_model(model), hardware=resolve_hardware(hw), num_gpus=gpus,
-                   serving=ServingSpec(precision="fp8", input_length=2048, output_length=512))
+    job = ServeJob(
+        model=resolve_model(model),
+        hardware=resolve_hardware(hw),
+        num_gpus=gpus,
+        serving=ServingSpec(precision="fp8", input_length=2048, output_length=512),
+    )
     return search(job, ServeOptions(top=10, tpot_s=tpot, ttft_s=3.0 if tpot else None))
 
 
 @pytest.mark.parametrize("width", [80, 120, 200])
-@pytest.mark.parametrize("model,gpus,hw,tpot", CASES, ids=[f"{c[0]}-{'slo' if c[3] else 'no-slo'}" for c in CASES])
+@pytest.mark.parametrize(
+    "model,gpus,hw,tpot", CASES, ids=[f"{c[0]}-{'slo' if c[3] else 'no-slo'}" for c in CASES]
+)
 def test_serve_view_reads_at_width(model, gpus, hw, tpot, width):
     result = _result(model, gpus, hw, tpot)
     out = io.StringIO()
     Console(file=out, width=width, force_terminal=False, color_system=None).print(
-        serve_report.plan_view(result))
+        serve_report.plan_view(result)
+    )
     lines = out.getvalue().splitlines()
     assert all(len(line.rstrip()) <= width for line in lines)
     assert not [line for line in lines if "…" in line]
     text = out.getvalue()
-    for p in result.plans:       # every number of every row is printed whole
+    for p in result.plans:  # every number of every row is printed whole
         e = p.estimate
         assert f"{p.per_gpu:,.0f}" in text and str(e.concurrency) in text
     if result.pick_rank:

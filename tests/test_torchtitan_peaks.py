@@ -41,9 +41,9 @@ class Run:
     flavor: str
     seq: int
     local_batch: int
-    ac: str                 # "op" (selective op SAC) or "full"
-    compile: str            # "none", "blocks" ([training] compile, 2024-12) or "model+loss"
-    converter: str = ""     # "", "float8" or "mx"
+    ac: str  # "op" (selective op SAC) or "full"
+    compile: str  # "none", "blocks" ([training] compile, 2024-12) or "model+loss"
+    converter: str = ""  # "", "float8" or "mx"
     tp: int = 1
     cp: int = 1
     peak_gib: float = 0.0
@@ -52,57 +52,162 @@ class Run:
 RUNS = [
     Run("tt-2412-8b-8g", "h100-96g", 8, "8B", 8192, 2, "op", "none", peak_gib=82.4),
     Run("tt-2412-8b-8g-compile", "h100-96g", 8, "8B", 8192, 2, "op", "blocks", peak_gib=77.0),
-    Run("tt-2412-8b-8g-compile-float8", "h100-96g", 8, "8B", 8192, 2, "op", "blocks", "float8",
-        peak_gib=76.8),
+    Run(
+        "tt-2412-8b-8g-compile-float8",
+        "h100-96g",
+        8,
+        "8B",
+        8192,
+        2,
+        "op",
+        "blocks",
+        "float8",
+        peak_gib=76.8,
+    ),
     Run("tt-2412-8b-128g", "h100-96g", 128, "8B", 8192, 2, "op", "none", peak_gib=67.0),
-    Run("tt-2412-8b-128g-compile", "h100-96g", 128, "8B", 8192, 2, "op", "blocks",
-        peak_gib=62.0),
-    Run("tt-2412-8b-128g-compile-float8", "h100-96g", 128, "8B", 8192, 2, "op", "blocks",
-        "float8", peak_gib=61.8),
-    Run("tt-2412-8b-seq32k-cp1", "h100-96g", 8, "8B", 32768, 1, "full", "blocks", "float8",
-        peak_gib=83.9),
-    Run("tt-2412-8b-seq64k-cp2", "h100-96g", 8, "8B", 65536, 1, "full", "blocks", "float8",
-        cp=2, peak_gib=84.2),
-    Run("tt-2412-8b-seq128k-cp4", "h100-96g", 8, "8B", 131072, 1, "full", "blocks", "float8",
-        cp=4, peak_gib=84.0),
-    Run("tt-2412-8b-seq256k-cp8", "h100-96g", 8, "8B", 262144, 1, "full", "blocks", "float8",
-        cp=8, peak_gib=84.5),
-    Run("tt-2412-70b-256g-2d", "h100-96g", 256, "70B", 8192, 16, "full", "blocks", "float8",
-        tp=8, peak_gib=71.9),
-    Run("tt-2506-8b-h200-32g", "h200", 32, "8B", 8192, 2, "op", "model+loss", "float8",
-        peak_gib=47.96),
-    Run("tt-2506-8b-h200-64g", "h200", 64, "8B", 8192, 2, "op", "model+loss", "float8",
-        peak_gib=46.97),
+    Run("tt-2412-8b-128g-compile", "h100-96g", 128, "8B", 8192, 2, "op", "blocks", peak_gib=62.0),
+    Run(
+        "tt-2412-8b-128g-compile-float8",
+        "h100-96g",
+        128,
+        "8B",
+        8192,
+        2,
+        "op",
+        "blocks",
+        "float8",
+        peak_gib=61.8,
+    ),
+    Run(
+        "tt-2412-8b-seq32k-cp1",
+        "h100-96g",
+        8,
+        "8B",
+        32768,
+        1,
+        "full",
+        "blocks",
+        "float8",
+        peak_gib=83.9,
+    ),
+    Run(
+        "tt-2412-8b-seq64k-cp2",
+        "h100-96g",
+        8,
+        "8B",
+        65536,
+        1,
+        "full",
+        "blocks",
+        "float8",
+        cp=2,
+        peak_gib=84.2,
+    ),
+    Run(
+        "tt-2412-8b-seq128k-cp4",
+        "h100-96g",
+        8,
+        "8B",
+        131072,
+        1,
+        "full",
+        "blocks",
+        "float8",
+        cp=4,
+        peak_gib=84.0,
+    ),
+    Run(
+        "tt-2412-8b-seq256k-cp8",
+        "h100-96g",
+        8,
+        "8B",
+        262144,
+        1,
+        "full",
+        "blocks",
+        "float8",
+        cp=8,
+        peak_gib=84.5,
+    ),
+    Run(
+        "tt-2412-70b-256g-2d",
+        "h100-96g",
+        256,
+        "70B",
+        8192,
+        16,
+        "full",
+        "blocks",
+        "float8",
+        tp=8,
+        peak_gib=71.9,
+    ),
+    Run(
+        "tt-2506-8b-h200-32g",
+        "h200",
+        32,
+        "8B",
+        8192,
+        2,
+        "op",
+        "model+loss",
+        "float8",
+        peak_gib=47.96,
+    ),
+    Run(
+        "tt-2506-8b-h200-64g",
+        "h200",
+        64,
+        "8B",
+        8192,
+        2,
+        "op",
+        "model+loss",
+        "float8",
+        peak_gib=46.97,
+    ),
     Run("tt-2508-8b-b200-bf16", "b200", 8, "8B", 8192, 1, "op", "model+loss", peak_gib=33.71),
-    Run("tt-2508-8b-b200-mxfp8", "b200", 8, "8B", 8192, 1, "op", "model+loss", "mx",
-        peak_gib=33.88),
-    Run("tt-2508-8b-b200-float8", "b200", 8, "8B", 8192, 1, "op", "model+loss", "float8",
-        peak_gib=33.38),
+    Run(
+        "tt-2508-8b-b200-mxfp8", "b200", 8, "8B", 8192, 1, "op", "model+loss", "mx", peak_gib=33.88
+    ),
+    Run(
+        "tt-2508-8b-b200-float8",
+        "b200",
+        8,
+        "8B",
+        8192,
+        1,
+        "op",
+        "model+loss",
+        "float8",
+        peak_gib=33.38,
+    ),
 ]
 
 MISSES = {
     "tt-2412-70b-256g-2d": "-20.7%: FSDP 32 x TP 8 with full AC keeps more than the layer "
-                           "inputs and the eager loss planner counts (not identified)",
+    "inputs and the eager loss planner counts (not identified)",
     "tt-2508-8b-b200-bf16": "+15%: the 2025-08 release's peaks are far below 2024-12's for the "
-                            "same model, sequence and AC (about 15 against 31 GiB of "
-                            "activations per sample); planner has one count per setting",
+    "same model, sequence and AC (about 15 against 31 GiB of "
+    "activations per sample); planner has one count per setting",
     "tt-2508-8b-b200-mxfp8": "+20%: as the bf16 run of the same release",
     "tt-2508-8b-b200-float8": "+19%: as the bf16 run of the same release",
 }
 
 
 def _toml(run: Run) -> str:
-    ac = ('mode = "selective"\nselective_ac_option = "op"' if run.ac == "op"
-          else 'mode = "full"')
+    ac = 'mode = "selective"\nselective_ac_option = "op"' if run.ac == "op" else 'mode = "full"'
     training = f"local_batch_size = {run.local_batch}\nseq_len = {run.seq}\n"
     if run.compile == "blocks":
         training += "compile = true\n"
     model = f'name = "llama3"\nflavor = "{run.flavor}"\n'
     if run.converter:
         model += f'converters = ["{run.converter}"]\n'
-    text = (f"[model]\n{model}\n[training]\n{training}\n[parallelism]\n"
-            f"data_parallel_shard_degree = -1\ntensor_parallel_degree = {run.tp}\n"
-            f"context_parallel_degree = {run.cp}\n\n[activation_checkpoint]\n{ac}\n")
+    text = (
+        f"[model]\n{model}\n[training]\n{training}\n[parallelism]\n"
+        f"data_parallel_shard_degree = -1\ntensor_parallel_degree = {run.tp}\n"
+        f"context_parallel_degree = {run.cp}\n\n[activation_checkpoint]\n{ac}\n"
+    )
     if run.compile == "model+loss":
         text += '\n[compile]\nenable = true\ncomponents = ["model", "loss"]\n'
     return text
@@ -115,9 +220,16 @@ def _estimate_gib(tmp_path, run: Run) -> float:
     return estimate(imported.job, imported.layout).memory.total / GiB
 
 
-@pytest.mark.parametrize("run", [
-    pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=MISSES[r.id])) if r.id in MISSES
-    else r for r in RUNS], ids=[r.id for r in RUNS])
+@pytest.mark.parametrize(
+    "run",
+    [
+        pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=MISSES[r.id]))
+        if r.id in MISSES
+        else r
+        for r in RUNS
+    ],
+    ids=[r.id for r in RUNS],
+)
 def test_published_torchtitan_peak_within_10_percent(tmp_path, run):
     got = _estimate_gib(tmp_path, run)
     assert abs(got / run.peak_gib - 1) <= 0.10, f"{got:.1f} GiB vs {run.peak_gib} GiB published"
@@ -128,6 +240,7 @@ def test_the_torchtitan_reading_is_what_closes_the_gap(tmp_path):
     # the vocab-parallel loss) miss every 2024-12 8B peak by more than 15%: the op SAC and the
     # eager loss are what the import adds.
     import dataclasses
+
     for run in RUNS:
         if not run.id.startswith("tt-2412-8b"):
             continue
@@ -136,7 +249,9 @@ def test_the_torchtitan_reading_is_what_closes_the_gap(tmp_path):
         imported = load_any(path, gpus=run.gpus, hardware=run.hardware)
         mods = ("core_attn",) if imported.layout.recompute == "selective" else ()
         layout = dataclasses.replace(imported.layout, recompute_modules=mods)
-        job = dataclasses.replace(imported.job, training=imported.job.training.model_copy(
-            update={"cross_entropy": "vocab_parallel"}))
+        job = dataclasses.replace(
+            imported.job,
+            training=imported.job.training.model_copy(update={"cross_entropy": "vocab_parallel"}),
+        )
         megatron = estimate(job, layout).memory.total / GiB
         assert abs(megatron / run.peak_gib - 1) > 0.15, (run.id, megatron)

@@ -84,12 +84,15 @@ def test_the_8b_layout_numbers():
     assert imported.job.training.global_batch_size == 128
     assert imported.job.model.name == "Llama 3 8B"
     (note,) = _rules(imported)["torchtitan-python-not-literal"]
-    assert "training.steps = STEPS" in note                # a name, not a literal
+    assert "training.steps = STEPS" in note  # a name, not a literal
 
 
 def test_several_configs_need_set_config():
-    with pytest.raises(SpecError, match=r"2 configs \(llama3_8b_fsdp, llama3_70b_tp8_pp2\); "
-                                        "pick one with --set config=NAME"):
+    with pytest.raises(
+        SpecError,
+        match=r"2 configs \(llama3_8b_fsdp, llama3_70b_tp8_pp2\); "
+        "pick one with --set config=NAME",
+    ):
         load_any(REGISTRY, gpus=64)
     with pytest.raises(SpecError, match="no such config"):
         load_any(REGISTRY, gpus=64, sets=(("config", "llama3_405b"),))
@@ -108,22 +111,28 @@ def test_a_module_level_default_config_is_the_only_one():
 def test_the_file_is_read_not_run(tmp_path):
     marker = tmp_path / "RAN"
     path = tmp_path / "config_registry.py"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         import pathlib
         pathlib.Path({str(marker)!r}).write_text("ran")
         from torchtitan.config import JobConfig, Model, Parallelism
         default_config = JobConfig(model=Model(name="llama3", flavor="8B"),
                                    parallelism=Parallelism(tensor_parallel_degree=2,
                                                            data_parallel_shard_degree=2))
-        """))
+        """)
+    )
     assert load_any(path).job.num_gpus == 4
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("text,message", [
-    ("def f(:\n", "is not valid Python at line 1"),
-    ("x = 1\n", "no torchtitan config in this Python file"),
-], ids=["syntax", "no-config"])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("def f(:\n", "is not valid Python at line 1"),
+        ("x = 1\n", "no torchtitan config in this Python file"),
+    ],
+    ids=["syntax", "no-config"],
+)
 def test_bad_python_is_one_line(tmp_path, text, message):
     path = tmp_path / "c.py"
     path.write_text(text)

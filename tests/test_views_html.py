@@ -49,6 +49,7 @@ def test_validate_html_is_self_contained_and_draws_every_block(tmp_path):
 def test_html_schedule_blocks_are_the_schedules(tmp_path):
     """Block positions in the SVG are the simulated schedule's start times, scaled."""
     from planner.views.html import LABEL, W, svg_schedule
+
     job, lay = load_config(EXAMPLE_70B)
     pic = schedule_picture(job, lay)
     svg = svg_schedule(pic)
@@ -62,6 +63,7 @@ def test_html_schedule_blocks_are_the_schedules(tmp_path):
 def test_big_schedules_are_drawn_as_runs(tmp_path):
     """Beyond MAX_BLOCKS the schedule is cells (runs of one kind): the file stays small."""
     from planner.views import html
+
     job, lay = load_config(EXAMPLE_70B)
     pic = schedule_picture(job, lay.with_(vpp=5))
     old = html.MAX_BLOCKS
@@ -80,7 +82,7 @@ def test_plan_html_has_the_table_scatter_and_each_plans_pictures(tmp_path):
     text = out.read_text(encoding="utf-8")
     _self_contained(text)
     assert text.count('class="top"') + text.count('class="pick"') >= 3
-    assert 'class="pick"' in text                    # the seven-step pick is marked
+    assert 'class="pick"' in text  # the seven-step pick is marked
     assert text.count("<details") == 3 and text.count("<details open") == 1
     assert "Seven-step procedure" in text
 
@@ -113,8 +115,10 @@ def test_html_to_a_missing_folder_is_one_error_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: --html") and "Traceback" not in r.output
 
 
-@pytest.mark.parametrize("example", ["mixtral-8x7b-64xh100.yaml", "deepseek-v3-1024xb200.yaml",
-                                     "llama3-8b-128k-64xh100.yaml"])
+@pytest.mark.parametrize(
+    "example",
+    ["mixtral-8x7b-64xh100.yaml", "deepseek-v3-1024xb200.yaml", "llama3-8b-128k-64xh100.yaml"],
+)
 def test_every_example_renders(tmp_path, example):
     out = tmp_path / "r.html"
     r = _invoke("validate", str(EXAMPLES / example), "--html", str(out))

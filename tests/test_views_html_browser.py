@@ -37,11 +37,23 @@ def _browser() -> str:
 
 def _chromium(page: Path, *extra: str, tmp: Path) -> subprocess.CompletedProcess:
     """Headless, offline: every host resolves to nothing and the proxy is a closed port."""
-    args = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-            "--no-first-run", "--disable-extensions", "--disable-background-networking",
-            "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
-            f"--user-data-dir={tmp / 'profile'}", "--enable-logging=stderr", "--v=0",
-            *extra, page.as_uri()]
+    args = [
+        _browser(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--no-first-run",
+        "--disable-extensions",
+        "--disable-background-networking",
+        "--proxy-server=127.0.0.1:9",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--user-data-dir={tmp / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *extra,
+        page.as_uri(),
+    ]
     return subprocess.run(args, capture_output=True, text=True, timeout=120)
 
 
@@ -54,8 +66,8 @@ def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, width = 8, b"", 0
     while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + n]
+        n, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + n]
         if kind == b"IHDR":
             width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", chunk)
             assert depth == 8 and interlace == 0 and colour in (2, 6)
@@ -68,7 +80,7 @@ def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     rows, prev = [], bytearray(stride)
     for y in range(height):
         f = raw[y * (stride + 1)]
-        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride):
             a = line[i - bpp] if i >= bpp else 0
             b = prev[i]
@@ -90,7 +102,7 @@ def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
 
 def _count(rows, bpp: int, hex_colour: str) -> int:
     want = bytes.fromhex(hex_colour.lstrip("#"))
-    return sum(sum(1 for i in range(0, len(r), bpp) if r[i:i + 3] == want) for r in rows)
+    return sum(sum(1 for i in range(0, len(r), bpp) if r[i : i + 3] == want) for r in rows)
 
 
 def test_console_errors_are_detected(tmp_path):
@@ -104,8 +116,10 @@ def test_console_errors_are_detected(tmp_path):
 def test_a_fetch_is_refused_offline(tmp_path):
     """And a page that needs the network shows it: the request fails and is logged."""
     page = tmp_path / "net.html"
-    page.write_text('<!DOCTYPE html><html><body><script>fetch("http://example.invalid/x")'
-                    '.catch(e => console.error("offline: " + e))</script></body></html>')
+    page.write_text(
+        '<!DOCTYPE html><html><body><script>fetch("http://example.invalid/x")'
+        '.catch(e => console.error("offline: " + e))</script></body></html>'
+    )
     proc = _chromium(page, "--dump-dom", "--virtual-time-budget=3000", tmp=tmp_path)
     assert any("offline" in line for line in _console_lines(proc.stderr)), proc.stderr[-2000:]
 

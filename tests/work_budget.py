@@ -46,5 +46,6 @@ def cpu_budget(limit_s: float, what: str = "the work"):
     start = cpu_seconds()
     yield used
     used.seconds = cpu_seconds() - start
-    assert used.seconds < limit_s, \
+    assert used.seconds < limit_s, (
         f"{what} used {used.seconds:.2f} CPU seconds, over its budget of {limit_s} s"
+    )

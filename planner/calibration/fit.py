@@ -30,35 +30,63 @@ from planner.layout import Layout
 from planner.specs import Calibration, HardwareSpec
 from planner.tune import fill_auto
 
-__all__ = ["BOUNDS", "PRIORITY", "RUNS_PER_PARAMETER", "HUBER", "Run", "predict", "errors",
-           "loss", "with_values", "free_parameters", "fit_profile", "at_bound", "select_identified",
-           "SENSITIVITY_MIN", "CONDITION_MAX", "STEP", "BANDWIDTHS", "BANDWIDTH_SCALE",
-           "fit_bandwidths", "NOISE"]
+__all__ = [
+    "BOUNDS",
+    "PRIORITY",
+    "RUNS_PER_PARAMETER",
+    "HUBER",
+    "Run",
+    "predict",
+    "errors",
+    "loss",
+    "with_values",
+    "free_parameters",
+    "fit_profile",
+    "at_bound",
+    "select_identified",
+    "SENSITIVITY_MIN",
+    "CONDITION_MAX",
+    "STEP",
+    "BANDWIDTHS",
+    "BANDWIDTH_SCALE",
+    "fit_bandwidths",
+    "NOISE",
+]
 
-BOUNDS = {   # physically plausible ranges (docs/accuracy.md, 'Calibration')
-    "matmul_efficiency": (0.55, 0.9),       # large bf16 GEMMs reach 60-85% of the dense peak
+BOUNDS = {  # physically plausible ranges (docs/accuracy.md, 'Calibration')
+    "matmul_efficiency": (0.55, 0.9),  # large bf16 GEMMs reach 60-85% of the dense peak
     "fp8_matmul_efficiency": (0.45, 0.85),  # FP8 GEMMs: 50-75% of the FP8 peak; never slower
-                                            # than BF16 ones (0.45 x 2 x peak > 0.9 x peak)
-    "matmul_half_size": (0.0, 1500.0),      # the GEMM size where efficiency halves
-    "attention_efficiency": (0.2, 0.75),    # FlashAttention-2/3, cuDNN: 25-75% of peak
-    "nvlink_efficiency": (0.75, 0.9),       # nccl-tests bus bandwidth / link rate; DeepSeek
-                                            # measured 160 of H800's 200 GB/s (arXiv:2412.19437),
-                                            # nccl-tests ~370 of H100's 450 without NVLS
-    "network_efficiency": (0.6, 0.95),      # IB/RoCE busbw: 40-46 of a NIC's 50 GB/s
+    # than BF16 ones (0.45 x 2 x peak > 0.9 x peak)
+    "matmul_half_size": (0.0, 1500.0),  # the GEMM size where efficiency halves
+    "attention_efficiency": (0.2, 0.75),  # FlashAttention-2/3, cuDNN: 25-75% of peak
+    "nvlink_efficiency": (0.75, 0.9),  # nccl-tests bus bandwidth / link rate; DeepSeek
+    # measured 160 of H800's 200 GB/s (arXiv:2412.19437),
+    # nccl-tests ~370 of H100's 450 without NVLS
+    "network_efficiency": (0.6, 0.95),  # IB/RoCE busbw: 40-46 of a NIC's 50 GB/s
     "elementwise_bytes_per_activation": (0.0, 12.0),
-    "layer_overhead_us": (0.0, 200.0),      # tens of small kernels per layer
-    "launch_overhead_us": (1.0, 60.0),      # eager PyTorch: 5-50 us of host time per op
+    "layer_overhead_us": (0.0, 200.0),  # tens of small kernels per layer
+    "launch_overhead_us": (1.0, 60.0),  # eager PyTorch: 5-50 us of host time per op
     "overlap_efficiency": (0.5, 0.95),
-    "ep_overlap_efficiency": (0.2, 0.95),   # Megatron's 1F1B all-to-all overlap: partial
-    "step_overhead_ms": (0.0, 150.0),       # host work per step besides the model's: loss and
-                                            # grad-norm reductions, timers, logging, optimizer
-                                            # launches (its HBM traffic is modelled on its own)
+    "ep_overlap_efficiency": (0.2, 0.95),  # Megatron's 1F1B all-to-all overlap: partial
+    "step_overhead_ms": (0.0, 150.0),  # host work per step besides the model's: loss and
+    # grad-norm reductions, timers, logging, optimizer
+    # launches (its HBM traffic is modelled on its own)
 }
 
-PRIORITY = ("matmul_efficiency", "fp8_matmul_efficiency", "attention_efficiency",
-            "launch_overhead_us", "network_efficiency", "nvlink_efficiency",
-            "overlap_efficiency", "ep_overlap_efficiency", "elementwise_bytes_per_activation",
-            "matmul_half_size", "layer_overhead_us", "step_overhead_ms")
+PRIORITY = (
+    "matmul_efficiency",
+    "fp8_matmul_efficiency",
+    "attention_efficiency",
+    "launch_overhead_us",
+    "network_efficiency",
+    "nvlink_efficiency",
+    "overlap_efficiency",
+    "ep_overlap_efficiency",
+    "elementwise_bytes_per_activation",
+    "matmul_half_size",
+    "layer_overhead_us",
+    "step_overhead_ms",
+)
 """The order in which a profile with few runs gets its own parameters."""
 
 RUNS_PER_PARAMETER = 2
@@ -111,8 +139,9 @@ def loss(runs, profiles: dict[str, HardwareSpec]) -> float:
 
 
 def with_values(hw: HardwareSpec, values: dict) -> HardwareSpec:
-    cal = Calibration(**{**hw.calibration.model_dump(),
-                         **{k: round(v, 4) for k, v in values.items()}})
+    cal = Calibration(
+        **{**hw.calibration.model_dump(), **{k: round(v, 4) for k, v in values.items()}}
+    )
     return hw.model_copy(update={"calibration": cal})
 
 
@@ -125,13 +154,16 @@ def exercised(runs, hw: HardwareSpec) -> list[str]:
     seen = []
     for name in order:
         if name == "fp8_matmul_efficiency" and not any(
-                r.job.training.precision == "fp8" for r in runs):
+            r.job.training.precision == "fp8" for r in runs
+        ):
             continue
         if name == "network_efficiency" and not any(
-                r.job.num_gpus > hw.nvlink_domain_size for r in runs):
+            r.job.num_gpus > hw.nvlink_domain_size for r in runs
+        ):
             continue
         if name == "ep_overlap_efficiency" and not any(
-                r.layout.overlap_moe_expert_parallel_comm for r in runs):
+            r.layout.overlap_moe_expert_parallel_comm for r in runs
+        ):
             continue
         seen.append(name)
     return seen
@@ -207,10 +239,12 @@ def identifiable(cases, hw: HardwareSpec, candidates) -> tuple[tuple[str, ...], 
     return select_identified(sensitivities(cases, hw, candidates), candidates)
 
 
-def select_identified(sens: dict[str, list[float]], candidates,
-                      sensitivity_min: float = SENSITIVITY_MIN,
-                      condition_max: float = CONDITION_MAX
-                      ) -> tuple[tuple[str, ...], dict[str, str]]:
+def select_identified(
+    sens: dict[str, list[float]],
+    candidates,
+    sensitivity_min: float = SENSITIVITY_MIN,
+    condition_max: float = CONDITION_MAX,
+) -> tuple[tuple[str, ...], dict[str, str]]:
     """The rule of `identifiable` on given sensitivities (name -> d ln(prediction) / d u per
     run and metric): the serving fit (planner/serve/calibrate.py) uses it on its own."""
     chosen: list[str] = []
@@ -229,9 +263,14 @@ def select_identified(sens: dict[str, list[float]], candidates,
     return tuple(chosen), why
 
 
-def free_parameters(runs, hw: HardwareSpec, *, min_runs: int = 2,
-                    runs_per_parameter: int = RUNS_PER_PARAMETER,
-                    identify: bool = False) -> tuple[str, ...]:
+def free_parameters(
+    runs,
+    hw: HardwareSpec,
+    *,
+    min_runs: int = 2,
+    runs_per_parameter: int = RUNS_PER_PARAMETER,
+    identify: bool = False,
+) -> tuple[str, ...]:
     """The parameters the runs can fit: those they exercise, one per `runs_per_parameter`
     runs (at least one once there are `min_runs`), in PRIORITY's order; with `identify`, only
     those the runs also identify (`identifiable`). Every other parameter keeps the base
@@ -251,11 +290,12 @@ def free_parameters(runs, hw: HardwareSpec, *, min_runs: int = 2,
     order = tuple(exercised(runs, hw))
     if identify:
         order = identifiable(runs, hw, order)[0]
-    return order[:max(1, len(runs) // runs_per_parameter)]
+    return order[: max(1, len(runs) // runs_per_parameter)]
 
 
-def _descend(f, point: dict, names, sweeps: int = 3, steps: int = 11,
-             bounds: dict | None = None) -> tuple[dict, float]:
+def _descend(
+    f, point: dict, names, sweeps: int = 3, steps: int = 11, bounds: dict | None = None
+) -> tuple[dict, float]:
     """Coordinate descent of f over `names` within `bounds` (BOUNDS): a grid over each bound
     first, then finer grids around the best value, sweep after sweep."""
     bounds = BOUNDS if bounds is None else bounds
@@ -263,10 +303,13 @@ def _descend(f, point: dict, names, sweeps: int = 3, steps: int = 11,
     for sweep in range(sweeps):
         for name in names:
             lo, hi = bounds[name]
-            span = (hi - lo) / (steps - 1) / (1 if sweep == 0 else 2 ** sweep)
+            span = (hi - lo) / (steps - 1) / (1 if sweep == 0 else 2**sweep)
             cur = point[name]
-            grid = ([lo + (hi - lo) * i / (steps - 1) for i in range(steps)] if sweep == 0
-                    else [min(hi, max(lo, cur + span * (i - 5))) for i in range(11)])
+            grid = (
+                [lo + (hi - lo) * i / (steps - 1) for i in range(steps)]
+                if sweep == 0
+                else [min(hi, max(lo, cur + span * (i - 5))) for i in range(11)]
+            )
             for val in grid:
                 cand = {**point, name: val}
                 got = f(cand)
@@ -279,8 +322,10 @@ def fit_profile(runs, hw: HardwareSpec, names, starts: int = 3) -> tuple[Hardwar
     """The best of several descents over `names` (from the current values, the middle of the
     bounds and seeded random points): one descent stalls in the valleys two compensating
     parameters make. The runs are predicted under `hw` (it replaces their own profile)."""
-    runs = [r if r.job.hardware.name == hw.name else
-            replace(r, job=replace(r.job, hardware=hw)) for r in runs]
+    runs = [
+        r if r.job.hardware.name == hw.name else replace(r, job=replace(r.job, hardware=hw))
+        for r in runs
+    ]
     if not names:
         return hw, loss(runs, {hw.name: hw})
     rng = random.Random(0)
@@ -305,8 +350,7 @@ def at_bound(hw: HardwareSpec, names) -> list[str]:
     return [k for k in names if getattr(hw.calibration, k) in BOUNDS[k]]
 
 
-BANDWIDTHS = ("hbm_bandwidth_gb_per_s", "nvlink_bandwidth_gb_per_s",
-              "network_bandwidth_gb_per_s")
+BANDWIDTHS = ("hbm_bandwidth_gb_per_s", "nvlink_bandwidth_gb_per_s", "network_bandwidth_gb_per_s")
 """The hardware numbers `fit_bandwidths` checks against the runs."""
 NOISE = 0.10
 """The scatter of a run's log step time the model cannot explain (the runs' 5-10%, as
@@ -317,11 +361,12 @@ SKU or NIC count (4 of 8 NICs per node, a PCIe card for an SXM one) is off by 2-
 
 
 def _scaled(hw: HardwareSpec, log2s: dict) -> HardwareSpec:
-    return hw.model_copy(update={k: getattr(hw, k) * 2 ** v for k, v in log2s.items()})
+    return hw.model_copy(update={k: getattr(hw, k) * 2**v for k, v in log2s.items()})
 
 
-def fit_bandwidths(runs, hw: HardwareSpec, names) -> tuple[HardwareSpec, float, dict[str, float],
-                                                          str]:
+def fit_bandwidths(
+    runs, hw: HardwareSpec, names
+) -> tuple[HardwareSpec, float, dict[str, float], str]:
     """`fit_profile` over `names`, then the check of the base's bandwidths (BANDWIDTHS): the
     efficiencies are shares of those numbers, bounded to physical ranges, and cannot absorb a
     bandwidth that is 2x off. The bandwidths the runs identify (sweeping one over
@@ -334,8 +379,10 @@ def fit_bandwidths(runs, hw: HardwareSpec, names) -> tuple[HardwareSpec, float, 
     moves every run it touches; a few runs the model misses by 50%, which the Huber loss
     still lets pull, would otherwise be fitted by a 'wrong' bandwidth). Returns the profile, its
     loss, the factors kept (name -> fitted / base) and a one-line reason."""
-    runs = [r if r.job.hardware.name == hw.name else
-            replace(r, job=replace(r.job, hardware=hw)) for r in runs]
+    runs = [
+        r if r.job.hardware.name == hw.name else replace(r, job=replace(r.job, hardware=hw))
+        for r in runs
+    ]
     fitted, before = fit_profile(runs, hw, names)
     if len(runs) < 2:
         return fitted, before, {}, "bandwidths as in the base (fewer than 2 runs)"
@@ -360,24 +407,50 @@ def fit_bandwidths(runs, hw: HardwareSpec, names) -> tuple[HardwareSpec, float, 
     # efficiencies (the first may sit in the valley an efficiency made absorbing a
     # bandwidth's error)
     at_base = {**{k: getattr(hw.calibration, k) for k in names}, **{k: 0.0 for k in bws}}
-    starts = [{**{k: getattr(fitted.calibration, k) for k in names}, **{k: 0.0 for k in bws}},
-              _descend(f, at_base, bws, bounds=bounds)[0]]
-    p, after = min((_descend(f, s, list(bws) + list(names), bounds=bounds) for s in starts),
-                   key=lambda t: t[1])
-    gain = len(runs) * (before - after) / NOISE ** 2
+    starts = [
+        {**{k: getattr(fitted.calibration, k) for k in names}, **{k: 0.0 for k in bws}},
+        _descend(f, at_base, bws, bounds=bounds)[0],
+    ]
+    p, after = min(
+        (_descend(f, s, list(bws) + list(names), bounds=bounds) for s in starts), key=lambda t: t[1]
+    )
+    gain = len(runs) * (before - after) / NOISE**2
     if gain <= 2 * len(bws):
-        return fitted, before, {}, (f"bandwidths as in the base (refitting {', '.join(bws)} "
-                                    f"would gain {gain:.1f} <= {2 * len(bws)})")
-    med = [statistics.median(abs(e) for e in errors(runs, {hw.name: prof}))
-           for prof in (fitted, split(p))]
+        return (
+            fitted,
+            before,
+            {},
+            (
+                f"bandwidths as in the base (refitting {', '.join(bws)} "
+                f"would gain {gain:.1f} <= {2 * len(bws)})"
+            ),
+        )
+    med = [
+        statistics.median(abs(e) for e in errors(runs, {hw.name: prof}))
+        for prof in (fitted, split(p))
+    ]
     if med[1] >= med[0]:
-        return fitted, before, {}, (f"bandwidths as in the base (refitting {', '.join(bws)} "
-                                    f"would fit the outlying runs, not the typical one: median "
-                                    f"|log error| {med[0]:.3f} -> {med[1]:.3f})")
+        return (
+            fitted,
+            before,
+            {},
+            (
+                f"bandwidths as in the base (refitting {', '.join(bws)} "
+                f"would fit the outlying runs, not the typical one: median "
+                f"|log error| {med[0]:.3f} -> {med[1]:.3f})"
+            ),
+        )
     factors = {k: round(2 ** p[k], 3) for k in bws}
-    out = with_values(hw.model_copy(update={k: round(getattr(hw, k) * f, 1)
-                                            for k, f in factors.items()}),
-                      {k: p[k] for k in names})
-    return out, loss(runs, {hw.name: out}), factors, (
-        f"bandwidths refitted (gain {gain:.1f} > {2 * len(bws)}): "
-        + ", ".join(f"{k} x{f:.2f}" for k, f in factors.items()))
+    out = with_values(
+        hw.model_copy(update={k: round(getattr(hw, k) * f, 1) for k, f in factors.items()}),
+        {k: p[k] for k in names},
+    )
+    return (
+        out,
+        loss(runs, {hw.name: out}),
+        factors,
+        (
+            f"bandwidths refitted (gain {gain:.1f} > {2 * len(bws)}): "
+            + ", ".join(f"{k} x{f:.2f}" for k, f in factors.items())
+        ),
+    )

@@ -34,9 +34,21 @@ if TYPE_CHECKING:
     from planner.layout import Layout
     from planner.specs import JobLike
 
-__all__ = ["MIN_RUNS", "SMALL_RUNS", "WIDEN", "CLASSES", "SERVE_METRICS", "Interval", "interval_class",
-           "build_table", "time_interval", "memory_interval", "serve_class", "serve_intervals",
-           "label"]
+__all__ = [
+    "MIN_RUNS",
+    "SMALL_RUNS",
+    "WIDEN",
+    "CLASSES",
+    "SERVE_METRICS",
+    "Interval",
+    "interval_class",
+    "build_table",
+    "time_interval",
+    "memory_interval",
+    "serve_class",
+    "serve_intervals",
+    "label",
+]
 
 MIN_RUNS = 8
 """Fewest residuals a group needs to stand on its own (else the wider group is used)."""
@@ -121,8 +133,13 @@ class Interval:
         return [value * self.lo, value * self.hi]
 
     def basis(self) -> dict:
-        return {"class": self.cls, "gpu": self.gpu, "runs": self.runs, "coverage": 0.8,
-                "widened": self.widened}
+        return {
+            "class": self.cls,
+            "gpu": self.gpu,
+            "runs": self.runs,
+            "coverage": 0.8,
+            "widened": self.widened,
+        }
 
 
 def _lookup(table: dict, cls: str, gpu: str, widened: bool) -> Interval:
@@ -140,16 +157,18 @@ def time_interval(job: JobLike, layout: Layout | None, table: dict | None = None
     """The step time's interval (as ratios to the estimate)."""
     if table is None:
         from planner.calibration.interval_table import TIME as table
-    return _lookup(table, interval_class(job, layout), job.hardware.name,
-                   bool(caveats(job, layout)))
+    return _lookup(
+        table, interval_class(job, layout), job.hardware.name, bool(caveats(job, layout))
+    )
 
 
 def memory_interval(job: JobLike, layout: Layout | None, table: dict | None = None) -> Interval:
     """The peak memory's interval, from the runs that publish a peak."""
     if table is None:
         from planner.calibration.interval_table import MEMORY as table
-    return _lookup(table, interval_class(job, layout), job.hardware.name,
-                   bool(caveats(job, layout)))
+    return _lookup(
+        table, interval_class(job, layout), job.hardware.name, bool(caveats(job, layout))
+    )
 
 
 SERVE_METRICS = ("output_tokens_per_s", "e2e_s", "ttft_s", "tpot_s")
@@ -169,8 +188,11 @@ def serve_intervals(job, table: dict | None = None) -> dict[str, Interval]:
     if table is None:
         from planner.calibration.interval_table import SERVE as table
     widened = not job.hardware.serving_calibration.fitted_on
-    return {m: _lookup(table[m], serve_class(job), job.hardware.name, widened)
-            for m in SERVE_METRICS if m in table}
+    return {
+        m: _lookup(table[m], serve_class(job), job.hardware.name, widened)
+        for m in SERVE_METRICS
+        if m in table
+    }
 
 
 def label(iv: Interval) -> str:

@@ -33,8 +33,15 @@ from pathlib import Path
 from planner.errors import SpecError, short
 from planner.io import read_text
 
-__all__ = ["LOG_FORMATS", "WARMUP_FRACTION", "WARMUP_RECORDS", "LogSummary", "read_log",
-           "load_log", "detect_log_format"]
+__all__ = [
+    "LOG_FORMATS",
+    "WARMUP_FRACTION",
+    "WARMUP_RECORDS",
+    "LogSummary",
+    "read_log",
+    "load_log",
+    "detect_log_format",
+]
 
 LOG_FORMATS = ("megatron", "nemo", "torchtitan", "deepspeed")
 WARMUP_FRACTION = 0.10
@@ -82,22 +89,30 @@ class LogSummary:
     @property
     def rule(self) -> str:
         dropped = self.records - self.used
-        return (f"median of {self.used} of {self.records} logged steps (first {dropped} dropped "
-                f"as warm-up)")
+        return (
+            f"median of {self.used} of {self.records} logged steps (first {dropped} dropped "
+            f"as warm-up)"
+        )
 
-    def step_time(self, *, global_batch_size: int, seq_length: int, num_gpus: int
-                  ) -> tuple[float, str]:
+    def step_time(
+        self, *, global_batch_size: int, seq_length: int, num_gpus: int
+    ) -> tuple[float, str]:
         """The measured step time and what it came from: the logged step time, else the
         global batch's tokens over tokens/s/GPU x GPUs, else its samples over samples/s."""
         if self.step_time_s is not None:
             return self.step_time_s, "step time"
         if self.tokens_per_s_per_gpu:
-            return (global_batch_size * seq_length / (self.tokens_per_s_per_gpu * num_gpus),
-                    "tokens/s per GPU")
+            return (
+                global_batch_size * seq_length / (self.tokens_per_s_per_gpu * num_gpus),
+                "tokens/s per GPU",
+            )
         if self.samples_per_s:
             return global_batch_size / self.samples_per_s, "samples/s"
-        raise SpecError(f"the {self.format} log states no step time, tokens/s or samples/s; "
-                        "give a log with its step lines", field="log")
+        raise SpecError(
+            f"the {self.format} log states no step time, tokens/s or samples/s; "
+            "give a log with its step lines",
+            field="log",
+        )
 
 
 def _megatron(line: str) -> Record | None:
@@ -106,9 +121,11 @@ def _megatron(line: str) -> Record | None:
     ms = _find(r"elapsed time per iteration \(ms\):\s*" + _NUM, line)
     if ms is None:
         return None
-    return Record(step_time_s=ms / 1e3,
-                  tflops_per_gpu=_find(r"throughput per GPU \(TFLOP/s/GPU\):\s*" + _NUM, line),
-                  samples_per_s=_find(r"samples per second:\s*" + _NUM, line))
+    return Record(
+        step_time_s=ms / 1e3,
+        tflops_per_gpu=_find(r"throughput per GPU \(TFLOP/s/GPU\):\s*" + _NUM, line),
+        samples_per_s=_find(r"samples per second:\s*" + _NUM, line),
+    )
 
 
 def _megatron_memory(line: str) -> float | None:
@@ -133,15 +150,21 @@ def _torchtitan(line: str) -> Record | None:
     if not re.search(r"\bstep:\s*\d+", line) or "tps:" not in line:
         return None
     mem = _find(r"memory:\s*" + _NUM + r"\s*GiB", line)
-    return Record(tokens_per_s_per_gpu=_find(r"tps:\s*" + _NUM, line),
-                  tflops_per_gpu=_find(r"tflops:\s*" + _NUM, line), peak_memory_gib=mem)
+    return Record(
+        tokens_per_s_per_gpu=_find(r"tps:\s*" + _NUM, line),
+        tflops_per_gpu=_find(r"tflops:\s*" + _NUM, line),
+        peak_memory_gib=mem,
+    )
 
 
 def _deepspeed(line: str) -> Record | None:
     rec = _megatron(line)
     if rec is not None:
-        return Record(step_time_s=rec.step_time_s, samples_per_s=rec.samples_per_s,
-                      tflops_per_gpu=_find(r"TFLOPs:\s*" + _NUM, line))
+        return Record(
+            step_time_s=rec.step_time_s,
+            samples_per_s=rec.samples_per_s,
+            tflops_per_gpu=_find(r"TFLOPs:\s*" + _NUM, line),
+        )
     s = _find(r"CurrSamplesPerSec=\s*" + _NUM, line)
     if s is None:
         return None
@@ -149,8 +172,12 @@ def _deepspeed(line: str) -> Record | None:
     return Record(samples_per_s=s, peak_memory_gib=mem)
 
 
-_PARSERS = {"megatron": _megatron, "nemo": _nemo, "torchtitan": _torchtitan,
-            "deepspeed": _deepspeed}
+_PARSERS = {
+    "megatron": _megatron,
+    "nemo": _nemo,
+    "torchtitan": _torchtitan,
+    "deepspeed": _deepspeed,
+}
 
 
 def detect_log_format(lines: list[str]) -> str | None:
@@ -177,38 +204,61 @@ def read_log(text: str, *, fmt: str | None = None, source: str = "log") -> LogSu
     lines = [_ANSI.sub("", line) for line in text.splitlines()]
     fmt = fmt or detect_log_format(lines)
     if fmt is None:
-        raise SpecError(f"log {short(source, 200)}: no step lines of {', '.join(LOG_FORMATS)} "
-                        "found (e.g. Megatron's 'elapsed time per iteration (ms)', NeMo's "
-                        "'train_step_timing in s', torchtitan's 'tps:'); give the job's "
-                        "training log", field="log", value=source)
+        raise SpecError(
+            f"log {short(source, 200)}: no step lines of {', '.join(LOG_FORMATS)} "
+            "found (e.g. Megatron's 'elapsed time per iteration (ms)', NeMo's "
+            "'train_step_timing in s', torchtitan's 'tps:'); give the job's "
+            "training log",
+            field="log",
+            value=source,
+        )
     if fmt not in _PARSERS:
-        raise SpecError(f"log format {short(fmt)}: not one of {', '.join(LOG_FORMATS)}",
-                        field="log_format", value=fmt)
+        raise SpecError(
+            f"log format {short(fmt)}: not one of {', '.join(LOG_FORMATS)}",
+            field="log_format",
+            value=fmt,
+        )
     parse = _PARSERS[fmt]
     records = [r for r in (parse(line) for line in lines) if r is not None]
     if not records:
-        raise SpecError(f"log {short(source, 200)}: no {fmt} step lines found; give the job's "
-                        "training log", field="log", value=source)
+        raise SpecError(
+            f"log {short(source, 200)}: no {fmt} step lines found; give the job's training log",
+            field="log",
+            value=source,
+        )
     mem_lines = [m for m in (_megatron_memory(line) for line in lines) if m is not None]
     n = len(records)
     warm = max(WARMUP_RECORDS, math.ceil(WARMUP_FRACTION * n))
     notes = []
     if n <= warm:
-        notes.append(f"only {n} logged steps, not more than the {warm} warm-up ones: the "
-                     "last one is used")
+        notes.append(
+            f"only {n} logged steps, not more than the {warm} warm-up ones: the last one is used"
+        )
         steady = records[-1:]
     else:
         steady = records[warm:]
     peaks = [r.peak_memory_gib for r in records if r.peak_memory_gib is not None] + mem_lines
-    kind = {"megatron": "max allocated", "deepspeed": "max allocated",
-            "torchtitan": "max reserved"}.get(fmt, "") if peaks else ""
-    return LogSummary(format=fmt, records=n, used=len(steady),
-                      step_time_s=_median([r.step_time_s for r in steady]),
-                      tokens_per_s_per_gpu=_median([r.tokens_per_s_per_gpu for r in steady]),
-                      samples_per_s=_median([r.samples_per_s for r in steady]),
-                      tflops_per_gpu=_median([r.tflops_per_gpu for r in steady]),
-                      peak_memory_gib=max(peaks) if peaks else None, peak_memory_kind=kind,
-                      notes=notes)
+    kind = (
+        {
+            "megatron": "max allocated",
+            "deepspeed": "max allocated",
+            "torchtitan": "max reserved",
+        }.get(fmt, "")
+        if peaks
+        else ""
+    )
+    return LogSummary(
+        format=fmt,
+        records=n,
+        used=len(steady),
+        step_time_s=_median([r.step_time_s for r in steady]),
+        tokens_per_s_per_gpu=_median([r.tokens_per_s_per_gpu for r in steady]),
+        samples_per_s=_median([r.samples_per_s for r in steady]),
+        tflops_per_gpu=_median([r.tflops_per_gpu for r in steady]),
+        peak_memory_gib=max(peaks) if peaks else None,
+        peak_memory_kind=kind,
+        notes=notes,
+    )
 
 
 def load_log(path: str | Path, *, fmt: str | None = None) -> LogSummary:

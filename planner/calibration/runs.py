@@ -52,35 +52,57 @@ def read_runs_file(path: str | Path) -> list[RunRef]:
     data = read_yaml(p, what="runs file")
     where = short(str(p), 200)
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list) or not data["runs"]:
-        raise SpecError(f"runs file {where}: needs `runs:`, a list of {{config: PATH, log: PATH, "
-                        "hardware: NAME}} (hardware optional)", field="runs")
+        raise SpecError(
+            f"runs file {where}: needs `runs:`, a list of {{config: PATH, log: PATH, "
+            "hardware: NAME}} (hardware optional)",
+            field="runs",
+        )
     extra = sorted(set(data) - {"runs"})
     if extra:
-        raise SpecError(f"runs file {where}: unknown key {short(extra[0])}; the file has only "
-                        "`runs:`", field=str(extra[0]))
+        raise SpecError(
+            f"runs file {where}: unknown key {short(extra[0])}; the file has only `runs:`",
+            field=str(extra[0]),
+        )
     out = []
     for i, r in enumerate(data["runs"]):
         if not isinstance(r, dict):
-            raise SpecError(f"runs file {where}: runs[{i}] = {short(r)}: must be a mapping "
-                            "{config: PATH, log: PATH}", field=f"runs[{i}]", value=r)
+            raise SpecError(
+                f"runs file {where}: runs[{i}] = {short(r)}: must be a mapping "
+                "{config: PATH, log: PATH}",
+                field=f"runs[{i}]",
+                value=r,
+            )
         unknown = sorted(set(r) - set(RUN_KEYS))
         if unknown:
-            raise SpecError(f"runs file {where}: runs[{i}].{str(unknown[0])[:60]} is not a key; "
-                            f"use {', '.join(RUN_KEYS)}", field=f"runs[{i}].{unknown[0]}")
+            raise SpecError(
+                f"runs file {where}: runs[{i}].{str(unknown[0])[:60]} is not a key; "
+                f"use {', '.join(RUN_KEYS)}",
+                field=f"runs[{i}].{unknown[0]}",
+            )
         for key in ("config", "log"):
             if not isinstance(r.get(key), str) or not r[key]:
-                raise SpecError(f"runs file {where}: runs[{i}].{key} = {short(r.get(key))}: "
-                                "give the file's path (relative to the runs file)",
-                                field=f"runs[{i}].{key}", value=r.get(key))
+                raise SpecError(
+                    f"runs file {where}: runs[{i}].{key} = {short(r.get(key))}: "
+                    "give the file's path (relative to the runs file)",
+                    field=f"runs[{i}].{key}",
+                    value=r.get(key),
+                )
         hw = r.get("hardware")
         if hw is not None and not isinstance(hw, str):
-            raise SpecError(f"runs file {where}: runs[{i}].hardware = {short(hw)}: give a "
-                            "profile name or YAML path", field=f"runs[{i}].hardware", value=hw)
+            raise SpecError(
+                f"runs file {where}: runs[{i}].hardware = {short(hw)}: give a "
+                "profile name or YAML path",
+                field=f"runs[{i}].hardware",
+                value=hw,
+            )
         gpus = r.get("gpus")
-        if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool)
-                                 or gpus < 1):
-            raise SpecError(f"runs file {where}: runs[{i}].gpus = {short(gpus)}: give the job's "
-                            "total GPUs, a whole number", field=f"runs[{i}].gpus", value=gpus)
+        if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1):
+            raise SpecError(
+                f"runs file {where}: runs[{i}].gpus = {short(gpus)}: give the job's "
+                "total GPUs, a whole number",
+                field=f"runs[{i}].gpus",
+                value=gpus,
+            )
         out.append(RunRef(p.parent / r["config"], p.parent / r["log"], hw, gpus))
     return out
 
@@ -109,16 +131,19 @@ def calibrate(runs, base: HardwareSpec) -> Calibrated:
     names = free_parameters(runs, base, min_runs=1)
     fitted, _, factors, note = fit_bandwidths(runs, base, names)
     classes = sorted({c for r in runs for c in case_classes(r.job, r.layout)}) if names else []
-    recipes = sorted({r.job.training.recipe for r in runs if r.job.training.recipe}) \
-        if names else []
-    cal = fitted.calibration.model_copy(update={
-        "fitted_on": tuple(sorted(set(base.calibration.fitted_on) | set(classes))),
-        "fitted_recipes": tuple(sorted(set(base.calibration.fitted_recipes) | set(recipes)))})
+    recipes = (
+        sorted({r.job.training.recipe for r in runs if r.job.training.recipe}) if names else []
+    )
+    cal = fitted.calibration.model_copy(
+        update={
+            "fitted_on": tuple(sorted(set(base.calibration.fitted_on) | set(classes))),
+            "fitted_recipes": tuple(sorted(set(base.calibration.fitted_recipes) | set(recipes))),
+        }
+    )
     fitted = fitted.model_copy(update={"calibration": cal})
     before = [math.expm1(e) for e in errors(runs, {base.name: base})]
     after = [math.expm1(e) for e in errors(runs, {base.name: fitted})]
-    return Calibrated(base, fitted, names, at_bound(fitted, names), before, after, factors,
-                      note)
+    return Calibrated(base, fitted, names, at_bound(fitted, names), before, after, factors, note)
 
 
 def profile_yaml(result: Calibrated, *, runs: int, source: str) -> str:
@@ -126,15 +151,22 @@ def profile_yaml(result: Calibrated, *, runs: int, source: str) -> str:
     import yaml
 
     data = result.profile.model_dump(mode="json", exclude_defaults=False)
-    rest = [k for k in type(result.base.calibration).model_fields
-            if k not in result.fitted and k not in ("fitted_on", "fitted_recipes")]
-    head = [f"# Hardware profile calibrated by `planner calibrate` to {runs} measured run(s) "
-            f"({source}),",
-            f"# starting from {result.base.name}. Fitted: {', '.join(result.fitted) or 'none'};",
-            f"# kept from {result.base.name}: {', '.join(rest) or 'none'}."]
+    rest = [
+        k
+        for k in type(result.base.calibration).model_fields
+        if k not in result.fitted and k not in ("fitted_on", "fitted_recipes")
+    ]
+    head = [
+        f"# Hardware profile calibrated by `planner calibrate` to {runs} measured run(s) "
+        f"({source}),",
+        f"# starting from {result.base.name}. Fitted: {', '.join(result.fitted) or 'none'};",
+        f"# kept from {result.base.name}: {', '.join(rest) or 'none'}.",
+    ]
     if result.at_bound:
         head.append(f"# At a bound of its physical range: {', '.join(result.at_bound)}.")
     if result.bandwidths:
-        head.append(f"# {result.bandwidth_note}: check {result.base.name}'s hardware numbers "
-                    "against this cluster.")
+        head.append(
+            f"# {result.bandwidth_note}: check {result.base.name}'s hardware numbers "
+            "against this cluster."
+        )
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False)

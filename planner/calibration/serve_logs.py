@@ -39,8 +39,13 @@ from pathlib import Path
 from planner.errors import SpecError, short
 from planner.io import read_text
 
-__all__ = ["SERVE_LOG_FORMATS", "ServeLogSummary", "read_serve_log", "load_serve_log",
-           "detect_serve_log_format"]
+__all__ = [
+    "SERVE_LOG_FORMATS",
+    "ServeLogSummary",
+    "read_serve_log",
+    "load_serve_log",
+    "detect_serve_log_format",
+]
 
 SERVE_LOG_FORMATS = ("vllm", "sglang", "trtllm")
 METRICS = ("ttft_s", "tpot_s", "output_tokens_per_s")
@@ -120,10 +125,14 @@ def _summary(fmt: str, ttft_ms, ttft_how, tpot_ms, tpot_how, tput, **rest) -> Se
         agg["tpot_s"] = tpot_how
     if tput is not None:
         agg["output_tokens_per_s"] = "total"
-    return ServeLogSummary(format=fmt,
-                           ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
-                           tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
-                           output_tokens_per_s=tput, aggregate=agg, **rest)
+    return ServeLogSummary(
+        format=fmt,
+        ttft_s=ttft_ms / 1e3 if ttft_ms is not None else None,
+        tpot_s=tpot_ms / 1e3 if tpot_ms is not None else None,
+        output_tokens_per_s=tput,
+        aggregate=agg,
+        **rest,
+    )
 
 
 def _bench_serving(fmt: str, lines: list[str]) -> ServeLogSummary:
@@ -133,45 +142,79 @@ def _bench_serving(fmt: str, lines: list[str]) -> ServeLogSummary:
     tpot, tpot_how = _pick(kv, "Median TPOT (ms)", "Mean TPOT (ms)")
     n = int(kv["Successful requests"]) if "Successful requests" in kv else None
     conc = kv.get("Maximum request concurrency", kv.get("Max request concurrency"))
-    return _summary(fmt, ttft, ttft_how, tpot, tpot_how, kv.get("Output token throughput (tok/s)"),
-                    request_throughput=kv.get("Request throughput (req/s)"), requests=n,
-                    concurrency=conc, concurrency_is_setting=conc is not None,
-                    input_length=_per_request(kv, "Total input tokens", n),
-                    output_length=_per_request(kv, "Total generated tokens", n))
+    return _summary(
+        fmt,
+        ttft,
+        ttft_how,
+        tpot,
+        tpot_how,
+        kv.get("Output token throughput (tok/s)"),
+        request_throughput=kv.get("Request throughput (req/s)"),
+        requests=n,
+        concurrency=conc,
+        concurrency_is_setting=conc is not None,
+        input_length=_per_request(kv, "Total input tokens", n),
+        output_length=_per_request(kv, "Total generated tokens", n),
+    )
 
 
 def _vllm_json(data: dict) -> ServeLogSummary:
-    kv = {k: float(v) for k, v in data.items()
-          if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    kv = {
+        k: float(v)
+        for k, v in data.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
     ttft, ttft_how = _pick(kv, "median_ttft_ms", "mean_ttft_ms")
     tpot, tpot_how = _pick(kv, "median_tpot_ms", "mean_tpot_ms")
     n = int(kv["completed"]) if "completed" in kv else None
     conc = kv.get("max_concurrency")
-    return _summary("vllm", ttft, ttft_how, tpot, tpot_how, kv.get("output_throughput"),
-                    request_throughput=kv.get("request_throughput"), requests=n,
-                    concurrency=conc, concurrency_is_setting=conc is not None,
-                    input_length=_per_request(kv, "total_input_tokens", n),
-                    output_length=_per_request(kv, "total_output_tokens", n))
+    return _summary(
+        "vllm",
+        ttft,
+        ttft_how,
+        tpot,
+        tpot_how,
+        kv.get("output_throughput"),
+        request_throughput=kv.get("request_throughput"),
+        requests=n,
+        concurrency=conc,
+        concurrency_is_setting=conc is not None,
+        input_length=_per_request(kv, "total_input_tokens", n),
+        output_length=_per_request(kv, "total_output_tokens", n),
+    )
 
 
 def _trtllm(lines: list[str]) -> ServeLogSummary:
     kv = _key_values(lines)
     pct: dict[tuple[str, str], float] = {}
-    for line in lines:   # `[TTFT] P50    : 12.3400`
+    for line in lines:  # `[TTFT] P50    : 12.3400`
         m = re.match(r"^\s*\[(TTFT|TPOT)\]\s+(\w+)\s*:\s*" + _NUM, line)
         if m:
             pct.setdefault((m.group(1), m.group(2).upper()), _f(m.group(3)))
-    ttft, ttft_how = ((pct[("TTFT", "P50")], "median") if ("TTFT", "P50") in pct else
-                      _pick(kv, "", "Average time-to-first-token [TTFT] (ms)"))
-    tpot, tpot_how = ((pct[("TPOT", "P50")], "median") if ("TPOT", "P50") in pct else
-                      _pick(kv, "", "Average time-per-output-token [TPOT] (ms)"))
+    ttft, ttft_how = (
+        (pct[("TTFT", "P50")], "median")
+        if ("TTFT", "P50") in pct
+        else _pick(kv, "", "Average time-to-first-token [TTFT] (ms)")
+    )
+    tpot, tpot_how = (
+        (pct[("TPOT", "P50")], "median")
+        if ("TPOT", "P50") in pct
+        else _pick(kv, "", "Average time-per-output-token [TPOT] (ms)")
+    )
     n = int(kv["Number of requests"]) if "Number of requests" in kv else None
-    return _summary("trtllm", ttft, ttft_how, tpot, tpot_how,
-                    kv.get("Total Output Throughput (tokens/sec)"),
-                    request_throughput=kv.get("Request Throughput (req/sec)"), requests=n,
-                    concurrency=kv.get("Number of concurrent requests"),
-                    input_length=kv.get("Average Input Length (tokens)"),
-                    output_length=kv.get("Average Output Length (tokens)"))
+    return _summary(
+        "trtllm",
+        ttft,
+        ttft_how,
+        tpot,
+        tpot_how,
+        kv.get("Total Output Throughput (tokens/sec)"),
+        request_throughput=kv.get("Request Throughput (req/sec)"),
+        requests=n,
+        concurrency=kv.get("Number of concurrent requests"),
+        input_length=kv.get("Average Input Length (tokens)"),
+        output_length=kv.get("Average Output Length (tokens)"),
+    )
 
 
 def _json(text: str) -> dict | None:
@@ -193,8 +236,9 @@ def detect_serve_log_format(text: str) -> str | None:
     if re.search(r"Total Output Throughput \(tokens/sec\)|Request Throughput \(req/sec\)", text):
         return "trtllm"
     if _BLOCK in text:
-        if re.search(r"^\s*#?\s*(Backend|Max request concurrency|Mean E2E Latency \(ms\))\s*:",
-                     text, re.M):
+        if re.search(
+            r"^\s*#?\s*(Backend|Max request concurrency|Mean E2E Latency \(ms\))\s*:", text, re.M
+        ):
             return "sglang"
         return "vllm"
     return None
@@ -207,49 +251,70 @@ def _blocks(lines: list[str]) -> list[list[str]]:
     out, start = [], 0
     for i, line in enumerate(lines):
         if _BLOCK in line:
-            end = next((j for j in range(i + 1, len(lines))
-                        if re.match(r"^\s*#?\s*={20,}\s*$", lines[j])), len(lines))
+            end = next(
+                (j for j in range(i + 1, len(lines)) if re.match(r"^\s*#?\s*={20,}\s*$", lines[j])),
+                len(lines),
+            )
             out.append(lines[start:end])
             start = end + 1
     return out
 
 
-def read_serve_log(text: str, *, fmt: str | None = None, source: str = "log"
-                   ) -> ServeLogSummary:
+def read_serve_log(text: str, *, fmt: str | None = None, source: str = "log") -> ServeLogSummary:
     """One serving benchmark run from its tool's output (module doc: formats, aggregates)."""
     where = short(source, 200)
     text = _ANSI.sub("", text)
     if fmt is not None and fmt not in SERVE_LOG_FORMATS:
-        raise SpecError(f"serving log format {short(fmt)}: not one of "
-                        f"{', '.join(SERVE_LOG_FORMATS)}", field="log_format", value=fmt)
+        raise SpecError(
+            f"serving log format {short(fmt)}: not one of {', '.join(SERVE_LOG_FORMATS)}",
+            field="log_format",
+            value=fmt,
+        )
     fmt = fmt or detect_serve_log_format(text)
     if fmt is None:
-        raise SpecError(f"log {where}: no serving benchmark result found (vLLM / SGLang "
-                        "'Serving Benchmark Result' block, vLLM --save-result JSON, or "
-                        "trtllm-bench's 'Request Throughput (req/sec)' report); give the "
-                        "benchmark's output", field="log", value=source)
+        raise SpecError(
+            f"log {where}: no serving benchmark result found (vLLM / SGLang "
+            "'Serving Benchmark Result' block, vLLM --save-result JSON, or "
+            "trtllm-bench's 'Request Throughput (req/sec)' report); give the "
+            "benchmark's output",
+            field="log",
+            value=source,
+        )
     lines = text.splitlines()
     data = _json(text) if fmt == "vllm" else None
     if data is not None:
         s = _vllm_json(data)
     elif fmt == "trtllm":
         if len(re.findall(r"Request Throughput \(req/sec\)", text)) > 1:
-            raise SpecError(f"log {where}: holds several trtllm-bench reports; give one run "
-                            "per log", field="log", value=source)
+            raise SpecError(
+                f"log {where}: holds several trtllm-bench reports; give one run per log",
+                field="log",
+                value=source,
+            )
         s = _trtllm(lines)
     else:
         blocks = _blocks(lines)
         if not blocks:
-            raise SpecError(f"log {where}: no '{_BLOCK}' block of {fmt} found; give the "
-                            "benchmark's output", field="log", value=source)
+            raise SpecError(
+                f"log {where}: no '{_BLOCK}' block of {fmt} found; give the benchmark's output",
+                field="log",
+                value=source,
+            )
         if len(blocks) > 1:
-            raise SpecError(f"log {where}: holds {len(blocks)} '{_BLOCK}' blocks (a sweep); "
-                            "give one run per log", field="log", value=source)
+            raise SpecError(
+                f"log {where}: holds {len(blocks)} '{_BLOCK}' blocks (a sweep); "
+                "give one run per log",
+                field="log",
+                value=source,
+            )
         s = _bench_serving(fmt, blocks[0])
     if not s.measured():
-        raise SpecError(f"log {where}: the {fmt} output states no TTFT, TPOT or output token "
-                        "throughput; give the benchmark's complete output", field="log",
-                        value=source)
+        raise SpecError(
+            f"log {where}: the {fmt} output states no TTFT, TPOT or output token "
+            "throughput; give the benchmark's complete output",
+            field="log",
+            value=source,
+        )
     return s
 
 

@@ -32,11 +32,13 @@ def shape_of(model: ModelSpec) -> ModelShape:
 
 def cost_model(job: JobLike) -> CostModel:
     from planner.cost.model import CostModel
+
     return CostModel(job, shape_of(job.model))
 
 
-def time_of(job: JobLike, layout: Layout, *, tokens: float | None = None,
-            model: CostModel | None = None) -> StepTime:
+def time_of(
+    job: JobLike, layout: Layout, *, tokens: float | None = None, model: CostModel | None = None
+) -> StepTime:
     from dataclasses import replace
 
     st = (model or cost_model(job)).time(layout)
@@ -44,13 +46,21 @@ def time_of(job: JobLike, layout: Layout, *, tokens: float | None = None,
         tr = job.training
         steps = tokens / (tr.global_batch_size * tr.seq_length)
         seconds = steps * st.step_time_s
-        st = replace(st, train={"tokens": tokens, "steps": steps, "days": seconds / 86400,
-                                "gpu_hours": seconds * st.num_gpus / 3600})
+        st = replace(
+            st,
+            train={
+                "tokens": tokens,
+                "steps": steps,
+                "days": seconds / 86400,
+                "gpu_hours": seconds * st.num_gpus / 3600,
+            },
+        )
     return st
 
 
-def estimate(job: JobLike, layout: Layout, *, tokens: float | None = None,
-             model: CostModel | None = None) -> Estimate:
+def estimate(
+    job: JobLike, layout: Layout, *, tokens: float | None = None, model: CostModel | None = None
+) -> Estimate:
     """Memory of the most loaded rank and the step time of `layout` for `job`."""
     cm = model or cost_model(job)
     return Estimate(memory=cm.memory(layout), time=time_of(job, layout, tokens=tokens, model=cm))

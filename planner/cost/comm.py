@@ -28,9 +28,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Link", "group_link", "all_reduce_time", "reduce_scatter_time", "all_gather_time",
-           "all_to_all_time", "p2p_time", "ring_all_reduce_volume", "cp_ring_time",
-           "exposed_time", "A2A_PEER_ISSUE_S", "all_to_all_latency"]
+__all__ = [
+    "Link",
+    "group_link",
+    "all_reduce_time",
+    "reduce_scatter_time",
+    "all_gather_time",
+    "all_to_all_time",
+    "p2p_time",
+    "ring_all_reduce_volume",
+    "cp_ring_time",
+    "exposed_time",
+    "A2A_PEER_ISSUE_S",
+    "all_to_all_latency",
+]
 
 A2A_PEER_ISSUE_S = 1e-6
 """δ: the per-peer issue cost of NCCL's grouped all-to-all (one send and one receive posted per
@@ -44,13 +55,21 @@ class Link:
     bandwidth: float
     latency: float
     crosses_network: bool
-    local_ranks: int          # ranks of the group inside one NVLink domain
-    nvlink_bandwidth: float   # achieved NVLink bandwidth (for the all-to-all split)
+    local_ranks: int  # ranks of the group inside one NVLink domain
+    nvlink_bandwidth: float  # achieved NVLink bandwidth (for the all-to-all split)
     network_bandwidth: float  # achieved per-GPU network bandwidth
 
 
-def group_link(*, n: int, stride: int, domain: int, nvlink_bw: float, network_bw: float,
-               nvlink_lat: float, network_lat: float) -> Link:
+def group_link(
+    *,
+    n: int,
+    stride: int,
+    domain: int,
+    nvlink_bw: float,
+    network_bw: float,
+    nvlink_lat: float,
+    network_lat: float,
+) -> Link:
     """The link tier of a group of n ranks spaced `stride` apart (bandwidths already achieved)."""
     if n <= 1 or n * stride <= domain:
         return Link(nvlink_bw, nvlink_lat, False, max(1, n), nvlink_bw, network_bw)

@@ -24,46 +24,86 @@ from dataclasses import dataclass
 from planner.cost.memory import op_sac_matmuls, op_sac_on
 from planner.cost.shape import ModelShape
 
-__all__ = ["model_flops_per_step", "hardware_flops_per_step", "gemm_efficiency",
-           "LayerTimes", "layer_times", "logits_time", "CE_TRAFFIC_BYTES", "megatron_flops_2024", "narayanan_flops"]
+__all__ = [
+    "model_flops_per_step",
+    "hardware_flops_per_step",
+    "gemm_efficiency",
+    "LayerTimes",
+    "layer_times",
+    "logits_time",
+    "CE_TRAFFIC_BYTES",
+    "megatron_flops_2024",
+    "narayanan_flops",
+]
 
-ATTN_BWD_FACTOR = 2.5   # flash-attention backward / forward work (recomputes P: 5 vs 2 GEMMs)
+ATTN_BWD_FACTOR = 2.5  # flash-attention backward / forward work (recomputes P: 5 vs 2 GEMMs)
 
 
-def model_flops_per_step(shape: ModelShape, *, seq: int, global_batch_size: int,
-                         vocab: int | None = None) -> float:
+def model_flops_per_step(
+    shape: ModelShape, *, seq: int, global_batch_size: int, vocab: int | None = None
+) -> float:
     """Megatron's num_floating_point_operations (today's: GQA, gated MLP, MoE, causal)."""
     T = global_batch_size * seq
     V = vocab if vocab is not None else shape.V
-    per_token = 3.0 * (shape.L_dense * shape.mlp_flops + shape.L_moe * shape.moe_flops
-                       + shape.L * shape.attn_proj_flops) + 6.0 * shape.h * V
+    per_token = (
+        3.0
+        * (
+            shape.L_dense * shape.mlp_flops
+            + shape.L_moe * shape.moe_flops
+            + shape.L * shape.attn_proj_flops
+        )
+        + 6.0 * shape.h * V
+    )
     attention = 3.0 * shape.L * shape.attn_core(seq) * T
     return T * per_token + attention
 
 
-def hardware_flops_per_step(shape: ModelShape, *, seq: int, global_batch_size: int,
-                            recompute: str, vocab: int | None = None) -> float:
+def hardware_flops_per_step(
+    shape: ModelShape, *, seq: int, global_batch_size: int, recompute: str, vocab: int | None = None
+) -> float:
     """Model FLOPs plus what recompute repeats (full: a forward of every layer; selective:
     the attention core forward)."""
     F = model_flops_per_step(shape, seq=seq, global_batch_size=global_batch_size, vocab=vocab)
     T = global_batch_size * seq
     core_fwd = shape.L * shape.attn_core(seq) * T
     if recompute == "full":
-        layers_fwd = T * (shape.L_dense * shape.mlp_flops + shape.L_moe * shape.moe_flops
-                          + shape.L * shape.attn_proj_flops)
+        layers_fwd = T * (
+            shape.L_dense * shape.mlp_flops
+            + shape.L_moe * shape.moe_flops
+            + shape.L * shape.attn_proj_flops
+        )
         return F + layers_fwd + core_fwd
     if recompute == "selective":
         return F + core_fwd
     return F
 
 
-def megatron_flops_2024(*, B: int, s: int, L: int, h: int, a: int, g: int, q: int, f: int,
-                        V: int, k: int = 1, gated: bool = False) -> float:
+def megatron_flops_2024(
+    *,
+    B: int,
+    s: int,
+    L: int,
+    h: int,
+    a: int,
+    g: int,
+    q: int,
+    f: int,
+    V: int,
+    k: int = 1,
+    gated: bool = False,
+) -> float:
     """Megatron-LM r0.8 (July 2024): 12·B·s·L·h²·[(1 + g/a + s/h)(q/h) + (f/h)·k·γ + V/(2Lh)]
     with γ = 1.5 gated else 1 and the attention counted non-causal (calibration.yaml)."""
     gamma = 1.5 if gated else 1.0
-    return 12.0 * B * s * L * h * h * ((1 + g / a + s / h) * (q / h) + (f / h) * k * gamma
-                                       + V / (2 * L * h))
+    return (
+        12.0
+        * B
+        * s
+        * L
+        * h
+        * h
+        * ((1 + g / a + s / h) * (q / h) + (f / h) * k * gamma + V / (2 * L * h))
+    )
 
 
 def narayanan_flops(*, B: int, s: int, L: int, h: int, V: int) -> float:
@@ -87,15 +127,30 @@ class LayerTimes:
     gemm_flops_fwd: float
 
 
-def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
-                tp: int, recompute: str, gemm_flops_per_s: float,
-                attn_flops_per_s: float, hbm_bytes_per_s: float, ew_factor: float,
-                act_bytes_fwd: float, overhead_s: float = 0.0,
-                modules: tuple[str, ...] = (), freed_bytes: float = 0.0,
-                expert_flops_per_s: float | None = None, copies: float = 0.0,
-                extra_bytes_fwd: float = 0.0, extra_bytes_bwd: float = 0.0,
-                host: tuple[float, float] = (0.0, 0.0), host_mode: str = "ahead",
-                launch_s: float = 0.0) -> LayerTimes:
+def layer_times(
+    shape: ModelShape,
+    *,
+    moe: bool,
+    tokens: float,
+    seq: int,
+    tp: int,
+    recompute: str,
+    gemm_flops_per_s: float,
+    attn_flops_per_s: float,
+    hbm_bytes_per_s: float,
+    ew_factor: float,
+    act_bytes_fwd: float,
+    overhead_s: float = 0.0,
+    modules: tuple[str, ...] = (),
+    freed_bytes: float = 0.0,
+    expert_flops_per_s: float | None = None,
+    copies: float = 0.0,
+    extra_bytes_fwd: float = 0.0,
+    extra_bytes_bwd: float = 0.0,
+    host: tuple[float, float] = (0.0, 0.0),
+    host_mode: str = "ahead",
+    launch_s: float = 0.0,
+) -> LayerTimes:
     """Forward, backward and recompute time of one layer for one micro-batch of `tokens`
     (= s*b/cp) tokens on one GPU of a TP group of `tp`.
 
@@ -120,8 +175,9 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
     routed = shape.moe_flops - shape.shared_flops if moe else 0.0
     x_rate = expert_flops_per_s or gemm_flops_per_s
     # the attention block (+ a dense MLP) and the expert block (routed + shared experts)
-    t_front = tokens * (shape.attn_proj_flops + (0.0 if moe else shape.mlp_flops)) / tp \
-        / gemm_flops_per_s
+    t_front = (
+        tokens * (shape.attn_proj_flops + (0.0 if moe else shape.mlp_flops)) / tp / gemm_flops_per_s
+    )
     t_shared = tokens * shape.shared_flops / tp / gemm_flops_per_s if moe else 0.0
     t_experts = tokens * shape.capacity_factor * routed / tp / x_rate if moe else 0.0
     t_gemm = t_front + t_shared + t_experts
@@ -130,14 +186,18 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
     ew = ew_factor * act_bytes_fwd / hbm_bytes_per_s + overhead_s
     xf, xb = extra_bytes_fwd / hbm_bytes_per_s, extra_bytes_bwd / hbm_bytes_per_s
     front_f, back_f = t_front + t_attn + ew, t_shared + t_experts
-    front_b, back_b = 2.0 * t_front + ATTN_BWD_FACTOR * t_attn + 2.0 * ew, 2.0 * (t_shared + t_experts)
+    front_b, back_b = (
+        2.0 * t_front + ATTN_BWD_FACTOR * t_attn + 2.0 * ew,
+        2.0 * (t_shared + t_experts),
+    )
     if moe:
         back_f, back_b = back_f + xf, back_b + xb
     else:
         front_f, front_b = front_f + xf, front_b + xb
     fwd = layer_wall((front_f, back_f), host, mode=host_mode, launch_s=launch_s)
-    bwd = layer_wall((front_b, back_b), (2.0 * host[0], 2.0 * host[1]), mode=host_mode,
-                     launch_s=launch_s)
+    bwd = layer_wall(
+        (front_b, back_b), (2.0 * host[0], 2.0 * host[1]), mode=host_mode, launch_s=launch_s
+    )
     if recompute == "full":
         rec = fwd
     elif recompute == "selective" and op_sac_on(shape, modules, moe=moe):
@@ -147,7 +207,7 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
         rec = tokens * t / tp / gemm_flops_per_s + ew_factor * freed_bytes / hbm_bytes_per_s
     elif recompute == "selective":
         mods = set(modules or ("core_attn",))
-        if "torchtitan_op" in mods:     # MoE and MLA layers: as Megatron's default
+        if "torchtitan_op" in mods:  # MoE and MLA layers: as Megatron's default
             mods = {"core_attn"}
         t = 0.0
         if "mlp" in mods and not moe:
@@ -158,8 +218,9 @@ def layer_times(shape: ModelShape, *, moe: bool, tokens: float, seq: int,
             t += tokens * shape.shared_flops / tp / gemm_flops_per_s
         if "mla_up_proj" in mods:
             t += tokens * shape.mla_up_flops / tp / gemm_flops_per_s
-        rec = (t_attn if "core_attn" in mods else 0.0) + t \
-            + ew_factor * freed_bytes / hbm_bytes_per_s
+        rec = (
+            (t_attn if "core_attn" in mods else 0.0) + t + ew_factor * freed_bytes / hbm_bytes_per_s
+        )
     else:
         rec = 0.0
     return LayerTimes(fwd, bwd, rec, t_gemm * gemm_flops_per_s)
@@ -172,9 +233,17 @@ cast (2 + 4), log_softmax (4 + 4), its backward with nll_loss's gradient (4 zero
 4 written) and the cast back (4 + 2): 40."""
 
 
-def logits_time(*, tokens: float, h: int, vocab: int, tp: int, flops_per_s: float,
-                hbm_bytes_per_s: float, cross_entropy: str = "vocab_parallel",
-                loss_parallel: bool = True) -> float:
+def logits_time(
+    *,
+    tokens: float,
+    h: int,
+    vocab: int,
+    tp: int,
+    flops_per_s: float,
+    hbm_bytes_per_s: float,
+    cross_entropy: str = "vocab_parallel",
+    loss_parallel: bool = True,
+) -> float:
     """Output layer fwd + bwd (3 × 2·h·V per token / tp) and the cross-entropy's memory
     traffic (CE_TRAFFIC_BYTES × V/tp per token; × V without loss parallelism)."""
     gemm = 3.0 * 2.0 * h * vocab * tokens / tp / flops_per_s

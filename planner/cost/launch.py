@@ -32,8 +32,15 @@ those parts one launch each and the expert path (dispatch, experts, combine) as 
 
 from __future__ import annotations
 
-__all__ = ["ATTENTION_KERNELS", "MLP_KERNELS", "EXPERT_BLOCK_KERNELS", "HOST_MODES",
-           "host_parts", "host_mode", "layer_wall"]
+__all__ = [
+    "ATTENTION_KERNELS",
+    "MLP_KERNELS",
+    "EXPERT_BLOCK_KERNELS",
+    "HOST_MODES",
+    "host_parts",
+    "host_mode",
+    "layer_wall",
+]
 
 ATTENTION_KERNELS = 20
 MLP_KERNELS = 6
@@ -41,8 +48,14 @@ EXPERT_BLOCK_KERNELS = 30
 _SYNC_LAUNCHES = 2
 
 
-def host_parts(*, moe: bool, cuda_graphs: str, launch_us: float,
-               local_experts: int = 0, recipe: str | None = None) -> tuple[float, float]:
+def host_parts(
+    *,
+    moe: bool,
+    cuda_graphs: str,
+    launch_us: float,
+    local_experts: int = 0,
+    recipe: str | None = None,
+) -> tuple[float, float]:
     """Host seconds of one layer's forward: (the attention block (+ a dense MLP), the expert
     block); backward: twice each."""
     if cuda_graphs == "full":
@@ -52,7 +65,7 @@ def host_parts(*, moe: bool, cuda_graphs: str, launch_us: float,
     expert_kernels = EXPERT_BLOCK_KERNELS + 2 * local_experts * (1 + per_input) if moe else 0
     if cuda_graphs == "partial":
         attention = 1
-        experts = expert_kernels - 4 if moe else 0   # the router and preprocessing graphed
+        experts = expert_kernels - 4 if moe else 0  # the router and preprocessing graphed
     else:
         attention = ATTENTION_KERNELS + 4 * per_input + (0 if moe else MLP_KERNELS + 2 * per_input)
         experts = expert_kernels
@@ -72,8 +85,13 @@ def host_mode(*, moe: bool, cuda_graphs: str, ep_overlap: bool) -> str:
     return "serial" if ep_overlap else "sync"
 
 
-def layer_wall(device: tuple[float, float], host: tuple[float, float], *, mode: str = "ahead",
-               launch_s: float = 0.0) -> float:
+def layer_wall(
+    device: tuple[float, float],
+    host: tuple[float, float],
+    *,
+    mode: str = "ahead",
+    launch_s: float = 0.0,
+) -> float:
     """A layer's wall time from the (attention, expert) parts of its device and host time:
     the host hidden behind the device (ahead), part by part across the MoE layer's sync
     (sync), and the same with four syncs' round trips instead of one (serial)."""

@@ -31,12 +31,27 @@ from dataclasses import dataclass
 
 from planner.cost.shape import ModelShape
 
-__all__ = ["MemoryBreakdown", "StateDtypes", "state_dtypes", "GEMM_INPUT_BYTES",
-           "E5M6_STORE_BYTES", "FP8_INPUT_STORE_BYTES",
-           "state_bytes_per_param", "megatron_weight_optimizer_bytes",
-           "layer_activation_bytes", "routed_activation_bytes", "korthikanti_layer_bytes", "stage_params", "state_bytes",
-           "in_flight_layers", "LOSS_PEAK_BYTES", "loss_bytes", "op_sac_matmuls",
-           "op_sac_on", "op_sac_bytes"]
+__all__ = [
+    "MemoryBreakdown",
+    "StateDtypes",
+    "state_dtypes",
+    "GEMM_INPUT_BYTES",
+    "E5M6_STORE_BYTES",
+    "FP8_INPUT_STORE_BYTES",
+    "state_bytes_per_param",
+    "megatron_weight_optimizer_bytes",
+    "layer_activation_bytes",
+    "routed_activation_bytes",
+    "korthikanti_layer_bytes",
+    "stage_params",
+    "state_bytes",
+    "in_flight_layers",
+    "LOSS_PEAK_BYTES",
+    "loss_bytes",
+    "op_sac_matmuls",
+    "op_sac_on",
+    "op_sac_bytes",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +74,14 @@ class MemoryBreakdown:
 
     def as_dict(self) -> dict[str, int | str]:
         return {
-            "weights_bytes": round(self.weights), "gradients_bytes": round(self.gradients),
-            "optimizer_bytes": round(self.optimizer), "activations_bytes": round(self.activations),
-            "other_bytes": round(self.other), "total_bytes": round(self.total),
-            "capacity_bytes": round(self.capacity), "stage": self.stage,
+            "weights_bytes": round(self.weights),
+            "gradients_bytes": round(self.gradients),
+            "optimizer_bytes": round(self.optimizer),
+            "activations_bytes": round(self.activations),
+            "other_bytes": round(self.other),
+            "total_bytes": round(self.total),
+            "capacity_bytes": round(self.capacity),
+            "stage": self.stage,
         }
 
 
@@ -70,17 +89,23 @@ class MemoryBreakdown:
 class StateDtypes:
     """Bytes per parameter of each model-state tensor under a recipe (`state_dtypes`)."""
 
-    weight: float = 2.0           # a bf16/fp16 parameter (embedding, output layer, norms, router)
-    fp8_weight: float = 2.0       # a linear layer's weight, with Transformer Engine's FP8 caches
-    grad: float = 4.0             # the main gradient buffer
-    optimizer: float = 12.0       # fp32 master copy + Adam's two moments (+ fp16's fp32 grads)
+    weight: float = 2.0  # a bf16/fp16 parameter (embedding, output layer, norms, router)
+    fp8_weight: float = 2.0  # a linear layer's weight, with Transformer Engine's FP8 caches
+    grad: float = 4.0  # the main gradient buffer
+    optimizer: float = 12.0  # fp32 master copy + Adam's two moments (+ fp16's fp32 grads)
 
 
-def state_dtypes(*, accounting: str = "megatron", precision: str = "bf16",
-                 recipe: str | None = None, fp8_param_gather: bool = False,
-                 grad_reduce_in_fp32: bool = True, exp_avg_dtype: str = "fp32",
-                 exp_avg_sq_dtype: str = "fp32",
-                 architecture: str | None = None) -> StateDtypes:
+def state_dtypes(
+    *,
+    accounting: str = "megatron",
+    precision: str = "bf16",
+    recipe: str | None = None,
+    fp8_param_gather: bool = False,
+    grad_reduce_in_fp32: bool = True,
+    exp_avg_dtype: str = "fp32",
+    exp_avg_sq_dtype: str = "fp32",
+    architecture: str | None = None,
+) -> StateDtypes:
     """Bytes per parameter of weights, gradients and optimizer states.
 
     megatron: bf16 weights 2, fp32 main grads 4 (`--grad-reduce-in-bf16`: 2), optimizer fp32
@@ -95,7 +120,9 @@ def state_dtypes(*, accounting: str = "megatron", precision: str = "bf16",
     copies for MXFP8 and blockwise (their scales run along one axis). With `fp8_param_gather`
     the parameter itself is that FP8 tensor, without it a bf16 parameter (2) holds beside it.
     """
-    moments = (2.0 if exp_avg_dtype == "bf16" else 4.0) + (2.0 if exp_avg_sq_dtype == "bf16" else 4.0)
+    moments = (2.0 if exp_avg_dtype == "bf16" else 4.0) + (
+        2.0 if exp_avg_sq_dtype == "bf16" else 4.0
+    )
     fp8w = 2.0
     if recipe is not None:
         one_layout = architecture == "blackwell" and recipe in ("delayed", "tensorwise")
@@ -120,9 +147,14 @@ def _shard(zero: int, shard: int, w: float, g: float, o: float) -> tuple[float, 
     return w / d, g / d, o / d
 
 
-def state_bytes_per_param(*, zero: int, shard: int, accounting: str = "megatron",
-                          precision: str = "bf16",
-                          dtypes: StateDtypes | None = None) -> tuple[float, float, float]:
+def state_bytes_per_param(
+    *,
+    zero: int,
+    shard: int,
+    accounting: str = "megatron",
+    precision: str = "bf16",
+    dtypes: StateDtypes | None = None,
+) -> tuple[float, float, float]:
     """(weight, gradient, optimizer) bytes per (non-FP8) parameter on one rank: the
     `state_dtypes` bytes, sharded by ZeRO stage over `shard` ranks (18 B/param, or
     6 + 12/d with the distributed optimizer, by default)."""
@@ -130,15 +162,17 @@ def state_bytes_per_param(*, zero: int, shard: int, accounting: str = "megatron"
     return _shard(zero, shard, dt.weight, dt.grad, dt.optimizer)
 
 
-def megatron_weight_optimizer_bytes(*, params_on_rank: float, dp: int,
-                                    distributed_optimizer: bool = True) -> float:
+def megatron_weight_optimizer_bytes(
+    *, params_on_rank: float, dp: int, distributed_optimizer: bool = True
+) -> float:
     """Megatron's `compute_weight_and_optimizer_memory`: params * (18, or 6 + 12/dp)."""
     per = 6 + 12 / dp if distributed_optimizer else 18
     return params_on_rank * per
 
 
-def korthikanti_layer_bytes(*, s: int, b: int, h: int, a: int, t: int, sp: bool,
-                            recompute: str) -> float:
+def korthikanti_layer_bytes(
+    *, s: int, b: int, h: int, a: int, t: int, sp: bool, recompute: str
+) -> float:
     """Korthikanti et al. 2022 Table 2, bytes per layer (MHA, 4h GELU, dropout, no flash)."""
     sbh = s * b * h
     score = 5 * a * s / (h * t)
@@ -160,17 +194,34 @@ FP8_INPUT_STORE_BYTES = 1.0
 (TransformerConfig) keeps: `bias_swiglu_impl` saves `input.to(torch.float8_e4m3fn)` (no scale) for the backward
 and casts it back before the SwiGLU gradient (megatron/core/fusions/fused_bias_swiglu.py)."""
 
-GEMM_INPUT_BYTES = {None: 2.0, "delayed": 1.0, "tensorwise": 1.0, "blockwise": 1.0 + 4 / 128,
-                    "mxfp8": 1.0 + 1 / 32}
+GEMM_INPUT_BYTES = {
+    None: 2.0,
+    "delayed": 1.0,
+    "tensorwise": 1.0,
+    "blockwise": 1.0 + 4 / 128,
+    "mxfp8": 1.0 + 1 / 32,
+}
 """Bytes per element of a saved GEMM input: bf16 2; with an FP8 recipe Transformer Engine
 saves the quantized copy it already made for the GEMM (1 byte, plus a fp32 scale per 128
 elements for blockwise and an E8M0 scale per 32 for MXFP8)."""
 
 
-def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int, sp: bool,
-                           recompute: str, flash: bool, moe: bool, etp: int = 1,
-                           modules: tuple[str, ...] = (), recipe: str | None = None,
-                           fp8_act_input: bool = False, cache: str = "te") -> float:
+def layer_activation_bytes(
+    shape: ModelShape,
+    *,
+    tokens: float,
+    seq: int,
+    t: int,
+    sp: bool,
+    recompute: str,
+    flash: bool,
+    moe: bool,
+    etp: int = 1,
+    modules: tuple[str, ...] = (),
+    recipe: str | None = None,
+    fp8_act_input: bool = False,
+    cache: str = "te",
+) -> float:
     """Stored activation bytes of one layer for `tokens` = s*b/cp tokens.
 
     Re-derivation of Korthikanti's 34*s*b*h for flash attention, GQA, gated MLPs, MoE and FP8
@@ -219,7 +270,7 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
     if op_sac_on(shape, mods, moe=moe):
         return tokens * op_sac_bytes(shape, t=t, sp=sp)
     if "torchtitan_op" in mods:
-        mods = {"core_attn"}   # MoE and MLA layers: as Megatron's default (an upper bound)
+        mods = {"core_attn"}  # MoE and MLA layers: as Megatron's default (an upper bound)
     x = GEMM_INPUT_BYTES[recipe]
     fp8 = recipe is not None
     fc1_w = _fc1_bytes(shape, fp8_act_input)
@@ -229,12 +280,12 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
     # as their input); MLA's input norm and an MoE layer's pre-MLP norm are separate TENorms
     norms = "layernorm" in mods
     sep_in = norms and shape.mla
-    ln_gemm = x * h if fp8 else (0.0 if sep_in else 2.0 * h)       # QKV / q,kv-down input
+    ln_gemm = x * h if fp8 else (0.0 if sep_in else 2.0 * h)  # QKV / q,kv-down input
     shared_kept = shape.f_s and not ({"moe", "shared_experts"} & mods)
     if moe:
-        ln_mlp = 0.0 if norms else 2.0 * h                            # router input, bf16
+        ln_mlp = 0.0 if norms else 2.0 * h  # router input, bf16
         if fp8 and shared_kept:
-            ln_mlp += x * h                                           # shared fc1's copy
+            ln_mlp += x * h  # shared fc1's copy
     else:
         # `mlp` checkpoints the MLP from the residual: the fused norm's output goes too
         ln_mlp = 0.0 if "mlp" in mods else (x * h if fp8 else 2.0 * h)
@@ -254,7 +305,7 @@ def layer_activation_bytes(shape: ModelShape, *, tokens: float, seq: int, t: int
             # a te moe_act checkpoint saves the fc1 output as fc1 wrote it (bf16)
             fc1_e = _fc1_bytes(shape, False) if "moe_act" in mods and not deepseek else fc1_w
             per_token += routed * (x * h * etp + fc1_e * shape.f_e + act)
-        if shared_kept:      # `moe` checkpoints MoELayer, whose forward runs the shared expert
+        if shared_kept:  # `moe` checkpoints MoELayer, whose forward runs the shared expert
             per_token += (fc1_w + x) * shape.f_s / t
     elif "mlp" not in mods:
         per_token += (fc1_w + x) * shape.f / t
@@ -277,10 +328,17 @@ def op_sac_matmuls(shape: ModelShape) -> list[tuple[int, int, bool, bool]]:
     recomputed. Per matmul (in width, out width, saved, column-parallel): wq, wk, wv, wo,
     then the MLP's w1, w3 (gated), w2, of a dense GQA/MHA layer. MoE and MLA layers are
     counted as Megatron's selective default instead (it keeps more: an upper bound)."""
-    mms = [(shape.h, shape.q, True), (shape.h, shape.g * shape.d, True),
-           (shape.h, shape.g * shape.d, True), (shape.q, shape.h, False)]
-    mms += ([(shape.h, shape.f, True), (shape.h, shape.f, True)] if shape.gated
-            else [(shape.h, shape.f, True)]) + [(shape.f, shape.h, False)]
+    mms = [
+        (shape.h, shape.q, True),
+        (shape.h, shape.g * shape.d, True),
+        (shape.h, shape.g * shape.d, True),
+        (shape.q, shape.h, False),
+    ]
+    mms += (
+        [(shape.h, shape.f, True), (shape.h, shape.f, True)]
+        if shape.gated
+        else [(shape.h, shape.f, True)]
+    ) + [(shape.f, shape.h, False)]
     return [(i, o, n % 2 == 0, col) for n, (i, o, col) in enumerate(mms)]
 
 
@@ -304,9 +362,16 @@ def op_sac_bytes(shape: ModelShape, *, t: int, sp: bool) -> float:
     return kept
 
 
-def routed_activation_bytes(shape: ModelShape, *, tokens: float, t: int, sp: bool,
-                            etp: int = 1, recipe: str | None = None,
-                            fp8_act_input: bool = False) -> float:
+def routed_activation_bytes(
+    shape: ModelShape,
+    *,
+    tokens: float,
+    t: int,
+    sp: bool,
+    etp: int = 1,
+    recipe: str | None = None,
+    fp8_act_input: bool = False,
+) -> float:
     """The routed copies' share of `layer_activation_bytes` (moe, no recompute): per token a
     rank holds, k*cf copies of x*h*etp + (fc1 width + x)*f_e."""
     if not shape.E:
@@ -327,19 +392,34 @@ start of backward that saved output, nll_loss's fp32 gradient (4 B) and log_soft
 input gradient (4 B) are alive together: 12 B."""
 
 
-def loss_bytes(*, tokens: float, vocab: int, h: int, t: int, sp: bool,
-               cross_entropy: str = "vocab_parallel", loss_parallel: bool = True) -> float:
+def loss_bytes(
+    *,
+    tokens: float,
+    vocab: int,
+    h: int,
+    t: int,
+    sp: bool,
+    cross_entropy: str = "vocab_parallel",
+    loss_parallel: bool = True,
+) -> float:
     """The last stage's loss at its peak: LOSS_PEAK_BYTES[cross_entropy] * tokens * V/t (V
     over all t ranks without loss parallelism) plus the final norm's bf16 output
     2 * tokens * h (/t with sequence parallelism)."""
     share = vocab / t if loss_parallel else vocab
-    return (LOSS_PEAK_BYTES[cross_entropy] * tokens * share
-            + 2.0 * tokens * h / (t if sp else 1))
+    return LOSS_PEAK_BYTES[cross_entropy] * tokens * share + 2.0 * tokens * h / (t if sp else 1)
 
 
-def stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int,
-                 with_embedding: bool, with_output: bool, vocab: int,
-                 mtp: int = 0) -> tuple[float, float, float]:
+def stage_params(
+    shape: ModelShape,
+    *,
+    layers: float,
+    moe_layers: float,
+    t: int,
+    with_embedding: bool,
+    with_output: bool,
+    vocab: int,
+    mtp: int = 0,
+) -> tuple[float, float, float]:
     """(dense params, of which linear-layer weights, expert params) on one rank of a stage,
     before ep sharding of experts. Linear weights are what FP8 recipes quantize: attention
     and MLP / shared-expert projections (not the embedding, output layer, norms or router).
@@ -367,13 +447,20 @@ def stage_params(shape: ModelShape, *, layers: float, moe_layers: float, t: int,
     if with_output:
         dense += shape.out_norm
         if not shape.tied or not with_embedding:
-            dense += vocab * shape.h / t   # untied output layer, or the tied copy on the last stage
+            dense += vocab * shape.h / t  # untied output layer, or the tied copy on the last stage
     return dense, linear, experts
 
 
-def state_bytes(*, dense_params: float, expert_params: float, zero: int, shard: int,
-                expert_shard: int, dtypes: StateDtypes,
-                linear_params: float = 0.0) -> tuple[float, float, float]:
+def state_bytes(
+    *,
+    dense_params: float,
+    expert_params: float,
+    zero: int,
+    shard: int,
+    expert_shard: int,
+    dtypes: StateDtypes,
+    linear_params: float = 0.0,
+) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes of a rank holding these parameters; dense states
     shard over `shard` = dp*cp, expert states over `expert_shard` = EDP. `linear_params` (of
     the dense ones) and every expert weight take `dtypes.fp8_weight` bytes."""

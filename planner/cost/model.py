@@ -84,9 +84,9 @@ class LayerCosts:
     """Per layer and micro-batch on one GPU (seconds, bytes); d = dense layer, e = MoE layer."""
 
     tokens: float
-    act_d: float          # stored activations (with the layout's recompute)
+    act_d: float  # stored activations (with the layout's recompute)
     act_e: float
-    work_d: float         # one layer's full activations (the recompute working set)
+    work_d: float  # one layer's full activations (the recompute working set)
     work_e: float
     fwd_d: float
     bwd_d: float
@@ -94,14 +94,14 @@ class LayerCosts:
     fwd_e: float
     bwd_e: float
     rec_e: float
-    tp: float             # exposed TP communication per dense layer (fwd + bwd + recompute)
-    tp_e: float           # ... per MoE layer (the expert block needs none when etp = 1)
-    ep: float             # exposed EP all-to-all per MoE layer
-    cp: float             # exposed CP communication per layer
-    logits: float         # output layer + loss, fwd + bwd
-    logits_bytes: float   # fp32 logits + final norm output
-    transient: float      # TP/SP all-gather buffer
-    ep_end: float = 0.0   # EP per MoE layer of an unpaired micro-batch (all of it exposed)
+    tp: float  # exposed TP communication per dense layer (fwd + bwd + recompute)
+    tp_e: float  # ... per MoE layer (the expert block needs none when etp = 1)
+    ep: float  # exposed EP all-to-all per MoE layer
+    cp: float  # exposed CP communication per layer
+    logits: float  # output layer + loss, fwd + bwd
+    logits_bytes: float  # fp32 logits + final norm output
+    transient: float  # TP/SP all-gather buffer
+    ep_end: float = 0.0  # EP per MoE layer of an unpaired micro-batch (all of it exposed)
 
 
 class _LayerBase(NamedTuple):
@@ -114,9 +114,9 @@ class _LayerBase(NamedTuple):
     work_e: float
     full: bool
     mods: tuple[str, ...]
-    kw: dict[str, Any]     # layer_times' keywords shared by the dense and the MoE layer
-    d: LayerTimes          # the dense layer's LayerTimes
-    local: float           # tokens a rank routes
+    kw: dict[str, Any]  # layer_times' keywords shared by the dense and the MoE layer
+    d: LayerTimes  # the dense layer's LayerTimes
+    local: float  # tokens a rank routes
     tp_s: float
     tp_e: float
     cp_s: float
@@ -149,7 +149,11 @@ class CostModel:
         self.hw = hw
         self.cal = hw.calibration
         self.seq, self.gbs = tr.seq_length, tr.global_batch_size
-        self.precision, self.flash, self.accounting = tr.precision, tr.flash_attention, tr.accounting
+        self.precision, self.flash, self.accounting = (
+            tr.precision,
+            tr.flash_attention,
+            tr.accounting,
+        )
         self.recipe = tr.recipe
         self.fp8_param_gather = tr.fp8_param_gather
         self.cross_entropy, self.loss_parallel = tr.cross_entropy, tr.loss_parallel
@@ -164,7 +168,9 @@ class CostModel:
             domain=hw.nvlink_domain_size,
             nvlink_bw=hw.nvlink_bandwidth_gb_per_s * 1e9 * self.cal.nvlink_efficiency,
             network_bw=hw.network_bandwidth_gb_per_s * 1e9 * self.cal.network_efficiency,
-            nvlink_lat=hw.nvlink_latency_us * 1e-6, network_lat=hw.network_latency_us * 1e-6)
+            nvlink_lat=hw.nvlink_latency_us * 1e-6,
+            network_lat=hw.network_latency_us * 1e-6,
+        )
         self._layers: dict[Any, Any] = {}
         self._links: dict[Any, Any] = {}
         self._states: dict[Any, Any] = {}
@@ -198,10 +204,15 @@ class CostModel:
         got = self._dtypes.get(key)
         if got is None:
             got = self._dtypes[key] = state_dtypes(
-                accounting=self.accounting, precision=self.precision, recipe=self.recipe,
-                fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=key[0],
-                exp_avg_dtype=key[1], exp_avg_sq_dtype=key[2],
-                architecture=self.hw.architecture)
+                accounting=self.accounting,
+                precision=self.precision,
+                recipe=self.recipe,
+                fp8_param_gather=self.fp8_param_gather,
+                grad_reduce_in_fp32=key[0],
+                exp_avg_dtype=key[1],
+                exp_avg_sq_dtype=key[2],
+                architecture=self.hw.architecture,
+            )
         return got
 
     def act_costs(self, lay: Layout) -> tuple[Any, ...]:
@@ -211,8 +222,14 @@ class CostModel:
         got = self._acts.get(key)
         if got is None:
             lc = self.layer_costs(lay)
-            got = self._acts[key] = (lc.act_d, lc.act_e, lc.work_d, lc.work_e, lc.logits_bytes,
-                                     lc.transient)
+            got = self._acts[key] = (
+                lc.act_d,
+                lc.act_e,
+                lc.work_d,
+                lc.work_e,
+                lc.logits_bytes,
+                lc.transient,
+            )
         return got
 
     def layer_costs(self, lay: Layout) -> LayerCosts:
@@ -229,22 +246,53 @@ class CostModel:
             e = self._moe_layer(lay, b)
             if lay.ep > 1:
                 s = self.shape
-                again = b.full or "moe" in b.mods   # recomputing the MoE layer dispatches again
+                again = b.full or "moe" in b.mods  # recomputing the MoE layer dispatches again
                 kind = lay.moe_token_dispatcher
-                one = dispatch_seconds(kind, tokens=b.local, h=s.h, k=s.k,
-                                       cf=s.capacity_factor, experts=s.E, ep=lay.ep,
-                                       link=self.link(lay.ep, lay.etp),
-                                       dispatch_bytes=self._dispatch_bytes(kind),
-                                       groups=self.router_groups[0],
-                                       group_topk=self.router_groups[1])
+                one = dispatch_seconds(
+                    kind,
+                    tokens=b.local,
+                    h=s.h,
+                    k=s.k,
+                    cf=s.capacity_factor,
+                    experts=s.E,
+                    ep=lay.ep,
+                    link=self.link(lay.ep, lay.etp),
+                    dispatch_bytes=self._dispatch_bytes(kind),
+                    groups=self.router_groups[0],
+                    group_topk=self.router_groups[1],
+                )
                 ep_end = (2 + again) * one
-                overlap = (lay.overlap_moe_expert_parallel_comm
-                           or lay.pipeline_schedule in ("dualpipe", "dualpipev"))
-                ep_s = exposed_dispatch(ep_end, window=e.fwd + e.bwd, overlap=overlap,
-                                        hide=self.cal.ep_overlap_efficiency)
-        return LayerCosts(b.tokens, b.act_d, b.act_e, b.work_d, b.work_e, d.fwd, d.bwd,
-                          d.recompute, e.fwd, e.bwd, e.recompute, b.tp_s, b.tp_e, ep_s, b.cp_s,
-                          b.logits, b.logits_bytes, b.transient, max(ep_s, ep_end))
+                overlap = lay.overlap_moe_expert_parallel_comm or lay.pipeline_schedule in (
+                    "dualpipe",
+                    "dualpipev",
+                )
+                ep_s = exposed_dispatch(
+                    ep_end,
+                    window=e.fwd + e.bwd,
+                    overlap=overlap,
+                    hide=self.cal.ep_overlap_efficiency,
+                )
+        return LayerCosts(
+            b.tokens,
+            b.act_d,
+            b.act_e,
+            b.work_d,
+            b.work_e,
+            d.fwd,
+            d.bwd,
+            d.recompute,
+            e.fwd,
+            e.bwd,
+            e.recompute,
+            b.tp_s,
+            b.tp_e,
+            ep_s,
+            b.cp_s,
+            b.logits,
+            b.logits_bytes,
+            b.transient,
+            max(ep_s, ep_end),
+        )
 
     def _dispatch_bytes(self, kind: str) -> float | None:
         """Bytes per element of the forward dispatch: FP8 with its 1x128 scales where DeepEP /
@@ -272,29 +320,59 @@ class CostModel:
         tokens = self.seq * lay.micro_batch_size / cp
         seq_rank = self.seq // cp
         mods = lay.selective_modules
-        akw = dict(tokens=tokens, seq=seq_rank, t=t, sp=lay.sp, flash=self.flash, etp=lay.etp,
-                   recipe=self.recipe, fp8_act_input=lay.activation_func_fp8_input_store,
-                   cache=lay.activation_cache)
+        akw = dict(
+            tokens=tokens,
+            seq=seq_rank,
+            t=t,
+            sp=lay.sp,
+            flash=self.flash,
+            etp=lay.etp,
+            recipe=self.recipe,
+            fp8_act_input=lay.activation_func_fp8_input_store,
+            cache=lay.activation_cache,
+        )
         act_d = layer_activation_bytes(s, moe=False, recompute=lay.recompute, modules=mods, **akw)
         work_d = layer_activation_bytes(s, moe=False, recompute="none", **akw)
-        act_e = (layer_activation_bytes(s, moe=True, recompute=lay.recompute, modules=mods, **akw)
-                 if s.E else 0.0)
+        act_e = (
+            layer_activation_bytes(s, moe=True, recompute=lay.recompute, modules=mods, **akw)
+            if s.E
+            else 0.0
+        )
         work_e = layer_activation_bytes(s, moe=True, recompute="none", **akw) if s.E else 0.0
 
         full = lay.recompute == "full"
-        rates = self._rates(lay, tokens)     # [0] and [2] do not depend on ep
+        rates = self._rates(lay, tokens)  # [0] and [2] do not depend on ep
         attn_rate = self.bf16 * cal.attention_efficiency
-        host_d = host_parts(moe=False, cuda_graphs=lay.cuda_graphs,
-                            launch_us=cal.launch_overhead_us, recipe=self.recipe)
-        kw = dict(tokens=tokens, seq=self.seq, tp=t, recompute=lay.recompute,
-                  gemm_flops_per_s=rates[0], modules=mods,
-                  attn_flops_per_s=attn_rate, hbm_bytes_per_s=self.hbm,
-                  ew_factor=cal.elementwise_bytes_per_activation,
-                  overhead_s=cal.layer_overhead_us * 1e-6)
+        host_d = host_parts(
+            moe=False,
+            cuda_graphs=lay.cuda_graphs,
+            launch_us=cal.launch_overhead_us,
+            recipe=self.recipe,
+        )
+        kw = dict(
+            tokens=tokens,
+            seq=self.seq,
+            tp=t,
+            recompute=lay.recompute,
+            gemm_flops_per_s=rates[0],
+            modules=mods,
+            attn_flops_per_s=attn_rate,
+            hbm_bytes_per_s=self.hbm,
+            ew_factor=cal.elementwise_bytes_per_activation,
+            overhead_s=cal.layer_overhead_us * 1e-6,
+        )
         qd = self._quant_bytes(lay, tokens, moe=False)
-        d = layer_times(s, moe=False, act_bytes_fwd=work_d, freed_bytes=work_d - act_d,
-                        extra_bytes_fwd=qd[0], extra_bytes_bwd=qd[1], host=host_d, **kw)
-        local = tokens / (t if lay.sp else 1)          # tokens a rank routes (SP shards them)
+        d = layer_times(
+            s,
+            moe=False,
+            act_bytes_fwd=work_d,
+            freed_bytes=work_d - act_d,
+            extra_bytes_fwd=qd[0],
+            extra_bytes_bwd=qd[1],
+            host=host_d,
+            **kw,
+        )
+        local = tokens / (t if lay.sp else 1)  # tokens a rank routes (SP shards them)
         hide = cal.overlap_efficiency
 
         tp_s = 0.0
@@ -323,12 +401,35 @@ class CostModel:
                 cp_s = 2 * a2a * (1.5 if full else 1.0)
         vocab = padded_vocab(s.V, t)
         loss = dict(cross_entropy=self.cross_entropy, loss_parallel=self.loss_parallel)
-        logits = logits_time(tokens=tokens, h=s.h, vocab=vocab, tp=t,
-                             flops_per_s=rates[2], hbm_bytes_per_s=self.hbm, **loss)
+        logits = logits_time(
+            tokens=tokens,
+            h=s.h,
+            vocab=vocab,
+            tp=t,
+            flops_per_s=rates[2],
+            hbm_bytes_per_s=self.hbm,
+            **loss,
+        )
         logits_bytes = loss_bytes(tokens=tokens, vocab=vocab, h=s.h, t=t, sp=lay.sp, **loss)
         transient = 4.0 * tokens * s.h if t > 1 and lay.sp else 0.0
-        return _LayerBase(tokens, act_d, act_e, work_d, work_e, full, mods, kw, d, local, tp_s,
-                          tp_e, cp_s, logits, logits_bytes, transient)
+        return _LayerBase(
+            tokens,
+            act_d,
+            act_e,
+            work_d,
+            work_e,
+            full,
+            mods,
+            kw,
+            d,
+            local,
+            tp_s,
+            tp_e,
+            cp_s,
+            logits,
+            logits_bytes,
+            transient,
+        )
 
     def _moe_layer(self, lay: Layout, b: _LayerBase) -> LayerTimes:
         """The MoE layer's times (LayerTimes), which depend on ep and the all-to-all overlap
@@ -341,7 +442,7 @@ class CostModel:
         s, cal = self.shape, self.cal
         tokens, t = b.tokens, lay.tp
         rates = self._rates(lay, tokens)
-        copies = tokens / t * s.k * s.capacity_factor * lay.etp   # expert rows per GPU
+        copies = tokens / t * s.k * s.capacity_factor * lay.etp  # expert rows per GPU
         qe = self._quant_bytes(lay, tokens, moe=True)
         # element-wise traffic of the routed rows, counted per kernel rather than through
         # c_ew: permute + unpermute read and write h each; the activation reads the fc1
@@ -350,18 +451,36 @@ class CostModel:
         per_row = copies / lay.etp * s.f_e
         routed_f = 8.0 * s.h * copies + (fc1_w + 2.0) * per_row
         routed_b = 8.0 * s.h * copies + (2.0 * fc1_w + 2.0) * per_row
-        kept = b.work_e - routed_activation_bytes(s, tokens=tokens, t=t, sp=lay.sp,
-                                                  etp=lay.etp, recipe=self.recipe,
-                                                  fp8_act_input=lay.activation_func_fp8_input_store)
+        kept = b.work_e - routed_activation_bytes(
+            s,
+            tokens=tokens,
+            t=t,
+            sp=lay.sp,
+            etp=lay.etp,
+            recipe=self.recipe,
+            fp8_act_input=lay.activation_func_fp8_input_store,
+        )
         mode = host_mode(moe=True, cuda_graphs=lay.cuda_graphs, ep_overlap=overlap and lay.ep > 1)
         got = self._moe_layers[key] = layer_times(
-            s, moe=True, act_bytes_fwd=kept, freed_bytes=b.work_e - b.act_e,
-            expert_flops_per_s=rates[1], copies=copies,
-            extra_bytes_fwd=qe[0] + routed_f, extra_bytes_bwd=qe[1] + routed_b,
-            host=host_parts(moe=True, cuda_graphs=lay.cuda_graphs,
-                            launch_us=cal.launch_overhead_us,
-                            local_experts=max(1, s.E // lay.ep), recipe=self.recipe),
-            host_mode=mode, launch_s=cal.launch_overhead_us * 1e-6, **b.kw)
+            s,
+            moe=True,
+            act_bytes_fwd=kept,
+            freed_bytes=b.work_e - b.act_e,
+            expert_flops_per_s=rates[1],
+            copies=copies,
+            extra_bytes_fwd=qe[0] + routed_f,
+            extra_bytes_bwd=qe[1] + routed_b,
+            host=host_parts(
+                moe=True,
+                cuda_graphs=lay.cuda_graphs,
+                launch_us=cal.launch_overhead_us,
+                local_experts=max(1, s.E // lay.ep),
+                recipe=self.recipe,
+            ),
+            host_mode=mode,
+            launch_s=cal.launch_overhead_us * 1e-6,
+            **b.kw,
+        )
         return got
 
     def _rates(self, lay: Layout, tokens: float) -> tuple[float, float, float]:
@@ -369,15 +488,24 @@ class CostModel:
         BF16 output layer): peak x efficiency (precision.py) x the size factor n/(n + n_half)
         of `gemm_efficiency`, 1/n = tp/h + 1/tokens, or for an expert etp/f_e + 1/n_e."""
         s, cal = self.shape, self.cal
-        size = gemm_efficiency(eff_max=1.0, half_size=cal.matmul_half_size, tp=lay.tp, h=s.h,
-                               tokens=tokens)
-        lin = linear_peak(self.hw, self.recipe) if self.recipe else self.peak * cal.matmul_efficiency
+        size = gemm_efficiency(
+            eff_max=1.0, half_size=cal.matmul_half_size, tp=lay.tp, h=s.h, tokens=tokens
+        )
+        lin = (
+            linear_peak(self.hw, self.recipe) if self.recipe else self.peak * cal.matmul_efficiency
+        )
         expert = lin * size
         if s.E:
-            n_e = expert_tokens(tokens=tokens / lay.tp * lay.etp, ep=lay.ep, k=s.k,
-                                cf=s.capacity_factor, experts=s.E)
-            expert = lin * gemm_efficiency(eff_max=1.0, half_size=cal.matmul_half_size,
-                                           tp=lay.etp, h=s.f_e, tokens=n_e)
+            n_e = expert_tokens(
+                tokens=tokens / lay.tp * lay.etp,
+                ep=lay.ep,
+                k=s.k,
+                cf=s.capacity_factor,
+                experts=s.E,
+            )
+            expert = lin * gemm_efficiency(
+                eff_max=1.0, half_size=cal.matmul_half_size, tp=lay.etp, h=s.f_e, tokens=n_e
+            )
         return lin * size, expert, self.bf16 * cal.matmul_efficiency * size
 
     def _quant_bytes(self, lay: Layout, tokens: float, *, moe: bool) -> tuple[float, float]:
@@ -423,10 +551,21 @@ class CostModel:
             return [Stage("first", 0, 1, s.L, float(s.L_moe), True, True, s.mtp)]
         out = [Stage("first", 0, 1, first_n, self._moe_in(first_n, 0), True, False, 0)]
         if p > 2:
-            out.append(Stage("middle", 1, p - 2, mid_n, self._moe_middle(first_n, mid_n, p - 2),
-                             False, False, 0))
-        out.append(Stage("last", p - 1, 1, last_n, self._moe_in(last_n, s.L - last_n), False,
-                         True, s.mtp))
+            out.append(
+                Stage(
+                    "middle",
+                    1,
+                    p - 2,
+                    mid_n,
+                    self._moe_middle(first_n, mid_n, p - 2),
+                    False,
+                    False,
+                    0,
+                )
+            )
+        out.append(
+            Stage("last", p - 1, 1, last_n, self._moe_in(last_n, s.L - last_n), False, True, s.mtp)
+        )
         return out
 
     def _custom_stages(self, lay: Layout) -> list[Stage]:
@@ -450,8 +589,9 @@ class CostModel:
                 out[-1] = g._replace(count=g.count + 1)
                 continue
             name = "first" if rs.rank == 0 else "last" if rs.rank == p - 1 else f"rank {rs.rank}"
-            out.append(Stage(name, rs.rank, 1, float(rs.layers), moe, rs.embedding, rs.loss,
-                             rs.mtp))
+            out.append(
+                Stage(name, rs.rank, 1, float(rs.layers), moe, rs.embedding, rs.loss, rs.mtp)
+            )
             prev = (sig,)
         return out
 
@@ -468,12 +608,25 @@ class CostModel:
         stages = []
         for st in self.stages(lay):
             dense_p, linear_p, expert_p = stage_params(
-                s, layers=st.layers, moe_layers=st.moe_layers, t=lay.tp,
-                with_embedding=st.embedding, with_output=st.output, vocab=vocab, mtp=st.mtp)
-            w, g, o = state_bytes(dense_params=dense_p, linear_params=linear_p,
-                                  expert_params=expert_p / (lay.ep * lay.etp), zero=zero,
-                                  shard=lay.optimizer_shard, expert_shard=lay.edp, dtypes=dt)
-            c = parameter_copies(lay.pipeline_schedule)    # DualPipe: two stages a rank
+                s,
+                layers=st.layers,
+                moe_layers=st.moe_layers,
+                t=lay.tp,
+                with_embedding=st.embedding,
+                with_output=st.output,
+                vocab=vocab,
+                mtp=st.mtp,
+            )
+            w, g, o = state_bytes(
+                dense_params=dense_p,
+                linear_params=linear_p,
+                expert_params=expert_p / (lay.ep * lay.etp),
+                zero=zero,
+                shard=lay.optimizer_shard,
+                expert_shard=lay.edp,
+                dtypes=dt,
+            )
+            c = parameter_copies(lay.pipeline_schedule)  # DualPipe: two stages a rank
             stages.append((st, c * w, c * g, c * o))
         gather = 0.0
         if zero == 3:
@@ -489,7 +642,9 @@ class CostModel:
     # ------------------------------------------------------------------ memory
     def memory(self, lay: Layout, *, zero: int | None = None) -> MemoryBreakdown:
         """The most loaded rank's memory (first, a middle or the last pipeline rank)."""
-        total, w, g, o, acts, other, name = self._worst_rank(lay, lay.zero if zero is None else zero)
+        total, w, g, o, acts, other, name = self._worst_rank(
+            lay, lay.zero if zero is None else zero
+        )
         return MemoryBreakdown(w, g, o, acts, other, self.capacity, name)
 
     def memory_total(self, lay: Layout) -> float:
@@ -507,8 +662,9 @@ class CostModel:
         chunk = layers / lay.vpp
         return min(1.0, n / chunk) if chunk else 1.0
 
-    def _stage_activations(self, lay: Layout, ac: tuple[Any, ...], st: Stage, m: int,
-                           rank: int | None = None) -> float:
+    def _stage_activations(
+        self, lay: Layout, ac: tuple[Any, ...], st: Stage, m: int, rank: int | None = None
+    ) -> float:
         """Activation bytes a rank of this stage group holds at its peak (`ac`: act_costs);
         the group's lowest rank (which holds the most micro-batches in flight) unless
         `rank` is given."""
@@ -520,7 +676,7 @@ class CostModel:
         if lay.recompute == "full":
             r = self._recompute_share(lay, st.layers)
             kept_d, kept_e = r * act_d + (1 - r) * work_d, r * act_e + (1 - r) * work_e
-        else:                    # the search's hot path: no share to take
+        else:  # the search's hot path: no share to take
             r, kept_d, kept_e = 0.0, act_d, act_e
         per_layer = ((layers - moe) * kept_d + moe * kept_e) / layers
         held = in_flight_layers(layers, lay.pp, lay.vpp, m, st.rank if rank is None else rank)
@@ -533,7 +689,7 @@ class CostModel:
             # (cpu_offload.py) documents a peak of (L - N) layers
             held = max(0.0, held - min(lay.cpu_offloading_num_layers, layers))
         acts = per_layer * held
-        logits = logits_bytes * (1 + st.mtp) if st.output else 0.0   # each MTP layer: a loss
+        logits = logits_bytes * (1 + st.mtp) if st.output else 0.0  # each MTP layer: a loss
         if r >= 1.0:
             # the working set of a recomputed layer; with block recompute (some layers keep
             # theirs) the layers backwarded before it have freed more than it needs. The loss
@@ -555,8 +711,17 @@ class CostModel:
             for r in range(st.rank, st.rank + st.count):
                 acts = self._stage_activations(lay, ac, st, m, rank=r)
                 tensors = w + g + o + acts
-                out.append(MemoryBreakdown(w, g, o, acts, self.fixed + self.frag * tensors
-                                           + transient, self.capacity, st.name))
+                out.append(
+                    MemoryBreakdown(
+                        w,
+                        g,
+                        o,
+                        acts,
+                        self.fixed + self.frag * tensors + transient,
+                        self.capacity,
+                        st.name,
+                    )
+                )
         return out
 
     def act_vector(self, lay: Layout) -> tuple[tuple[float, ...], float]:
@@ -569,7 +734,9 @@ class CostModel:
         if got is None:
             ac = self.act_costs(lay)
             got = self._act_vectors[key] = (
-                tuple(self._stage_activations(lay, ac, st, m) for st in self.stages(lay)), ac[5])
+                tuple(self._stage_activations(lay, ac, st, m) for st in self.stages(lay)),
+                ac[5],
+            )
         return got
 
     def worst_total(self, sums: tuple[Any, ...], acts: tuple[Any, ...]) -> float:
@@ -619,12 +786,16 @@ class CostModel:
         micro-batch or recompute): the weights it shards save at least its gather buffers."""
         g3, st3 = self.stage_states(lay, 3)
         g2, st2 = self.stage_states(lay, 2)
-        return all((a[1] + a[2] + a[3]) * (1.0 + self.frag) + g3
-                   <= (b[1] + b[2] + b[3]) * (1.0 + self.frag) + g2 for a, b in zip(st3, st2))
+        return all(
+            (a[1] + a[2] + a[3]) * (1.0 + self.frag) + g3
+            <= (b[1] + b[2] + b[3]) * (1.0 + self.frag) + g2
+            for a, b in zip(st3, st2)
+        )
 
     # ------------------------------------------------------------------ time
-    def _stage_parts(self, lay: Layout, lc: LayerCosts, st: Stage,
-                     m: int | None = None) -> tuple[Any, ...]:
+    def _stage_parts(
+        self, lay: Layout, lc: LayerCosts, st: Stage, m: int | None = None
+    ) -> tuple[Any, ...]:
         """(compute, TP, EP, CP exposed) seconds per micro-batch on a rank of this group. With
         `m` the EP part counts the unpaired micro-batches at the schedule's ends in full
         (moe.unpaired_share); without it only the paired law. The search's lower bound
@@ -634,9 +805,11 @@ class CostModel:
         dl = st.layers - st.moe_layers + (st.mtp - mtp_moe)
         el = st.moe_layers + mtp_moe
         r = self._recompute_share(lay, st.layers) if lay.recompute == "full" else 1.0
-        compute = (dl * (lc.fwd_d + lc.bwd_d + r * lc.rec_d)
-                   + el * (lc.fwd_e + lc.bwd_e + r * lc.rec_e)
-                   + (lc.logits * (1 + st.mtp) if st.output else 0.0))
+        compute = (
+            dl * (lc.fwd_d + lc.bwd_d + r * lc.rec_d)
+            + el * (lc.fwd_e + lc.bwd_e + r * lc.rec_e)
+            + (lc.logits * (1 + st.mtp) if st.output else 0.0)
+        )
         ep = lc.ep
         if m is not None and lc.ep_end > ep:
             u = unpaired_share(lay.pipeline_schedule, p=lay.pp, rank=st.rank, m=m)
@@ -652,9 +825,14 @@ class CostModel:
         the search time only the layouts that can make the top K. `with_ep=False` leaves the
         EP traffic out: a bound for every dispatcher of the layout at once.
         """
-        return self.scale_bound(self.bound_sum(lay, with_ep=with_ep), lay.pp, lay.vpp,
-                                lay.dp, lay.micro_batch_size,
-                                self.bound_ends(lay) if with_ep else ())
+        return self.scale_bound(
+            self.bound_sum(lay, with_ep=with_ep),
+            lay.pp,
+            lay.vpp,
+            lay.dp,
+            lay.micro_batch_size,
+            self.bound_ends(lay) if with_ep else (),
+        )
 
     def bound_sum(self, lay: Layout, *, with_ep: bool = True) -> float:
         """Σ_i t_i of `time_lower_bound`: one micro-batch's compute and TP/EP/CP time summed
@@ -678,8 +856,9 @@ class CostModel:
             return ()
         delta = lc.ep_end - lc.ep
         mtp = 1 if self.shape.E else 0
-        return tuple((st.rank, st.count, (st.moe_layers + mtp * st.mtp) * delta)
-                     for st in self.stages(lay))
+        return tuple(
+            (st.rank, st.count, (st.moe_layers + mtp * st.mtp) * delta) for st in self.stages(lay)
+        )
 
     def bound_parts(self, lay: Layout) -> tuple[float, tuple[tuple[int, int, float], ...]]:
         """(`bound_sum(lay)`, `bound_ends(lay)`), the same numbers from one look-up of the
@@ -695,11 +874,19 @@ class CostModel:
             return total, ()
         delta = lc.ep_end - lc.ep
         mtp = 1 if self.shape.E else 0
-        return total, tuple((st.rank, st.count, (st.moe_layers + mtp * st.mtp) * delta)
-                            for st in stages)
+        return total, tuple(
+            (st.rank, st.count, (st.moe_layers + mtp * st.mtp) * delta) for st in stages
+        )
 
-    def scale_bound(self, total: float, pp: int, vpp: int, dp: int, mbs: int,
-                    ends: tuple[tuple[int, int, float], ...] = ()) -> float:
+    def scale_bound(
+        self,
+        total: float,
+        pp: int,
+        vpp: int,
+        dp: int,
+        mbs: int,
+        ends: tuple[tuple[int, int, float], ...] = (),
+    ) -> float:
         """`time_lower_bound` from its `bound_sum`: t̄·(m + (p−1)/v) with t̄ = Σt_i / p, plus
         the unpaired micro-batches' EP traffic `ends` (`bound_ends`): Σ_r min(m, p−r)·Δ_r / p
         (m·t̄ holds m·u_r·Δ_r = min(m, w_r)·Δ_r of each rank's). Increasing in `total` and in
@@ -718,12 +905,21 @@ class CostModel:
         got = self._first_params.get(key)
         if got is None:
             dense_p, linear_p, expert_p = stage_params(
-                self.shape, layers=first.layers, moe_layers=first.moe_layers, t=lay.tp,
-                with_embedding=first.embedding, with_output=first.output,
-                vocab=padded_vocab(self.shape.V, lay.tp), mtp=first.mtp)
-            c = parameter_copies(lay.pipeline_schedule)    # DualPipe: two stages a rank
-            got = self._first_params[key] = (c * dense_p, c * linear_p,
-                                             c * expert_p / (lay.ep * lay.etp))
+                self.shape,
+                layers=first.layers,
+                moe_layers=first.moe_layers,
+                t=lay.tp,
+                with_embedding=first.embedding,
+                with_output=first.output,
+                vocab=padded_vocab(self.shape.V, lay.tp),
+                mtp=first.mtp,
+            )
+            c = parameter_copies(lay.pipeline_schedule)  # DualPipe: two stages a rank
+            got = self._first_params[key] = (
+                c * dense_p,
+                c * linear_p,
+                c * expert_p / (lay.ep * lay.etp),
+            )
         return got
 
     def _offload_exposed(self, lay: Layout, lc: LayerCosts, st: Stage) -> float:
@@ -746,8 +942,13 @@ class CostModel:
         gradients back, v times when interleaved, partly hidden then)."""
         if lay.pp <= 1:
             return 0.0
-        pp_s = 2 * lay.vpp * p2p_time(2.0 * lc.tokens * self.shape.h / lay.tp,
-                                      self.link(2, lay.tp * lay.cp * lay.dp))
+        pp_s = (
+            2
+            * lay.vpp
+            * p2p_time(
+                2.0 * lc.tokens * self.shape.h / lay.tp, self.link(2, lay.tp * lay.cp * lay.dp)
+            )
+        )
         return pp_s * (1.0 - self.cal.overlap_efficiency) if lay.vpp > 1 else pp_s
 
     def stage_times(self, lay: Layout) -> list[tuple[float, float, float]]:
@@ -763,8 +964,9 @@ class CostModel:
         out = []
         for st in self.stages(lay):
             compute, tp_s, ep_s, cp_s = self._stage_parts(lay, lc, st, m)
-            total = max(0.0, compute + self._offload_exposed(lay, lc, st) + tp_s + ep_s + cp_s
-                        + pp_s)
+            total = max(
+                0.0, compute + self._offload_exposed(lay, lc, st) + tp_s + ep_s + cp_s + pp_s
+            )
             fwd, bwd, rec = self._stage_work(lay, lc, st)
             work = fwd + bwd + rec
             f = total * fwd / work if work else total / 3
@@ -777,8 +979,11 @@ class CostModel:
         dl = st.layers - st.moe_layers + (st.mtp - mtp_moe)
         el = st.moe_layers + mtp_moe
         r = self._recompute_share(lay, st.layers) if lay.recompute == "full" else 1.0
-        return (dl * lc.fwd_d + el * lc.fwd_e, dl * lc.bwd_d + el * lc.bwd_e,
-                r * (dl * lc.rec_d + el * lc.rec_e))
+        return (
+            dl * lc.fwd_d + el * lc.fwd_e,
+            dl * lc.bwd_d + el * lc.bwd_e,
+            r * (dl * lc.rec_d + el * lc.rec_e),
+        )
 
     def _pipeline(self, lay: Layout) -> tuple[Any, ...]:
         """(m, pipeline seconds, the slowest rank's total and its (compute, TP, EP, CP)
@@ -786,7 +991,7 @@ class CostModel:
         lc = self.layer_costs(lay)
         m = max(1, lay.num_microbatches(self.gbs))
         pp_s = self._pp_seconds(lay, lc)
-        totals, groups = [], []     # per rank; per stage group (its ranks' total, parts)
+        totals, groups = [], []  # per rank; per stage group (its ranks' total, parts)
         stage_list = self.stages(lay)
         works = []
         dual = lay.pipeline_schedule in ("dualpipe", "dualpipev") and lay.pp > 1
@@ -827,8 +1032,9 @@ class CostModel:
             return schedule_bubble("dualpipev", p=2 * lay.pp, f=f / 2, b=b / 2, w=w / 2)
         return schedule_bubble("dualpipe", p=lay.pp, f=f, b=b, w=w)
 
-    def _dp_and_optimizer(self, lay: Layout, m: int, first: Stage, first_fwd: float,
-                          first_bwd: float) -> tuple[float, float]:
+    def _dp_and_optimizer(
+        self, lay: Layout, m: int, first: Stage, first_fwd: float, first_bwd: float
+    ) -> tuple[float, float]:
         """(exposed DP seconds, optimizer seconds) of a step."""
         dt = self.dtypes(lay)
         dense_p, linear_p, expert_p = self._first_rank_params(lay, first)
@@ -836,19 +1042,30 @@ class CostModel:
         gather_bytes = 2.0
         if self.fp8_param_gather and dense_p + expert_p:
             gather_bytes = (2.0 * (dense_p - linear_p) + linear_p + expert_p) / (dense_p + expert_p)
-        dp_s = dp_exposed(zero=lay.zero, m=m, dense_params=dense_p, expert_params=expert_p,
-                          dp_link=self.link(lay.dp * lay.cp, lay.tp), dp_size=lay.dp * lay.cp,
-                          edp_link=self.link(lay.edp, lay.etp * lay.ep), edp_size=lay.edp,
-                          grad_bytes=dt.grad, param_bytes=gather_bytes,
-                          window_fwd=first_fwd, window_bwd=first_bwd,
-                          hide=self.cal.overlap_efficiency,
-                          overlap_grad_reduce=lay.overlap_grad_reduce,
-                          overlap_param_gather=lay.overlap_param_gather,
-                          units=max(1, round(first.layers)))
+        dp_s = dp_exposed(
+            zero=lay.zero,
+            m=m,
+            dense_params=dense_p,
+            expert_params=expert_p,
+            dp_link=self.link(lay.dp * lay.cp, lay.tp),
+            dp_size=lay.dp * lay.cp,
+            edp_link=self.link(lay.edp, lay.etp * lay.ep),
+            edp_size=lay.edp,
+            grad_bytes=dt.grad,
+            param_bytes=gather_bytes,
+            window_fwd=first_fwd,
+            window_bwd=first_bwd,
+            hide=self.cal.overlap_efficiency,
+            overlap_grad_reduce=lay.overlap_grad_reduce,
+            overlap_param_gather=lay.overlap_param_gather,
+            units=max(1, round(first.layers)),
+        )
         shard = lay.optimizer_shard if lay.zero >= 1 else 1
         eshard = lay.edp if lay.zero >= 1 else 1
-        opt_s = OPTIMIZER_BYTES_PER_PARAM * (dense_p / shard + expert_p / eshard) / self.hbm \
+        opt_s = (
+            OPTIMIZER_BYTES_PER_PARAM * (dense_p / shard + expert_p / eshard) / self.hbm
             + self.cal.step_overhead_ms * 1e-3
+        )
         return dp_s, opt_s
 
     def _parts(self, lay: Layout) -> tuple[tuple[Any, ...], tuple[float, float]]:
@@ -894,12 +1111,24 @@ class CostModel:
         H = self._hardware_flops.get(lay.recompute)
         if H is None:
             H = self._hardware_flops[lay.recompute] = hardware_flops_per_step(
-                s, seq=self.seq, global_batch_size=self.gbs, recompute=lay.recompute)
+                s, seq=self.seq, global_batch_size=self.gbs, recompute=lay.recompute
+            )
         return StepTime(
-            step_time_s=step, compute_s=m * c, bubble_s=max(0.0, pipe_s - m * t_slow),
-            tp_comm_s=m * tp_s, pp_comm_s=m * (pp_s if p > 1 else 0.0), dp_comm_s=dp_s,
-            ep_comm_s=m * ep_s, cp_comm_s=m * cp_s, optimizer_s=opt_s,
-            bubble_fraction=bubble_fraction(p, m, v), tokens_per_s=tokens / step,
+            step_time_s=step,
+            compute_s=m * c,
+            bubble_s=max(0.0, pipe_s - m * t_slow),
+            tp_comm_s=m * tp_s,
+            pp_comm_s=m * (pp_s if p > 1 else 0.0),
+            dp_comm_s=dp_s,
+            ep_comm_s=m * ep_s,
+            cp_comm_s=m * cp_s,
+            optimizer_s=opt_s,
+            bubble_fraction=bubble_fraction(p, m, v),
+            tokens_per_s=tokens / step,
             tokens_per_s_per_gpu=tokens / step / world,
-            model_tflops_per_gpu=F / step / world / 1e12, mfu=F / (step * world * self.peak),
-            hfu=H / (step * world * self.peak), model_flops=F, num_gpus=world)
+            model_tflops_per_gpu=F / step / world / 1e12,
+            mfu=F / (step * world * self.peak),
+            hfu=H / (step * world * self.peak),
+            model_flops=F,
+            num_gpus=world,
+        )

@@ -60,10 +60,18 @@ from math import comb
 
 from planner.cost.comm import Link, all_gather_time, all_to_all_time, reduce_scatter_time
 
-__all__ = ["distinct_groups", "limited_nodes", "expert_tokens", "dispatch_seconds",
-           "exposed_dispatch", "unpaired_share", "FP8_DISPATCH_BYTES", "COMM_SM_SHARE"]
+__all__ = [
+    "distinct_groups",
+    "limited_nodes",
+    "expert_tokens",
+    "dispatch_seconds",
+    "exposed_dispatch",
+    "unpaired_share",
+    "FP8_DISPATCH_BYTES",
+    "COMM_SM_SHARE",
+]
 
-_KERNEL_LATENCY_S = 20e-6   # a DeepEP / HybridEP dispatch or combine kernel's fixed cost
+_KERNEL_LATENCY_S = 20e-6  # a DeepEP / HybridEP dispatch or combine kernel's fixed cost
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
 """Bytes per element of an FP8 dispatch: 1 byte plus one fp32 scale per 1x128 block."""
 
@@ -79,8 +87,9 @@ def distinct_groups(groups: int, experts: int, k: int) -> float:
     return groups * (1.0 - comb(experts - per, k) / comb(experts, k))
 
 
-def limited_nodes(nodes: int, experts: int, k: int, groups: int | None,
-                  group_topk: int | None) -> float:
+def limited_nodes(
+    nodes: int, experts: int, k: int, groups: int | None, group_topk: int | None
+) -> float:
     """Expected distinct nodes a token reaches: D(nodes) for free routing, and with
     group-limited routing (G groups, G_k of them per token) at most D_groups * hit, where
     D_groups = the distinct nodes of G_k of the G groups (groups spread evenly, G/nodes to a
@@ -90,7 +99,7 @@ def limited_nodes(nodes: int, experts: int, k: int, groups: int | None,
         return free
     if groups >= nodes:
         d_groups = distinct_groups(nodes, groups, group_topk)
-    else:                     # a group spans nodes/groups nodes
+    else:  # a group spans nodes/groups nodes
         d_groups = group_topk * nodes / groups
     hit = distinct_groups(group_topk, group_topk * experts // groups, k) / group_topk
     return min(free, d_groups * hit)
@@ -101,10 +110,21 @@ def expert_tokens(*, tokens: float, ep: int, k: int, cf: float, experts: int) ->
     return tokens * ep * k * cf / max(experts, 1)
 
 
-def dispatch_seconds(kind: str, *, tokens: float, h: int, k: int, cf: float, experts: int,
-                     ep: int, link: Link, elem_bytes: float = 2.0,
-                     dispatch_bytes: float | None = None, groups: int | None = None,
-                     group_topk: int | None = None) -> float:
+def dispatch_seconds(
+    kind: str,
+    *,
+    tokens: float,
+    h: int,
+    k: int,
+    cf: float,
+    experts: int,
+    ep: int,
+    link: Link,
+    elem_bytes: float = 2.0,
+    dispatch_bytes: float | None = None,
+    groups: int | None = None,
+    group_topk: int | None = None,
+) -> float:
     """Dispatch + combine of one MoE layer's forward on one rank holding `tokens` tokens.
     `dispatch_bytes` (per element; default `elem_bytes`) is the dispatch's, the combine's is
     `elem_bytes` (DeepEP / HybridEP only: FP8 dispatch, BF16 combine); `groups` /
@@ -115,7 +135,7 @@ def dispatch_seconds(kind: str, *, tokens: float, h: int, k: int, cf: float, exp
     if kind == "alltoall":
         return 2.0 * all_to_all_time(tokens * k * cf * row, ep, link)
     if kind == "allgather":
-        full = tokens * ep * row          # the gathered buffer
+        full = tokens * ep * row  # the gathered buffer
         return all_gather_time(full, ep, link) + reduce_scatter_time(full, ep, link)
     # deepep / hybridep: deduplicated per node over the network and per GPU over NVLink
     local = link.local_ranks if link.crosses_network else ep
@@ -123,8 +143,10 @@ def dispatch_seconds(kind: str, *, tokens: float, h: int, k: int, cf: float, exp
     ranks = distinct_groups(ep, experts, k) * cf
     if groups and group_topk and group_topk < groups and ep % groups == 0:
         # the k experts lie among the G_k*E/G experts on the G_k*ep/G ranks of the chosen groups
-        ranks = min(ranks, distinct_groups(group_topk * ep // groups,
-                                           group_topk * experts // groups, k) * cf)
+        ranks = min(
+            ranks,
+            distinct_groups(group_topk * ep // groups, group_topk * experts // groups, k) * cf,
+        )
     inside = tokens * ranks / link.nvlink_bandwidth
     outside = 0.0
     if link.crosses_network and nodes > 1:

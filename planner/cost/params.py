@@ -15,19 +15,30 @@ from dataclasses import dataclass
 
 from planner.specs import ModelSpec
 
-__all__ = ["LayerParams", "layer_params", "embedding_params", "total_params",
-           "active_params", "padded_vocab", "mla_dims", "attention_params", "mean_attention",
-           "linear_attention_dims", "indexer_params", "attention_projections"]
+__all__ = [
+    "LayerParams",
+    "layer_params",
+    "embedding_params",
+    "total_params",
+    "active_params",
+    "padded_vocab",
+    "mla_dims",
+    "attention_params",
+    "mean_attention",
+    "linear_attention_dims",
+    "indexer_params",
+    "attention_projections",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class LayerParams:
     """Parameters of one layer by how they are sharded."""
 
-    attention: float    # TP-sharded (the mean layer's: an int when all layers are alike)
-    mlp: float          # TP-sharded (dense MLP or shared experts)
-    experts: int        # EP x ETP-sharded (routed experts, all of them)
-    replicated: int     # norms, router: on every TP rank
+    attention: float  # TP-sharded (the mean layer's: an int when all layers are alike)
+    mlp: float  # TP-sharded (dense MLP or shared experts)
+    experts: int  # EP x ETP-sharded (routed experts, all of them)
+    replicated: int  # norms, router: on every TP rank
 
     @property
     def total(self) -> float:
@@ -96,8 +107,14 @@ def _linear_attention(m: ModelSpec) -> int:
     nk, nv, dk, dv = linear_attention_dims(m)
     h = m.hidden_size
     conv = 2 * nk * dk + nv * dv
-    return (h * (2 * nk * dk + 2 * nv * dv) + h * 2 * nv + conv * m.linear_conv_kernel_dim
-            + 2 * nv + dv + nv * dv * h)
+    return (
+        h * (2 * nk * dk + 2 * nv * dv)
+        + h * 2 * nv
+        + conv * m.linear_conv_kernel_dim
+        + 2 * nv
+        + dv
+        + nv * dv * h
+    )
 
 
 def indexer_params(m: ModelSpec) -> int:

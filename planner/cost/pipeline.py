@@ -29,8 +29,14 @@ from __future__ import annotations
 
 from planner.layout import bubble_fraction  # defined with the layout: the rules need it too
 
-__all__ = ["bubble_fraction", "pipeline_time", "SCHEDULES", "schedule_bubble",
-           "parameter_copies", "activations_in_flight"]
+__all__ = [
+    "bubble_fraction",
+    "pipeline_time",
+    "SCHEDULES",
+    "schedule_bubble",
+    "parameter_copies",
+    "activations_in_flight",
+]
 
 SCHEDULES = ("1f1b", "interleaved", "dualpipe", "dualpipev")
 """Pipeline schedules (torchtitan `pipeline_parallel_schedule` names where it has them:
@@ -42,8 +48,9 @@ def _check(schedule: str) -> None:
         raise ValueError(f"pipeline schedule {schedule!r}: one of {', '.join(SCHEDULES)}")
 
 
-def schedule_bubble(schedule: str, *, p: int, f: float, b: float, w: float,
-                    fb: float | None = None, v: int = 1) -> float:
+def schedule_bubble(
+    schedule: str, *, p: int, f: float, b: float, w: float, fb: float | None = None, v: int = 1
+) -> float:
     """Idle seconds of a step on the busiest rank (arXiv:2412.19437 Table 2): (p-1)(F+B),
     /v interleaved, (p/2-1)(F&B + B - 3W) for DualPipe and DualPipeV (F&B default F+B)."""
     _check(schedule)

@@ -34,8 +34,12 @@ if TYPE_CHECKING:
 __all__ = ["RECIPE_GEMM_FACTOR", "QUANTIZE_BYTES", "linear_peak", "quantized_elements"]
 
 RECIPE_GEMM_FACTOR = {"delayed": 1.0, "tensorwise": 1.0, "mxfp8": 1.0, "blockwise": 0.6}
-QUANTIZE_BYTES = {"delayed": 3.0, "tensorwise": 5.0, "mxfp8": 2.0 + 2.0 * (1 + 1 / 32),
-                  "blockwise": 5.0}
+QUANTIZE_BYTES = {
+    "delayed": 3.0,
+    "tensorwise": 5.0,
+    "mxfp8": 2.0 + 2.0 * (1 + 1 / 32),
+    "blockwise": 5.0,
+}
 
 
 def linear_peak(hw: HardwareSpec, recipe: str | None) -> float:
@@ -47,7 +51,9 @@ def linear_peak(hw: HardwareSpec, recipe: str | None) -> float:
     return hw.peak_flops("fp8") * cal.fp8_matmul_efficiency * RECIPE_GEMM_FACTOR[recipe]
 
 
-def quantized_elements(shape: ModelShape, *, moe: bool, etp: int = 1) -> tuple[float, float, float, float]:
+def quantized_elements(
+    shape: ModelShape, *, moe: bool, etp: int = 1
+) -> tuple[float, float, float, float]:
     """Elements quantized per token of one layer: (forward, backward) on the TP-sharded
     projections (divide by tp) and (forward, backward) on the routed expert copies (per token
     a rank holds, i.e. divide by tp only with SP). Forward: the inputs of QKV (h), the

@@ -30,12 +30,12 @@ class Block:
     """One forward or backward of one micro-batch through one virtual stage of one rank."""
 
     rank: int
-    kind: str              # "F" forward, "B" backward (its recompute, if any, runs first)
+    kind: str  # "F" forward, "B" backward (its recompute, if any, runs first)
     micro_batch: int
-    chunk: int             # virtual stage on this rank, 0..v-1
+    chunk: int  # virtual stage on this rank, 0..v-1
     start: float
     end: float
-    recompute: float = 0.0 # seconds at the start of a backward block spent recomputing
+    recompute: float = 0.0  # seconds at the start of a backward block spent recomputing
 
 
 @dataclass(frozen=True)
@@ -108,8 +108,9 @@ def rank_order(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
     return order
 
 
-def _dependency(kind: str, mb: int, chunk: int, rank: int, p: int,
-                v: int) -> tuple[str, int, int, int] | None:
+def _dependency(
+    kind: str, mb: int, chunk: int, rank: int, p: int, v: int
+) -> tuple[str, int, int, int] | None:
     """The block whose end this block waits for, as (kind, mb, chunk, rank), or None."""
     if kind == "F":
         if rank > 0:
@@ -119,11 +120,17 @@ def _dependency(kind: str, mb: int, chunk: int, rank: int, p: int,
         return ("B", mb, chunk, rank + 1)
     if chunk < v - 1:
         return ("B", mb, chunk + 1, 0)
-    return ("F", mb, chunk, rank)     # the loss: the last stage's own forward
+    return ("F", mb, chunk, rank)  # the loss: the last stage's own forward
 
 
-def build_schedule(*, forward: list[float], backward: list[float], m: int, v: int = 1,
-                   recompute: list[float] | None = None) -> Schedule:
+def build_schedule(
+    *,
+    forward: list[float],
+    backward: list[float],
+    m: int,
+    v: int = 1,
+    recompute: list[float] | None = None,
+) -> Schedule:
     """Simulate one step: `forward[r]`, `backward[r]` are rank r's seconds per micro-batch
     through all its layers (backward including `recompute[r]`); each of its v chunks takes
     1/v of them. Returns every block with its start and end."""
@@ -131,7 +138,7 @@ def build_schedule(*, forward: list[float], backward: list[float], m: int, v: in
     if p < 1 or len(backward) != p or m < 1 or v < 1:
         raise ValueError("build_schedule needs p >= 1 stages, m >= 1 and v >= 1")
     if p == 1:
-        v = 1            # no pipeline: virtual stages change nothing (Megatron needs pp > 1)
+        v = 1  # no pipeline: virtual stages change nothing (Megatron needs pp > 1)
     rec = recompute or [0.0] * p
     orders = [rank_order(p, m, v, r) for r in range(p)]
     done: dict[tuple[str, int, int, int], float] = {}
@@ -150,12 +157,11 @@ def build_schedule(*, forward: list[float], backward: list[float], m: int, v: in
                 start = max(free[r], done[dep] if dep is not None else 0.0)
                 dur = (forward[r] if kind == "F" else backward[r]) / v
                 end = start + dur
-                blocks.append(Block(r, kind, mb, c, start, end,
-                                    rec[r] / v if kind == "B" else 0.0))
+                blocks.append(Block(r, kind, mb, c, start, end, rec[r] / v if kind == "B" else 0.0))
                 done[(kind, mb, c, r)] = free[r] = end
                 pos[r] += 1
                 remaining -= 1
                 progressed = True
-        if not progressed:   # cannot happen for the orders above; guards a future edit
+        if not progressed:  # cannot happen for the orders above; guards a future edit
             raise RuntimeError(f"pipeline schedule p={p} m={m} v={v} deadlocks")
     return Schedule(p, m, v, tuple(blocks))

@@ -26,54 +26,54 @@ __all__ = ["ModelShape", "model_shape"]
 @dataclass(frozen=True, slots=True)
 class ModelShape:
     name: str
-    L: int                  # layers
-    L_moe: int              # MoE layers (the last L_moe of them)
-    L_dense: int            # leading dense layers
+    L: int  # layers
+    L_moe: int  # MoE layers (the last L_moe of them)
+    L_dense: int  # leading dense layers
     h: int
-    a: int                  # query heads
-    g: int                  # kv heads
-    d: int                  # head dim (v head dim for MLA)
-    q: int                  # query width a*d (a*qk for MLA)
-    f: int                  # dense MLP width
-    f_e: int                # routed expert width
-    f_s: int                # shared-expert width (n_shared * f_e)
-    E: int                  # routed experts (0 dense)
-    k: int                  # top-k
-    V: int                  # vocabulary (unpadded)
+    a: int  # query heads
+    g: int  # kv heads
+    d: int  # head dim (v head dim for MLA)
+    q: int  # query width a*d (a*qk for MLA)
+    f: int  # dense MLP width
+    f_e: int  # routed expert width
+    f_s: int  # shared-expert width (n_shared * f_e)
+    E: int  # routed experts (0 dense)
+    k: int  # top-k
+    V: int  # vocabulary (unpadded)
     gated: bool
     tied: bool
     mla: bool
     capacity_factor: float
     # parameters of one layer, by sharding
-    dense_tp: float         # TP-sharded params of a dense layer (attention + MLP)
-    dense_rep: int          # replicated params of a dense layer (norms)
-    moe_tp: float           # TP-sharded params of an MoE layer (attention + shared experts)
-    moe_rep: int            # replicated params of an MoE layer (norms + router)
-    moe_experts: int        # routed-expert params of an MoE layer (all experts)
-    emb_extra: int          # learned position embedding params (first stage)
-    out_norm: int           # final norm params (last stage)
+    dense_tp: float  # TP-sharded params of a dense layer (attention + MLP)
+    dense_rep: int  # replicated params of a dense layer (norms)
+    moe_tp: float  # TP-sharded params of an MoE layer (attention + shared experts)
+    moe_rep: int  # replicated params of an MoE layer (norms + router)
+    moe_experts: int  # routed-expert params of an MoE layer (all experts)
+    emb_extra: int  # learned position embedding params (first stage)
+    out_norm: int  # final norm params (last stage)
     # FLOPs per token per layer, forward (2 * MACs), excluding attention core
     attn_proj_flops: float  # QKV + output projections
-    mlp_flops: float        # dense MLP
-    moe_flops: float        # routed (top-k) + shared experts
+    mlp_flops: float  # dense MLP
+    moe_flops: float  # routed (top-k) + shared experts
     attn_core_flops_per_s: float  # causal attention core: 2 * 2 * q_core * s / 2 per token per s
-    shared_flops: float     # shared experts alone (part of moe_flops)
-    mla_up_flops: float     # MLA up-projections (q_up, kv_up; part of attn_proj_flops)
-    mtp: int                # multi-token-prediction layers (on the last stage)
-    mtp_extra: int          # params an MTP layer adds beside its transformer layer
+    shared_flops: float  # shared experts alone (part of moe_flops)
+    mla_up_flops: float  # MLA up-projections (q_up, kv_up; part of attn_proj_flops)
+    mtp: int  # multi-token-prediction layers (on the last stage)
+    mtp_extra: int  # params an MTP layer adds beside its transformer layer
     mtp_own_embedding: bool  # each MTP layer holds a word embedding of its own
     # per-token activation widths of one layer (memory.py turns them into bytes)
-    act_qkv: float          # bytes: Q, K, V as flash attention keeps them (MLA: after up-proj)
-    act_latent: float       # bytes: MLA latents (q and kv down-projections); 0 otherwise
-    attn_out: int           # width of the attention output (a*d)
+    act_qkv: float  # bytes: Q, K, V as flash attention keeps them (MLA: after up-proj)
+    act_latent: float  # bytes: MLA latents (q and kv down-projections); 0 otherwise
+    attn_out: int  # width of the attention output (a*d)
     # the layer pattern (docs/cost-model.md "Layer kinds"); defaults = every layer full, MoE last
     moe_prefix: tuple[int, ...] | None = None  # MoE layers before index i (None: dense first)
-    kinds: tuple[tuple[str, int], ...] = ()    # (attention kind, layers) beyond full causal
-    window: int = 0         # sliding window W
-    chunk: int = 0          # chunked-local chunk C
-    topk: int = 0           # DSA keys per query
-    indexer_flops_per_s: float = 0.0   # DSA indexer: 2*H_I*d_I per key (causal: all keys)
-    linear_core_flops: float = 0.0     # Gated DeltaNet core per token (no s dependence)
+    kinds: tuple[tuple[str, int], ...] = ()  # (attention kind, layers) beyond full causal
+    window: int = 0  # sliding window W
+    chunk: int = 0  # chunked-local chunk C
+    topk: int = 0  # DSA keys per query
+    indexer_flops_per_s: float = 0.0  # DSA indexer: 2*H_I*d_I per key (causal: all keys)
+    linear_core_flops: float = 0.0  # Gated DeltaNet core per token (no s dependence)
 
     def mean_keys(self, kind: str, seq: int) -> float:
         """Mean keys a query attends to, over the s positions of a causal sequence (the
@@ -138,9 +138,8 @@ def model_shape(m: ModelSpec) -> ModelShape:
         # stored: latents (q_lora, kv_lora + rope), q, k (a*qk each), v (a*v)
         act_latent = 2 * ((m.q_lora_rank or 0) + kv_rank + qk - qk_head)
         act_qkv = 2 * (2 * a * qk + a * d)
-        up = (m.q_lora_rank * a * qk if m.q_lora_rank else 0) \
-            + kv_rank * a * (qk_head + v_head)
-        core_q = a * (qk + d) / 2   # QK^T uses qk dims, PV uses v dims
+        up = (m.q_lora_rank * a * qk if m.q_lora_rank else 0) + kv_rank * a * (qk_head + v_head)
+        core_q = a * (qk + d) / 2  # QK^T uses qk dims, PV uses v dims
     else:
         d = m.head_dim
         q = a * d
@@ -157,23 +156,44 @@ def model_shape(m: ModelSpec) -> ModelShape:
     # projection; the final norm of its output is counted with the output layer
     mtp_extra = 2 * h * h + 2 * h
     return ModelShape(
-        name=m.name, L=m.num_layers, L_moe=m.num_moe_layers,
-        L_dense=m.num_layers - m.num_moe_layers, h=h, a=a, g=g, d=d, q=q, f=f, f_e=f_e, f_s=f_s,
-        E=m.num_experts or 0, k=m.moe_top_k if m.is_moe else 0, V=m.vocab_size,
-        gated=m.gated, tied=m.tied_embeddings, mla=m.is_mla,
+        name=m.name,
+        L=m.num_layers,
+        L_moe=m.num_moe_layers,
+        L_dense=m.num_layers - m.num_moe_layers,
+        h=h,
+        a=a,
+        g=g,
+        d=d,
+        q=q,
+        f=f,
+        f_e=f_e,
+        f_s=f_s,
+        E=m.num_experts or 0,
+        k=m.moe_top_k if m.is_moe else 0,
+        V=m.vocab_size,
+        gated=m.gated,
+        tied=m.tied_embeddings,
+        mla=m.is_mla,
         capacity_factor=m.moe_capacity_factor,
-        dense_tp=dense.attention + dense.mlp, dense_rep=dense.replicated,
-        moe_tp=moe.attention + moe.mlp, moe_rep=moe.replicated, moe_experts=moe.experts,
-        emb_extra=emb, out_norm=out,
+        dense_tp=dense.attention + dense.mlp,
+        dense_rep=dense.replicated,
+        moe_tp=moe.attention + moe.mlp,
+        moe_rep=moe.replicated,
+        moe_experts=moe.experts,
+        emb_extra=emb,
+        out_norm=out,
         attn_proj_flops=2.0 * attn_params_nobias,
         mlp_flops=2.0 * mats * h * f,
         moe_flops=2.0 * mats * h * (f_e * (m.moe_top_k if m.is_moe else 0) + f_s),
-        attn_core_flops_per_s=2.0 * core_q,   # causal: 4*q*s/2 per token => 2*q per unit s
+        attn_core_flops_per_s=2.0 * core_q,  # causal: 4*q*s/2 per token => 2*q per unit s
         shared_flops=2.0 * mats * h * f_s,
         mla_up_flops=2.0 * up,
-        mtp=m.mtp_num_layers, mtp_extra=mtp_extra,
+        mtp=m.mtp_num_layers,
+        mtp_extra=mtp_extra,
         mtp_own_embedding=m.mtp_dedicated_embeddings,
-        act_qkv=float(act_qkv), act_latent=float(act_latent), attn_out=a * d,
+        act_qkv=float(act_qkv),
+        act_latent=float(act_latent),
+        attn_out=a * d,
         **(pattern or {}),
     )
 
@@ -209,28 +229,38 @@ def _pattern(m: ModelSpec, proj: float, act_qkv: float, act_latent: float) -> di
     h, L = m.hidden_size, m.num_layers
     gate = h * m.num_attention_heads * m.head_dim if m.attention_output_gate else 0
     per_kind: dict[str, tuple[float, float, float]] = {}
-    base = (float(proj + gate), float(act_qkv + (2 * m.num_attention_heads * m.head_dim
-                                                  if gate else 0)), float(act_latent))
+    base = (
+        float(proj + gate),
+        float(act_qkv + (2 * m.num_attention_heads * m.head_dim if gate else 0)),
+        float(act_latent),
+    )
     for kind in set(kinds):
         if kind == "linear":
             nk, nv, dk, dv = linear_attention_dims(m)
             conv = 2 * nk * dk + nv * dv
-            lin = attention_params(m, "linear") - (2 * nv + dv)   # less A_log, dt_bias, norm
+            lin = attention_params(m, "linear") - (2 * nv + dv)  # less A_log, dt_bias, norm
             per_kind[kind] = (float(lin), float(2 * (2 * conv + 2 * nv * dv + 2 * nv)), 0.0)
             out["linear_core_flops"] = 2.0 * nv * (3 * dk * dv + (dk + dv) * 64 / 2)
         elif kind == "dsa":
             hi, di = m.dsa_index_heads or 0, m.dsa_index_head_dim or 0
             q_in = m.q_lora_rank or h
             idx = q_in * hi * di + h * di + h * hi
-            per_kind[kind] = (base[0] + idx, base[1] + 2 * (hi * di + di) + 4 * (m.dsa_index_topk or 0),
-                              base[2])
+            per_kind[kind] = (
+                base[0] + idx,
+                base[1] + 2 * (hi * di + di) + 4 * (m.dsa_index_topk or 0),
+                base[2],
+            )
             out["topk"] = m.dsa_index_topk or 0
-            out["indexer_flops_per_s"] = 2.0 * hi * di / 2   # causal: s/2 keys, 2 FLOPs a MAC
+            out["indexer_flops_per_s"] = 2.0 * hi * di / 2  # causal: s/2 keys, 2 FLOPs a MAC
         else:
             per_kind[kind] = base
     out["window"] = m.window_size or 0
     out["chunk"] = m.attention_chunk_size or 0
     out["kinds"] = tuple(sorted((k, n) for k, n in special.items()))
     avg = tuple(sum(per_kind[k][i] for k in kinds) / L for i in range(3))
-    out["_avg"] = avg if len(set(kinds)) > 1 or not plain_attention or special else (proj, act_qkv, act_latent)
+    out["_avg"] = (
+        avg
+        if len(set(kinds)) > 1 or not plain_attention or special
+        else (proj, act_qkv, act_latent)
+    )
     return out

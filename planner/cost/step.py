@@ -55,28 +55,40 @@ class StepTime:
         return self.tp_comm_s + self.pp_comm_s + self.dp_comm_s + self.ep_comm_s + self.cp_comm_s
 
     def parts(self) -> list[tuple[str, float]]:
-        return [("compute (incl. recompute)", self.compute_s),
-                (f"pipeline bubble ({self.bubble_fraction:.0%} of ideal)", self.bubble_s),
-                ("TP communication (exposed)", self.tp_comm_s),
-                ("PP communication (exposed)", self.pp_comm_s),
-                ("DP communication (exposed)", self.dp_comm_s),
-                ("EP communication (exposed)", self.ep_comm_s),
-                ("CP communication (exposed)", self.cp_comm_s),
-                ("optimizer step", self.optimizer_s)]
+        return [
+            ("compute (incl. recompute)", self.compute_s),
+            (f"pipeline bubble ({self.bubble_fraction:.0%} of ideal)", self.bubble_s),
+            ("TP communication (exposed)", self.tp_comm_s),
+            ("PP communication (exposed)", self.pp_comm_s),
+            ("DP communication (exposed)", self.dp_comm_s),
+            ("EP communication (exposed)", self.ep_comm_s),
+            ("CP communication (exposed)", self.cp_comm_s),
+            ("optimizer step", self.optimizer_s),
+        ]
 
     def as_dict(self) -> dict[str, float]:
         return {
-            "step_time_s": self.step_time_s, "compute_s": self.compute_s,
-            "bubble_s": self.bubble_s, "bubble_fraction": self.bubble_fraction,
-            "tp_comm_s": self.tp_comm_s, "pp_comm_s": self.pp_comm_s,
-            "dp_comm_s": self.dp_comm_s, "ep_comm_s": self.ep_comm_s,
-            "cp_comm_s": self.cp_comm_s, "optimizer_s": self.optimizer_s,
+            "step_time_s": self.step_time_s,
+            "compute_s": self.compute_s,
+            "bubble_s": self.bubble_s,
+            "bubble_fraction": self.bubble_fraction,
+            "tp_comm_s": self.tp_comm_s,
+            "pp_comm_s": self.pp_comm_s,
+            "dp_comm_s": self.dp_comm_s,
+            "ep_comm_s": self.ep_comm_s,
+            "cp_comm_s": self.cp_comm_s,
+            "optimizer_s": self.optimizer_s,
             "exposed_comm_s": self.exposed_comm_s,
         }
 
     def throughput_dict(self) -> dict[str, float]:
-        return {"tokens_per_s": self.tokens_per_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-                "model_tflops_per_gpu": self.model_tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu}
+        return {
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+        }
 
 
 def dp_buckets(params: float, n: int) -> int:
@@ -85,18 +97,33 @@ def dp_buckets(params: float, n: int) -> int:
     return max(1, -(-int(params) // int(max(40e6, 1e6 * n))))
 
 
-def _bucketed(time_fn: Callable[[float, int, Link], float], size: float, n: int, link: Link,
-              buckets: int) -> float:
+def _bucketed(
+    time_fn: Callable[[float, int, Link], float], size: float, n: int, link: Link, buckets: int
+) -> float:
     """A collective of `size` bytes sent as `buckets` calls: the bandwidth term once, the
     ring latency (n-1)*alpha once per call."""
     return time_fn(size / buckets, n, link) * buckets
 
 
-def dp_exposed(*, zero: int, m: int, dense_params: float, expert_params: float,
-               dp_link: Link, dp_size: int, edp_link: Link, edp_size: int, grad_bytes: float,
-               window_fwd: float, window_bwd: float, hide: float, overlap_grad_reduce: bool = True,
-               overlap_param_gather: bool = True, param_bytes: float = 2.0,
-               units: int = 1) -> float:
+def dp_exposed(
+    *,
+    zero: int,
+    m: int,
+    dense_params: float,
+    expert_params: float,
+    dp_link: Link,
+    dp_size: int,
+    edp_link: Link,
+    edp_size: int,
+    grad_bytes: float,
+    window_fwd: float,
+    window_bwd: float,
+    hide: float,
+    overlap_grad_reduce: bool = True,
+    overlap_param_gather: bool = True,
+    param_bytes: float = 2.0,
+    units: int = 1,
+) -> float:
     """Seconds of data-parallel traffic not hidden behind compute, per step.
 
     ZeRO-0: all-reduce of the gradients (grad_bytes per param) during the last micro-batch's

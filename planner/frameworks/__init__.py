@@ -18,7 +18,7 @@ def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(import_module("planner.frameworks.loading"), name)
-    globals()[name] = value       # later look-ups skip this function
+    globals()[name] = value  # later look-ups skip this function
     return value
 
 
@@ -26,5 +26,5 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-if TYPE_CHECKING:   # for type checkers and IDEs: the names as if imported eagerly
+if TYPE_CHECKING:  # for type checkers and IDEs: the names as if imported eagerly
     from planner.frameworks.loading import FORMATS, Imported, Overrides, detect_format, load_any

@@ -29,12 +29,30 @@ from planner.presets import PRESETS, resolve_model
 from planner.readers import bash as shell
 from planner.specs import MAX_GPUS, HardwareSpec, ModelSpec, parse_spec
 
-__all__ = ["Imported", "Overrides", "read_text", "resolve_world", "hardware_of", "model_of",
-           "inline_model", "vocab_from_tokenizer", "make_job", "unknown_key", "accounted_split",
-           "naming", "suggestion_budget", "MAX_SUGGESTIONS", "parse_set", "check_world",
-           "DEFAULT_HARDWARE", "MAX_GPUS", "shell_notes", "script_reader"]
+__all__ = [
+    "Imported",
+    "Overrides",
+    "read_text",
+    "resolve_world",
+    "hardware_of",
+    "model_of",
+    "inline_model",
+    "vocab_from_tokenizer",
+    "make_job",
+    "unknown_key",
+    "accounted_split",
+    "naming",
+    "suggestion_budget",
+    "MAX_SUGGESTIONS",
+    "parse_set",
+    "check_world",
+    "DEFAULT_HARDWARE",
+    "MAX_GPUS",
+    "shell_notes",
+    "script_reader",
+]
 
-DEFAULT_HARDWARE = "h100-sxm"   # as in a planner config that names no hardware
+DEFAULT_HARDWARE = "h100-sxm"  # as in a planner config that names no hardware
 _SET_NAME = re.compile(r"[A-Za-z_]\w*|[1-9][0-9]*")
 
 
@@ -43,18 +61,24 @@ def parse_set(text: str) -> tuple[str, str]:
     name, eq, value = str(text).partition("=")
     if not eq or not _SET_NAME.fullmatch(name):
         shown = text if len(text) <= 60 else text[:57] + "..."
-        raise SpecError(f"--set {shown!r}: expected NAME=VALUE with NAME a shell variable or a "
-                        "positional parameter number (e.g. --set NNODES=16 or --set 1=/data)",
-                        field="--set", value=shown)
+        raise SpecError(
+            f"--set {shown!r}: expected NAME=VALUE with NAME a shell variable or a "
+            "positional parameter number (e.g. --set NNODES=16 or --set 1=/data)",
+            field="--set",
+            value=shown,
+        )
     return name, value
 
 
 def check_world(n: int, *, source: str, what: str = "world size") -> int:
     """A world size within planner's cap (the one a config's num_gpus has)."""
     if n > MAX_GPUS:
-        raise SpecError(f"{source}: {what} {short(n)} GPUs is beyond planner's cap of "
-                        f"{MAX_GPUS:,} (the same as a config's num_gpus); fix the node or GPU count",
-                        field="num_gpus", value=n)
+        raise SpecError(
+            f"{source}: {what} {short(n)} GPUs is beyond planner's cap of "
+            f"{MAX_GPUS:,} (the same as a config's num_gpus); fix the node or GPU count",
+            field="num_gpus",
+            value=n,
+        )
     return n
 
 
@@ -72,21 +96,25 @@ class Overrides:
     sets: tuple[tuple[str, str], ...] = ()
     vocab_size: int | None = None
     workload: tuple[tuple[str, str], ...] = ()
-    planned: tuple[str, int] | None = None   # an export's `planner: hardware= num_gpus=` line
-    global_batch_size: int | None = None      # fill a ds_config's "auto" batch keys
+    planned: tuple[str, int] | None = None  # an export's `planner: hardware= num_gpus=` line
+    global_batch_size: int | None = None  # fill a ds_config's "auto" batch keys
     micro_batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        for name, value, what in (("--gpus", self.gpus, "GPUs, as for num_gpus"),
-                                  ("--nodes", self.nodes, "GPUs, as for num_gpus"),
-                                  ("--vocab-size", self.vocab_size, "as for vocab_size"),
-                                  ("--global-batch-size", self.global_batch_size,
-                                   "as for global_batch_size"),
-                                  ("--micro-batch-size", self.micro_batch_size,
-                                   "as for micro_batch_size")):
+        for name, value, what in (
+            ("--gpus", self.gpus, "GPUs, as for num_gpus"),
+            ("--nodes", self.nodes, "GPUs, as for num_gpus"),
+            ("--vocab-size", self.vocab_size, "as for vocab_size"),
+            ("--global-batch-size", self.global_batch_size, "as for global_batch_size"),
+            ("--micro-batch-size", self.micro_batch_size, "as for micro_batch_size"),
+        ):
             if value is not None and not 1 <= value <= MAX_GPUS:
-                raise SpecError(f"{name} = {short(value)}: must be a whole number from 1 to "
-                                f"{MAX_GPUS:,} (limit: {what})", field=name, value=value)
+                raise SpecError(
+                    f"{name} = {short(value)}: must be a whole number from 1 to "
+                    f"{MAX_GPUS:,} (limit: {what})",
+                    field=name,
+                    value=value,
+                )
 
     @property
     def env(self) -> dict[str, str]:
@@ -127,24 +155,37 @@ def hardware_of(ov: Overrides) -> HardwareSpec:
         try:
             return resolve_hardware(ov.planned[0])
         except SpecError:
-            raise SpecError(f"the export's header names hardware {ov.planned[0]!r}, which is "
-                            "not a profile planner has; give --hardware NAME_OR_FILE",
-                            field="--hardware", value=ov.planned[0]) from None
+            raise SpecError(
+                f"the export's header names hardware {ov.planned[0]!r}, which is "
+                "not a profile planner has; give --hardware NAME_OR_FILE",
+                field="--hardware",
+                value=ov.planned[0],
+            ) from None
     return resolve_hardware(ov.hardware or DEFAULT_HARDWARE)
 
 
-def resolve_world(ov: Overrides, *, hardware: HardwareSpec, source: str,
-                  gpus_per_node: int | None = None, nodes: int | None = None,
-                  world: int | None = None,
-                  missing: str = "it does not give the world size") -> int:
+def resolve_world(
+    ov: Overrides,
+    *,
+    hardware: HardwareSpec,
+    source: str,
+    gpus_per_node: int | None = None,
+    nodes: int | None = None,
+    world: int | None = None,
+    missing: str = "it does not give the world size",
+) -> int:
     """--gpus, else --nodes x per-node, else what the file says, else a SpecError naming
     the options that supply it."""
     if ov.nodes is not None:
         n = ov.nodes * (gpus_per_node or hardware.gpus_per_node)
         if ov.gpus is not None and ov.gpus != n:
-            raise SpecError(f"--gpus ({ov.gpus}) and --nodes ({ov.nodes}) x "
-                            f"{gpus_per_node or hardware.gpus_per_node} GPUs per node ({n}) "
-                            "disagree; give one of them", field="--gpus", value=ov.gpus)
+            raise SpecError(
+                f"--gpus ({ov.gpus}) and --nodes ({ov.nodes}) x "
+                f"{gpus_per_node or hardware.gpus_per_node} GPUs per node ({n}) "
+                "disagree; give one of them",
+                field="--gpus",
+                value=ov.gpus,
+            )
         return check_world(n, source=source)
     if ov.gpus is not None:
         return ov.gpus
@@ -152,11 +193,13 @@ def resolve_world(ov: Overrides, *, hardware: HardwareSpec, source: str,
         return check_world(world, source=source)
     if gpus_per_node is not None and nodes is not None:
         return check_world(gpus_per_node * nodes, source=source)
-    if ov.planned is not None:              # the export's header: what the plan was for
+    if ov.planned is not None:  # the export's header: what the plan was for
         return check_world(ov.planned[1], source=source)
-    raise SpecError(f"{source}: {missing}; give --gpus N (total GPUs) or --nodes N "
-                    f"(x {gpus_per_node or hardware.gpus_per_node} GPUs per node)",
-                    field="num_gpus")
+    raise SpecError(
+        f"{source}: {missing}; give --gpus N (total GPUs) or --nodes N "
+        f"(x {gpus_per_node or hardware.gpus_per_node} GPUs per node)",
+        field="num_gpus",
+    )
 
 
 def apply_overrides(data: dict, ov: Overrides, *, base: Path | None, source: str) -> dict:
@@ -176,18 +219,31 @@ def apply_overrides(data: dict, ov: Overrides, *, base: Path | None, source: str
 def model_of(ov: Overrides, *, source: str, what: str) -> ModelSpec:
     """The --model the file needs because it has no model shape (`what` says which keys)."""
     if ov.model is None:
-        raise SpecError(f"{source}: no model shape ({what}); give --model NAME "
-                        "(a preset such as llama3-70b, a model YAML or a HF config.json)",
-                        field="model")
+        raise SpecError(
+            f"{source}: no model shape ({what}); give --model NAME "
+            "(a preset such as llama3-70b, a model YAML or a HF config.json)",
+            field="model",
+        )
     return resolve_model(ov.model)
 
 
 def _shape_key(m: ModelSpec) -> tuple:
     # MLA uses qk/v head dims, not kv_channels: a head_dim there names no tensor
-    return (m.num_layers, m.hidden_size, m.ffn, m.num_attention_heads, m.kv_heads,
-            None if m.is_mla else m.head_dim,
-            m.vocab_size, m.gated, m.tied_embeddings, m.num_experts or 0, m.expert_ffn,
-            m.moe_top_k if m.is_moe else 0, m.kv_lora_rank)
+    return (
+        m.num_layers,
+        m.hidden_size,
+        m.ffn,
+        m.num_attention_heads,
+        m.kv_heads,
+        None if m.is_mla else m.head_dim,
+        m.vocab_size,
+        m.gated,
+        m.tied_embeddings,
+        m.num_experts or 0,
+        m.expert_ffn,
+        m.moe_top_k if m.is_moe else 0,
+        m.kv_lora_rank,
+    )
 
 
 def inline_model(fields: dict[str, Any], *, source: str, fmt: str) -> ModelSpec:
@@ -207,14 +263,13 @@ def inline_model(fields: dict[str, Any], *, source: str, fmt: str) -> ModelSpec:
     for name, other in shapes:
         if other[:6] + other[7:] == key[:6] + key[7:] and not named:
             # the preset's shape with another vocabulary (a NullTokenizer's V + 1, say)
-            return spec.model_copy(update={"name": f"{name} shape, vocabulary "
-                                                   f"{spec.vocab_size}"})
+            return spec.model_copy(update={"name": f"{name} shape, vocabulary {spec.vocab_size}"})
     return spec
 
 
 # Tokenizers whose vocabulary size is public (the frameworks read it from the tokenizer).
 _TOKENIZERS: list[tuple[str, int]] = [
-    (r"llama-?3|llama3", 128256),          # meta-llama/Meta-Llama-3*, Llama-3.1*
+    (r"llama-?3|llama3", 128256),  # meta-llama/Meta-Llama-3*, Llama-3.1*
     (r"mixtral-8x22b", 32768),
     (r"llama-?2|llama2|mistral|mixtral", 32000),
     (r"qwen3", 151936),
@@ -237,16 +292,34 @@ def vocab_from_tokenizer(*names: str | None) -> int | None:
     return None
 
 
-def make_job(*, model: ModelSpec, hardware: HardwareSpec, num_gpus: int,
-             seq_length: int | None, global_batch_size: int | None, precision: str = "bf16",
-             accounting: str = "megatron", source: str = "", **training_keys: Any) -> Job:
+def make_job(
+    *,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    num_gpus: int,
+    seq_length: int | None,
+    global_batch_size: int | None,
+    precision: str = "bf16",
+    accounting: str = "megatron",
+    source: str = "",
+    **training_keys: Any,
+) -> Job:
     """`training_keys`: more TrainingSpec fields the file sets (fp8_recipe, flash_attention...)."""
     if not 1 <= num_gpus <= MAX_GPUS:
-        raise SpecError(f"{source}: world size {short(num_gpus)} must be from 1 to {MAX_GPUS:,} "
-                        "GPUs (limit: GPUs, as for num_gpus); give --gpus N",
-                        field="num_gpus", value=num_gpus)
-    training = default_training(model, seq_length=seq_length, global_batch_size=global_batch_size,
-                                precision=precision, accounting=accounting, **training_keys)
+        raise SpecError(
+            f"{source}: world size {short(num_gpus)} must be from 1 to {MAX_GPUS:,} "
+            "GPUs (limit: GPUs, as for num_gpus); give --gpus N",
+            field="num_gpus",
+            value=num_gpus,
+        )
+    training = default_training(
+        model,
+        seq_length=seq_length,
+        global_batch_size=global_batch_size,
+        precision=precision,
+        accounting=accounting,
+        **training_keys,
+    )
     return Job(model=model, hardware=hardware, num_gpus=num_gpus, training=training)
 
 
@@ -275,27 +348,39 @@ def _closest(leaf: str, valid: Iterable[str]) -> list[str]:
     return difflib.get_close_matches(leaf[:100], list(valid), n=1, cutoff=0.75)
 
 
-def unknown_key(rule: str, key: str, valid: Iterable[str], *, severity: str,
-                consequence: str) -> Violation:
+def unknown_key(
+    rule: str, key: str, valid: Iterable[str], *, severity: str, consequence: str
+) -> Violation:
     """`key` is not one the framework knows: name it, suggest the closest (for the first
     MAX_SUGGESTIONS of a file), say what happens."""
     leaf = key.rsplit(".", 1)[-1]
     close = _closest(leaf, valid)
     prefix = key[: len(key) - len(leaf)]
     hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
-    return Violation(rule, f"unknown {'flag' if key.startswith('-') else 'key'} {short(key, 120)}{hint}: "
-                           f"{consequence}", severity)
+    return Violation(
+        rule,
+        f"unknown {'flag' if key.startswith('-') else 'key'} {short(key, 120)}{hint}: "
+        f"{consequence}",
+        severity,
+    )
 
 
-def accounted_split(num_layers: int, *, pp: int, vpp: int, embedding: bool,
-                    loss: bool) -> tuple[int | None, int | None, str | None]:
+def accounted_split(
+    num_layers: int, *, pp: int, vpp: int, embedding: bool, loss: bool
+) -> tuple[int | None, int | None, str | None]:
     """Megatron's --account-for-embedding/loss-in-pipeline-split as first/last stage layers:
     the embedding and the loss each take a layer's place, (L + e + l) / pp per rank.
     Returns (first, last, problem); problem names the values when it does not divide."""
     total = num_layers + embedding + loss
     if total % (pp * vpp):
-        return None, None, (f"num_layers + embedding + loss ({total}) must be divisible by pp*vpp "
-                            f"({pp}*{vpp}) when the embedding/loss count in the pipeline split")
+        return (
+            None,
+            None,
+            (
+                f"num_layers + embedding + loss ({total}) must be divisible by pp*vpp "
+                f"({pp}*{vpp}) when the embedding/loss count in the pipeline split"
+            ),
+        )
     if pp == 1:
         return None, None, None
     per = total // pp
@@ -309,18 +394,27 @@ def shell_notes(script: shell.Script, prefix: str) -> list[Violation]:
     if script.notes:
         shown = "; ".join(script.notes[:5])
         more = f"; and {len(script.notes) - 5} more" if len(script.notes) > 5 else ""
-        out.append(Violation(f"{prefix}-undecided-condition",
-                             f"{len(script.notes)} condition(s) depend on what the script does "
-                             "not set, so planner took the branch a plain run takes (no "
-                             "arguments or environment, named files present, commands "
-                             f"succeeding): {shown}{more}; give --set NAME=VALUE to decide "
-                             "them", "warning"))
+        out.append(
+            Violation(
+                f"{prefix}-undecided-condition",
+                f"{len(script.notes)} condition(s) depend on what the script does "
+                "not set, so planner took the branch a plain run takes (no "
+                "arguments or environment, named files present, commands "
+                f"succeeding): {shown}{more}; give --set NAME=VALUE to decide "
+                "them",
+                "warning",
+            )
+        )
     for problem in script.problems[:5]:
-        out.append(Violation(f"{prefix}-shell-syntax", f"{problem}; planner read on past it",
-                             "warning"))
+        out.append(
+            Violation(f"{prefix}-shell-syntax", f"{problem}; planner read on past it", "warning")
+        )
     for unused in script.unused_env:
-        out.append(Violation(f"{prefix}-set-unused",
-                             f"--set {unused}, so the value has no effect", "warning"))
+        out.append(
+            Violation(
+                f"{prefix}-set-unused", f"--set {unused}, so the value has no effect", "warning"
+            )
+        )
     return out
 
 
@@ -330,6 +424,7 @@ _MAX_READ = 4 * 1024 * 1024
 def script_reader(source: str):
     """read_file for shell.run: a file the script reads (a ds_config template), beside the
     script or from the working directory; None if it is not a readable regular file."""
+
     def read(name: str) -> str | None:
         for path in (Path(source).parent / name, Path(name)):
             try:
@@ -338,4 +433,5 @@ def script_reader(source: str):
             except (OSError, UnicodeDecodeError):
                 return None
         return None
+
     return read

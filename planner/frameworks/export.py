@@ -24,8 +24,11 @@ def check_format(fmt: str, *, option: str = "--format") -> str:
     """The format name, or a SpecError listing the valid ones."""
     name = str(fmt).strip().lower()
     if name not in FORMATS:
-        raise SpecError(f"{option} {short(fmt)} is not a format; valid formats: "
-                        f"{', '.join(FORMATS)}", field=option, value=fmt)
+        raise SpecError(
+            f"{option} {short(fmt)} is not a format; valid formats: {', '.join(FORMATS)}",
+            field=option,
+            value=fmt,
+        )
     return name
 
 

@@ -17,26 +17,48 @@ from importlib import import_module
 from planner.errors import SpecError, short
 from planner.layout import Layout
 
-__all__ = ["TRAIN_FRAMEWORKS", "SHORT", "check_framework", "refusals", "runs_as", "runnable",
-           "allow", "job_for", "ACCOUNTING", "model_refusal"]
+__all__ = [
+    "TRAIN_FRAMEWORKS",
+    "SHORT",
+    "check_framework",
+    "refusals",
+    "runs_as",
+    "runnable",
+    "allow",
+    "job_for",
+    "ACCOUNTING",
+    "model_refusal",
+]
 
 TRAIN_FRAMEWORKS = ("megatron", "megatron-bridge", "nemo", "deepspeed", "torchtitan")
-SHORT = {"megatron": "M", "megatron-bridge": "B", "nemo": "N", "deepspeed": "D",
-         "torchtitan": "T"}
+SHORT = {"megatron": "M", "megatron-bridge": "B", "nemo": "N", "deepspeed": "D", "torchtitan": "T"}
 """One letter each, for the plan table's `fw` column (its legend says which)."""
 
-_WRITERS = {"megatron": "megatron.writer", "megatron-bridge": "nemo.bridge_writer",
-            "nemo": "nemo.writer", "deepspeed": "deepspeed.writer",
-            "torchtitan": "torchtitan.writer"}
-_NAMES = {"megatron": "Megatron-LM", "megatron-bridge": "Megatron-Bridge", "nemo": "NeMo 1",
-          "deepspeed": "Megatron-DeepSpeed", "torchtitan": "torchtitan"}
+_WRITERS = {
+    "megatron": "megatron.writer",
+    "megatron-bridge": "nemo.bridge_writer",
+    "nemo": "nemo.writer",
+    "deepspeed": "deepspeed.writer",
+    "torchtitan": "torchtitan.writer",
+}
+_NAMES = {
+    "megatron": "Megatron-LM",
+    "megatron-bridge": "Megatron-Bridge",
+    "nemo": "NeMo 1",
+    "deepspeed": "Megatron-DeepSpeed",
+    "torchtitan": "torchtitan",
+}
 
 
 def check_framework(name: str, *, option: str = "--framework") -> str:
     key = str(name).strip().lower()
     if key not in TRAIN_FRAMEWORKS:
-        raise SpecError(f"{option} = {short(name)}: not a training framework; use one of "
-                        f"{', '.join(TRAIN_FRAMEWORKS)}", field=option, value=name)
+        raise SpecError(
+            f"{option} = {short(name)}: not a training framework; use one of "
+            f"{', '.join(TRAIN_FRAMEWORKS)}",
+            field=option,
+            value=name,
+        )
     return key
 
 
@@ -81,6 +103,7 @@ def job_for(job, fw: str):
     if job.training.accounting == acc:
         return job
     from dataclasses import replace
+
     return replace(job, training=job.training.model_copy(update={"accounting": acc}))
 
 
@@ -88,9 +111,11 @@ def model_refusal(job, fw: str) -> str | None:
     """Why `fw` cannot train this model with any layout (one line), else None: the
     refusals that hold for every layout (the model's features, the precision), found as the
     refusals shared by a plain layout and its variants."""
-    probes = [Layout(dp=job.num_gpus),
-              Layout(dp=job.num_gpus, zero=1, recompute="full"),
-              Layout(dp=job.num_gpus, zero=3, recompute="selective")]
+    probes = [
+        Layout(dp=job.num_gpus),
+        Layout(dp=job.num_gpus, zero=1, recompute="full"),
+        Layout(dp=job.num_gpus, zero=3, recompute="selective"),
+    ]
     common = None
     for lay in probes:
         got = set(refusals(job, lay, fw))

@@ -17,8 +17,16 @@ from planner.errors import InfeasibleError
 from planner.layout import Layout, stage_layer_counts
 from planner.units import GiB
 
-__all__ = ["header_lines", "estimate_line", "nodes_and_devices", "check_exportable",
-           "pipeline_split", "PipelineSplit", "planned_for", "store_problems"]
+__all__ = [
+    "header_lines",
+    "estimate_line",
+    "nodes_and_devices",
+    "check_exportable",
+    "pipeline_split",
+    "PipelineSplit",
+    "planned_for",
+    "store_problems",
+]
 
 _PLANNED = re.compile(r"^[\s#/\"'-]*planner: hardware=([\w.+-]+) num_gpus=(\d{1,9})\b", re.M)
 
@@ -32,6 +40,7 @@ def planned_for(text: str) -> tuple[str, int] | None:
 
 def _version() -> str:
     from planner import __version__
+
     return __version__
 
 
@@ -44,8 +53,9 @@ def estimate_line(estimate) -> str | None:
     if mem is not None:
         stage = getattr(mem, "stage", None)
         where = f" (most loaded: {stage} pipeline rank)" if stage else ""
-        parts.append(f"memory per GPU {mem.total / GiB:.1f} GiB of {mem.capacity / GiB:.1f} GiB"
-                     + where)
+        parts.append(
+            f"memory per GPU {mem.total / GiB:.1f} GiB of {mem.capacity / GiB:.1f} GiB" + where
+        )
     tm = getattr(estimate, "time", None)
     step = getattr(tm, "step_time_s", None)
     if step is not None:
@@ -56,8 +66,9 @@ def estimate_line(estimate) -> str | None:
     return "estimate: " + "; ".join(parts) if parts else None
 
 
-def header_lines(job, layout: Layout, what: str, *, estimate=None,
-                 eager_loss: bool = False) -> list[str]:
+def header_lines(
+    job, layout: Layout, what: str, *, estimate=None, eager_loss: bool = False
+) -> list[str]:
     """Comment-free header lines; each exporter adds its own comment prefix. `eager_loss`:
     the framework computes PyTorch's eager fp32 loss (torchtitan); the others compute
     Megatron's vocab-parallel one, and a plan that counted the eager loss says so."""
@@ -69,15 +80,17 @@ def header_lines(job, layout: Layout, what: str, *, estimate=None,
         f"(micro-batch {layout.micro_batch_size}, "
         f"{layout.num_microbatches(tr.global_batch_size)} micro-batches, zero {layout.zero}, "
         f"recompute {layout.recompute})",
-        f"planner: hardware={job.hardware.name} num_gpus={job.num_gpus}",   # read back
+        f"planner: hardware={job.hardware.name} num_gpus={job.num_gpus}",  # read back
     ]
     est = estimate_line(estimate)
     if est:
         lines.append(est)
     if tr.cross_entropy == "pytorch_fp32" and not eager_loss:
-        lines.append("loss: the plan counts PyTorch's eager fp32 cross-entropy (12 B a logit, "
-                     "torchtitan's); this framework's vocab-parallel loss holds 4 B: the memory "
-                     "estimate is an upper bound")
+        lines.append(
+            "loss: the plan counts PyTorch's eager fp32 cross-entropy (12 B a logit, "
+            "torchtitan's); this framework's vocab-parallel loss holds 4 B: the memory "
+            "estimate is an upper bound"
+        )
     return lines
 
 
@@ -88,6 +101,7 @@ def nodes_and_devices(num_gpus: int, gpus_per_node: int) -> tuple[int, int]:
     if num_gpus % gpus_per_node == 0:
         return num_gpus // gpus_per_node, gpus_per_node
     from math import gcd
+
     per = gcd(num_gpus, gpus_per_node)
     return num_gpus // per, per
 
@@ -99,13 +113,20 @@ def check_exportable(job, layout: Layout) -> None:
     """
     from planner.rules import Context, check
 
-    ctx = Context(model=job.model, hardware=job.hardware, training=job.training,
-                  num_gpus=job.num_gpus, layout=layout)
+    ctx = Context(
+        model=job.model,
+        hardware=job.hardware,
+        training=job.training,
+        num_gpus=job.num_gpus,
+        layout=layout,
+    )
     errors = [v for v in check(ctx) if v.severity == "error"]
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise InfeasibleError(f"cannot export a layout that breaks rule {errors[0].rule}: "
-                              f"{errors[0].message}{more}; `planner validate` lists every rule")
+        raise InfeasibleError(
+            f"cannot export a layout that breaks rule {errors[0].rule}: "
+            f"{errors[0].message}{more}; `planner validate` lists every rule"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +148,12 @@ def pipeline_split(num_layers: int, layout: Layout) -> PipelineSplit:
     first, middle, last = stage_layer_counts(num_layers, layout)
     if layout.pp == 1 or not layout.uneven:
         return PipelineSplit("even", first, int(middle), last)
-    if (layout.pp > 2 and layout.first_stage_layers is not None
-            and layout.last_stage_layers is not None and first == last == middle - 1):
+    if (
+        layout.pp > 2
+        and layout.first_stage_layers is not None
+        and layout.last_stage_layers is not None
+        and first == last == middle - 1
+    ):
         return PipelineSplit("accounted", first, int(middle), last)
     return PipelineSplit("explicit", first, int(middle), last)
 
@@ -141,13 +166,16 @@ def shape_tail_flags(m, seq_length: int) -> list[tuple[str, str | None]]:
         flags.append(("--untie-embeddings-and-output-weights", None))
     if not m.bias:
         flags.append(("--disable-bias-linear", None))
-    flags += [("--seq-length", str(seq_length)),
-              ("--max-position-embeddings", str(max(seq_length, m.seq_length or 0)))]
+    flags += [
+        ("--seq-length", str(seq_length)),
+        ("--max-position-embeddings", str(max(seq_length, m.seq_length or 0))),
+    ]
     return flags
 
 
-def store_problems(layout: Layout, framework: str, *,
-                   config_fields: bool = False) -> list[tuple[bool, str]]:
+def store_problems(
+    layout: Layout, framework: str, *, config_fields: bool = False
+) -> list[tuple[bool, str]]:
     """(broken, message) for the activation-storage fields an export cannot write:
     activation_cache deepseek is DeepSeek-V3's own framework's (arXiv:2412.19437 sec. 3.3.3;
     no public framework stores the attention output in E5M6); activation_func_fp8_input_store
@@ -155,12 +183,16 @@ def store_problems(layout: Layout, framework: str, *,
     fields (`config_fields`: NeMo 1 model.*, NeMo 2 and Megatron-Bridge) write and the others
     cannot (pretrain_gpt.py has no flag for it; Megatron-DeepSpeed and torchtitan lack it)."""
     return [
-        (layout.activation_cache == "deepseek",
-         f"activation_cache deepseek: DeepSeek-V3's own framework's (the attention output in "
-         f"E5M6, the SwiGLU recomputed from its FP8 input); {framework} has no such caching; "
-         "set activation_cache te"),
-        (layout.activation_func_fp8_input_store and not config_fields,
-         f"activation_func_fp8_input_store: {framework} has no setting for it (it is "
-         "Megatron-Core's TransformerConfig field, which pretrain_gpt.py does not expose); "
-         "export megatron-bridge or nemo, or set activation_func_fp8_input_store false"),
+        (
+            layout.activation_cache == "deepseek",
+            f"activation_cache deepseek: DeepSeek-V3's own framework's (the attention output in "
+            f"E5M6, the SwiGLU recomputed from its FP8 input); {framework} has no such caching; "
+            "set activation_cache te",
+        ),
+        (
+            layout.activation_func_fp8_input_store and not config_fields,
+            f"activation_func_fp8_input_store: {framework} has no setting for it (it is "
+            "Megatron-Core's TransformerConfig field, which pretrain_gpt.py does not expose); "
+            "export megatron-bridge or nemo, or set activation_func_fp8_input_store false",
+        ),
     ]

@@ -43,7 +43,7 @@ __all__ = ["resolve", "Unresolved", "has_interpolation", "RESOLVERS"]
 _MAX_NEST = 32
 _MAX_CHAIN = 256
 _MAX_TEXT = 100_000
-_MAX_INT = 2 ** 63
+_MAX_INT = 2**63
 _MISSING = "???"
 _NAME = re.compile(r"[A-Za-z_][\w.\-]*")
 _INT = re.compile(r"[-+]?\d{1,25}")
@@ -72,9 +72,12 @@ class Unresolved:
         self.key, self.text, self.reason = key, text, reason
 
     def fail(self, *_args: Any) -> Any:
-        raise SpecError(f"{self.key} = {_short(self.text)!r} cannot be resolved: {self.reason}; "
-                        "write the value there or fix the interpolation",
-                        field=self.key, value=self.text)
+        raise SpecError(
+            f"{self.key} = {_short(self.text)!r} cannot be resolved: {self.reason}; "
+            "write the value there or fix the interpolation",
+            field=self.key,
+            value=self.text,
+        )
 
     def __repr__(self) -> str:
         return repr(_short(self.text))
@@ -89,6 +92,7 @@ def has_interpolation(value: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------- resolvers
+
 
 def _numbers(name: str, *args: Any) -> None:
     for a in args:
@@ -105,6 +109,7 @@ def _arith(name: str, fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
             return fn(*args)
         except (ZeroDivisionError, OverflowError, ValueError) as exc:
             raise _Fail(f"{name}{tuple(args)}: {exc}") from None
+
     return run
 
 
@@ -115,8 +120,10 @@ def _gpu_name(ctx: _Resolver, *args: Any) -> Any:
 def _env(ctx: _Resolver, *args: Any) -> Any:
     if len(args) >= 2:
         return args[1]
-    raise _Fail(f"oc.env:{args[0] if args else ''} reads an environment variable, which planner "
-                "does not read (give it a default: ${oc.env:NAME,default})")
+    raise _Fail(
+        f"oc.env:{args[0] if args else ''} reads an environment variable, which planner "
+        "does not read (give it a default: ${oc.env:NAME,default})"
+    )
 
 
 def _select(ctx: _Resolver, *args: Any) -> Any:
@@ -137,16 +144,19 @@ def _decode(ctx: _Resolver, *args: Any) -> Any:
 
 
 RESOLVERS: dict[str, Callable[..., Any]] = {
-    "multiply": _arith("multiply", lambda x, y: x * y),          # NeMo hydra_runner.py
-    "sum": _arith("sum", lambda x, y: x + y),                    # NeMo hydra_runner.py
-    "gpu_name": _gpu_name,                                       # NeMo hydra_runner.py
-    "divide_ceil": _arith("divide_ceil", lambda x, y: int(math.ceil(x / y))),    # Launcher
+    "multiply": _arith("multiply", lambda x, y: x * y),  # NeMo hydra_runner.py
+    "sum": _arith("sum", lambda x, y: x + y),  # NeMo hydra_runner.py
+    "gpu_name": _gpu_name,  # NeMo hydra_runner.py
+    "divide_ceil": _arith("divide_ceil", lambda x, y: int(math.ceil(x / y))),  # Launcher
     "divide_floor": _arith("divide_floor", lambda x, y: int(math.floor(x / y))),  # Launcher
-    "oc.env": _env, "oc.select": _select, "oc.decode": _decode,  # OmegaConf built-ins
+    "oc.env": _env,
+    "oc.select": _select,
+    "oc.decode": _decode,  # OmegaConf built-ins
 }
 
 
 # ------------------------------------------------------------------------------- parsing
+
 
 def _primitive(text: str) -> Any:
     """OmegaConf's reading of an unquoted resolver argument."""
@@ -186,11 +196,11 @@ def _parse(text: str, i: int, stops: str, depth: int) -> tuple[list, int]:
             parts.append(node)
         elif ch in stops:
             break
-        elif ch in "'\"" and "," in stops:          # a quoted resolver argument
+        elif ch in "'\"" and "," in stops:  # a quoted resolver argument
             end = text.find(ch, i + 1)
             if end < 0:
                 raise _Fail("an unclosed quote in a resolver argument")
-            parts.append(("quoted", text[i + 1:end]))
+            parts.append(("quoted", text[i + 1 : end]))
             i = end + 1
         else:
             buf.append(ch)
@@ -223,6 +233,7 @@ def _interp(text: str, i: int, depth: int) -> tuple[_Interp, int]:
 
 # ----------------------------------------------------------------------------- resolving
 
+
 class _Resolver:
     def __init__(self, root: Any, architecture: str | None) -> None:
         self.root, self.architecture = root, architecture
@@ -253,9 +264,13 @@ class _Resolver:
             base = base[: len(base) - (dots - 1)]
         else:
             base = ()
-            if keys and keys[0] == "training" and isinstance(self.root, dict) \
-                    and "training" not in self.root:
-                keys = keys[1:]          # NeMo-Framework-Launcher mounts the file at training
+            if (
+                keys
+                and keys[0] == "training"
+                and isinstance(self.root, dict)
+                and "training" not in self.root
+            ):
+                keys = keys[1:]  # NeMo-Framework-Launcher mounts the file at training
         path = base
         for key in keys:
             parent = self.raw(path)
@@ -265,8 +280,9 @@ class _Resolver:
         except _Fail as exc:
             if exc.root != str(exc) or has_interpolation(self.raw(path)):
                 name = ".".join(map(str, path))
-                raise _Fail(f"it uses {name}, which cannot be resolved ({exc.root})",
-                            exc.root) from None
+                raise _Fail(
+                    f"it uses {name}, which cannot be resolved ({exc.root})", exc.root
+                ) from None
             raise
 
     def value(self, path: tuple) -> Any:
@@ -281,9 +297,13 @@ class _Resolver:
         if not has_interpolation(raw):
             return raw
         if path in self.active:
-            cycle = " -> ".join(".".join(map(str, p)) for p in self.active[self.active.index(path):])
-            raise _Fail(f"the interpolations form a cycle ({_short(cycle, 200)} -> "
-                        f"{'.'.join(map(str, path))})")
+            cycle = " -> ".join(
+                ".".join(map(str, p)) for p in self.active[self.active.index(path) :]
+            )
+            raise _Fail(
+                f"the interpolations form a cycle ({_short(cycle, 200)} -> "
+                f"{'.'.join(map(str, path))})"
+            )
         if len(self.active) >= _MAX_CHAIN:
             raise _Fail(f"a chain of more than {_MAX_CHAIN} interpolations")
         self.active.append(path)
@@ -311,8 +331,14 @@ class _Resolver:
     def join(self, parts: list, path: tuple, *, typed: bool) -> Any:
         if len(parts) == 1 and isinstance(parts[0], _Interp) and typed:
             return self.interp(parts[0], path)
-        text = "".join(p if isinstance(p, str) else p[1] if isinstance(p, tuple)
-                       else self.text(self.interp(p, path)) for p in parts)
+        text = "".join(
+            p
+            if isinstance(p, str)
+            else p[1]
+            if isinstance(p, tuple)
+            else self.text(self.interp(p, path))
+            for p in parts
+        )
         if len(text) > _MAX_TEXT:
             raise _Fail(f"the result is longer than {_MAX_TEXT} characters")
         return text
@@ -327,9 +353,11 @@ class _Resolver:
             return self.lookup(self.join(node.parts, path, typed=False), path)
         fn = RESOLVERS.get(node.resolver)
         if fn is None:
-            raise _Fail(f"resolver {node.resolver!r} is not one NeMo registers (multiply, sum, "
-                        "gpu_name; the launcher: divide_ceil, divide_floor; OmegaConf: oc.env, "
-                        "oc.select, oc.decode)")
+            raise _Fail(
+                f"resolver {node.resolver!r} is not one NeMo registers (multiply, sum, "
+                "gpu_name; the launcher: divide_ceil, divide_floor; OmegaConf: oc.env, "
+                "oc.select, oc.decode)"
+            )
         args = [self.arg(a, path) for a in node.args]
         result = fn(self, *args)
         if isinstance(result, int) and not isinstance(result, bool) and abs(result) > _MAX_INT:

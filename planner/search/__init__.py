@@ -44,8 +44,12 @@ from planner.search.suggest import MAX_RERUNS, SUGGEST_BUDGET_S, Suggestion, _su
 __all__ = ["SearchOptions", "Plan", "SearchResult", "search", "FIXABLE", "parse_fix"]
 
 
-def search(job: Job, opts: SearchOptions = SearchOptions(),  # noqa: B008 (frozen: never mutated)
-           *, suggest: bool = True) -> SearchResult:
+def search(
+    job: Job,
+    opts: SearchOptions = SearchOptions(),  # noqa: B008 (frozen: never mutated)
+    *,
+    suggest: bool = True,
+) -> SearchResult:
     """Every layout of `job`, pruned by the rules, estimated, ranked. When nothing fits and
     `suggest`, the changes that make something fit (each checked by searching again)."""
     t0 = _time.perf_counter()
@@ -63,10 +67,18 @@ def _search(job: Job, opts: SearchOptions, suggest: bool) -> SearchResult:
     if opts.tokens:
         plans = [_with_train(p, job, opts.tokens) for p in plans]
     near = (closest[0][0], cm.memory(closest[0][0])) if closest and not cands else None
-    result = SearchResult(job=job, plans=plans, searched=cnt.searched, feasible=cnt.feasible,
-                          evaluated=cnt.evaluated, timed=timed, pruned=cnt.pruned, steps=[],
-                          closest=near,
-                          headroom=opts.headroom)
+    result = SearchResult(
+        job=job,
+        plans=plans,
+        searched=cnt.searched,
+        feasible=cnt.feasible,
+        evaluated=cnt.evaluated,
+        timed=timed,
+        pruned=cnt.pruned,
+        steps=[],
+        closest=near,
+        headroom=opts.headroom,
+    )
     _seven_step_pick(result, cm, opts)
     if not cands and suggest:
         _suggestions(result, opts)

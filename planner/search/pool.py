@@ -47,17 +47,21 @@ def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
     them: the same counts, contenders and closest misfit, and the ranking by time of the
     contenders kept gives the same as with all of them."""
     pairs = _tp_cp_pairs(job, space)
-    if (not hasattr(os, "fork") or (os.cpu_count() or 1) < 2 or len(pairs) < 6
-            or os.environ.get("PLANNER_SERIAL")):
+    if (
+        not hasattr(os, "fork")
+        or (os.cpu_count() or 1) < 2
+        or len(pairs) < 6
+        or os.environ.get("PLANNER_SERIAL")
+    ):
         return _collect(job, space, cm, opts) + ({},)
     order = list(range(0, len(pairs), 2)) + list(range(1, len(pairs), 2))
     biggest = sorted(range(len(pairs)), key=lambda i: -_pair_size(job, space, *pairs[i]))
     queue, fill = os.pipe()
-    os.write(fill, b"".join(i.to_bytes(2, "big") for i in biggest))   # < 64 KiB: no block
+    os.write(fill, b"".join(i.to_bytes(2, "big") for i in biggest))  # < 64 KiB: no block
     os.close(fill)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
-    if pid == 0:   # child
+    if pid == 0:  # child
         code = 0
         try:
             os.close(read_fd)
@@ -75,7 +79,7 @@ def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
     _, status = os.waitpid(pid, 0)
     theirs = pickle.loads(data) if status == 0 and data else {}
     results = {**theirs, **mine}
-    for i in order:       # what a failed child left undone
+    for i in order:  # what a failed child left undone
         if i not in results:
             results[i] = _collect(job, space, cm, opts, [pairs[i]]) + ({},)
     return _merge([results[i] for i in order])
@@ -93,8 +97,9 @@ def _pair_size(job: Job, space: _Space, tp: int, cp: int) -> int:
     return n * len(space.ep_etp(tp)) * len(space.sp(tp))
 
 
-def _work(job: Job, space: _Space, cm, opts: SearchOptions, pairs: list, order: list[int],
-          queue: int) -> dict:
+def _work(
+    job: Job, space: _Space, cm, opts: SearchOptions, pairs: list, order: list[int], queue: int
+) -> dict:
     """Collect the pairs taken from `queue` (2-byte indices; reads of a pipe this short are
     atomic) until it is empty, then rank them ahead: {pair index: `_ranked_ahead`'s}."""
     got = {}
@@ -107,8 +112,7 @@ def _work(job: Job, space: _Space, cm, opts: SearchOptions, pairs: list, order: 
     return _ranked_ahead(got, order, opts, space, cm)
 
 
-def _ranked_ahead(got: dict, order: list[int], opts: SearchOptions, space: _Space,
-                  cm) -> dict:
+def _ranked_ahead(got: dict, order: list[int], opts: SearchOptions, space: _Space, cm) -> dict:
     """Per pair: (counter, contenders, closest misfit, {index among those contenders:
     (variant, step time, memory total)}), after ranking this process's contenders alone by time (`_by_bound`), in
     the merge order, so the two processes time them side by side: only those that ranking

@@ -16,8 +16,9 @@ from planner.search.walk import _layout
 from planner.seven_steps import pick_note, seven_steps
 
 
-def _fastest(cand: tuple, space: _Space, cm,
-             kth: float = float("inf")) -> tuple[Layout | None, float]:
+def _fastest(
+    cand: tuple, space: _Space, cm, kth: float = float("inf")
+) -> tuple[Layout | None, float]:
     """The candidate at its fastest dispatcher variant (the first of them on a tie), and its
     step time; or (None, a lower bound on it) when even the variants' pipeline times exceed
     `kth` (the step adds DP and optimizer time to them)."""
@@ -25,8 +26,11 @@ def _fastest(cand: tuple, space: _Space, cm,
     if space.runs_as is not None:
         # as the framework runs each (None: it refuses), and still fitting as it runs it
         ran = (space.runs_as(lay) for lay in lays)
-        lays = [lay for lay in ran if lay is not None
-                and fits(cm.memory_total(lay), cm.capacity, space.headroom)]
+        lays = [
+            lay
+            for lay in ran
+            if lay is not None and fits(cm.memory_total(lay), cm.capacity, space.headroom)
+        ]
         if not lays:
             return None, float("inf")
     if kth < float("inf"):
@@ -41,8 +45,9 @@ def _fastest(cand: tuple, space: _Space, cm,
     return best
 
 
-def _by_bound(cands: list, top: int, space: _Space, cm,
-              known: dict | None = None) -> tuple[list, int, dict]:
+def _by_bound(
+    cands: list, top: int, space: _Space, cm, known: dict | None = None
+) -> tuple[list, int, dict]:
     """Time the contenders in order of their lower bound until it passes the `top`-th best
     step time found: (the `top` best as (key, layout, memory, time), how many were timed,
     {index in `cands`: (dispatcher variant, step time, memory total)} of those timed here,
@@ -71,29 +76,30 @@ def _by_bound(cands: list, top: int, space: _Space, cm,
         timed += 1
         if got is None:
             lay, step = _fastest(cand, space, cm, kth)
-            if lay is None or step > kth:     # slower than the `top`-th best: it cannot
+            if lay is None or step > kth:  # slower than the `top`-th best: it cannot
                 done[i] = (None, step, None)  # enter, here or (its kth no better) there
                 continue
             variant = (lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm)
             mem = here[i] = cm.memory(lay)
             got = done[i] = (variant, step, mem.total)
         elif got[1] > kth or got[1] == float("inf"):
-            continue             # as above (inf: refused by `runs_as`)
+            continue  # as above (inf: refused by `runs_as`)
         else:
             lay = _layout(cand, got[0])
             if space.runs_as is not None:
                 lay = space.runs_as(lay)
         if space.runs_as is not None and any(x[2] == lay for x in scored):
-            continue             # two candidates the framework runs as one layout
+            continue  # two candidates the framework runs as one layout
         if lay.dp * lay.cp == 1 and _zero_twin(scored, lay, got[1], got[2]):
-            continue             # ZeRO shards over dp*cp = 1 ranks: the same plan
+            continue  # ZeRO shards over dp*cp = 1 ranks: the same plan
         scored.append(((got[1], _compromises(lay), got[2], _mp(lay)) + _tie(lay), i, lay))
         if len(scored) >= top:
             scored.sort(key=lambda x: x[0])
             del scored[top:]
             kth = scored[-1][0][0]
-    best = [(key, lay, here[i] if i in here else cm.memory(lay), cm.time(lay))
-            for key, i, lay in scored]
+    best = [
+        (key, lay, here[i] if i in here else cm.memory(lay), cm.time(lay)) for key, i, lay in scored
+    ]
     return best, timed, done
 
 
@@ -102,16 +108,21 @@ def _zero_twin(scored: list, lay: Layout, step: float, mem: float) -> bool:
     time and memory (ZeRO shards over dp*cp ranks: at dp*cp = 1 the stage changes nothing).
     The lower stage is kept (the simpler setting): a twin with a higher one is replaced."""
     for k, (key, _i, other) in enumerate(scored):
-        if other.zero != lay.zero and other.with_(zero=lay.zero) == lay \
-                and key[0] == step and key[2] == mem:
+        if (
+            other.zero != lay.zero
+            and other.with_(zero=lay.zero) == lay
+            and key[0] == step
+            and key[2] == mem
+        ):
             if lay.zero < other.zero:
-                scored[k] = (key[:-len(_tie(lay))] + _tie(lay), -1, lay)   # -1: its own memory
+                scored[k] = (key[: -len(_tie(lay))] + _tie(lay), -1, lay)  # -1: its own memory
             return True
     return False
 
 
-def _rank(job: Job, cm, cands, opts: SearchOptions, space: _Space,
-          known: dict | None = None) -> tuple[list[Plan], int]:
+def _rank(
+    job: Job, cm, cands, opts: SearchOptions, space: _Space, known: dict | None = None
+) -> tuple[list[Plan], int]:
     """Sort the feasible layouts and keep the top K with their warnings.
 
     By time (or MFU, the same order): the contenders (the least saver of each chain that fits
@@ -131,36 +142,56 @@ def _rank(job: Job, cm, cands, opts: SearchOptions, space: _Space,
             lay = _fastest(cand, space, cm)[0]
             tm = cm.time(lay)
             timed += 1
-            scored.append(((mem.total, tm.step_time_s, _compromises(lay), _mp(lay)) + _tie(lay),
-                           lay, mem, tm))
+            scored.append(
+                ((mem.total, tm.step_time_s, _compromises(lay), _mp(lay)) + _tie(lay), lay, mem, tm)
+            )
     else:
         scored, timed, _ = _by_bound(cands, opts.top, space, cm, known)
     scored.sort(key=lambda x: x[0])
     plans = []
-    for i, (_, lay, mem, tm) in enumerate(scored[:opts.top], start=1):
-        warns = [v for v in check(Context(model=job.model, hardware=job.hardware,
-                                          training=job.training, num_gpus=job.num_gpus,
-                                          layout=lay, memory=mem, headroom=opts.headroom))
-                 if v.severity == "warning"]
+    for i, (_, lay, mem, tm) in enumerate(scored[: opts.top], start=1):
+        warns = [
+            v
+            for v in check(
+                Context(
+                    model=job.model,
+                    hardware=job.hardware,
+                    training=job.training,
+                    num_gpus=job.num_gpus,
+                    layout=lay,
+                    memory=mem,
+                    headroom=opts.headroom,
+                )
+            )
+            if v.severity == "warning"
+        ]
         plans.append(Plan(i, lay, mem, tm, warns))
     return plans, timed
 
 
 def _with_train(p: Plan, job: Job, tokens: float) -> Plan:
     from dataclasses import replace
+
     tr = job.training
     steps = tokens / (tr.global_batch_size * tr.seq_length)
     sec = steps * p.time.step_time_s
-    train = {"tokens": tokens, "steps": steps, "days": sec / 86400,
-             "gpu_hours": sec * p.time.num_gpus / 3600}
+    train = {
+        "tokens": tokens,
+        "steps": steps,
+        "days": sec / 86400,
+        "gpu_hours": sec * p.time.num_gpus / 3600,
+    }
     return replace(p, time=replace(p.time, train=train))
 
 
 def _compromises(lay: Layout) -> int:
     """Numerics a layout gives up to save memory (bf16 gradient reduction, bf16 Adam moments):
     at an equal step time the layout that keeps fp32 ranks first, memory headroom next."""
-    return ((not lay.grad_reduce_in_fp32) + (lay.exp_avg_dtype == "bf16")
-            + (lay.exp_avg_sq_dtype == "bf16"))
+    return (
+        (not lay.grad_reduce_in_fp32)
+        + (lay.exp_avg_dtype == "bf16")
+        + (lay.exp_avg_sq_dtype == "bf16")
+    )
 
 
 def _mp(lay: Layout) -> int:
@@ -173,11 +204,26 @@ _REC_ORDER = {r: i for i, r in enumerate(RECOMPUTE)}
 
 def _tie(lay: Layout) -> tuple:
     """A deterministic order among layouts equal on every measured key."""
-    return (lay.tp, lay.cp, lay.ep, lay.pp, lay.vpp, lay.etp, lay.zero, lay.micro_batch_size,
-            _REC_ORDER[lay.recompute], len(lay.recompute_modules),
-            lay.recompute_num_layers or 0, lay.cpu_offloading_num_layers,
-            not lay.grad_reduce_in_fp32, lay.exp_avg_dtype, lay.exp_avg_sq_dtype, lay.sp,
-            lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm)
+    return (
+        lay.tp,
+        lay.cp,
+        lay.ep,
+        lay.pp,
+        lay.vpp,
+        lay.etp,
+        lay.zero,
+        lay.micro_batch_size,
+        _REC_ORDER[lay.recompute],
+        len(lay.recompute_modules),
+        lay.recompute_num_layers or 0,
+        lay.cpu_offloading_num_layers,
+        not lay.grad_reduce_in_fp32,
+        lay.exp_avg_dtype,
+        lay.exp_avg_sq_dtype,
+        lay.sp,
+        lay.moe_token_dispatcher,
+        lay.overlap_moe_expert_parallel_comm,
+    )
 
 
 def _seven_step_pick(result: SearchResult, cm, opts: SearchOptions) -> None:

@@ -17,6 +17,7 @@ from planner.rules import DEFAULT_HEADROOM
 if TYPE_CHECKING:
     from planner.search.suggest import Suggestion
 
+
 @dataclass(frozen=True)
 class Plan:
     rank: int
@@ -24,7 +25,7 @@ class Plan:
     memory: MemoryBreakdown
     time: StepTime
     warnings: list[Violation]
-    frameworks: tuple[str, ...] | None = None   # which can run it (set by `planner plan`)
+    frameworks: tuple[str, ...] | None = None  # which can run it (set by `planner plan`)
 
 
 @dataclass
@@ -33,21 +34,21 @@ class SearchResult:
     plans: list[Plan]
     searched: int
     feasible: int
-    evaluated: int                             # layouts whose memory was estimated
-    timed: int                                 # contenders ranked by their step time
+    evaluated: int  # layouts whose memory was estimated
+    timed: int  # contenders ranked by their step time
     pruned: dict[str, int]
     steps: list[dict]
-    pick: Plan | None = None                   # the seven-step procedure's own choice
+    pick: Plan | None = None  # the seven-step procedure's own choice
     pick_rank: int | None = None
     pick_note: str = ""
     closest: tuple[Layout, MemoryBreakdown] | None = None
-    suggestions: list[str] = field(default_factory=list)   # the lines printed (binding first)
+    suggestions: list[str] = field(default_factory=list)  # the lines printed (binding first)
     suggested: list[Suggestion] = field(default_factory=list)  # each checked to fit
-    binding: str = ""                          # what stops every layout (nothing fits)
+    binding: str = ""  # what stops every layout (nothing fits)
     elapsed_s: float = 0.0
     headroom: float = DEFAULT_HEADROOM
-    framework: str | None = None               # `plan --framework`: only what it runs
-    batch_note: str = ""                       # where a default global batch came from
+    framework: str | None = None  # `plan --framework`: only what it runs
+    batch_note: str = ""  # where a default global batch came from
 
     @property
     def best(self) -> Plan | None:

@@ -24,10 +24,25 @@ from planner.units import divisors
 
 RECOMPUTE = ("none", "selective", "full")
 ZERO = (0, 1, 2, 3)
-FIXABLE = {"tp": int, "pp": int, "dp": int, "cp": int, "ep": int, "etp": int, "vpp": int,
-           "micro_batch_size": int, "zero": int, "recompute": str, "sp": bool}
-_ALIASES = {"mbs": "micro_batch_size", "micro_batch": "micro_batch_size",
-            "zero_stage": "zero", "sequence_parallel": "sp"}
+FIXABLE = {
+    "tp": int,
+    "pp": int,
+    "dp": int,
+    "cp": int,
+    "ep": int,
+    "etp": int,
+    "vpp": int,
+    "micro_batch_size": int,
+    "zero": int,
+    "recompute": str,
+    "sp": bool,
+}
+_ALIASES = {
+    "mbs": "micro_batch_size",
+    "micro_batch": "micro_batch_size",
+    "zero_stage": "zero",
+    "sequence_parallel": "sp",
+}
 
 
 def parse_fix(text: str | None) -> dict:
@@ -39,13 +54,19 @@ def parse_fix(text: str | None) -> dict:
         if not item.strip():
             continue
         if "=" not in item:
-            raise SpecError(f"--fix item {short(item.strip())} must look like axis=value, e.g. tp=8",
-                            field="--fix", value=item.strip())
+            raise SpecError(
+                f"--fix item {short(item.strip())} must look like axis=value, e.g. tp=8",
+                field="--fix",
+                value=item.strip(),
+            )
         key, val = (x.strip() for x in item.split("=", 1))
         key = _ALIASES.get(key, key)
         if key not in FIXABLE:
-            raise SpecError(f"--fix axis {short(key)} is unknown; valid: {', '.join(FIXABLE)}",
-                            field="--fix", value=key)
+            raise SpecError(
+                f"--fix axis {short(key)} is unknown; valid: {', '.join(FIXABLE)}",
+                field="--fix",
+                value=key,
+            )
         kind = FIXABLE[key]
         try:
             if kind is bool:
@@ -61,24 +82,28 @@ def parse_fix(text: str | None) -> dict:
                     raise ValueError
                 out[key] = val
         except ValueError:
-            want = {"recompute": "none, selective or full", "sp": "true or false",
-                    "zero": "0, 1, 2 or 3"}.get(key, "a positive whole number")
-            raise SpecError(f"--fix {key}={short(val)}: must be {want}", field=f"--fix {key}",
-                            value=val) from None
+            want = {
+                "recompute": "none, selective or full",
+                "sp": "true or false",
+                "zero": "0, 1, 2 or 3",
+            }.get(key, "a positive whole number")
+            raise SpecError(
+                f"--fix {key}={short(val)}: must be {want}", field=f"--fix {key}", value=val
+            ) from None
     return out
 
 
 @dataclass(frozen=True)
 class SearchOptions:
     top: int = 10
-    sort_by: str = "time"                      # time | memory | mfu
+    sort_by: str = "time"  # time | memory | mfu
     fix: Mapping[str, object] = field(default_factory=dict)
-    max_tp: int | None = None                  # default: the NVLink domain size
+    max_tp: int | None = None  # default: the NVLink domain size
     max_cp: int = 32
     max_micro_batch: int = 8
     max_vpp: int = 16
     headroom: float = DEFAULT_HEADROOM
-    tokens: float | None = None                # training tokens, for time-to-train
+    tokens: float | None = None  # training tokens, for time-to-train
     # (job, layout) -> the layout as a framework runs it, or None where it refuses it:
     # `plan --framework F` passes F's own export refusals and mapping
     # (planner.frameworks.runnable.allow); every fitting saver is then a contender (the least
@@ -96,8 +121,9 @@ def _moe_variants(model, fix) -> list[tuple[str, bool]]:
         d = fix["moe_token_dispatcher"]
         out = [(d, False), (d, True)] if d != "allgather" else [(d, False)]
     if "overlap_moe_expert_parallel_comm" in fix:
-        out = [v for v in out if v[1] == fix["overlap_moe_expert_parallel_comm"]] or \
-            [(out[0][0], fix["overlap_moe_expert_parallel_comm"])]
+        out = [v for v in out if v[1] == fix["overlap_moe_expert_parallel_comm"]] or [
+            (out[0][0], fix["overlap_moe_expert_parallel_comm"])
+        ]
     return out
 
 
@@ -132,22 +158,30 @@ class _Space:
         self.rec: list[Saver] = savers(m, fix)
         self.chains = chains(self.rec)
         self.by_key = {sv.key: sv for sv in self.rec}
-        self.fp32_twin = {sv.key: self.by_key.get(sv.key.replace("+bf16", ""))
-                          for sv in self.rec if sv.bf16_states}
+        self.fp32_twin = {
+            sv.key: self.by_key.get(sv.key.replace("+bf16", ""))
+            for sv in self.rec
+            if sv.bf16_states
+        }
         self.zero_order = _zero_order(self.zero)
         self.variants = _moe_variants(m, fix)
-        self.bound_sums: dict[tuple, tuple] = {}   # `_least_bound_sum`'s, for this search
-        self.act_tables: dict[tuple, dict] = {}     # `_Group.acts`, for this search
+        self.bound_sums: dict[tuple, tuple] = {}  # `_least_bound_sum`'s, for this search
+        self.act_tables: dict[tuple, dict] = {}  # `_Group.acts`, for this search
         # what the activations (`_Group.acts`) and the time bound (`_least_bound_sum`) read
         # of a saver; the options before each saver in its chain and its fp32 twin (they
         # need no less memory)
-        self.act_class = {sv.key: (sv.recompute, sv.modules, sv.num_layers, sv.offload_layers)
-                          for sv in self.rec}
+        self.act_class = {
+            sv.key: (sv.recompute, sv.modules, sv.num_layers, sv.offload_layers) for sv in self.rec
+        }
         self.time_class = {sv.key: (sv.recompute, sv.modules, sv.num_layers) for sv in self.rec}
-        before = {sv.key: tuple(b for b in (sv.after, self.fp32_twin.get(sv.key) and
-                                            self.fp32_twin[sv.key].key)
-                                if b and b != sv.key)
-                  for sv in self.rec}
+        before = {
+            sv.key: tuple(
+                b
+                for b in (sv.after, self.fp32_twin.get(sv.key) and self.fp32_twin[sv.key].key)
+                if b and b != sv.key
+            )
+            for sv in self.rec
+        }
         # per pipeline kind (pp 1, pp > 1: no offload), what the leaf loops walk, precomputed
         self.pairs = {multi: _Pairs(self, before, multi) for multi in (False, True)}
 
@@ -165,8 +199,11 @@ class _Space:
 
     def sp(self, tp: int) -> list[bool]:
         opts = [False, True] if tp > 1 else [False]
-        return [self.fix["sp"]] if "sp" in self.fix and self.fix["sp"] in opts else (
-            [] if "sp" in self.fix else opts)
+        return (
+            [self.fix["sp"]]
+            if "sp" in self.fix and self.fix["sp"] in opts
+            else ([] if "sp" in self.fix else opts)
+        )
 
     def ep_etp(self, tp: int) -> list[tuple[int, int]]:
         eps = [self.fix["ep"]] if "ep" in self.fix else self.ep_all
@@ -188,12 +225,12 @@ class _Pair(NamedTuple):
 
     sv: Saver
     zero: int
-    capped: bool                  # bounded by the vpp-1 ceiling (not block recompute)
-    uppers: tuple[int, ...]       # ZeRO z + 1 <= 2 needs no more memory than z
-    lowers: tuple[int, ...]       # ZeRO z - 1, and the options before it in its chain and
+    capped: bool  # bounded by the vpp-1 ceiling (not block recompute)
+    uppers: tuple[int, ...]  # ZeRO z + 1 <= 2 needs no more memory than z
+    lowers: tuple[int, ...]  # ZeRO z - 1, and the options before it in its chain and
     #                               its fp32 twin, need no less
-    z3: int                       # ZeRO-2 of the same saver, for ZeRO-3 when z3_ok (else -1)
-    corner: bool                  # filled by the corner estimate when it fits
+    z3: int  # ZeRO-2 of the same saver, for ZeRO-3 when z3_ok (else -1)
+    corner: bool  # filled by the corner estimate when it fits
 
 
 class _Pairs:
@@ -215,19 +252,33 @@ class _Pairs:
             ups = tuple(range(zero + 1, 3)) if zero <= 2 else ()
             downs = [(k, z) for z in range(0, zero)] if zero <= 2 else []
             downs += [(b, zero) for b in before[k]]
-            self.pairs.append(_Pair(
-                sv, zero, sv.num_layers is None,
-                tuple(at((k, z)) for z in ups if at((k, z)) is not None),
-                tuple(at(d) for d in downs if at(d) is not None),
-                at((k, 2), -1) if zero == 3 else -1,
-                sv.recompute != "full" and zero in ordered_z))
-        self.nothing = [0] * len(order)       # the ceiling where nothing fits
+            self.pairs.append(
+                _Pair(
+                    sv,
+                    zero,
+                    sv.num_layers is None,
+                    tuple(at((k, z)) for z in ups if at((k, z)) is not None),
+                    tuple(at(d) for d in downs if at(d) is not None),
+                    at((k, 2), -1) if zero == 3 else -1,
+                    sv.recompute != "full" and zero in ordered_z,
+                )
+            )
+        self.nothing = [0] * len(order)  # the ceiling where nothing fits
         # per ZeRO stage: (bf16 chain, [(saver, pair index)]) for each chain
-        self.chains = {zero: [(chain[0].bf16_states,
-                               [(sv, self.index[(sv.key, zero)]) for sv in chain
-                                if not (sv.offload_layers and multi_stage)])
-                              for chain in space.chains]
-                       for zero in space.zero}
+        self.chains = {
+            zero: [
+                (
+                    chain[0].bf16_states,
+                    [
+                        (sv, self.index[(sv.key, zero)])
+                        for sv in chain
+                        if not (sv.offload_layers and multi_stage)
+                    ],
+                )
+                for chain in space.chains
+            ]
+            for zero in space.zero
+        }
 
 
 def _zero_order(zeros: list[int]) -> list[int]:
@@ -263,21 +314,34 @@ class _Tail(NamedTuple):
 
 def _head(lay: Layout, vpp: int, sp: bool) -> _Head:
     """The head of `lay` at this vpp and sp."""
-    return _Head(tp=lay.tp, cp=lay.cp, ep=lay.ep, dp=lay.dp, pp=lay.pp, vpp=vpp, etp=lay.etp,
-                 sp=sp)
+    return _Head(tp=lay.tp, cp=lay.cp, ep=lay.ep, dp=lay.dp, pp=lay.pp, vpp=vpp, etp=lay.etp, sp=sp)
 
 
 def _tail(lay: Layout, tp_comm_overlap: bool) -> _Tail:
     """The tail of `lay` with this TP-overlap setting."""
-    return _Tail(first_stage_layers=lay.first_stage_layers,
-                 last_stage_layers=lay.last_stage_layers, cp_comm_type=lay.cp_comm_type,
-                 overlap_grad_reduce=lay.overlap_grad_reduce,
-                 overlap_param_gather=lay.overlap_param_gather, tp_comm_overlap=tp_comm_overlap)
+    return _Tail(
+        first_stage_layers=lay.first_stage_layers,
+        last_stage_layers=lay.last_stage_layers,
+        cp_comm_type=lay.cp_comm_type,
+        overlap_grad_reduce=lay.overlap_grad_reduce,
+        overlap_param_gather=lay.overlap_param_gather,
+        tp_comm_overlap=tp_comm_overlap,
+    )
 
 
-_LEAF = ("zero", "micro_batch_size", "recompute", "recompute_modules", "recompute_num_layers",
-         "cpu_offloading_num_layers", "grad_reduce_in_fp32", "exp_avg_dtype",
-         "exp_avg_sq_dtype", "moe_token_dispatcher", "overlap_moe_expert_parallel_comm")
+_LEAF = (
+    "zero",
+    "micro_batch_size",
+    "recompute",
+    "recompute_modules",
+    "recompute_num_layers",
+    "cpu_offloading_num_layers",
+    "grad_reduce_in_fp32",
+    "exp_avg_dtype",
+    "exp_avg_sq_dtype",
+    "moe_token_dispatcher",
+    "overlap_moe_expert_parallel_comm",
+)
 """The Layout fields `_build` takes from the leaf (ZeRO, micro-batch, saver, dispatcher
 variant), in the order it gives them."""
 
@@ -295,14 +359,19 @@ def _layout_maker(named: tuple[str, ...]) -> Callable[[tuple], Layout]:
     unknown = set(named) - {f.name for f in init}
     if unknown:
         raise TypeError(f"Layout has no field {', '.join(sorted(unknown))}")
-    if hasattr(Layout, "__post_init__") or len(init) != len(fields(Layout)) \
-            or not hasattr(Layout, "__slots__"):
-        raise TypeError("Layout gained a __post_init__, a non-init field or lost its slots: "
-                        "_layout_maker would skip it")
+    if (
+        hasattr(Layout, "__post_init__")
+        or len(init) != len(fields(Layout))
+        or not hasattr(Layout, "__slots__")
+    ):
+        raise TypeError(
+            "Layout gained a __post_init__, a non-init field or lost its slots: "
+            "_layout_maker would skip it"
+        )
     scope: dict = {"_new": object.__new__, "_Layout": Layout}
     lines = ["def _make(v):", "    o = _new(_Layout)"]
     for i, f in enumerate(init):
-        scope[f"_set{i}"] = getattr(Layout, f.name).__set__      # the slot's descriptor
+        scope[f"_set{i}"] = getattr(Layout, f.name).__set__  # the slot's descriptor
         if f.name in named:
             lines.append(f"    _set{i}(o, v[{named.index(f.name)}])")
         elif f.default is MISSING:
@@ -311,20 +380,36 @@ def _layout_maker(named: tuple[str, ...]) -> Callable[[tuple], Layout]:
             scope[f"_default{i}"] = f.default
             lines.append(f"    _set{i}(o, _default{i})")
     lines.append("    return o")
-    exec("\n".join(lines), scope)   # our own field names, generated once at import
+    exec("\n".join(lines), scope)  # our own field names, generated once at import
     return cast(Callable[[tuple], Layout], scope["_make"])
 
 
 _MAKE = _layout_maker(_Head._fields + _Tail._fields + _LEAF)
 
 
-def _build(head: _Head, zero: int, mbs: int, sv: Saver, tail: _Tail,
-           moe: tuple[str, bool]) -> Layout:
+def _build(
+    head: _Head, zero: int, mbs: int, sv: Saver, tail: _Tail, moe: tuple[str, bool]
+) -> Layout:
     """A Layout from the search's pieces, each given to the Layout field of its name
     (`_layout_maker`; dataclasses.replace costs more than an estimate)."""
     dt = "bf16" if sv.bf16_states else "fp32"
-    return _MAKE(head + tail + (zero, mbs, sv.recompute, sv.modules, sv.num_layers,   # _LEAF
-                                sv.offload_layers, not sv.bf16_states, dt, dt, moe[0], moe[1]))
+    return _MAKE(
+        head
+        + tail
+        + (
+            zero,
+            mbs,
+            sv.recompute,
+            sv.modules,
+            sv.num_layers,  # _LEAF
+            sv.offload_layers,
+            not sv.bf16_states,
+            dt,
+            dt,
+            moe[0],
+            moe[1],
+        )
+    )
 
 
 def _savers_for(space: _Space, pp: int) -> list[Saver]:
@@ -336,5 +421,6 @@ def _variants_for(space: _Space, head: _Head, sv: Saver) -> list[tuple[str, bool
     full recompute (Megatron rejects it)."""
     if head.ep <= 1:
         return space.variants[:1]
-    return [v for v in space.variants if not (v[1] and sv.recompute == "full")] \
-        or space.variants[:1]
+    return [v for v in space.variants if not (v[1] and sv.recompute == "full")] or space.variants[
+        :1
+    ]

@@ -94,9 +94,15 @@ def _groups(job: Job, space: _Space, cnt: _Counter, pairs: list | None = None):
         sps, eps = space.sp(tp), space.ep_etp(tp)
         pps = space.pp(N // (tp * cp), L)
         probe = ctx(Layout(tp=tp, dp=N // tp))
-        rule = ("heads-divisible-by-tp" if heads_divisible_by_tp(probe) else
-                "kv-heads-vs-tp" if kv_heads_vs_tp(probe) else
-                "seq-divisible-by-cp" if seq_divisible_by_cp(ctx(Layout(tp=tp, cp=cp))) else None)
+        rule = (
+            "heads-divisible-by-tp"
+            if heads_divisible_by_tp(probe)
+            else "kv-heads-vs-tp"
+            if kv_heads_vs_tp(probe)
+            else "seq-divisible-by-cp"
+            if seq_divisible_by_cp(ctx(Layout(tp=tp, cp=cp)))
+            else None
+        )
         if rule:
             cnt.prune(rule, sum(below_pp(tp, cp, p) for p in pps))
             continue
@@ -111,8 +117,16 @@ def _groups(job: Job, space: _Space, cnt: _Counter, pairs: list | None = None):
             split = splits[0]
             vpps = space.vpp(L, pp, split)
             for ep, etp in eps:
-                base = Layout(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, etp=etp,
-                              first_stage_layers=split[0], last_stage_layers=split[1])
+                base = Layout(
+                    tp=tp,
+                    cp=cp,
+                    ep=ep,
+                    dp=dp,
+                    pp=pp,
+                    etp=etp,
+                    first_stage_layers=split[0],
+                    last_stage_layers=split[1],
+                )
                 c = ctx(base)
                 n = leaf * len(vpps) * len(sps)
                 if experts_divisible_by_ep(c):
@@ -124,9 +138,19 @@ def _groups(job: Job, space: _Space, cnt: _Counter, pairs: list | None = None):
                 yield base, vpps, sps
 
 
-def _subtree(job: Job, base: Layout, vpps: list[int], sps: list[bool], space: _Space, cm,
-             cnt: _Counter, headroom: float, cands: list, closest: list,
-             all_fitting: bool = False) -> None:
+def _subtree(
+    job: Job,
+    base: Layout,
+    vpps: list[int],
+    sps: list[bool],
+    space: _Space,
+    cm,
+    cnt: _Counter,
+    headroom: float,
+    cands: list,
+    closest: list,
+    all_fitting: bool = False,
+) -> None:
     """All vpp x sp x micro-batch x ZeRO x recompute below one base layout.
 
     First a bound: memory is smallest at vpp 1 (interleaving only adds micro-batches in
@@ -134,12 +158,19 @@ def _subtree(job: Job, base: Layout, vpps: list[int], sps: list[bool], space: _S
     smaller than what it saves) and at micro-batch 1, so if no ZeRO x recompute fits there,
     nothing below fits: the subtree is counted rule by rule without estimating it."""
     m, seq = job.model, job.training.seq_length
-    probe_sp = [sp for sp in sps if seq_tp_ok(seq, base.cp, base.tp, sp)
-                and moe_sp_ok(m.is_moe, base.ep, base.tp, sp)]
+    probe_sp = [
+        sp
+        for sp in sps
+        if seq_tp_ok(seq, base.cp, base.tp, sp) and moe_sp_ok(m.is_moe, base.ep, base.tp, sp)
+    ]
     any_fit = False
     if probe_sp and space.mbs:
-        low = base.with_(vpp=1, sp=max(probe_sp), tp_comm_overlap=max(probe_sp) and base.tp > 1,
-                         micro_batch_size=space.mbs[0])
+        low = base.with_(
+            vpp=1,
+            sp=max(probe_sp),
+            tp_comm_overlap=max(probe_sp) and base.tp > 1,
+            micro_batch_size=space.mbs[0],
+        )
         # the minimum is at ZeRO 2 or 3 (0-2 only shard more), among the savers that need
         # the least: bf16 states (they never need more than fp32) with some recompute
         zs = [z for z in space.zero if z >= 2] or [max(space.zero)]
@@ -169,20 +200,46 @@ def _subtree(job: Job, base: Layout, vpps: list[int], sps: list[bool], space: _S
             continue
         ceiling = None
         for vpp in vpps:
-            fit = _leaves(job, base, vpp, sp, space, cm, cnt, headroom, cands, closest,
-                          estimate=any_fit, all_fitting=all_fitting, ceiling=ceiling)
+            fit = _leaves(
+                job,
+                base,
+                vpp,
+                sp,
+                space,
+                cm,
+                cnt,
+                headroom,
+                cands,
+                closest,
+                estimate=any_fit,
+                all_fitting=all_fitting,
+                ceiling=ceiling,
+            )
             if vpp == 1:
                 # 1F1B holds the fewest micro-batches on every rank: what does not fit at vpp 1
                 # does not fit interleaved either
                 ceiling = fit
 
 
-def _leaves(job: Job, base: Layout, vpp: int, sp: bool, space: _Space, cm, cnt: _Counter,
-            headroom: float, cands: list, closest: list, *, estimate: bool = True,
-            all_fitting: bool = False, ceiling: list | None = None) -> list[int]:
+def _leaves(
+    job: Job,
+    base: Layout,
+    vpp: int,
+    sp: bool,
+    space: _Space,
+    cm,
+    cnt: _Counter,
+    headroom: float,
+    cands: list,
+    closest: list,
+    *,
+    estimate: bool = True,
+    all_fitting: bool = False,
+    ceiling: list | None = None,
+) -> list[int]:
     """Micro-batch x ZeRO x recompute of one base layout; returns, per (saver, ZeRO) pair
     (`_Pairs`), the largest micro-batch that fits (0: none)."""
-    b = base   # the leaves as (head, tail): dataclasses.replace costs more than the estimate
+    b = base  # the leaves as (head, tail): dataclasses.replace costs more than the estimate
     head, tail = _head(b, vpp, sp), _tail(b, sp and b.tp > 1)
     pairs = space.pairs[b.pp > 1]
     if b.pp > 1 and any(sv.offload_layers for sv in space.rec):
@@ -225,7 +282,8 @@ class _Group:
         self.by_dtype: dict = {}
         h = head
         self.acts = space.act_tables.setdefault(
-            (h.tp, h.cp, h.dp, h.pp, h.vpp, h.etp, h.sp, tail), {})
+            (h.tp, h.cp, h.dp, h.pp, h.vpp, h.etp, h.sp, tail), {}
+        )
 
     def layout(self, zero: int, mbs: int, sv: Saver) -> Layout:
         return _build(self.head, zero, mbs, sv, self.tail, self.moe)
@@ -243,7 +301,8 @@ class _Group:
         states = self.states.get(skey)
         if states is None:
             states = self.states[skey] = self.cm.state_sums(
-                self.cm.stage_states(self.with_states_of(sv), zero))
+                self.cm.stage_states(self.with_states_of(sv), zero)
+            )
         akey = (mbs, self.act_class[sv.key])
         acts = self.acts.get(akey)
         if acts is None:
@@ -251,7 +310,9 @@ class _Group:
         return self.cm.worst_total(states, acts)
 
 
-def _valid_micro_batches(job: Job, base: Layout, vpp: int, space: _Space, cnt: _Counter) -> list[int]:
+def _valid_micro_batches(
+    job: Job, base: Layout, vpp: int, space: _Space, cnt: _Counter
+) -> list[int]:
     """Micro-batch sizes that pass batch-divisible and vpp-needs-microbatches."""
     gbs, dp = job.training.global_batch_size, base.dp
     n_zr = len(_savers_for(space, base.pp)) * len(space.zero)
@@ -266,8 +327,15 @@ def _valid_micro_batches(job: Job, base: Layout, vpp: int, space: _Space, cnt: _
     return valid
 
 
-def _fitting_prefixes(group: _Group, valid: list[int], pairs: _Pairs, cnt: _Counter,
-                      headroom: float, closest: list, ceiling: list | None) -> list[int]:
+def _fitting_prefixes(
+    group: _Group,
+    valid: list[int],
+    pairs: _Pairs,
+    cnt: _Counter,
+    headroom: float,
+    closest: list,
+    ceiling: list | None,
+) -> list[int]:
     """For each (saver, ZeRO) pair: how many of the valid micro-batch sizes fit.
 
     Memory grows strictly with the micro-batch (every activation term scales with it), so the
@@ -281,13 +349,16 @@ def _fitting_prefixes(group: _Group, valid: list[int], pairs: _Pairs, cnt: _Coun
     do, with one estimate.
     """
     cm = group.cm
-    limit = cm.capacity * (1 - headroom)          # rules.fits: total <= limit
+    limit = cm.capacity * (1 - headroom)  # rules.fits: total <= limit
     n = len(valid)
     items = pairs.pairs
     prefix: list = [None] * len(items)
     zeros, none = pairs.zeros, pairs.none
-    z3_ok = 3 in zeros and 2 in zeros and cm.zero3_no_worse_than_2(
-        group.with_states_of(pairs.options[0]))
+    z3_ok = (
+        3 in zeros
+        and 2 in zeros
+        and cm.zero3_no_worse_than_2(group.with_states_of(pairs.options[0]))
+    )
     ordered_z = [z for z in zeros if 1 <= z <= 2]
     if ordered_z and none is not None:
         cnt.evaluated += 1
@@ -313,12 +384,12 @@ def _fitting_prefixes(group: _Group, valid: list[int], pairs: _Pairs, cnt: _Coun
         if k is None:
             zero, sv = pair.zero, pair.sv
             lo, hi = _known_bounds(pair, j, prefix, n, valid, ceiling, z3_ok)
-            if 0 < lo < hi:              # a neighbour's boundary: this one is likely the same
+            if 0 < lo < hi:  # a neighbour's boundary: this one is likely the same
                 if fits_at(lo, zero, sv):
                     lo += 1
                 else:
                     hi = lo
-            if lo < hi:                  # then the largest: usually everything fits
+            if lo < hi:  # then the largest: usually everything fits
                 if fits_at(hi - 1, zero, sv):
                     lo = hi
                 else:
@@ -339,8 +410,9 @@ def _fitting_prefixes(group: _Group, valid: list[int], pairs: _Pairs, cnt: _Coun
     return prefix
 
 
-def _known_bounds(pair: _Pair, j: int, prefix: list, n: int, valid: list[int],
-                  ceiling: list | None, z3_ok: bool) -> tuple[int, int]:
+def _known_bounds(
+    pair: _Pair, j: int, prefix: list, n: int, valid: list[int], ceiling: list | None, z3_ok: bool
+) -> tuple[int, int]:
     """(lo, hi): the fitting prefix of pair `j` is known to lie in [lo, hi]."""
     lo, hi = 0, n
     if ceiling is not None and pair.capped:
@@ -362,8 +434,15 @@ def _known_bounds(pair: _Pair, j: int, prefix: list, n: int, valid: list[int],
     return lo, lo if hi < lo else hi
 
 
-def _contenders(group: _Group, valid: list[int], prefix: list, pairs: _Pairs, space: _Space,
-                cands: list, all_fitting: bool) -> None:
+def _contenders(
+    group: _Group,
+    valid: list[int],
+    prefix: list,
+    pairs: _Pairs,
+    space: _Space,
+    cands: list,
+    all_fitting: bool,
+) -> None:
     """Per ZeRO stage and micro-batch, the least saver of each chain that fits (along a chain
     each step is no faster), with the lower bound on its step time (the same for every ZeRO
     stage; the least over the dispatcher variants); bf16 states only where the fp32 states
@@ -380,7 +459,8 @@ def _contenders(group: _Group, valid: list[int], prefix: list, pairs: _Pairs, sp
         if lb is None:
             lb = bounds[(mbs, sv.key)] = min(
                 cm.scale_bound(total, pp, vpp, dp, mbs, ends)
-                for total, ends in _least_bound_sum(head, mbs, sv, tail, space, cm))
+                for total, ends in _least_bound_sum(head, mbs, sv, tail, space, cm)
+            )
         return lb
 
     for zero in space.zero:
@@ -395,7 +475,7 @@ def _contenders(group: _Group, valid: list[int], prefix: list, pairs: _Pairs, sp
             seen = set()
             for bf16, chain in chains_z:
                 if bf16 and roomy:
-                    continue             # fp32 states fit without recompute: no need for bf16
+                    continue  # fp32 states fit without recompute: no need for bf16
                 for sv, j in chain:
                     if i < prefix[j]:
                         if sv.key not in seen:
@@ -405,8 +485,9 @@ def _contenders(group: _Group, valid: list[int], prefix: list, pairs: _Pairs, sp
                             break
 
 
-def _least_bound_sum(head: _Head, mbs: int, sv: Saver, tail: _Tail, space: _Space,
-                     cm) -> tuple[tuple[float, tuple], ...]:
+def _least_bound_sum(
+    head: _Head, mbs: int, sv: Saver, tail: _Tail, space: _Space, cm
+) -> tuple[tuple[float, tuple], ...]:
     """The `bound_sum` and `bound_ends` of each dispatcher variant, the least `bound_sum`
     first: with `scale_bound` (increasing in both) the least of them scaled is the least
     `time_lower_bound` of the candidate, the same for every ZeRO stage; the variants whose
@@ -416,15 +497,28 @@ def _least_bound_sum(head: _Head, mbs: int, sv: Saver, tail: _Tail, space: _Spac
     settings, not its state dtypes or offload); the variants tried depend only on ep and the
     recompute."""
     h = head
-    key = (h.tp, h.cp, h.ep, h.pp, h.vpp if sv.num_layers else 1, h.etp, h.sp, tail, mbs,
-           space.time_class[sv.key])
+    key = (
+        h.tp,
+        h.cp,
+        h.ep,
+        h.pp,
+        h.vpp if sv.num_layers else 1,
+        h.etp,
+        h.sp,
+        tail,
+        mbs,
+        space.time_class[sv.key],
+    )
     got = space.bound_sums.get(key)
     if got is None:
-        parts = sorted({cm.bound_parts(_build(head, 0, mbs, sv, tail, v))
-                        for v in _variants_for(space, head, sv)})
+        parts = sorted(
+            {
+                cm.bound_parts(_build(head, 0, mbs, sv, tail, v))
+                for v in _variants_for(space, head, sv)
+            }
+        )
         # a variant no cheaper in its sum and with no unpaired ends never gives the least
-        got = space.bound_sums[key] = tuple(
-            p for i, p in enumerate(parts) if i == 0 or p[1])
+        got = space.bound_sums[key] = tuple(p for i, p in enumerate(parts) if i == 0 or p[1])
     return got
 
 
@@ -443,6 +537,17 @@ def _collect(job: Job, space: _Space, cm, opts: SearchOptions, pairs: list | Non
     """(counter, contenders, closest misfit) of these (tp, cp) pairs (default: all)."""
     cnt, cands, closest = _Counter(), [], []
     for base, vpps, sps in _groups(job, space, cnt, pairs):
-        _subtree(job, base, vpps, sps, space, cm, cnt, opts.headroom, cands, closest,
-                 all_fitting=opts.sort_by == "memory" or opts.runs_as is not None)
+        _subtree(
+            job,
+            base,
+            vpps,
+            sps,
+            space,
+            cm,
+            cnt,
+            opts.headroom,
+            cands,
+            closest,
+            all_fitting=opts.sort_by == "memory" or opts.runs_as is not None,
+        )
     return cnt, cands, closest

@@ -13,6 +13,18 @@ from planner.serve.search import ServeOptions, ServeSearchResult, search
 from planner.serve.specs import ServeJob, ServingSpec, load_serve_config, serve_config_from_data
 from planner.serve.validate import ServeValidation, validate
 
-__all__ = ["ServeEstimate", "estimate", "Instance", "ServeLayout", "ServeOptions",
-           "ServeSearchResult", "search", "ServeJob", "ServingSpec", "load_serve_config",
-           "serve_config_from_data", "ServeValidation", "validate"]
+__all__ = [
+    "ServeEstimate",
+    "estimate",
+    "Instance",
+    "ServeLayout",
+    "ServeOptions",
+    "ServeSearchResult",
+    "search",
+    "ServeJob",
+    "ServingSpec",
+    "load_serve_config",
+    "serve_config_from_data",
+    "ServeValidation",
+    "validate",
+]

@@ -27,32 +27,49 @@ from dataclasses import dataclass
 from planner.calibration.fit import CONDITION_MAX, SENSITIVITY_MIN, STEP, select_identified
 from planner.specs import HardwareSpec, ServingCalibration
 
-__all__ = ["BOUNDS", "PCIE", "XGMI", "WEIGHTING", "bounds", "replace_cal", "infeasible",
-           "rows_loss", "free_parameters", "at_bounds", "fit", "identified", "ServeRun",
-           "ServeCalibrated", "calibrate_serving", "serve_profile_yaml"]
+__all__ = [
+    "BOUNDS",
+    "PCIE",
+    "XGMI",
+    "WEIGHTING",
+    "bounds",
+    "replace_cal",
+    "infeasible",
+    "rows_loss",
+    "free_parameters",
+    "at_bounds",
+    "fit",
+    "identified",
+    "ServeRun",
+    "ServeCalibrated",
+    "calibrate_serving",
+    "serve_profile_yaml",
+]
 
-BOUNDS = {   # physically plausible ranges (docs/serving.md, 'Calibration')
-    "hbm_efficiency": (0.55, 0.92),        # streaming reads reach 60-90 % of the HBM peak
-    "gemm_efficiency": (0.3, 0.85),        # large fp8/fp4/bf16 GEMMs: 30-85 % of the dense peak
-    "gemm_half_tokens": (0.0, 512.0),      # GEMMs reach half their efficiency at M ~ 0-512
-    "moe_efficiency": (0.1, 1.0),          # grouped GEMMs relative to a dense one
+BOUNDS = {  # physically plausible ranges (docs/serving.md, 'Calibration')
+    "hbm_efficiency": (0.55, 0.92),  # streaming reads reach 60-90 % of the HBM peak
+    "gemm_efficiency": (0.3, 0.85),  # large fp8/fp4/bf16 GEMMs: 30-85 % of the dense peak
+    "gemm_half_tokens": (0.0, 512.0),  # GEMMs reach half their efficiency at M ~ 0-512
+    "moe_efficiency": (0.1, 1.0),  # grouped GEMMs relative to a dense one
     "attention_efficiency": (0.25, 0.75),  # flash attention forward: 25-75 % of the bf16 peak
-    "layer_overhead_us": (0.0, 150.0),     # 10-20 kernels per layer, 1-4 us each in CUDA graphs,
-                                           #   5-10 us launched eagerly (mixed steps)
+    "layer_overhead_us": (0.0, 150.0),  # 10-20 kernels per layer, 1-4 us each in CUDA graphs,
+    #   5-10 us launched eagerly (mixed steps)
     "graph_layer_overhead_us": (0.0, 60.0),  # a CUDA-graph replay: 10-20 kernels a layer
-                                           #   back to back, ~0.5-3 us of gap and tail each
-    "step_overhead_us": (0.0, 8000.0),     # scheduler and host work per engine step
-    "sequence_overhead_us": (0.0, 60.0),   # per request per step (sampling, bookkeeping)
+    #   back to back, ~0.5-3 us of gap and tail each
+    "step_overhead_us": (0.0, 8000.0),  # scheduler and host work per engine step
+    "sequence_overhead_us": (0.0, 60.0),  # per request per step (sampling, bookkeeping)
     "request_overhead_us": (0.0, 8000.0),  # host work per request: admit, respond
-    "link_efficiency": (0.5, 0.9),         # NVLink / Infinity Fabric bus bandwidth / link rate
-    "allreduce_latency_us": (0.3, 1.5),    # per ring step on NVLink: 8-GPU small all-reduces
-                                           #   take ~5-20 us (one-shot kernels, NCCL LL)
+    "link_efficiency": (0.5, 0.9),  # NVLink / Infinity Fabric bus bandwidth / link rate
+    "allreduce_latency_us": (0.3, 1.5),  # per ring step on NVLink: 8-GPU small all-reduces
+    #   take ~5-20 us (one-shot kernels, NCCL LL)
 }
-PCIE = {"allreduce_latency_us": (2.0, 20.0),   # per ring step over PCIe (NCCL, no NVLink)
-        "link_efficiency": (0.1, 0.9)}         # PCIe topology: switches, CPU root complexes
-XGMI = {"allreduce_latency_us": (0.5, 3.0)}   # RCCL over Infinity Fabric: higher than NVLink
+PCIE = {
+    "allreduce_latency_us": (2.0, 20.0),  # per ring step over PCIe (NCCL, no NVLink)
+    "link_efficiency": (0.1, 0.9),
+}  # PCIe topology: switches, CPU root complexes
+XGMI = {"allreduce_latency_us": (0.5, 3.0)}  # RCCL over Infinity Fabric: higher than NVLink
 
-WEIGHTING = "run"   # "run": every run once (its metrics averaged); "class": every class once
+WEIGHTING = "run"  # "run": every run once (its metrics averaged); "class": every class once
 BAR_CLASSES = ("offline-throughput", "static-latency")
 
 
@@ -71,24 +88,27 @@ def infeasible(rows: list[dict]) -> list[dict]:
     """Runs planner cannot hold at all (not one request fits). A run whose concurrency is
     above what the instance holds at once is not among them: its clients queue for a slot
     (estimate.admission_wait)."""
-    return [r for r in rows if r.get("requested") not in (None, "max")
-            and r["max_concurrency"] < 1]
+    return [r for r in rows if r.get("requested") not in (None, "max") and r["max_concurrency"] < 1]
 
 
 def _capped(r: dict) -> float:
-    return min(1.0, math.log(max(1e-6, 1 + r["error"])) ** 2)   # beyond e-fold: e-fold
+    return min(1.0, math.log(max(1e-6, 1 + r["error"])) ** 2)  # beyond e-fold: e-fold
 
 
-def rows_loss(rows: list[dict], weighting: str | None = None,
-              bar_classes: tuple[str, ...] = BAR_CLASSES) -> float:
+def rows_loss(
+    rows: list[dict], weighting: str | None = None, bar_classes: tuple[str, ...] = BAR_CLASSES
+) -> float:
     """The loss of the module's doc over evaluated rows (`bar_classes`: the classes the soft
     bar applies to; none for a user's runs)."""
     bad = {r["id"] for r in infeasible(rows)}
     # the accuracy bar of tests/test_serve.py: no run of inference-calibration.yaml beyond
     # 40 %; a run past 35 % adds its excess squared, ten-fold (a soft bound, not a fit to it)
     bar = math.log(1.35)
-    over = sum(10 * max(0.0, abs(math.log(max(1e-6, 1 + r["error"]))) - bar) ** 2
-               for r in rows if r["class"] in bar_classes)
+    over = sum(
+        10 * max(0.0, abs(math.log(max(1e-6, 1 + r["error"]))) - bar) ** 2
+        for r in rows
+        if r["class"] in bar_classes
+    )
     if (weighting or WEIGHTING) == "run":
         runs: dict[str, list[float]] = {}
         for r in rows:
@@ -113,29 +133,41 @@ def free_parameters(cases, hw, names=None) -> dict:
     if names is not None:
         b = {k: v for k, v in b.items() if k in names}
     runs = len({c.id for c in cases})
-    return dict(list(b.items())[:max(1, runs // 2)])
+    return dict(list(b.items())[: max(1, runs // 2)])
 
 
 def at_bounds(hw, b: dict) -> list[str]:
     cal = hw.serving_calibration
-    return [n for n, (lo, hi) in b.items()
-            if math.isclose(getattr(cal, n), lo, abs_tol=1e-9)
-            or math.isclose(getattr(cal, n), hi, abs_tol=1e-9)]
+    return [
+        n
+        for n, (lo, hi) in b.items()
+        if math.isclose(getattr(cal, n), lo, abs_tol=1e-9)
+        or math.isclose(getattr(cal, n), hi, abs_tol=1e-9)
+    ]
 
 
-def fit(evaluate: Callable[[HardwareSpec], list[dict]], hw, b: dict, *, sweeps: int = 6,
-        steps: int = 9, weighting: str | None = None,
-        bar_classes: tuple[str, ...] = BAR_CLASSES):
+def fit(
+    evaluate: Callable[[HardwareSpec], list[dict]],
+    hw,
+    b: dict,
+    *,
+    sweeps: int = 6,
+    steps: int = 9,
+    weighting: str | None = None,
+    bar_classes: tuple[str, ...] = BAR_CLASSES,
+):
     """Minimise rows_loss(evaluate(hw)) over the parameters of `b` (name -> bounds): a coarse
     grid per parameter, then a pattern search: each parameter moved by +-step while the loss
     falls, the steps halved when no move helps, within the bounds."""
+
     def loss(h):
         return rows_loss(evaluate(h), weighting, bar_classes)
 
-    hw = replace_cal(hw, **{n: min(hi, max(lo, getattr(hw.serving_calibration, n)))
-                            for n, (lo, hi) in b.items()})   # start inside the bounds
+    hw = replace_cal(
+        hw, **{n: min(hi, max(lo, getattr(hw.serving_calibration, n))) for n, (lo, hi) in b.items()}
+    )  # start inside the bounds
     best = loss(hw)
-    for name, (lo, hi) in b.items():                      # coarse grid, one pass
+    for name, (lo, hi) in b.items():  # coarse grid, one pass
         for i in range(steps):
             cand = replace_cal(hw, **{name: round(lo + (hi - lo) * i / (steps - 1), 4)})
             lval = loss(cand)
@@ -166,8 +198,9 @@ def _log_predictions(evaluate, hw) -> list[float]:
     return [math.log(max(1e-12, 1 + r["error"])) for r in evaluate(hw)]
 
 
-def identified(evaluate: Callable[[HardwareSpec], list[dict]], hw, b: dict
-               ) -> tuple[tuple[str, ...], dict[str, str]]:
+def identified(
+    evaluate: Callable[[HardwareSpec], list[dict]], hw, b: dict
+) -> tuple[tuple[str, ...], dict[str, str]]:
     """The parameters of `b` (in order) the runs pin, by planner/calibration/fit.py's rule:
     sweeping one over its whole range must move the runs' log metrics by at least
     SENSITIVITY_MIN (root mean square over every run's metrics), and the fitted set's
@@ -179,14 +212,14 @@ def identified(evaluate: Callable[[HardwareSpec], list[dict]], hw, b: dict
         d = STEP * (hi - lo)
         up, down = min(hi, cur + d), max(lo, cur - d)
         e_up = _log_predictions(evaluate, replace_cal(hw, **{name: up})) if up > cur else base
-        e_dn = (_log_predictions(evaluate, replace_cal(hw, **{name: down})) if down < cur
-                else base)
+        e_dn = _log_predictions(evaluate, replace_cal(hw, **{name: down})) if down < cur else base
         span = (up - down) / (hi - lo)
         sens[name] = [(a - c) / span for a, c in zip(e_up, e_dn)]
     return select_identified(sens, list(b), SENSITIVITY_MIN, CONDITION_MAX)
 
 
 # ------------------------------------------------------------- user runs (planner calibrate)
+
 
 @dataclass(frozen=True)
 class ServeRun:
@@ -203,6 +236,7 @@ class ServeRun:
         """Its class (planner.serve.validate.serve_class): serving-latency at a concurrency,
         offline-throughput at "max", static-latency, disagg."""
         from planner.serve.validate import serve_class
+
         return serve_class(self.job, self.layout)
 
 
@@ -216,10 +250,16 @@ def evaluate_runs(runs, hw) -> list[dict]:
     for r in runs:
         est = estimate(replace(r.job, hardware=hw), r.layout)
         for metric, value in r.measured.items():
-            rows.append({"id": r.id, "class": r.cls, "metric": metric,
-                         "error": getattr(est, metric) / value - 1,
-                         "requested": r.job.serving.concurrency,
-                         "max_concurrency": est.memory.max_concurrency})
+            rows.append(
+                {
+                    "id": r.id,
+                    "class": r.cls,
+                    "metric": metric,
+                    "error": getattr(est, metric) / value - 1,
+                    "requested": r.job.serving.concurrency,
+                    "max_concurrency": est.memory.max_concurrency,
+                }
+            )
     return rows
 
 
@@ -249,20 +289,24 @@ def _per_run(runs, rows) -> list[dict]:
 def calibrate_serving(runs, base: HardwareSpec) -> ServeCalibrated:
     """Fit `base`'s serving parameters to `runs`: the identified ones, at most one per two
     runs (at least one), within bounds(base); the rest stay base's."""
+
     def ev(h):
         return evaluate_runs(runs, h)
 
     from planner.errors import SpecError
 
     ids = [r.id for r in runs]
-    if len(set(ids)) != len(ids):   # rows are grouped by id: make them unique
+    if len(set(ids)) != len(ids):  # rows are grouped by id: make them unique
         runs = [ServeRun(f"{r.id}#{i}", r.job, r.layout, r.measured) for i, r in enumerate(runs)]
     bad = {r["id"] for r in infeasible(ev(base))}
     fit_runs = [r for r in runs if r.id not in bad]
     if not fit_runs:
-        raise SpecError(f"no serving run has room for one request in the KV cache planner "
-                        f"leaves ({', '.join(sorted(bad))[:200]}); check each config's "
-                        "lengths and memory with `planner validate`", field="config")
+        raise SpecError(
+            f"no serving run has room for one request in the KV cache planner "
+            f"leaves ({', '.join(sorted(bad))[:200]}); check each config's "
+            "lengths and memory with `planner validate`",
+            field="config",
+        )
 
     def ev_fit(h):
         return evaluate_runs(fit_runs, h)
@@ -277,8 +321,16 @@ def calibrate_serving(runs, base: HardwareSpec) -> ServeCalibrated:
     cal = fitted.serving_calibration
     fitted = replace_cal(fitted, fitted_on=tuple(sorted(set(cal.fitted_on) | set(classes))))
     before, after = ev(base), ev(fitted)
-    return ServeCalibrated(base, fitted, tuple(b), at_bounds(fitted, b),
-                           _per_run(runs, before), _per_run(runs, after), why, sorted(bad))
+    return ServeCalibrated(
+        base,
+        fitted,
+        tuple(b),
+        at_bounds(fitted, b),
+        _per_run(runs, before),
+        _per_run(runs, after),
+        why,
+        sorted(bad),
+    )
 
 
 def serve_profile_yaml(result: ServeCalibrated, *, runs: int, source: str) -> str:
@@ -286,12 +338,15 @@ def serve_profile_yaml(result: ServeCalibrated, *, runs: int, source: str) -> st
     import yaml
 
     data = result.profile.model_dump(mode="json", exclude_defaults=False)
-    rest = [k for k in ServingCalibration.model_fields
-            if k not in result.fitted and k != "fitted_on"]
-    head = [f"# Hardware profile whose serving parameters `planner calibrate` fitted to {runs} "
-            f"measured serving run(s) ({source}),",
-            f"# starting from {result.base.name}. Fitted: {', '.join(result.fitted) or 'none'};",
-            f"# kept from {result.base.name}: {', '.join(rest) or 'none'}."]
+    rest = [
+        k for k in ServingCalibration.model_fields if k not in result.fitted and k != "fitted_on"
+    ]
+    head = [
+        f"# Hardware profile whose serving parameters `planner calibrate` fitted to {runs} "
+        f"measured serving run(s) ({source}),",
+        f"# starting from {result.base.name}. Fitted: {', '.join(result.fitted) or 'none'};",
+        f"# kept from {result.base.name}: {', '.join(rest) or 'none'}.",
+    ]
     if result.at_bound:
         head.append(f"# At a bound of its physical range: {', '.join(result.at_bound)}.")
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False)
@@ -310,19 +365,25 @@ def with_log_workload(job, layout, log) -> tuple[object, list[str]]:
         share = layout.decode_workers if layout.disaggregated else layout.replicas
         c = max(1, round(log.concurrency / max(1, share)))
         if sv.concurrency != c:
-            was = ("as many as fit" if sv.concurrency == "max"
-                   else f"{sv.concurrency} per instance")
+            was = "as many as fit" if sv.concurrency == "max" else f"{sv.concurrency} per instance"
             per = f" ({c} per instance)" if share > 1 else ""
-            notes.append(f"concurrency {log.concurrency:g} from the log{per}, not the "
-                         f"config's {was}")
+            notes.append(
+                f"concurrency {log.concurrency:g} from the log{per}, not the config's {was}"
+            )
             job = replace(job, serving=sv.model_copy(update={"concurrency": c}))
     elif log.concurrency and sv.concurrency == "max":
-        notes.append(f"the log measured {log.concurrency:g} requests in flight on average; "
-                     "predicted at the concurrency the KV cache holds (give serving."
-                     "concurrency to predict another)")
-    for name, got, want in (("input", log.input_length, sv.input_length),
-                            ("output", log.output_length, sv.output_length)):
+        notes.append(
+            f"the log measured {log.concurrency:g} requests in flight on average; "
+            "predicted at the concurrency the KV cache holds (give serving."
+            "concurrency to predict another)"
+        )
+    for name, got, want in (
+        ("input", log.input_length, sv.input_length),
+        ("output", log.output_length, sv.output_length),
+    ):
         if got and abs(got / want - 1) > 0.10:
-            notes.append(f"the log's mean {name} length {got:.0f} tokens is not the config's "
-                         f"{want}: predicted at the config's")
+            notes.append(
+                f"the log's mean {name} length {got:.0f} tokens is not the config's "
+                f"{want}: predicted at the config's"
+            )
     return job, notes

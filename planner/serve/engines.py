@@ -53,18 +53,19 @@ class EngineSettings:
 
     engine: str
     memory_fraction: float
-    max_batch_size: int          # per (attention-)DP rank; a very large number = KV-limited
-    max_num_tokens: int          # tokens per engine step (the prefill chunk)
-    block_tokens: int            # KV-cache allocation granularity
+    max_batch_size: int  # per (attention-)DP rank; a very large number = KV-limited
+    max_num_tokens: int  # tokens per engine step (the prefill chunk)
+    block_tokens: int  # KV-cache allocation granularity
     cuda_graph_bytes: float
     memory_fraction_default: bool
     max_batch_size_default: bool
     max_num_tokens_default: bool
-    cuda_graph_batch: int = 512      # decode steps of at most this many sequences replay a graph
+    cuda_graph_batch: int = 512  # decode steps of at most this many sequences replay a graph
 
 
-def _sglang_fraction(memory_gib: float, tp: int, pp: int, *, speculative: bool,
-                     dp_attention: bool) -> float:
+def _sglang_fraction(
+    memory_gib: float, tp: int, pp: int, *, speculative: bool, dp_attention: bool
+) -> float:
     par = tp * pp
     if memory_gib < 35:
         reserved = 2.8 + par / 10
@@ -88,9 +89,13 @@ def engine_settings(job, inst) -> EngineSettings:
     if eng == "vllm":
         frac, batch, tokens, block = 0.90, (1024 if big else 256), (8192 if big else 2048), 16
     elif eng == "sglang":
-        frac = _sglang_fraction(mem, inst.tp * (inst.dp if inst.dp_attention else 1), inst.pp,
-                                speculative=sv.speculative is not None,
-                                dp_attention=inst.dp_attention)
+        frac = _sglang_fraction(
+            mem,
+            inst.tp * (inst.dp if inst.dp_attention else 1),
+            inst.pp,
+            speculative=sv.speculative is not None,
+            dp_attention=inst.dp_attention,
+        )
         tokens = 2048 if mem < 35 else (8192 if mem < 160 else 16384)
         if inst.dp_attention:
             tokens = max(1, tokens // inst.dp)
@@ -101,16 +106,22 @@ def engine_settings(job, inst) -> EngineSettings:
         engine=eng,
         memory_fraction=sv.memory_fraction if sv.memory_fraction is not None else frac,
         max_batch_size=sv.max_batch_size if sv.max_batch_size is not None else batch,
-        max_num_tokens=(tokens if sv.max_num_tokens is None else
-                        # SGLang's --chunked-prefill-size is the instance's; with attention DP
-                        # each rank prefills its share (the export writes per rank x dp)
-                        max(1, sv.max_num_tokens // inst.dp)
-                        if eng == "sglang" and inst.dp_attention else sv.max_num_tokens),
-        block_tokens=block, cuda_graph_bytes=CUDA_GRAPH_GIB[eng] * GiB,
+        max_num_tokens=(
+            tokens
+            if sv.max_num_tokens is None
+            # SGLang's --chunked-prefill-size is the instance's; with attention DP
+            # each rank prefills its share (the export writes per rank x dp)
+            else max(1, sv.max_num_tokens // inst.dp)
+            if eng == "sglang" and inst.dp_attention
+            else sv.max_num_tokens
+        ),
+        block_tokens=block,
+        cuda_graph_bytes=CUDA_GRAPH_GIB[eng] * GiB,
         memory_fraction_default=sv.memory_fraction is None,
         max_batch_size_default=sv.max_batch_size is None,
         max_num_tokens_default=sv.max_num_tokens is None,
-        cuda_graph_batch=_graph_batch(eng, mem, inst.tp))
+        cuda_graph_batch=_graph_batch(eng, mem, inst.tp),
+    )
 
 
 def _graph_batch(engine: str, memory_gib: float, tp: int) -> int:
@@ -124,8 +135,9 @@ def _graph_batch(engine: str, memory_gib: float, tp: int) -> int:
     return 128
 
 
-def kv_budget(settings: EngineSettings, *, capacity: float, weights: float,
-              activations: float, other: float) -> float:
+def kv_budget(
+    settings: EngineSettings, *, capacity: float, weights: float, activations: float, other: float
+) -> float:
     """Bytes the engine gives the KV cache on one GPU (formulas in the module docstring)."""
     f = settings.memory_fraction
     if settings.engine == "vllm":

@@ -10,29 +10,37 @@ from dataclasses import dataclass, field
 from planner.serve.memory import ServeMemory, instance_memory
 from planner.serve.time import ServeCost, StepParts, accepted_tokens, kv_transfer_time
 
-__all__ = ["ServeEstimate", "admission_wait", "arrivals_in_step", "estimate",
-           "first_token_delay", "first_wave_ttft", "independent_ttft", "requested_concurrency",
-           "with_first_wave"]
+__all__ = [
+    "ServeEstimate",
+    "admission_wait",
+    "arrivals_in_step",
+    "estimate",
+    "first_token_delay",
+    "first_wave_ttft",
+    "independent_ttft",
+    "requested_concurrency",
+    "with_first_wave",
+]
 
 
 @dataclass(frozen=True)
 class ServeEstimate:
-    memory: ServeMemory              # per GPU of the (decode) instance
-    concurrency: int                 # requests in flight per (decode) instance, as estimated
+    memory: ServeMemory  # per GPU of the (decode) instance
+    concurrency: int  # requests in flight per (decode) instance, as estimated
     ttft_s: float
     tpot_s: float
     e2e_s: float
-    output_tokens_per_s: float       # the whole deployment
+    output_tokens_per_s: float  # the whole deployment
     num_gpus: int
     decode_step: StepParts = field(default_factory=StepParts)
-    prefill_s: float = 0.0           # one request's prefill (TTFT without the queue)
-    kv_transfer_s: float = 0.0       # disaggregated: per request
+    prefill_s: float = 0.0  # one request's prefill (TTFT without the queue)
+    kv_transfer_s: float = 0.0  # disaggregated: per request
     prefill_memory: ServeMemory | None = None
-    bottleneck: str = ""             # disaggregated: prefill | decode
-    layout: object = None            # the layout estimated
-    queue_s: float = 0.0             # in TTFT: the wait for an engine slot (admission_wait)
-    clients: int = 0                 # with a queue: requests in flight per (decode) instance,
-                                     #   queued ones included (0: no queue, = concurrency)
+    bottleneck: str = ""  # disaggregated: prefill | decode
+    layout: object = None  # the layout estimated
+    queue_s: float = 0.0  # in TTFT: the wait for an engine slot (admission_wait)
+    clients: int = 0  # with a queue: requests in flight per (decode) instance,
+    #   queued ones included (0: no queue, = concurrency)
 
     @property
     def output_tokens_per_s_per_gpu(self) -> float:
@@ -46,9 +54,11 @@ class ServeEstimate:
         return {"ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s}
 
     def throughput_dict(self) -> dict:
-        return {"output_tokens_per_s": self.output_tokens_per_s,
-                "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
-                "output_tokens_per_s_per_user": self.output_tokens_per_s_per_user}
+        return {
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
+            "output_tokens_per_s_per_user": self.output_tokens_per_s_per_user,
+        }
 
 
 def requested_concurrency(job, mem: ServeMemory) -> int:
@@ -58,8 +68,9 @@ def requested_concurrency(job, mem: ServeMemory) -> int:
     return mem.max_concurrency if c == "max" else min(int(c), mem.max_concurrency)
 
 
-def _decode(cost: ServeCost, job, conc: float, *, prefill: float = 0.0,
-            admitted: float = 0.0) -> tuple[StepParts, float]:
+def _decode(
+    cost: ServeCost, job, conc: float, *, prefill: float = 0.0, admitted: float = 0.0
+) -> tuple[StepParts, float]:
     """(token interval, tokens per interval per sequence) of `conc` decoding sequences per
     instance; `prefill` prompt tokens per (DP) rank in the same step (a chunk step of
     continuous batching, run eagerly), `admitted` requests of the instance admitted and
@@ -71,8 +82,15 @@ def _decode(cost: ServeCost, job, conc: float, *, prefill: float = 0.0,
     spec = sv.speculative
     k = spec.num_tokens if spec is not None else 0
     tokens = accepted_tokens(k, spec.acceptance_rate) if spec is not None else 1.0
-    step = cost.interval(seqs=seqs, ctx=ctx, prefill=prefill, span=isl / 2, q=k + 1,
-                         requests=admitted, eager=1.0 if prefill > 0 else None)
+    step = cost.interval(
+        seqs=seqs,
+        ctx=ctx,
+        prefill=prefill,
+        span=isl / 2,
+        q=k + 1,
+        requests=admitted,
+        eager=1.0 if prefill > 0 else None,
+    )
     if spec is not None and seqs > 0:
         step = step.plus(_draft_cost(cost, job, seqs, ctx, k))
     return step, tokens
@@ -84,13 +102,20 @@ def _draft_cost(cost: ServeCost, job, seqs: float, ctx: float, k: int) -> StepPa
     spec = job.serving.speculative
     if spec.method == "draft" and job.draft is not None:
         from planner.serve.layout import Instance
+
         dcost = ServeCost(job, Instance(tp=cost.inst.tp), model=job.draft)
         return dcost.interval(seqs=seqs, ctx=ctx).scaled(k)
     per_layer = cost.stage(cost.pp - 1, seqs=seqs, ctx=ctx)
     L = sum(cost.stages[-1]) or 1
-    layer_part = StepParts(per_layer.weights_s / L, per_layer.compute_s / L,
-                           per_layer.attention_s / L, per_layer.tp_comm_s / L,
-                           per_layer.ep_comm_s / L, 0.0, per_layer.overhead_s / L)
+    layer_part = StepParts(
+        per_layer.weights_s / L,
+        per_layer.compute_s / L,
+        per_layer.attention_s / L,
+        per_layer.tp_comm_s / L,
+        per_layer.ep_comm_s / L,
+        0.0,
+        per_layer.overhead_s / L,
+    )
     return layer_part.scaled(k * max(1, job.model.mtp_num_layers))
 
 
@@ -101,14 +126,24 @@ def estimate(job, layout, *, concurrency: int | None = None) -> ServeEstimate:
     if layout.disaggregated:
         mem = instance_memory(job, layout.decode)
         pcost = ServeCost(job, layout.prefill)
-        est = disaggregated(job, layout, pmem=instance_memory(job, layout.prefill), dmem=mem,
-                            dcost=ServeCost(job, layout.decode),
-                            prefill=prefill_pool(job, pcost),
-                            conc=_clamp(job, mem, concurrency))
+        est = disaggregated(
+            job,
+            layout,
+            pmem=instance_memory(job, layout.prefill),
+            dmem=mem,
+            dcost=ServeCost(job, layout.decode),
+            prefill=prefill_pool(job, pcost),
+            conc=_clamp(job, mem, concurrency),
+        )
     else:
         mem = instance_memory(job, layout.instance)
-        est = aggregated(job, layout, mem=mem, cost=ServeCost(job, layout.instance),
-                         conc=_clamp(job, mem, concurrency))
+        est = aggregated(
+            job,
+            layout,
+            mem=mem,
+            cost=ServeCost(job, layout.instance),
+            conc=_clamp(job, mem, concurrency),
+        )
     clients = _clients(job, concurrency)
     if clients <= est.concurrency or job.serving.batching == "static" or mem.max_concurrency < 1:
         return est
@@ -148,10 +183,12 @@ def queued(est: ServeEstimate, clients: int, *, osl: int) -> ServeEstimate:
     loop: TTFT adds the slot wait (admission_wait over the running requests' e2e); TPOT and
     throughput are those of the full engine."""
     from dataclasses import replace
+
     wait = admission_wait(clients, est.concurrency, est.e2e_s)
     ttft = est.ttft_s + wait
-    return replace(est, ttft_s=ttft, e2e_s=ttft + (osl - 1) * est.tpot_s, queue_s=wait,
-                   clients=clients)
+    return replace(
+        est, ttft_s=ttft, e2e_s=ttft + (osl - 1) * est.tpot_s, queue_s=wait, clients=clients
+    )
 
 
 def _clamp(job, mem: ServeMemory, concurrency: int | None) -> int:
@@ -165,19 +202,32 @@ def aggregated(job, layout, *, mem: ServeMemory, cost: ServeCost, conc: int) -> 
     sv = job.serving
     isl, osl = sv.input_length, sv.output_length
     if sv.batching == "static":
-        ttft = cost.prefill_time(conc * isl / inst.dp, span=isl / 2, seqs=conc / inst.dp) \
+        ttft = (
+            cost.prefill_time(conc * isl / inst.dp, span=isl / 2, seqs=conc / inst.dp)
             + conc * cost.c.request_overhead_us * 1e-6
+        )
         step, per = _decode(cost, job, conc)
         tpot = step.total / per
         e2e = ttft + (osl - 1) * tpot
         rate = conc * osl / e2e * layout.replicas
-        return ServeEstimate(mem, conc, ttft, tpot, e2e, rate, layout.num_gpus, step,
-                             prefill_s=ttft, layout=layout)
+        return ServeEstimate(
+            mem, conc, ttft, tpot, e2e, rate, layout.num_gpus, step, prefill_s=ttft, layout=layout
+        )
     ttft, tpot, step, rate = closed_loop(cost, job, conc)
     e2e = ttft + (osl - 1) * tpot
     rate *= layout.replicas
-    return ServeEstimate(mem, conc, ttft, tpot, e2e, rate, layout.num_gpus, step,
-                         prefill_s=cost.prefill_time(isl, span=isl / 2), layout=layout)
+    return ServeEstimate(
+        mem,
+        conc,
+        ttft,
+        tpot,
+        e2e,
+        rate,
+        layout.num_gpus,
+        step,
+        prefill_s=cost.prefill_time(isl, span=isl / 2),
+        layout=layout,
+    )
 
 
 PREFILL_FIRST = {"sglang"}
@@ -217,8 +267,15 @@ def arrivals_in_step(others: float, step_s: float, cycle_s: float) -> float:
     return min(others, others * step_s / cycle_s)
 
 
-def independent_ttft(step_s: float, chunk_s, *, clients: float, decode_s: float,
-                     delay_s: float = 0.0, rounds: int = 50) -> tuple[float, float]:
+def independent_ttft(
+    step_s: float,
+    chunk_s,
+    *,
+    clients: float,
+    decode_s: float,
+    delay_s: float = 0.0,
+    rounds: int = 50,
+) -> tuple[float, float]:
     """(TTFT, k) of a request of a closed loop whose N clients are out of step (the
     opposite of closed_loop's lock-step groups), for an engine that admits the prompts
     waiting at a step boundary into the next step (vLLM V1: the running requests first,
@@ -297,7 +354,9 @@ def chunk_groups(seqs: float, isl: int, budget: int, q: int = 1) -> tuple[int, f
     return n, seqs / n
 
 
-def mixed_tpot(dec: float, mix: float, *, n: int, steps: float, own: int = 1) -> tuple[float, float]:
+def mixed_tpot(
+    dec: float, mix: float, *, n: int, steps: float, own: int = 1
+) -> tuple[float, float]:
     """(decode seconds per request, the period) of continuous batching with its prompts in n
     chunk steps per period: a request's `steps` decode steps after its first token (OSL - 1,
     over the tokens a speculative step accepts) include the m = min(steps, n - own) chunk
@@ -369,32 +428,47 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
         period = n * group + steps * step.total
         return ttft, tpot, step, conc * osl / period if period > 0 else 0.0
     k = sv.speculative.num_tokens if sv.speculative is not None else 0
-    n, g = chunk_groups(seqs, isl, chunk * cost.pp, k + 1)   # pp micro-batches, a budget each
+    n, g = chunk_groups(seqs, isl, chunk * cost.pp, k + 1)  # pp micro-batches, a budget each
     others = max(0.0, seqs - g)
     own = max(1, math.ceil(isl / (chunk * cost.pp)))
-    mix = _decode(cost, job, others * cost.inst.dp, prefill=g * isl,
-                  admitted=g * cost.inst.dp)[0] if others > 0 else None
-    group = cost.prefill_time(g * isl, span=isl / 2, seqs=g, decode_seqs=others / cost.pp,
-                              decode_ctx=ctx)
+    mix = (
+        _decode(cost, job, others * cost.inst.dp, prefill=g * isl, admitted=g * cost.inst.dp)[0]
+        if others > 0
+        else None
+    )
+    group = cost.prefill_time(
+        g * isl, span=isl / 2, seqs=g, decode_seqs=others / cost.pp, decode_ctx=ctx
+    )
     mix_s = mix.total if mix is not None else group
     decode, period = mixed_tpot(step.total, mix_s, n=n, steps=steps, own=own)
     tpot = decode / max(1, osl - 1) if osl > 1 else step.total / per
-    count = max(float(n), steps + own)           # steps in a period: n of them chunk steps
+    count = max(float(n), steps + own)  # steps in a period: n of them chunk steps
     mean = period / count
     delay = first_token_delay(sv.engine, step.total)
     if sv.engine in INDEPENDENT_ARRIVALS:
+
         def chunk_s(p: float) -> float:
             p = min(p, seqs)
-            return max(step.total, cost.prefill_time(
-                p * isl, span=isl / 2, seqs=p, decode_seqs=max(0.0, seqs - p) / cost.pp,
-                decode_ctx=ctx))
-        steady = independent_ttft(step.total, chunk_s, clients=seqs,
-                                  decode_s=(osl - 1) * tpot, delay_s=delay)[0]
+            return max(
+                step.total,
+                cost.prefill_time(
+                    p * isl,
+                    span=isl / 2,
+                    seqs=p,
+                    decode_seqs=max(0.0, seqs - p) / cost.pp,
+                    decode_ctx=ctx,
+                ),
+            )
+
+        steady = independent_ttft(
+            step.total, chunk_s, clients=seqs, decode_s=(osl - 1) * tpot, delay_s=delay
+        )[0]
     else:
         steady = mean / 2 + max(group, step.total) + delay
     wave_n, wave_g = chunk_groups(seqs, isl, chunk * cost.pp)
-    wave = first_wave_ttft(wave_n, cost.prefill_time(wave_g * isl, span=isl / 2, seqs=wave_g),
-                           delay)
+    wave = first_wave_ttft(
+        wave_n, cost.prefill_time(wave_g * isl, span=isl / 2, seqs=wave_g), delay
+    )
     ttft = with_first_wave(steady, wave, sv.requests_per_client)
     mean_step = step if mix is None else step.scaled(1 - n / count).plus(mix.scaled(n / count))
     return ttft, tpot, mean_step, conc * osl / period if period > 0 else conc / step.total
@@ -418,9 +492,17 @@ def decode_pool(job, dcost: ServeCost, conc: int) -> tuple[StepParts, float]:
     return step, per
 
 
-def disaggregated(job, layout, *, pmem: ServeMemory, dmem: ServeMemory, dcost: ServeCost,
-                  prefill: tuple[float, float], conc: int,
-                  decode: tuple[StepParts, float] | None = None) -> ServeEstimate:
+def disaggregated(
+    job,
+    layout,
+    *,
+    pmem: ServeMemory,
+    dmem: ServeMemory,
+    dcost: ServeCost,
+    prefill: tuple[float, float],
+    conc: int,
+    decode: tuple[StepParts, float] | None = None,
+) -> ServeEstimate:
     """Prefill workers hand each request's KV cache to decode workers; the deployment runs at
     the rate of the slower pool. A prefill worker at load u (the share of its capacity in use)
     takes between one prompt alone (u -> 0) and a full chunk of prompts (u = 1): TTFT =
@@ -428,7 +510,7 @@ def disaggregated(job, layout, *, pmem: ServeMemory, dmem: ServeMemory, dcost: S
     sv = job.serving
     isl, osl = sv.input_length, sv.output_length
     one, per_worker, chunk_s = prefill
-    prefill_rate = per_worker * layout.prefill_workers                  # requests/s
+    prefill_rate = per_worker * layout.prefill_workers  # requests/s
     step, per = decode if decode is not None else decode_pool(job, dcost, conc)
     tpot = step.total / per
     decode_rate = conc / tpot / osl * layout.decode_workers
@@ -437,7 +519,18 @@ def disaggregated(job, layout, *, pmem: ServeMemory, dmem: ServeMemory, dcost: S
     ttft = one + load * max(0.0, chunk_s - one) + kv
     e2e = ttft + (osl - 1) * tpot
     rate = min(prefill_rate, decode_rate) * osl
-    return ServeEstimate(dmem, conc, ttft, tpot, e2e, rate, layout.num_gpus, step,
-                         prefill_s=one, kv_transfer_s=kv, prefill_memory=pmem,
-                         bottleneck="prefill" if prefill_rate < decode_rate else "decode",
-                         layout=layout)
+    return ServeEstimate(
+        dmem,
+        conc,
+        ttft,
+        tpot,
+        e2e,
+        rate,
+        layout.num_gpus,
+        step,
+        prefill_s=one,
+        kv_transfer_s=kv,
+        prefill_memory=pmem,
+        bottleneck="prefill" if prefill_rate < decode_rate else "decode",
+        layout=layout,
+    )

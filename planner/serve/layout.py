@@ -53,8 +53,14 @@ class Instance:
         return "-".join(parts)
 
     def as_dict(self) -> dict:
-        return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "dp": self.dp,
-                "dp_attention": self.dp_attention, "cp": self.cp}
+        return {
+            "tp": self.tp,
+            "pp": self.pp,
+            "ep": self.ep,
+            "dp": self.dp,
+            "dp_attention": self.dp_attention,
+            "cp": self.cp,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +93,19 @@ class ServeLayout:
     @property
     def name(self) -> str:
         if self.disaggregated:
-            return (f"P{self.prefill_workers}x{self.prefill.name}+"
-                    f"D{self.decode_workers}x{self.decode.name}")
+            return (
+                f"P{self.prefill_workers}x{self.prefill.name}+"
+                f"D{self.decode_workers}x{self.decode.name}"
+            )
         return f"{self.instance.name}" + (f"x{self.replicas}" if self.replicas > 1 else "")
 
     def as_dict(self) -> dict:
         if self.disaggregated:
-            return {"disaggregated": True,
-                    "prefill": {**self.prefill.as_dict(), "workers": self.prefill_workers},
-                    "decode": {**self.decode.as_dict(), "workers": self.decode_workers}}
+            return {
+                "disaggregated": True,
+                "prefill": {**self.prefill.as_dict(), "workers": self.prefill_workers},
+                "decode": {**self.decode.as_dict(), "workers": self.decode_workers},
+            }
         return {"disaggregated": False, **self.instance.as_dict(), "replicas": self.replicas}
 
 
@@ -103,9 +113,13 @@ def layout_from_spec(spec) -> ServeLayout:
     """A ServeParallelSpec as a ServeLayout."""
     if spec.prefill is not None:
         p, d = spec.prefill, spec.decode
-        return ServeLayout(prefill=Instance(p.tp, p.pp, p.ep, p.dp, p.dp_attention, p.cp),
-                           decode=Instance(d.tp, d.pp, d.ep, d.dp, d.dp_attention, d.cp),
-                           prefill_workers=p.workers, decode_workers=d.workers)
-    return ServeLayout(instance=Instance(spec.tp, spec.pp, spec.ep, spec.dp, spec.dp_attention,
-                                         spec.cp),
-                       replicas=spec.replicas)
+        return ServeLayout(
+            prefill=Instance(p.tp, p.pp, p.ep, p.dp, p.dp_attention, p.cp),
+            decode=Instance(d.tp, d.pp, d.ep, d.dp, d.dp_attention, d.cp),
+            prefill_workers=p.workers,
+            decode_workers=d.workers,
+        )
+    return ServeLayout(
+        instance=Instance(spec.tp, spec.pp, spec.ep, spec.dp, spec.dp_attention, spec.cp),
+        replicas=spec.replicas,
+    )

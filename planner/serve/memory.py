@@ -43,12 +43,25 @@ from planner.cost import shape_of
 from planner.serve.engines import engine_settings, kv_budget, round_up
 from planner.specs import ModelSpec
 
-__all__ = ["ServeMemory", "bytes_per_param", "kv_bytes_per_token_layer", "stage_layers",
-           "stage_weight_bytes", "instance_memory", "kv_bytes_per_token_model", "stage_bounds",
-           "plain_kv", "kv_tokens_kept", "linear_state_bytes", "kv_bytes_per_request",
-           "kv_bytes_per_token_at", "expert_bytes_per_param", "EXPERT_BYTES"]
+__all__ = [
+    "ServeMemory",
+    "bytes_per_param",
+    "kv_bytes_per_token_layer",
+    "stage_layers",
+    "stage_weight_bytes",
+    "instance_memory",
+    "kv_bytes_per_token_model",
+    "stage_bounds",
+    "plain_kv",
+    "kv_tokens_kept",
+    "linear_state_bytes",
+    "kv_bytes_per_request",
+    "kv_bytes_per_token_at",
+    "expert_bytes_per_param",
+    "EXPERT_BYTES",
+]
 
-ACT_BYTES = 2          # 16-bit activations
+ACT_BYTES = 2  # 16-bit activations
 KV_BYTES = {"bf16": 2, "fp8": 1}
 
 
@@ -66,10 +79,10 @@ class ServeMemory:
     activations: float
     other: float
     capacity: float
-    kv_bytes_per_token: float      # on one GPU, for one token of one request
-    kv_tokens_capacity: int        # per instance (all its dp ranks)
-    max_concurrency: int           # per instance: requests of input+output tokens it holds
-    limited_by: str = "kv"         # kv | max_batch_size (what caps max_concurrency)
+    kv_bytes_per_token: float  # on one GPU, for one token of one request
+    kv_tokens_capacity: int  # per instance (all its dp ranks)
+    max_concurrency: int  # per instance: requests of input+output tokens it holds
+    limited_by: str = "kv"  # kv | max_batch_size (what caps max_concurrency)
     stage: int = 0
     per_stage_weights: tuple = field(default=(), compare=False)
 
@@ -82,11 +95,16 @@ class ServeMemory:
         return self.max_concurrency >= 1
 
     def as_dict(self) -> dict:
-        return {"weights_bytes": round(self.weights), "kv_cache_bytes": round(self.kv_cache),
-                "activations_bytes": round(self.activations), "other_bytes": round(self.other),
-                "total_bytes": round(self.total), "capacity_bytes": round(self.capacity),
-                "kv_tokens_capacity": self.kv_tokens_capacity,
-                "max_concurrency": self.max_concurrency}
+        return {
+            "weights_bytes": round(self.weights),
+            "kv_cache_bytes": round(self.kv_cache),
+            "activations_bytes": round(self.activations),
+            "other_bytes": round(self.other),
+            "total_bytes": round(self.total),
+            "capacity_bytes": round(self.capacity),
+            "kv_tokens_capacity": self.kv_tokens_capacity,
+            "max_concurrency": self.max_concurrency,
+        }
 
 
 def stage_bounds(m: ModelSpec, pp: int) -> list[tuple[int, int]]:
@@ -106,8 +124,10 @@ def stage_layers(m: ModelSpec, pp: int) -> list[tuple[int, int]]:
     """(dense, MoE) layers of each pipeline stage (`stage_bounds`), from the model's layer
     pattern (`moe_layer_freq`; dense layers first by default)."""
     pattern = m.moe_layers
-    return [(end - start - sum(pattern[start:end]), sum(pattern[start:end]))
-            for start, end in stage_bounds(m, pp)]
+    return [
+        (end - start - sum(pattern[start:end]), sum(pattern[start:end]))
+        for start, end in stage_bounds(m, pp)
+    ]
 
 
 def plain_kv(m: ModelSpec) -> bool:
@@ -136,8 +156,15 @@ def linear_state_bytes(m: ModelSpec, tp: int) -> float:
     return float(ACT_BYTES * (nv * dk * dv + conv)) / share
 
 
-def kv_bytes_per_request(m: ModelSpec, tp: int, kv_dtype: str, n: float, *, cp: int = 1,
-                         layers: tuple[int, int] | None = None) -> float:
+def kv_bytes_per_request(
+    m: ModelSpec,
+    tp: int,
+    kv_dtype: str,
+    n: float,
+    *,
+    cp: int = 1,
+    layers: tuple[int, int] | None = None,
+) -> float:
     """KV-cache bytes one request of n tokens holds on one GPU, over the layers [start, end)
     (all by default), by layer kind (module docstring)."""
     start, end = layers if layers is not None else (0, m.num_layers)
@@ -201,7 +228,9 @@ def stage_weight_bytes(m: ModelSpec, inst, precision: str, *, mtp_layers: int = 
     tp, G = inst.tp, inst.moe_group
     dense = sh.dense_tp / tp * q + sh.dense_rep * ACT_BYTES
     qe = expert_bytes_per_param(m, precision)
-    moe = (sh.moe_tp / tp * q + sh.moe_rep * ACT_BYTES + sh.moe_experts / G * qe) if m.is_moe else 0.0
+    moe = (
+        (sh.moe_tp / tp * q + sh.moe_rep * ACT_BYTES + sh.moe_experts / G * qe) if m.is_moe else 0.0
+    )
     vocab = m.vocab_size * m.hidden_size / tp * ACT_BYTES
     stages = stage_layers(m, inst.pp)
     out = []
@@ -211,9 +240,9 @@ def stage_weight_bytes(m: ModelSpec, inst, precision: str, *, mtp_layers: int = 
             w += vocab + sh.emb_extra * ACT_BYTES
         if s == len(stages) - 1:
             w += (0.0 if (m.tied_embeddings and inst.pp == 1) else vocab) + sh.out_norm * ACT_BYTES
-            if mtp_layers:   # each MTP layer: a transformer layer, 2 norms, a 2h x h projection
+            if mtp_layers:  # each MTP layer: a transformer layer, 2 norms, a 2h x h projection
                 layer = moe if m.is_moe else dense
-                w += mtp_layers * (layer + 2 * m.hidden_size ** 2 * q + 2 * m.hidden_size * ACT_BYTES)
+                w += mtp_layers * (layer + 2 * m.hidden_size**2 * q + 2 * m.hidden_size * ACT_BYTES)
         out.append(w)
     return out
 
@@ -230,8 +259,7 @@ def activation_bytes(m: ModelSpec, inst, *, tokens: int, batch: int) -> float:
     per_token = dense
     if m.is_moe:
         routed = (inst.dp if inst.dp_attention else 1) * sh.k / inst.ep
-        moe = 2 * m.hidden_size + routed * (m.hidden_size + 2 * sh.f_e / inst.etp) \
-            + 2 * sh.f_s / tp
+        moe = 2 * m.hidden_size + routed * (m.hidden_size + 2 * sh.f_e / inst.etp) + 2 * sh.f_s / tp
         per_token = max(dense, moe)
     logits = batch * m.vocab_size / tp * 4
     return tokens / inst.cp * per_token * ACT_BYTES + logits
@@ -245,11 +273,16 @@ def instance_memory(job, inst) -> ServeMemory:
     mtp = m.mtp_num_layers if (spec is not None and spec.method == "mtp") else 0
     weights = stage_weight_bytes(m, inst, sv.precision, mtp_layers=mtp)
     draft_w = draft_kv = 0.0
-    if job.draft is not None:   # the draft model runs tensor-parallel on the same GPUs
+    if job.draft is not None:  # the draft model runs tensor-parallel on the same GPUs
         from planner.serve.layout import Instance
+
         dinst = Instance(tp=inst.tp)
         draft_w = sum(stage_weight_bytes(job.draft, dinst, sv.precision)) / inst.pp
-        draft_kv = kv_bytes_per_token_layer(job.draft, inst.tp, sv.kv_dtype) * job.draft.num_layers / inst.pp
+        draft_kv = (
+            kv_bytes_per_token_layer(job.draft, inst.tp, sv.kv_dtype)
+            * job.draft.num_layers
+            / inst.pp
+        )
     capacity = hw.memory_gib * 2**30
     batch = min(st.max_batch_size, 4096)
     act = activation_bytes(m, inst, tokens=st.max_num_tokens, batch=batch)
@@ -264,10 +297,13 @@ def instance_memory(job, inst) -> ServeMemory:
         extra = mtp if s == inst.pp - 1 else 0
         if plain:
             kvpt = (nd + nm + extra) * kv_layer + draft_kv
-        else:   # bytes of one request of n tokens over n (the MTP layers are full layers)
-            kvpt = (kv_bytes_per_request(m, inst.tp, sv.kv_dtype, n_req, cp=inst.cp,
-                                         layers=bounds[s]) / n_req
-                    + extra * kv_layer + draft_kv)
+        else:  # bytes of one request of n tokens over n (the MTP layers are full layers)
+            kvpt = (
+                kv_bytes_per_request(m, inst.tp, sv.kv_dtype, n_req, cp=inst.cp, layers=bounds[s])
+                / n_req
+                + extra * kv_layer
+                + draft_kv
+            )
         budget = kv_budget(st, capacity=capacity, weights=w, activations=act, other=other)
         tokens = int(budget // kvpt) if kvpt > 0 else 0
         if best is None or tokens < best[0]:
@@ -277,7 +313,16 @@ def instance_memory(job, inst) -> ServeMemory:
     by_kv = tokens // per_request
     conc = min(by_kv, st.max_batch_size)
     limited = "kv" if by_kv <= st.max_batch_size else "max_batch_size"
-    return ServeMemory(weights=w, kv_cache=budget, activations=act, other=other,
-                       capacity=capacity, kv_bytes_per_token=kvpt,
-                       kv_tokens_capacity=tokens * inst.dp, max_concurrency=conc * inst.dp,
-                       limited_by=limited, stage=s, per_stage_weights=tuple(weights))
+    return ServeMemory(
+        weights=w,
+        kv_cache=budget,
+        activations=act,
+        other=other,
+        capacity=capacity,
+        kv_bytes_per_token=kvpt,
+        kv_tokens_capacity=tokens * inst.dp,
+        max_concurrency=conc * inst.dp,
+        limited_by=limited,
+        stage=s,
+        per_stage_weights=tuple(weights),
+    )

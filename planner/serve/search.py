@@ -33,8 +33,17 @@ from planner.serve.rules import check, instance_errors, job_errors
 from planner.serve.time import ServeCost
 from planner.units import divisors
 
-__all__ = ["INTERACTIVE_TTFT_S", "INTERACTIVE_TPOT_S", "ServeOptions", "Candidate", "ServeSearchResult", "search", "instance_shapes",
-           "concurrencies", "pareto_front"]
+__all__ = [
+    "INTERACTIVE_TTFT_S",
+    "INTERACTIVE_TPOT_S",
+    "ServeOptions",
+    "Candidate",
+    "ServeSearchResult",
+    "search",
+    "instance_shapes",
+    "concurrencies",
+    "pareto_front",
+]
 
 
 INTERACTIVE_TPOT_S = 0.050
@@ -48,10 +57,10 @@ INTERACTIVE_TTFT_S = 3.0
 @dataclass(frozen=True)
 class ServeOptions:
     top: int = 10
-    ttft_s: float | None = None     # SLO: time to first token
-    tpot_s: float | None = None     # SLO: time per output token
-    max_tp: int | None = None       # default: the NVLink domain
-    disaggregated: bool = True         # also search prefill/decode disaggregation
+    ttft_s: float | None = None  # SLO: time to first token
+    tpot_s: float | None = None  # SLO: time per output token
+    max_tp: int | None = None  # default: the NVLink domain
+    disaggregated: bool = True  # also search prefill/decode disaggregation
     # (job, layout) -> the engine starts it: `serve --engine E` passes E's own export
     # refusals (planner.frameworks.engines.writer.refusals); the ranking skips the others
     accepts: Callable | None = None
@@ -81,12 +90,12 @@ class ServeSearchResult:
     plans: list[Candidate]
     pareto: list[Candidate]
     steps: list[dict]
-    searched: int                       # (layout, concurrency) points estimated
-    shapes: int                         # instance shapes considered
-    fitting: int                        # shapes whose KV cache holds one request
-    meeting: int                        # points meeting the SLOs
+    searched: int  # (layout, concurrency) points estimated
+    shapes: int  # instance shapes considered
+    fitting: int  # shapes whose KV cache holds one request
+    meeting: int  # points meeting the SLOs
     elapsed_s: float = 0.0
-    pick: Candidate | None = None    # the chapter's procedure's pick
+    pick: Candidate | None = None  # the chapter's procedure's pick
     pick_rank: int | None = None
     pick_note: str = ""
     closest: Candidate | None = None
@@ -131,8 +140,9 @@ def cp_degrees(job, max_gpus: int, *, forced: bool = False) -> list[int]:
     return out
 
 
-def instance_shapes(job, *, max_gpus: int, max_tp: int,
-                    cps: tuple = (1,)) -> tuple[list[Instance], dict]:
+def instance_shapes(
+    job, *, max_gpus: int, max_tp: int, cps: tuple = (1,)
+) -> tuple[list[Instance], dict]:
     """Every instance the engines accept on at most `max_gpus` GPUs with a cp of `cps`
     (counts of the rest)."""
     m = job.model
@@ -171,8 +181,9 @@ def _shapes_of(job, m, gpus: int, cp: int, max_tp: int, out: list, pruned: dict)
 
 
 def _meets(est: ServeEstimate, opts: ServeOptions) -> bool:
-    return ((opts.ttft_s is None or est.ttft_s <= opts.ttft_s)
-            and (opts.tpot_s is None or est.tpot_s <= opts.tpot_s))
+    return (opts.ttft_s is None or est.ttft_s <= opts.ttft_s) and (
+        opts.tpot_s is None or est.tpot_s <= opts.tpot_s
+    )
 
 
 def _violation(est: ServeEstimate, opts: ServeOptions) -> float:
@@ -214,6 +225,7 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
     errs = job_errors(job)
     if errs:
         from planner.errors import SpecError
+
         raise SpecError(errs[0].message)
     hw, N = job.hardware, job.num_gpus
     max_tp = opts.max_tp or hw.nvlink_domain_size
@@ -221,9 +233,10 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
     insts, pruned = instance_shapes(job, max_gpus=N, max_tp=max_tp, cps=tuple(cps))
     shapes: dict[Instance, _Shape] = {}
     _fit(job, insts, shapes, pruned)
-    if not shapes and cps == [1]:     # nothing holds a request without CP: try it
-        more, pruned_cp = instance_shapes(job, max_gpus=N, max_tp=max_tp,
-                                          cps=tuple(cp_degrees(job, N, forced=True)[1:]))
+    if not shapes and cps == [1]:  # nothing holds a request without CP: try it
+        more, pruned_cp = instance_shapes(
+            job, max_gpus=N, max_tp=max_tp, cps=tuple(cp_degrees(job, N, forced=True)[1:])
+        )
         for k, v in pruned_cp.items():
             pruned[k] = pruned.get(k, 0) + v
         _fit(job, more, shapes, pruned)
@@ -233,9 +246,16 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
         if N % sh.inst.gpus:
             continue
         layout = ServeLayout(instance=sh.inst, replicas=N // sh.inst.gpus)
-        # the lambda runs inside _sweep, in this iteration (B023 does not apply)
-        points += _sweep(sh.concs, opts, lambda c: aggregated(job, layout, mem=sh.mem,  # noqa: B023
-                                                               cost=sh.cost, conc=c), layout)  # noqa: B023
+        # the loop's values are bound as defaults (the lambda runs inside _sweep, in this
+        # iteration, but bound they need no lint exemption)
+        points += _sweep(
+            sh.concs,
+            opts,
+            lambda c, layout=layout, sh=sh: aggregated(
+                job, layout, mem=sh.mem, cost=sh.cost, conc=c
+            ),
+            layout,
+        )
     if opts.disaggregated and job.serving.batching == "continuous":
         points += _disaggregated_points(job, shapes, opts)
     meeting = [p for p in points if p.meets]
@@ -244,25 +264,42 @@ def search(job, opts: ServeOptions = ServeOptions()) -> ServeSearchResult:
         cur = best_per_layout.get(p.layout)
         if cur is None or (p.per_gpu, -p.estimate.tpot_s) > (cur.per_gpu, -cur.estimate.tpot_s):
             best_per_layout[p.layout] = p
-    ranked = sorted(best_per_layout.values(), key=lambda p: (-p.per_gpu, p.estimate.tpot_s,
-                                                             p.layout.num_gpus))
+    ranked = sorted(
+        best_per_layout.values(), key=lambda p: (-p.per_gpu, p.estimate.tpot_s, p.layout.num_gpus)
+    )
     if opts.accepts is not None:
         ranked = _accepted(ranked, opts, job, pruned)
-    plans = [_with_rank(p, i + 1, job) for i, p in enumerate(ranked[:opts.top])]
-    result = ServeSearchResult(job=job, options=opts, plans=plans,
-                               pareto=pareto_front(points), steps=[], searched=len(points),
-                               shapes=len(insts), fitting=len(shapes), meeting=len(meeting),
-                               pruned=pruned)
+    plans = [_with_rank(p, i + 1, job) for i, p in enumerate(ranked[: opts.top])]
+    result = ServeSearchResult(
+        job=job,
+        options=opts,
+        plans=plans,
+        pareto=pareto_front(points),
+        steps=[],
+        searched=len(points),
+        shapes=len(insts),
+        fitting=len(shapes),
+        meeting=len(meeting),
+        pruned=pruned,
+    )
     if not meeting and points:
-        result.closest = _with_rank(min(points, key=lambda p: (_violation(p.estimate, opts),
-                                                                -p.per_gpu)), 0, job)
+        result.closest = _with_rank(
+            min(points, key=lambda p: (_violation(p.estimate, opts), -p.per_gpu)), 0, job
+        )
     result.steps, pick, note = procedure(job, opts, shapes, points)
     if pick is not None:
-        rank = next((i + 1 for i, p in enumerate(ranked) if p.layout == pick.layout
-                     and p.estimate.concurrency == pick.estimate.concurrency), None)
+        rank = next(
+            (
+                i + 1
+                for i, p in enumerate(ranked)
+                if p.layout == pick.layout and p.estimate.concurrency == pick.estimate.concurrency
+            ),
+            None,
+        )
         result.pick, result.pick_rank, result.pick_note = pick, rank, note
     result.caveats = search_caveats(job)
     from planner.serve.validate import cp_caveats
+
     for c in [result.pick] + result.plans:
         if c is not None:
             result.caveats += [x for x in cp_caveats(job, c.layout) if x not in result.caveats]
@@ -291,8 +328,9 @@ def _fit(job, insts, shapes: dict, pruned: dict) -> None:
         if mem.max_concurrency < 1:
             pruned["fits-in-memory"] = pruned.get("fits-in-memory", 0) + 1
             continue
-        shapes[inst] = _Shape(inst, mem, ServeCost(job, inst),
-                              unit_concurrencies(mem.max_concurrency, inst.dp))
+        shapes[inst] = _Shape(
+            inst, mem, ServeCost(job, inst), unit_concurrencies(mem.max_concurrency, inst.dp)
+        )
 
 
 def search_caveats(job) -> list[str]:
@@ -301,12 +339,16 @@ def search_caveats(job) -> list[str]:
     hw = job.hardware
     fitted = set(hw.serving_calibration.fitted_on)
     if not fitted:
-        return [f"{hw.name} has no serving calibration: its serving parameters are defaults, "
-                "so treat the estimates as rough"]
+        return [
+            f"{hw.name} has no serving calibration: its serving parameters are defaults, "
+            "so treat the estimates as rough"
+        ]
     if "serving-latency" in fitted:
         return []
-    return [f"TTFT and TPOT at a given concurrency are not yet checked against measured runs: "
-            f"the {hw.name} parameters were fitted to {', '.join(sorted(fitted))} runs"]
+    return [
+        f"TTFT and TPOT at a given concurrency are not yet checked against measured runs: "
+        f"the {hw.name} parameters were fitted to {', '.join(sorted(fitted))} runs"
+    ]
 
 
 def _sweep(concs: list[int], opts: ServeOptions, est_of, layout) -> list[Candidate]:
@@ -335,9 +377,13 @@ def _sweep(concs: list[int], opts: ServeOptions, est_of, layout) -> list[Candida
 
 
 def _with_rank(p: Candidate, rank: int, job) -> Candidate:
-    warnings = tuple(v for v in check(job, p.layout, memory=p.estimate.memory,
-                                      prefill_memory=p.estimate.prefill_memory)
-                     if v.severity == "warning")
+    warnings = tuple(
+        v
+        for v in check(
+            job, p.layout, memory=p.estimate.memory, prefill_memory=p.estimate.prefill_memory
+        )
+        if v.severity == "warning"
+    )
     return Candidate(p.layout, p.estimate, p.meets, warnings, rank)
 
 
@@ -366,8 +412,11 @@ def _disaggregated_points(job, shapes: dict, opts: ServeOptions) -> list[Candida
         s.prefill = prefill_pool(job, s.cost)
     pre_front = []
     for tp in sorted({s.inst.tp for s in live}):
-        pre_front += _front([s for s in live if s.inst.tp == tp],
-                            lambda s: s.inst.gpus / s.prefill[1], lambda s: s.prefill[0])
+        pre_front += _front(
+            [s for s in live if s.inst.tp == tp],
+            lambda s: s.inst.gpus / s.prefill[1],
+            lambda s: s.prefill[0],
+        )
     dec_pts = []
     for d in live:
         for c in _decode_concurrencies(job, d, opts):
@@ -376,8 +425,9 @@ def _disaggregated_points(job, shapes: dict, opts: ServeOptions) -> list[Candida
             dec_pts.append((d, c, tpot, d.inst.gpus * tpot * osl / c))
     dec_front = []
     for tp in sorted({x[0].inst.tp for x in dec_pts}):
-        dec_front += _front([x for x in dec_pts if x[0].inst.tp == tp],
-                            lambda x: x[3], lambda x: x[2])
+        dec_front += _front(
+            [x for x in dec_pts if x[0].inst.tp == tp], lambda x: x[3], lambda x: x[2]
+        )
     if opts.ttft_s is not None:
         # a TTFT SLO couples the sides (the prefill load is the decode pool's rate over the
         # prefill pool's): a point off the (cost, TPOT) front can be the best that meets it
@@ -390,10 +440,22 @@ def _disaggregated_points(job, shapes: dict, opts: ServeOptions) -> list[Candida
                 continue
             gd, rd = d.inst.gpus, c / tpot / osl
             for P in _worker_counts(N, gp, gd, rp, rd, one, chunk_s, opts):
-                layout = ServeLayout(prefill=p.inst, decode=d.inst, prefill_workers=P,
-                                     decode_workers=(N - P * gp) // gd)
-                est = disaggregated(job, layout, pmem=p.mem, dmem=d.mem, dcost=d.cost,
-                                    prefill=p.prefill, conc=c, decode=d.decode[c])
+                layout = ServeLayout(
+                    prefill=p.inst,
+                    decode=d.inst,
+                    prefill_workers=P,
+                    decode_workers=(N - P * gp) // gd,
+                )
+                est = disaggregated(
+                    job,
+                    layout,
+                    pmem=p.mem,
+                    dmem=d.mem,
+                    dcost=d.cost,
+                    prefill=p.prefill,
+                    conc=c,
+                    decode=d.decode[c],
+                )
                 out.append(Candidate(layout, est, _meets(est, opts)))
     return out
 
@@ -404,7 +466,7 @@ def _worker_counts(N, gp, gd, rp, rd, one, chunk_s, opts) -> list[int]:
     keeps TTFT = one + load * (chunk - one) within it (spare prefill capacity buys TTFT)."""
     targets = [N * rd / (rp * gd + gp * rd)]
     if opts.ttft_s is not None and chunk_s > one:
-        u = (opts.ttft_s - one) / (chunk_s - one)      # the load the SLO allows (KV aside)
+        u = (opts.ttft_s - one) / (chunk_s - one)  # the load the SLO allows (KV aside)
         if 0 < u < 1:
             targets.append(N * rd / (u * rp * gd + gp * rd))
     out = []
@@ -426,6 +488,7 @@ def _unit(inst, concs: list[int]) -> int:
 def _decode_concurrencies(job, d, opts: ServeOptions) -> list[int]:
     """A decode worker's concurrencies: the powers of two up to its KV capacity and, with a
     TPOT SLO, the largest that meets it (bisection; TPOT grows with concurrency)."""
+
     def tpot(c):
         if c not in d.decode:
             d.decode[c] = decode_pool(job, d.cost, c)
@@ -452,5 +515,6 @@ def _decode_concurrencies(job, d, opts: ServeOptions) -> list[int]:
 
 
 def violations_of(job, cand: Candidate) -> list[Violation]:
-    return check(job, cand.layout, memory=cand.estimate.memory,
-                 prefill_memory=cand.estimate.prefill_memory)
+    return check(
+        job, cand.layout, memory=cand.estimate.memory, prefill_memory=cand.estimate.prefill_memory
+    )

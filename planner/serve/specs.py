@@ -20,9 +20,21 @@ from planner.errors import SpecError
 from planner.io import read_yaml
 from planner.specs import HardwareSpec, ModelSpec, _Spec, parse_spec
 
-__all__ = ["Engine", "ServePrecision", "KvCacheDtype", "SpeculativeSpec", "ServingSpec",
-           "WorkerSpec", "ServeParallelSpec", "ServeConfigSpec", "ServeJob", "ENGINES",
-           "serve_config_from_data", "load_serve_config", "default_kv_dtype"]
+__all__ = [
+    "Engine",
+    "ServePrecision",
+    "KvCacheDtype",
+    "SpeculativeSpec",
+    "ServingSpec",
+    "WorkerSpec",
+    "ServeParallelSpec",
+    "ServeConfigSpec",
+    "ServeJob",
+    "ENGINES",
+    "serve_config_from_data",
+    "load_serve_config",
+    "default_kv_dtype",
+]
 
 Engine = Literal["vllm", "sglang", "trtllm"]
 ServePrecision = Literal["bf16", "fp8", "fp4"]
@@ -50,11 +62,14 @@ class SpeculativeSpec(_Spec):
     @model_validator(mode="after")
     def _draft(self) -> SpeculativeSpec:
         if self.method == "draft" and self.draft_model is None:
-            raise ValueError("method draft needs draft_model (a preset such as llama3-8b, or a "
-                             "model file)")
+            raise ValueError(
+                "method draft needs draft_model (a preset such as llama3-8b, or a model file)"
+            )
         if self.method == "mtp" and self.draft_model is not None:
-            raise ValueError("method mtp drafts with the model's own MTP layers; remove "
-                             "draft_model or use method draft")
+            raise ValueError(
+                "method mtp drafts with the model's own MTP layers; remove "
+                "draft_model or use method draft"
+            )
         return self
 
 
@@ -99,7 +114,9 @@ class ServingSpec(_Spec):
     @classmethod
     def _concurrency(cls, value: Any) -> Any:
         if isinstance(value, bool):
-            raise ValueError(f'must be a whole number of requests or "max", got {str(value).lower()}')
+            raise ValueError(
+                f'must be a whole number of requests or "max", got {str(value).lower()}'
+            )
         if isinstance(value, (int, float)) and value < 1:
             raise ValueError(f'must be at least 1 (or "max"), got {value}')
         if isinstance(value, str) and value != "max":
@@ -170,14 +187,21 @@ class ServeParallelSpec(_Spec):
         if (self.prefill is None) != (self.decode is None):
             given = "prefill" if self.prefill is not None else "decode"
             missing = "decode" if given == "prefill" else "prefill"
-            raise ValueError(f"disaggregated serving needs both prefill: and decode: workers; "
-                             f"{given}: is given, add {missing}: {{tp, pp, ep, dp, workers}}")
+            raise ValueError(
+                f"disaggregated serving needs both prefill: and decode: workers; "
+                f"{given}: is given, add {missing}: {{tp, pp, ep, dp, workers}}"
+            )
         if self.prefill is not None:
-            used = [k for k in ("tp", "pp", "ep", "dp", "dp_attention", "cp", "replicas")
-                    if k in self.model_fields_set]
+            used = [
+                k
+                for k in ("tp", "pp", "ep", "dp", "dp_attention", "cp", "replicas")
+                if k in self.model_fields_set
+            ]
             if used:
-                raise ValueError(f"{', '.join(used)} describe an aggregated instance; with "
-                                 "prefill: and decode: put them inside each worker")
+                raise ValueError(
+                    f"{', '.join(used)} describe an aggregated instance; with "
+                    "prefill: and decode: put them inside each worker"
+                )
         return self
 
 
@@ -216,8 +240,10 @@ def serve_config_from_data(data: Any, *, base: Path | None = None, source: str =
 
     if not isinstance(data, dict):
         got = "nothing (only comments?)" if data is None else type(data).__name__
-        raise SpecError(f"config {source!r} must be a mapping of keys to values at the top "
-                        f"level, got {got}; see README, 'Inference'")
+        raise SpecError(
+            f"config {source!r} must be a mapping of keys to values at the top "
+            f"level, got {got}; see README, 'Inference'"
+        )
     spec: ServeConfigSpec = parse_spec(ServeConfigSpec, data, where="")
     model = resolve_model(spec.model, base=base)
     hardware = resolve_hardware(spec.hardware, base=base)
@@ -225,8 +251,7 @@ def serve_config_from_data(data: Any, *, base: Path | None = None, source: str =
     draft = None
     if sv.speculative is not None and sv.speculative.draft_model is not None:
         draft = resolve_model(sv.speculative.draft_model, base=base)
-    job = ServeJob(model=model, hardware=hardware, num_gpus=spec.num_gpus, serving=sv,
-                   draft=draft)
+    job = ServeJob(model=model, hardware=hardware, num_gpus=spec.num_gpus, serving=sv, draft=draft)
     return job, layout_from_spec(spec.parallel)
 
 

@@ -98,26 +98,34 @@ from planner.serve.memory import (
 
 __all__ = ["StepParts", "ServeCost", "accepted_tokens", "kv_transfer_time", "touched_experts"]
 
-ACT = 2.0     # bytes per activation element on the wire (bf16)
+ACT = 2.0  # bytes per activation element on the wire (bf16)
 
 
 @dataclass(frozen=True, slots=True)
 class StepParts:
     """One step (token interval) split by what it spends time on, seconds."""
 
-    weights_s: float = 0.0      # GEMM time where bound by streaming the weights
-    compute_s: float = 0.0      # GEMM time where bound by FLOPs (beyond the weight stream)
-    attention_s: float = 0.0    # KV read (decode) and attention FLOPs (prefill)
+    weights_s: float = 0.0  # GEMM time where bound by streaming the weights
+    compute_s: float = 0.0  # GEMM time where bound by FLOPs (beyond the weight stream)
+    attention_s: float = 0.0  # KV read (decode) and attention FLOPs (prefill)
     tp_comm_s: float = 0.0
     ep_comm_s: float = 0.0
     pp_comm_s: float = 0.0
-    overhead_s: float = 0.0     # layer, step and per-sequence fixed costs
-    cp_comm_s: float = 0.0      # CP: the exposed K/V ring (prefill) and the decode combine
+    overhead_s: float = 0.0  # layer, step and per-sequence fixed costs
+    cp_comm_s: float = 0.0  # CP: the exposed K/V ring (prefill) and the decode combine
 
     @property
     def total(self) -> float:
-        return (self.weights_s + self.compute_s + self.attention_s + self.tp_comm_s
-                + self.ep_comm_s + self.pp_comm_s + self.overhead_s + self.cp_comm_s)
+        return (
+            self.weights_s
+            + self.compute_s
+            + self.attention_s
+            + self.tp_comm_s
+            + self.ep_comm_s
+            + self.pp_comm_s
+            + self.overhead_s
+            + self.cp_comm_s
+        )
 
     def scaled(self, k: float) -> StepParts:
         return StepParts(*(getattr(self, f) * k for f in self.__slots__))
@@ -148,11 +156,15 @@ def accepted_tokens(k: int, a: float) -> float:
 
 def _link(hw, n: int, stride: int):
     cal, sc = hw.calibration, hw.serving_calibration
-    return group_link(n=n, stride=stride, domain=hw.nvlink_domain_size,
-                      nvlink_bw=hw.nvlink_bandwidth_gb_per_s * 1e9 * sc.link_efficiency,
-                      network_bw=hw.network_bandwidth_gb_per_s * 1e9 * cal.network_efficiency,
-                      nvlink_lat=sc.allreduce_latency_us * 1e-6,
-                      network_lat=hw.network_latency_us * 1e-6)
+    return group_link(
+        n=n,
+        stride=stride,
+        domain=hw.nvlink_domain_size,
+        nvlink_bw=hw.nvlink_bandwidth_gb_per_s * 1e9 * sc.link_efficiency,
+        network_bw=hw.network_bandwidth_gb_per_s * 1e9 * cal.network_efficiency,
+        nvlink_lat=sc.allreduce_latency_us * 1e-6,
+        network_lat=hw.network_latency_us * 1e-6,
+    )
 
 
 class ServeCost:
@@ -176,13 +188,16 @@ class ServeCost:
         self.dense_w, self.dense_f = sh.dense_tp / tp * q, 2.0 * sh.dense_tp / tp
         self.moe_w, self.moe_f = sh.moe_tp / tp * q, 2.0 * sh.moe_tp / tp
         self.E, self.k = sh.E, sh.k
-        self.experts_w = sh.moe_experts / G * expert_bytes_per_param(m, sv.precision) \
-            if m.is_moe else 0.0
-        self.pair_f = 2.0 * sh.moe_experts / sh.E / G if m.is_moe else 0.0   # per token-expert pair, per GPU
+        self.experts_w = (
+            sh.moe_experts / G * expert_bytes_per_param(m, sv.precision) if m.is_moe else 0.0
+        )
+        self.pair_f = (
+            2.0 * sh.moe_experts / sh.E / G if m.is_moe else 0.0
+        )  # per token-expert pair, per GPU
         self.group_tokens = inst.dp if inst.dp_attention else 1
         cp = inst.cp
         self.cp = cp
-        self.kv_layer = kv_bytes_per_token_layer(m, tp, sv.kv_dtype, cp)   # per GPU: 1/cp
+        self.kv_layer = kv_bytes_per_token_layer(m, tp, sv.kv_dtype, cp)  # per GPU: 1/cp
         if m.is_mla:
             rope = m.qk_pos_emb_head_dim if m.qk_pos_emb_head_dim is not None else 64
             self.attn_decode_f = 2.0 * sh.a / tp * (2 * m.kv_lora_rank + rope) / cp  # absorbed MLA
@@ -200,10 +215,12 @@ class ServeCost:
         self.lm_f = 2.0 * m.vocab_size * m.hidden_size / tp
         self.stages = stage_layers(m, inst.pp)
         self.m, self.plain = m, plain_kv(m)
-        if not self.plain:   # attention kinds per stage, and the linear layers' fixed costs
+        if not self.plain:  # attention kinds per stage, and the linear layers' fixed costs
             kinds = m.attention_kinds
-            self.stage_kinds = [sorted({k: kinds[a:b].count(k) for k in set(kinds[a:b])}.items())
-                                for a, b in stage_bounds(m, inst.pp)]
+            self.stage_kinds = [
+                sorted({k: kinds[a:b].count(k) for k in set(kinds[a:b])}.items())
+                for a, b in stage_bounds(m, inst.pp)
+            ]
             self.lin_state = linear_state_bytes(m, tp) / cp
             self.lin_f = sh.linear_core_flops / min(tp, m.linear_num_value_heads or 1) / cp
             self.idx_bytes = ((m.dsa_index_head_dim or 0) + 4) / cp
@@ -215,8 +232,9 @@ class ServeCost:
         self.pp_link = _link(hw, 2, tp * cp * inst.dp)
 
     # ------------------------------------------------------------------ one stage, one step
-    def _gemm(self, w: float, f: float, n: float, eff_scale: float = 1.0,
-              grouped: bool = False) -> tuple[float, float]:
+    def _gemm(
+        self, w: float, f: float, n: float, eff_scale: float = 1.0, grouped: bool = False
+    ) -> tuple[float, float]:
         """(weight-stream time, extra compute time) of a GEMM group: max(W/B, F/(P e(n))).
         Grouped (expert) GEMMs: e(n) = g m n / (n + m h), which is a dense GEMM's g n / h for
         short GEMMs (both pad a tile) and g m (moe_efficiency m) for long ones."""
@@ -232,9 +250,19 @@ class ServeCost:
         engine's CUDA graphs hold), else 0 (a graph replay)."""
         return 1.0 if prefill > 0 or seqs * q > self.settings.cuda_graph_batch else 0.0
 
-    def stage(self, s: int, *, seqs: float, ctx: float, prefill: float = 0.0,
-              span: float = 0.0, q: int = 1, last_logits: float | None = None,
-              requests: float = 0.0, eager: float | None = None) -> StepParts:
+    def stage(
+        self,
+        s: int,
+        *,
+        seqs: float,
+        ctx: float,
+        prefill: float = 0.0,
+        span: float = 0.0,
+        q: int = 1,
+        last_logits: float | None = None,
+        requests: float = 0.0,
+        eager: float | None = None,
+    ) -> StepParts:
         """One step of stage s on one GPU: `seqs` decoding sequences of mean context `ctx`
         (q tokens each), `prefill` prompt tokens attending `span` tokens on average,
         `requests` requests admitted (and as many finished) in the step; `eager` the share
@@ -242,7 +270,7 @@ class ServeCost:
         c = self.c
         nd, nm = self.stages[s]
         cp = self.cp
-        local = prefill / cp if cp > 1 else prefill     # this GPU's share of the prompt tokens
+        local = prefill / cp if cp > 1 else prefill  # this GPU's share of the prompt tokens
         T = seqs * q + local
         if T <= 0:
             return StepParts()
@@ -254,24 +282,34 @@ class ServeCost:
         if nm:
             a, b = self._gemm(self.moe_w, self.moe_f * T, n)
             Tg = T * self.group_tokens
-            touched = touched_experts(self.E, self.k, Tg) / self.E   # share of the experts
-            ne = Tg * self.k / (self.E * touched)                     # tokens per touched expert
+            touched = touched_experts(self.E, self.k, Tg) / self.E  # share of the experts
+            ne = Tg * self.k / (self.E * touched)  # tokens per touched expert
             n_e = 1.0 / (self.inst.etp / self.h + 1.0 / ne) if ne > 0 else 0.0
-            a2, b2 = self._gemm(self.experts_w * touched, self.pair_f * Tg * self.k, n_e,
-                                c.moe_efficiency, grouped=True)
+            a2, b2 = self._gemm(
+                self.experts_w * touched,
+                self.pair_f * Tg * self.k,
+                n_e,
+                c.moe_efficiency,
+                grouped=True,
+            )
             w, cmp = w + nm * (a + a2), cmp + nm * (b + b2)
             if self.inst.dp_attention and self.inst.ep > 1:
                 ep = self.inst.ep
-                fan = ep * (1.0 - (1.0 - 1.0 / ep) ** self.k)   # S: (n-1)/n of it is remote
-                epc = nm * (all_to_all_time(T * self.h * fan * self.q, ep, self.ep_link)
-                            + all_to_all_time(T * self.h * fan * ACT, ep, self.ep_link))
+                fan = ep * (1.0 - (1.0 - 1.0 / ep) ** self.k)  # S: (n-1)/n of it is remote
+                epc = nm * (
+                    all_to_all_time(T * self.h * fan * self.q, ep, self.ep_link)
+                    + all_to_all_time(T * self.h * fan * ACT, ep, self.ep_link)
+                )
         L = nd + nm
         kv_read = seqs * ctx * self.kv_layer
-        dec = max(kv_read / self.bw,
-                  seqs * q * ctx * self.attn_decode_f / (self.peak16 * c.attention_efficiency))
+        dec = max(
+            kv_read / self.bw,
+            seqs * q * ctx * self.attn_decode_f / (self.peak16 * c.attention_efficiency),
+        )
         pre = prefill * span * self.attn_prefill_f / (self.peak16 * c.attention_efficiency)
-        attn = L * (dec + pre) if self.plain else self._kinds_attention(s, seqs, ctx, prefill,
-                                                                         span, q)
+        attn = (
+            L * (dec + pre) if self.plain else self._kinds_attention(s, seqs, ctx, prefill, span, q)
+        )
         cpc = 0.0
         if cp > 1:
             if local > 0:
@@ -292,8 +330,9 @@ class ServeCost:
             over += logits * c.sequence_overhead_us * 1e-6 + requests * c.request_overhead_us * 1e-6
         return StepParts(w, cmp, attn, tpc, epc, ppc, over, cpc)
 
-    def _kinds_attention(self, s: int, seqs: float, ctx: float, prefill: float, span: float,
-                         q: int) -> float:
+    def _kinds_attention(
+        self, s: int, seqs: float, ctx: float, prefill: float, span: float, q: int
+    ) -> float:
         """Attention time of stage s by layer kind: a window or chunk layer reads and attends
         at most W or C tokens of context (prefill: of the span), a dsa layer reads the
         indexer's keys of the whole context and attends its top-k, a linear layer reads its
@@ -321,28 +360,63 @@ class ServeCost:
             total += n * (dec + pre)
         return total
 
-    def interval(self, *, seqs: float, ctx: float, prefill: float = 0.0, span: float = 0.0,
-                 q: int = 1, requests: float = 0.0, eager: float | None = None) -> StepParts:
+    def interval(
+        self,
+        *,
+        seqs: float,
+        ctx: float,
+        prefill: float = 0.0,
+        span: float = 0.0,
+        q: int = 1,
+        requests: float = 0.0,
+        eager: float | None = None,
+    ) -> StepParts:
         """The token interval of the instance for `seqs` sequences per (DP) rank (`requests`
         requests of the whole instance arriving and leaving per interval, handled by its one
         front end): with pp stages, pp x the slowest stage's step on a micro-batch of seqs/pp."""
         pp = self.pp
-        parts = [self.stage(s, seqs=seqs / pp, ctx=ctx, prefill=prefill / pp, span=span, q=q,
-                            requests=requests / pp, eager=eager)
-                 for s in range(pp)]
+        parts = [
+            self.stage(
+                s,
+                seqs=seqs / pp,
+                ctx=ctx,
+                prefill=prefill / pp,
+                span=span,
+                q=q,
+                requests=requests / pp,
+                eager=eager,
+            )
+            for s in range(pp)
+        ]
         worst = max(parts, key=lambda p: p.total)
         return worst.scaled(pp)
 
-    def prefill_time(self, tokens: float, *, span: float, seqs: float = 1.0,
-                     decode_seqs: float = 0.0, decode_ctx: float = 0.0) -> float:
+    def prefill_time(
+        self,
+        tokens: float,
+        *,
+        span: float,
+        seqs: float = 1.0,
+        decode_seqs: float = 0.0,
+        decode_ctx: float = 0.0,
+    ) -> float:
         """Time until the last of `tokens` prompt tokens (of `seqs` requests) has crossed every
         stage: chunks of max_num_tokens, each crossing the pp stages (pipelined)."""
         chunk = max(1, self.settings.max_num_tokens)
         n_chunks = max(1, math.ceil(tokens / chunk))
         per = tokens / n_chunks
         logits = seqs / n_chunks
-        stages = [self.stage(s, seqs=decode_seqs, ctx=decode_ctx, prefill=per, span=span,
-                             last_logits=logits + decode_seqs).total for s in range(self.pp)]
+        stages = [
+            self.stage(
+                s,
+                seqs=decode_seqs,
+                ctx=decode_ctx,
+                prefill=per,
+                span=span,
+                last_logits=logits + decode_seqs,
+            ).total
+            for s in range(self.pp)
+        ]
         return (n_chunks - 1) * max(stages) + sum(stages)
 
 
@@ -351,6 +425,7 @@ def kv_transfer_time(job, layout, *, tokens: float) -> float:
     prefill worker to a decode worker: NVLink when the deployment fits one NVLink domain,
     else the network, spread over the min(prefill, decode) GPUs' links."""
     from planner.serve.memory import kv_bytes_per_token_at
+
     hw = job.hardware
     size = tokens * kv_bytes_per_token_at(job.model, job.serving.kv_dtype, tokens)
     lanes = min(layout.prefill.gpus, layout.decode.gpus)

@@ -18,7 +18,7 @@ class ServeValidation:
     layout: object
     violations: list[Violation]
     estimate: ServeEstimate | None
-    extra: list[Violation] = field(default_factory=list)   # an engine command line's own
+    extra: list[Violation] = field(default_factory=list)  # an engine command line's own
 
     @property
     def errors(self) -> list[Violation]:
@@ -63,16 +63,21 @@ def caveats(job, layout) -> list[str]:
     hw = job.hardware
     fitted = set(hw.serving_calibration.fitted_on)
     if not fitted:
-        return [f"{hw.name} has no serving calibration: its serving parameters are defaults, "
-                "so treat the estimate as rough"]
+        return [
+            f"{hw.name} has no serving calibration: its serving parameters are defaults, "
+            "so treat the estimate as rough"
+        ]
     out = []
     cls = serve_class(job, layout)
     if cls not in fitted:
-        out.append(f"no {cls} runs on {hw.name} in the calibration data (fitted on "
-                   f"{', '.join(sorted(fitted))}): extrapolated")
+        out.append(
+            f"no {cls} runs on {hw.name} in the calibration data (fitted on "
+            f"{', '.join(sorted(fitted))}): extrapolated"
+        )
     if job.serving.speculative is not None:
-        out.append("speculative decoding is costed from the acceptance rate given, not from "
-                   "measured runs")
+        out.append(
+            "speculative decoding is costed from the acceptance rate given, not from measured runs"
+        )
     return out + cp_caveats(job, layout)
 
 
@@ -86,11 +91,15 @@ def cp_caveats(job, layout) -> list[str]:
     cps = sorted({i.cp for i in _instances(layout) if i.cp > 1})
     if not cps:
         return []
-    out = [f"cp {'/'.join(map(str, cps))}: the serving calibration has no context-parallel "
-           "runs, so the CP terms (1/cp of the KV cache and of each prompt, the K/V ring, the "
-           "decode combine) are modelled, not fitted: outside calibrated ground"]
+    out = [
+        f"cp {'/'.join(map(str, cps))}: the serving calibration has no context-parallel "
+        "runs, so the CP terms (1/cp of the KV cache and of each prompt, the K/V ring, the "
+        "decode combine) are modelled, not fitted: outside calibrated ground"
+    ]
     if job.serving.engine == "trtllm":
-        out.append("TensorRT-LLM's Helix reuses the cp ranks as tensor-parallel ranks for the "
-                   "FFN/MoE layers; planner keeps every weight whole on each cp rank, so its "
-                   "weight memory and weight-read time are upper bounds")
+        out.append(
+            "TensorRT-LLM's Helix reuses the cp ranks as tensor-parallel ranks for the "
+            "FFN/MoE layers; planner keeps every weight whole on each cp rank, so its "
+            "weight memory and weight-read time are upper bounds"
+        )
     return out

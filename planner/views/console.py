@@ -54,4 +54,3 @@ def print_note(console: Console, text: str) -> None:
     from rich.text import Text
 
     console.print(Text(text))
-

@@ -17,20 +17,37 @@ from planner.cost.pipeline import bubble_fraction
 from planner.cost.schedule import Schedule, build_schedule
 from planner.units import GiB
 
-__all__ = ["KINDS", "SchedulePicture", "schedule_picture", "schedule_cells",
-           "MemoryPicture", "memory_picture", "bar_cells", "WaterfallPicture",
-           "waterfall_picture", "waterfall_cells", "layout_pictures", "rank_coords", "node_text", "GridPicture", "grid_picture", "ScatterPicture",
-           "scatter_picture", "scatter_cells", "SHOWABLE"]
+__all__ = [
+    "KINDS",
+    "SchedulePicture",
+    "schedule_picture",
+    "schedule_cells",
+    "MemoryPicture",
+    "memory_picture",
+    "bar_cells",
+    "WaterfallPicture",
+    "waterfall_picture",
+    "waterfall_cells",
+    "layout_pictures",
+    "rank_coords",
+    "node_text",
+    "GridPicture",
+    "grid_picture",
+    "ScatterPicture",
+    "scatter_picture",
+    "scatter_cells",
+    "SHOWABLE",
+]
 
 SHOWABLE = ("schedule", "memory", "time", "grid", "scatter")
 """Pictures `--show` accepts (scatter: plan only)."""
 
 KINDS: dict[str, tuple[str, str]] = {
     # kind: (colour, character)
-    "F": ("#3b7dd8", "F"),          # forward (colours used by no other picture)
-    "B": ("#3aa35b", "B"),          # backward
-    "R": ("#f2c14e", "r"),          # recompute (the start of a backward)
-    "idle": ("#e8e8e8", "·"),       # pipeline bubble
+    "F": ("#3b7dd8", "F"),  # forward (colours used by no other picture)
+    "B": ("#3aa35b", "B"),  # backward
+    "R": ("#f2c14e", "r"),  # recompute (the start of a backward)
+    "idle": ("#e8e8e8", "·"),  # pipeline bubble
     "weights": ("#4c78a8", "W"),
     "gradients": ("#f28e2b", "G"),
     "optimizer": ("#e15759", "O"),
@@ -61,6 +78,7 @@ def _scale(width: int, total: float) -> float:
 
 # ------------------------------------------------------------------------------ schedule
 
+
 @dataclass(frozen=True)
 class SchedulePicture:
     """One step of the pipeline: every rank's forward/backward blocks in seconds."""
@@ -69,7 +87,7 @@ class SchedulePicture:
     p: int
     m: int
     v: int
-    bubble_formula: float          # (p-1)/(v*m), what the time model charges
+    bubble_formula: float  # (p-1)/(v*m), what the time model charges
     recompute: bool
 
     @property
@@ -85,17 +103,23 @@ class SchedulePicture:
         if p == 1:
             return f"no pipeline (pp 1): {m} micro-batches back to back, no bubble"
         formula = f"(p-1)/(v*m) = ({p}-1)/({v}*{m})" if v > 1 else f"(p-1)/m = ({p}-1)/{m}"
-        text = (f"{self.name}, {p} stages, {m} micro-batches"
-                + (f", {v} virtual stages per rank" if v > 1 else "")
-                + f": bubble {formula} = {_share(self.bubble_formula)} of the ideal step")
+        text = (
+            f"{self.name}, {p} stages, {m} micro-batches"
+            + (f", {v} virtual stages per rank" if v > 1 else "")
+            + f": bubble {formula} = {_share(self.bubble_formula)} of the ideal step"
+        )
         if v > 1 and m % p:
-            text += (f"; Megatron-LM's default groups of p micro-batches per virtual stage "
-                     f"need m a multiple of p (it refuses m {m} on pp {p}): drawn with one group "
-                     f"of {m} (--microbatch-group-size-per-virtual-pipeline-stage {m}), "
-                     f"which idles {_share(self.bubble_drawn)}")
+            text += (
+                f"; Megatron-LM's default groups of p micro-batches per virtual stage "
+                f"need m a multiple of p (it refuses m {m} on pp {p}): drawn with one group "
+                f"of {m} (--microbatch-group-size-per-virtual-pipeline-stage {m}), "
+                f"which idles {_share(self.bubble_drawn)}"
+            )
         elif abs(self.bubble_drawn - self.bubble_formula) > 0.005:
-            text += (f"; the schedule drawn idles {_share(self.bubble_drawn)} (the closed form "
-                     "charges fill and drain at the slowest stage's time)")
+            text += (
+                f"; the schedule drawn idles {_share(self.bubble_drawn)} (the closed form "
+                "charges fill and drain at the slowest stage's time)"
+            )
         return text
 
 
@@ -109,10 +133,16 @@ def schedule_picture(job, lay, cm=None) -> SchedulePicture:
     cm = cm or cost_model(job)
     stages = cm.stage_times(lay)
     m = max(1, lay.num_microbatches(job.training.global_batch_size))
-    sched = build_schedule(forward=[f for f, _, _ in stages], backward=[b for _, b, _ in stages],
-                           recompute=[r for _, _, r in stages], m=m, v=lay.vpp)
-    return SchedulePicture(sched, lay.pp, m, lay.vpp, bubble_fraction(lay.pp, m, lay.vpp),
-                           lay.recompute != "none")
+    sched = build_schedule(
+        forward=[f for f, _, _ in stages],
+        backward=[b for _, b, _ in stages],
+        recompute=[r for _, _, r in stages],
+        m=m,
+        v=lay.vpp,
+    )
+    return SchedulePicture(
+        sched, lay.pp, m, lay.vpp, bubble_fraction(lay.pp, m, lay.vpp), lay.recompute != "none"
+    )
 
 
 def schedule_cells(pic: SchedulePicture, width: int) -> list[Cells]:
@@ -124,8 +154,11 @@ def schedule_cells(pic: SchedulePicture, width: int) -> list[Cells]:
     blocks = [sched.rank_blocks(r) for r in range(pic.p)]
     # numbers only when every block has room for its own: a few numbered blocks among
     # unnumbered ones read as a different schedule
-    labelled = all(round(b.end * k) - round(b.start * k) >= len(str(b.micro_batch + 1)) + 1
-                   for row in blocks for b in row)
+    labelled = all(
+        round(b.end * k) - round(b.start * k) >= len(str(b.micro_batch + 1)) + 1
+        for row in blocks
+        for b in row
+    )
     rows = []
     for r in range(pic.p):
         row: Cells = [(KINDS["idle"][1], "idle")] * width
@@ -154,9 +187,9 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
 class MemoryPicture:
     """Per pipeline rank: bytes by component, against capacity and the usable share."""
 
-    ranks: list                    # MemoryBreakdown per pipeline rank, rank 0 first
+    ranks: list  # MemoryBreakdown per pipeline rank, rank 0 first
     capacity: float
-    usable: float                  # capacity * (1 - headroom)
+    usable: float  # capacity * (1 - headroom)
     headroom: float
 
     def parts(self, i: int) -> list[tuple[str, float]]:
@@ -169,9 +202,11 @@ class MemoryPicture:
 
     def caption(self) -> str:
         w = self.ranks[self.worst]
-        return (f"most loaded: pipeline rank {self.worst} ({w.stage}), {w.total / GiB:.1f} GiB "
-                f"of {self.capacity / GiB:.1f} GiB; usable {self.usable / GiB:.1f} GiB "
-                f"(headroom {self.headroom:.0%})")
+        return (
+            f"most loaded: pipeline rank {self.worst} ({w.stage}), {w.total / GiB:.1f} GiB "
+            f"of {self.capacity / GiB:.1f} GiB; usable {self.usable / GiB:.1f} GiB "
+            f"(headroom {self.headroom:.0%})"
+        )
 
 
 def memory_picture(job, lay, cm=None, *, headroom: float) -> MemoryPicture:
@@ -199,9 +234,12 @@ def bar_cells(pic: MemoryPicture, i: int, width: int) -> Cells:
             if c >= cap_c:
                 cells[c] = (KINDS["over"][1], "over")
             continue
-        cells.append((KINDS["headroom"][1], "headroom") if usable_c <= c < cap_c else
-                     (KINDS["free"][1], "free"))
-    if 0 < usable_c < width:   # the usable line, visible over free cells and bars alike
+        cells.append(
+            (KINDS["headroom"][1], "headroom")
+            if usable_c <= c < cap_c
+            else (KINDS["free"][1], "free")
+        )
+    if 0 < usable_c < width:  # the usable line, visible over free cells and bars alike
         ch, kind = cells[usable_c]
         cells[usable_c] = ("|", kind if kind not in ("free", "headroom") else "headroom")
     return cells[:width]
@@ -209,14 +247,16 @@ def bar_cells(pic: MemoryPicture, i: int, width: int) -> Cells:
 
 # ------------------------------------------------------------------------------ waterfall
 
-WATERFALL = (("compute", "compute (incl. recompute)", "compute_s"),
-             ("bubble", "pipeline bubble", "bubble_s"),
-             ("tp", "TP communication", "tp_comm_s"),
-             ("cp", "CP communication", "cp_comm_s"),
-             ("ep", "EP communication", "ep_comm_s"),
-             ("pp", "PP communication", "pp_comm_s"),
-             ("dp", "DP communication", "dp_comm_s"),
-             ("optimizer_step", "optimizer step", "optimizer_s"))
+WATERFALL = (
+    ("compute", "compute (incl. recompute)", "compute_s"),
+    ("bubble", "pipeline bubble", "bubble_s"),
+    ("tp", "TP communication", "tp_comm_s"),
+    ("cp", "CP communication", "cp_comm_s"),
+    ("ep", "EP communication", "ep_comm_s"),
+    ("pp", "PP communication", "pp_comm_s"),
+    ("dp", "DP communication", "dp_comm_s"),
+    ("optimizer_step", "optimizer step", "optimizer_s"),
+)
 
 
 @dataclass(frozen=True)
@@ -242,27 +282,29 @@ def waterfall_cells(pic: WaterfallPicture, i: int, width: int) -> Cells:
     k = _scale(width, pic.total)
     lo, hi = round(start * k), round((start + sec) * k)
     if sec > 0 and hi == lo:
-        hi = lo + 1                 # a part too small to see still gets a mark
+        hi = lo + 1  # a part too small to see still gets a mark
     hi = min(hi, width)
-    return ([(" ", "free")] * lo + [(KINDS[kind][1], kind)] * (hi - lo)
-            + [(" ", "free")] * (width - hi))
+    return (
+        [(" ", "free")] * lo + [(KINDS[kind][1], kind)] * (hi - lo) + [(" ", "free")] * (width - hi)
+    )
 
 
 # ---------------------------------------------------------------------------- GPU grid
+
 
 @dataclass(frozen=True)
 class GroupRow:
     axis: str
     degree: int
     stride: int
-    ranks: list[int]               # the group that holds rank 0
+    ranks: list[int]  # the group that holds rank 0
     crosses_network: bool
-    bandwidth_gb_per_s: float      # achieved, as the cost model uses it
-    nodes: int                     # nodes the group spans
+    bandwidth_gb_per_s: float  # achieved, as the cost model uses it
+    nodes: int  # nodes the group spans
 
     def describe(self, gpus_per_node: int) -> str:
         shown = self.ranks if len(self.ranks) <= 6 else self.ranks[:4] + ["...", self.ranks[-1]]
-        where = (f"across {self.nodes} nodes" if self.nodes > 1 else "inside one node")
+        where = f"across {self.nodes} nodes" if self.nodes > 1 else "inside one node"
         return f"{', '.join(map(str, shown))} ({where})"
 
 
@@ -272,24 +314,32 @@ class GridPicture:
     gpus_per_node: int
     domain: int
     groups: list[GroupRow]
-    coords: list[dict]             # per drawn GPU: rank, node, tp, cp, dp, pp indices
-    drawn: int                     # GPUs drawn (the first `drawn` ranks)
+    coords: list[dict]  # per drawn GPU: rank, node, tp, cp, dp, pp indices
+    drawn: int  # GPUs drawn (the first `drawn` ranks)
 
 
 def rank_coords(rank: int, lay) -> dict:
     """Megatron's rank order, innermost first: tp, cp, dp, pp."""
-    return {"rank": rank, "tp": rank % lay.tp, "cp": rank // lay.tp % lay.cp,
-            "dp": rank // (lay.tp * lay.cp) % lay.dp, "pp": rank // (lay.tp * lay.cp * lay.dp)}
+    return {
+        "rank": rank,
+        "tp": rank % lay.tp,
+        "cp": rank // lay.tp % lay.cp,
+        "dp": rank // (lay.tp * lay.cp) % lay.dp,
+        "pp": rank // (lay.tp * lay.cp * lay.dp),
+    }
 
 
 def node_text(coords: list[dict]) -> str:
     """'ranks 0-7: tp 0-7, cp 0, dp 0, pp 0' for one node's GPUs (a node holds consecutive
     ranks, so each axis's indices on it form a range)."""
+
     def span(key: str) -> str:
         vals = sorted({c[key] for c in coords})
         return f"{key} {vals[0]}" if len(vals) == 1 else f"{key} {vals[0]}-{vals[-1]}"
-    return (f"ranks {coords[0]['rank']}-{coords[-1]['rank']}: "
-            + ", ".join(span(k) for k in ("tp", "cp", "dp", "pp")))
+
+    return f"ranks {coords[0]['rank']}-{coords[-1]['rank']}: " + ", ".join(
+        span(k) for k in ("tp", "cp", "dp", "pp")
+    )
 
 
 def grid_picture(job, lay, cm=None, *, max_drawn: int = 512) -> GridPicture:
@@ -298,8 +348,12 @@ def grid_picture(job, lay, cm=None, *, max_drawn: int = 512) -> GridPicture:
     cm = cm or cost_model(job)
     hw = job.hardware
     gpn = hw.gpus_per_node
-    axes = [("tp", lay.tp, 1), ("cp", lay.cp, lay.tp), ("dp", lay.dp, lay.tp * lay.cp),
-            ("pp", lay.pp, lay.tp * lay.cp * lay.dp)]
+    axes = [
+        ("tp", lay.tp, 1),
+        ("cp", lay.cp, lay.tp),
+        ("dp", lay.dp, lay.tp * lay.cp),
+        ("pp", lay.pp, lay.tp * lay.cp * lay.dp),
+    ]
     if lay.ep > 1:
         axes.insert(2, ("ep", lay.ep, lay.etp))
     groups = []
@@ -309,8 +363,9 @@ def grid_picture(job, lay, cm=None, *, max_drawn: int = 512) -> GridPicture:
         ranks = [i * stride for i in range(n)]
         link = cm.link(n, stride)
         nodes = len({r // gpn for r in ranks})
-        groups.append(GroupRow(axis, n, stride, ranks, link.crosses_network,
-                               link.bandwidth / 1e9, nodes))
+        groups.append(
+            GroupRow(axis, n, stride, ranks, link.crosses_network, link.bandwidth / 1e9, nodes)
+        )
     drawn = min(lay.world_size, max_drawn)
     coords = []
     for r in range(drawn):
@@ -322,15 +377,16 @@ def grid_picture(job, lay, cm=None, *, max_drawn: int = 512) -> GridPicture:
 
 # ------------------------------------------------------------------------------ scatter
 
+
 @dataclass(frozen=True)
 class ScatterPicture:
     """Feasible layouts as (memory GiB, step seconds, name, kind): kind 'point', 'top'
     (rank shown in `label`) or 'pick' (the seven-step pick)."""
 
-    points: list[tuple[float, float, str, str, str]]   # (gib, step_s, name, kind, label)
+    points: list[tuple[float, float, str, str, str]]  # (gib, step_s, name, kind, label)
     capacity_gib: float
     usable_gib: float
-    sample: str                                          # what the cloud is
+    sample: str  # what the cloud is
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
@@ -351,20 +407,22 @@ def scatter_picture(result, cloud: list | None = None, *, order: str = "fastest"
             continue
         seen.add(p.layout)
         pts.append((p.memory.total / GiB, p.time.step_time_s, _label(p.layout), "point", ""))
-    for p in reversed(result.plans):      # rank 1 drawn last, over any plan at its point
+    for p in reversed(result.plans):  # rank 1 drawn last, over any plan at its point
         kind = "pick" if result.pick_rank == p.rank else "top"
         pts.append((p.memory.total / GiB, p.time.step_time_s, _label(p.layout), kind, str(p.rank)))
     if result.pick is not None and result.pick_rank is None:
         pk = result.pick
         pts.append((pk.memory.total / GiB, pk.time.step_time_s, _label(pk.layout), "pick", "*"))
-    sample = (f"the {len(seen) + len(result.plans)} {order} feasible layouts"
-              if cloud else f"the top {len(result.plans)}")
+    sample = (
+        f"the {len(seen) + len(result.plans)} {order} feasible layouts"
+        if cloud
+        else f"the top {len(result.plans)}"
+    )
     return ScatterPicture(pts, cap, cap * (1 - result.headroom), sample)
 
 
 def _label(lay) -> str:
-    return (f"{lay.name} mbs {lay.micro_batch_size} zero {lay.zero} "
-            f"recompute {lay.recompute}")
+    return f"{lay.name} mbs {lay.micro_batch_size} zero {lay.zero} recompute {lay.recompute}"
 
 
 def scatter_cells(pic: ScatterPicture, width: int, height: int) -> list[Cells]:
@@ -385,6 +443,7 @@ def scatter_cells(pic: ScatterPicture, width: int, height: int) -> list[Cells]:
 
 
 # ------------------------------------------------------------------------------ together
+
 
 def layout_pictures(job, lay, *, show, headroom: float, cm=None) -> dict:
     """The pictures named in `show` (a subset of schedule, memory, time, grid) for one

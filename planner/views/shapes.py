@@ -31,11 +31,12 @@ def estimate_json(est, layout, global_batch_size: int, job=None) -> dict[str, An
 
 def _intervals(out: dict[str, Any], est, job, layout) -> None:
     from planner.calibration.intervals import memory_interval, time_interval
+
     basis: dict[str, Any] = {}
     if est.time is not None:
         iv = time_interval(job, layout)
         out["time"]["step_time_s_interval"] = iv.of(est.time.step_time_s)
-        tps = est.time.tokens_per_s_per_gpu     # tokens / time: the interval turned over
+        tps = est.time.tokens_per_s_per_gpu  # tokens / time: the interval turned over
         out["throughput"]["tokens_per_s_per_gpu_interval"] = [tps / iv.hi, tps / iv.lo]
         basis.update(iv.basis())
     mv = memory_interval(job, layout)
@@ -62,25 +63,32 @@ def plan_ties(result) -> list[bool]:
     """Per plan: is the measured order against the fastest plan open, the two 80% intervals
     overlapping (lo x this step time <= hi x the fastest's)? The fastest itself: False."""
     from planner.calibration.intervals import time_interval
+
     if not result.plans:
         return []
     ivs = [time_interval(result.job, p.layout) for p in result.plans]
     best = min(range(len(result.plans)), key=lambda i: result.plans[i].time.step_time_s)
     t_best = result.plans[best].time.step_time_s * ivs[best].hi
-    return [i != best and p.time.step_time_s * iv.lo <= t_best
-            for i, (p, iv) in enumerate(zip(result.plans, ivs))]
+    return [
+        i != best and p.time.step_time_s * iv.lo <= t_best
+        for i, (p, iv) in enumerate(zip(result.plans, ivs))
+    ]
 
 
 def _caveats(job, layout) -> list[str]:
     from planner.caveats import caveats
+
     return caveats(job, layout)
 
 
 def job_json(job) -> dict[str, Any]:
     from planner.cost.params import total_params
+
     return {
-        "model": job.model.name, "parameters": total_params(job.model),
-        "hardware": job.hardware.name, "num_gpus": job.num_gpus,
+        "model": job.model.name,
+        "parameters": total_params(job.model),
+        "hardware": job.hardware.name,
+        "num_gpus": job.num_gpus,
         "seq_length": job.training.seq_length,
         "global_batch_size": job.training.global_batch_size,
         "precision": job.training.precision,
@@ -91,19 +99,23 @@ def job_json(job) -> dict[str, Any]:
     }
 
 
-
 def plan_json(result) -> dict[str, Any]:
     """{"plans": [...], "searched", "feasible", "steps", ...} (README, 'JSON output'); each
     plan with its `savers` (planner.savers.in_use) and, from `planner plan`, the
     `frameworks` whose exporter runs it."""
     from planner.savers import in_use
+
     job = result.job
     gbs = job.training.global_batch_size
     plans = []
     ties = plan_ties(result)
     for p, tie in zip(result.plans, ties):
-        d = {"rank": p.rank, "valid": True, "errors": [],
-             "warnings": [v.as_dict() for v in p.warnings]}
+        d = {
+            "rank": p.rank,
+            "valid": True,
+            "errors": [],
+            "warnings": [v.as_dict() for v in p.warnings],
+        }
         d.update(estimate_json(_Est(p.memory, p.time), p.layout, gbs, job))
         d["caveats"] = _caveats(job, p.layout)
         d["tie_with_fastest"] = tie
@@ -112,29 +124,45 @@ def plan_json(result) -> dict[str, Any]:
             d["frameworks"] = list(p.frameworks)
         plans.append(d)
     out: dict[str, Any] = {
-        "plans": plans, "searched": result.searched, "feasible": result.feasible,
-        "steps": result.steps, "evaluated": result.evaluated, "timed": result.timed,
-        "pruned": result.pruned, "elapsed_s": result.elapsed_s, "job": job_json(job),
+        "plans": plans,
+        "searched": result.searched,
+        "feasible": result.feasible,
+        "steps": result.steps,
+        "evaluated": result.evaluated,
+        "timed": result.timed,
+        "pruned": result.pruned,
+        "elapsed_s": result.elapsed_s,
+        "job": job_json(job),
         "caveats": _caveats(job, None),
     }
     if result.pick is not None:
         pick = {"rank": result.pick_rank, "note": result.pick_note}
-        pick.update(estimate_json(_Est(result.pick.memory, result.pick.time), result.pick.layout,
-                                  gbs, job))
+        pick.update(
+            estimate_json(_Est(result.pick.memory, result.pick.time), result.pick.layout, gbs, job)
+        )
         out["seven_step_pick"] = pick
-    else:   # same keys, null, and why
+    else:  # same keys, null, and why
         why = next((s["decision"] for s in result.steps if s.get("step") == 3), "")
-        out["seven_step_pick"] = dict(_NO_PICK, reason="the seven-step procedure finds no layout "
-                                      f"that fits ({why})" if why else
-                                      "the seven-step procedure finds no layout that fits")
+        out["seven_step_pick"] = dict(
+            _NO_PICK,
+            reason=f"the seven-step procedure finds no layout that fits ({why})"
+            if why
+            else "the seven-step procedure finds no layout that fits",
+        )
     if result.closest is not None:
         lay, mem = result.closest
-        out["closest"] = {"layout": lay.as_dict(gbs), "memory": mem.as_dict(),
-                          "shortfall_bytes": round(mem.total - mem.capacity * (1 - result.headroom))}
+        out["closest"] = {
+            "layout": lay.as_dict(gbs),
+            "memory": mem.as_dict(),
+            "shortfall_bytes": round(mem.total - mem.capacity * (1 - result.headroom)),
+        }
     elif not result.plans:
-        out["closest"] = dict(_NO_CLOSEST, reason="no layout passes the structural rules (heads, "
-                              "layers, batch, sequence and expert divisibility, and --fix), so "
-                              "none has a memory estimate to compare")
+        out["closest"] = dict(
+            _NO_CLOSEST,
+            reason="no layout passes the structural rules (heads, "
+            "layers, batch, sequence and expert divisibility, and --fix), so "
+            "none has a memory estimate to compare",
+        )
     if not result.plans:
         out["suggestions"] = result.suggestions
         out["binding"] = result.binding
@@ -142,8 +170,14 @@ def plan_json(result) -> dict[str, Any]:
     return out
 
 
-_NO_PICK = {"rank": None, "note": "", "layout": None, "memory": None, "time": None,
-            "throughput": None}
+_NO_PICK = {
+    "rank": None,
+    "note": "",
+    "layout": None,
+    "memory": None,
+    "time": None,
+    "throughput": None,
+}
 _NO_CLOSEST = {"layout": None, "memory": None, "shortfall_bytes": None}
 
 
@@ -175,8 +209,11 @@ def compare_rows(results: list) -> list[tuple[str, str, list[str], bool]]:
     jobs = [r.job for r in results]
     lays = [r.layout for r in results]
     ests = [r.estimate for r in results]
-    add("valid", "verdict", ["VALID" if r.valid else f"INVALID ({len(r.errors)} errors)"
-                             for r in results])
+    add(
+        "valid",
+        "verdict",
+        ["VALID" if r.valid else f"INVALID ({len(r.errors)} errors)" for r in results],
+    )
     add("model", "model", [j.model.name for j in jobs])
     add("hardware", "hardware", [j.hardware.name for j in jobs])
     add("num_gpus", "GPUs", [j.num_gpus for j in jobs])
@@ -185,32 +222,62 @@ def compare_rows(results: list) -> list[tuple[str, str, list[str], bool]]:
     add("precision", "precision", [j.training.precision for j in jobs])
     for key in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size"):
         add(key, key.replace("micro_batch_size", "micro-batch"), [getattr(x, key) for x in lays])
-    add("num_microbatches", "micro-batches",
-        [x.num_microbatches(j.training.global_batch_size) for x, j in zip(lays, jobs)])
+    add(
+        "num_microbatches",
+        "micro-batches",
+        [x.num_microbatches(j.training.global_batch_size) for x, j in zip(lays, jobs)],
+    )
     add("sequence_parallel", "sp", ["on" if x.sp else "off" for x in lays])
     add("zero_stage", "ZeRO", [x.zero for x in lays])
     add("recompute", "recompute", [x.recompute for x in lays])
     # the memory savers each config relies on (the plan table's savers column)
     from planner.savers import in_use
+
     add("savers", "savers", [" ".join(in_use(x, j.training)) or "-" for x, j in zip(lays, jobs)])
-    gib = lambda v: f"{v / GiB:.2f}"   # noqa: E731
-    for key, label in (("weights", "weights GiB"), ("gradients", "gradients GiB"),
-                       ("optimizer", "optimizer GiB"), ("activations", "activations GiB"),
-                       ("other", "other GiB"), ("total", "memory GiB/GPU")):
-        add(f"memory.{key}", label, [getattr(e.memory, key) if e else None for e in ests], gib,
-            rel=key == "total")
+    gib = lambda v: f"{v / GiB:.2f}"  # noqa: E731
+    for key, label in (
+        ("weights", "weights GiB"),
+        ("gradients", "gradients GiB"),
+        ("optimizer", "optimizer GiB"),
+        ("activations", "activations GiB"),
+        ("other", "other GiB"),
+        ("total", "memory GiB/GPU"),
+    ):
+        add(
+            f"memory.{key}",
+            label,
+            [getattr(e.memory, key) if e else None for e in ests],
+            gib,
+            rel=key == "total",
+        )
     add("memory.stage", "most loaded rank", [e.memory.stage if e else None for e in ests])
     tms = [e.time if e is not None else None for e in ests]
-    sec = lambda v: f"{v:.3f}"         # noqa: E731
-    for key, label in (("compute_s", "compute s"), ("bubble_s", "bubble s"),
-                       ("tp_comm_s", "TP comm s"), ("pp_comm_s", "PP comm s"),
-                       ("dp_comm_s", "DP comm s"), ("ep_comm_s", "EP comm s"),
-                       ("cp_comm_s", "CP comm s"), ("optimizer_s", "optimizer s"),
-                       ("step_time_s", "step s")):
-        add(f"time.{key}", label, [getattr(t, key) if t else None for t in tms], sec,
-            rel=key == "step_time_s")
-    add("throughput.tokens_per_s_per_gpu", "tokens/s/GPU",
-        [t.tokens_per_s_per_gpu if t else None for t in tms], lambda v: f"{v:,.0f}", rel=True)
+    sec = lambda v: f"{v:.3f}"  # noqa: E731
+    for key, label in (
+        ("compute_s", "compute s"),
+        ("bubble_s", "bubble s"),
+        ("tp_comm_s", "TP comm s"),
+        ("pp_comm_s", "PP comm s"),
+        ("dp_comm_s", "DP comm s"),
+        ("ep_comm_s", "EP comm s"),
+        ("cp_comm_s", "CP comm s"),
+        ("optimizer_s", "optimizer s"),
+        ("step_time_s", "step s"),
+    ):
+        add(
+            f"time.{key}",
+            label,
+            [getattr(t, key) if t else None for t in tms],
+            sec,
+            rel=key == "step_time_s",
+        )
+    add(
+        "throughput.tokens_per_s_per_gpu",
+        "tokens/s/GPU",
+        [t.tokens_per_s_per_gpu if t else None for t in tms],
+        lambda v: f"{v:,.0f}",
+        rel=True,
+    )
     add("throughput.mfu", "MFU", [t.mfu if t else None for t in tms], lambda v: f"{v:.1%}")
     add("warnings", "warnings", [", ".join(v.rule for v in r.warnings) or "-" for r in results])
     add("caveats", "caveats", [str(len(_caveats(r.job, r.layout))) for r in results])
@@ -223,5 +290,7 @@ def compare_json(results: list, names: list[str], formats: list[str]) -> dict[st
         d = validation_json(r)
         d["config"], d["format"] = name, fmt
         configs.append(d)
-    return {"configs": configs,
-            "differences": [key for key, _, _, differs in compare_rows(results) if differs]}
+    return {
+        "configs": configs,
+        "differences": [key for key, _, _, differs in compare_rows(results) if differs],
+    }

@@ -54,44 +54,134 @@ from planner.layout import Layout
 from planner.readers import bash as shell
 from planner.specs import MAX_BATCH
 
-__all__ = ["load", "load_text", "load_script", "parse_json", "looks_like_deepspeed",
-           "looks_like_megatron_deepspeed"]
+__all__ = [
+    "load",
+    "load_text",
+    "load_script",
+    "parse_json",
+    "looks_like_deepspeed",
+    "looks_like_megatron_deepspeed",
+]
 
-_TOP = frozenset({
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-    "steps_per_print", "optimizer", "scheduler", "fp16", "bf16", "bfloat16", "amp",
-    "gradient_clipping", "prescale_gradients", "gradient_predivide_factor", "sparse_gradients",
-    "zero_optimization", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
-    "activation_checkpointing", "flops_profiler", "wall_clock_breakdown", "memory_breakdown",
-    "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger", "autotuning", "elasticity",
-    "pipeline", "data_efficiency", "curriculum_learning", "compression_training", "aio",
-    "checkpoint", "data_types", "communication_data_type", "seq_parallel_communication_data_type",
-    "sparse_attention", "dump_state", "disable_allgather", "nebula", "eigenvalue",
-    "progressive_layer_drop", "quantize_training", "weight_quantization", "hybrid_engine",
-    "tensor_parallel", "sequence_parallel_size", "timers", "torch_autocast", "compile",
-    "graph_harvesting", "use_data_before_expert_parallelism", "load_universal_checkpoint",
-    "use_node_local_storage", "zero_optimization_stage", "gradient_accumulation_dtype",
-    "dataloader_drop_last", "mics_shard_size", "mics_hierarchical_params_gather",
-    "train_batch_size_per_gpu", "fp8", "monitor_config", "activation_checkpointing_config",
-})
-_ZERO = frozenset({
-    "stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size",
-    "use_multi_rank_bucket_allreduce", "allgather_partitions", "allgather_bucket_size",
-    "overlap_comm", "load_from_fp32_weights", "elastic_checkpoint", "offload_param",
-    "offload_optimizer", "sub_group_size", "cpu_offload_param", "cpu_offload_use_pin_memory",
-    "cpu_offload", "prefetch_bucket_size", "stage3_prefetch_bucket_size",
-    "param_persistence_threshold", "stage3_param_persistence_threshold",
-    "model_persistence_threshold", "stage3_model_persistence_threshold", "max_live_parameters",
-    "stage3_max_live_parameters", "max_reuse_distance", "stage3_max_reuse_distance",
-    "gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save",
-    "stage3_gather_fp16_weights_on_model_save", "module_granularity_threshold",
-    "use_all_reduce_for_fetch_params", "stage3_use_all_reduce_for_fetch_params",
-    "ignore_unused_parameters", "legacy_stage1", "round_robin_gradients", "zero_hpz_partition_size",
-    "zero_quantized_weights", "zero_quantized_nontrainable_weights", "zero_quantized_gradients",
-    "zeropp_loco_param", "mics_shard_size", "mics_hierarchical_params_gather",
-    "memory_efficient_linear", "pipeline_loading_checkpoint", "override_module_apply",
-    "log_trace_cache_warnings", "stage3_module_granularity_threshold",
-})
+_TOP = frozenset(
+    {
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+        "steps_per_print",
+        "optimizer",
+        "scheduler",
+        "fp16",
+        "bf16",
+        "bfloat16",
+        "amp",
+        "gradient_clipping",
+        "prescale_gradients",
+        "gradient_predivide_factor",
+        "sparse_gradients",
+        "zero_optimization",
+        "zero_allow_untested_optimizer",
+        "zero_force_ds_cpu_optimizer",
+        "activation_checkpointing",
+        "flops_profiler",
+        "wall_clock_breakdown",
+        "memory_breakdown",
+        "tensorboard",
+        "wandb",
+        "csv_monitor",
+        "comet",
+        "comms_logger",
+        "autotuning",
+        "elasticity",
+        "pipeline",
+        "data_efficiency",
+        "curriculum_learning",
+        "compression_training",
+        "aio",
+        "checkpoint",
+        "data_types",
+        "communication_data_type",
+        "seq_parallel_communication_data_type",
+        "sparse_attention",
+        "dump_state",
+        "disable_allgather",
+        "nebula",
+        "eigenvalue",
+        "progressive_layer_drop",
+        "quantize_training",
+        "weight_quantization",
+        "hybrid_engine",
+        "tensor_parallel",
+        "sequence_parallel_size",
+        "timers",
+        "torch_autocast",
+        "compile",
+        "graph_harvesting",
+        "use_data_before_expert_parallelism",
+        "load_universal_checkpoint",
+        "use_node_local_storage",
+        "zero_optimization_stage",
+        "gradient_accumulation_dtype",
+        "dataloader_drop_last",
+        "mics_shard_size",
+        "mics_hierarchical_params_gather",
+        "train_batch_size_per_gpu",
+        "fp8",
+        "monitor_config",
+        "activation_checkpointing_config",
+    }
+)
+_ZERO = frozenset(
+    {
+        "stage",
+        "contiguous_gradients",
+        "reduce_scatter",
+        "reduce_bucket_size",
+        "use_multi_rank_bucket_allreduce",
+        "allgather_partitions",
+        "allgather_bucket_size",
+        "overlap_comm",
+        "load_from_fp32_weights",
+        "elastic_checkpoint",
+        "offload_param",
+        "offload_optimizer",
+        "sub_group_size",
+        "cpu_offload_param",
+        "cpu_offload_use_pin_memory",
+        "cpu_offload",
+        "prefetch_bucket_size",
+        "stage3_prefetch_bucket_size",
+        "param_persistence_threshold",
+        "stage3_param_persistence_threshold",
+        "model_persistence_threshold",
+        "stage3_model_persistence_threshold",
+        "max_live_parameters",
+        "stage3_max_live_parameters",
+        "max_reuse_distance",
+        "stage3_max_reuse_distance",
+        "gather_16bit_weights_on_model_save",
+        "stage3_gather_16bit_weights_on_model_save",
+        "stage3_gather_fp16_weights_on_model_save",
+        "module_granularity_threshold",
+        "use_all_reduce_for_fetch_params",
+        "stage3_use_all_reduce_for_fetch_params",
+        "ignore_unused_parameters",
+        "legacy_stage1",
+        "round_robin_gradients",
+        "zero_hpz_partition_size",
+        "zero_quantized_weights",
+        "zero_quantized_nontrainable_weights",
+        "zero_quantized_gradients",
+        "zeropp_loco_param",
+        "mics_shard_size",
+        "mics_hierarchical_params_gather",
+        "memory_efficient_linear",
+        "pipeline_loading_checkpoint",
+        "override_module_apply",
+        "log_trace_cache_warnings",
+        "stage3_module_granularity_threshold",
+    }
+)
 
 
 def looks_like_megatron_deepspeed(text: str) -> bool:
@@ -101,8 +191,14 @@ def looks_like_megatron_deepspeed(text: str) -> bool:
 
 def looks_like_deepspeed(data: Any) -> bool:
     return isinstance(data, dict) and any(
-        k in data for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
-                            "zero_optimization", "gradient_accumulation_steps"))
+        k in data
+        for k in (
+            "train_batch_size",
+            "train_micro_batch_size_per_gpu",
+            "zero_optimization",
+            "gradient_accumulation_steps",
+        )
+    )
 
 
 def parse_json(path: str | Path, text: str, *, what: str, trailing: bool = False) -> Any:
@@ -110,14 +206,18 @@ def parse_json(path: str | Path, text: str, *, what: str, trailing: bool = False
     try:
         data, end = json.JSONDecoder().raw_decode(text.lstrip())
     except json.JSONDecodeError as exc:
-        raise SpecError(f"{what} {str(path)!r} is not valid JSON at line {exc.lineno}, column "
-                        f"{exc.colno}: {exc.msg}; fix the syntax there", field=what) from None
+        raise SpecError(
+            f"{what} {str(path)!r} is not valid JSON at line {exc.lineno}, column "
+            f"{exc.colno}: {exc.msg}; fix the syntax there",
+            field=what,
+        ) from None
     rest = text.lstrip()[end:]
     if trailing:
         return data, rest
     if rest.strip():
-        raise SpecError(f"{what} {str(path)!r} has text after the JSON object; remove it",
-                        field=what)
+        raise SpecError(
+            f"{what} {str(path)!r} has text after the JSON object; remove it", field=what
+        )
     return data
 
 
@@ -127,11 +227,18 @@ def _count(data: dict, key: str, source: str) -> int | None:
     if value is None or value == "auto":
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"{source}: {key} = {clip(repr(value), 40)} must be a positive integer; "
-                        "fix the value", field=key, value=value)
+        raise SpecError(
+            f"{source}: {key} = {clip(repr(value), 40)} must be a positive integer; fix the value",
+            field=key,
+            value=value,
+        )
     if value > MAX_BATCH:
-        raise SpecError(f"{source}: {key} = {clip(repr(value), 40)} is larger than planner takes "
-                        f"({MAX_BATCH:,} sequences); fix the value", field=key, value=value)
+        raise SpecError(
+            f"{source}: {key} = {clip(repr(value), 40)} is larger than planner takes "
+            f"({MAX_BATCH:,} sequences); fix the value",
+            field=key,
+            value=value,
+        )
     return value
 
 
@@ -140,8 +247,9 @@ def _section(data: dict, key: str, source: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise SpecError(f"{source}: {key} must be an object, got {type(value).__name__}; fix it",
-                        field=key)
+        raise SpecError(
+            f"{source}: {key} must be an object, got {type(value).__name__}; fix it", field=key
+        )
     return value
 
 
@@ -152,22 +260,33 @@ HF_MICRO_BATCH = 8
 HF_GRAD_ACCUMULATION = 1
 
 
-def _auto_batch(data: dict, dp: int, ov: Overrides,
-                out: list[Violation]) -> tuple[int | None, int | None, int | None]:
+def _auto_batch(
+    data: dict, dp: int, ov: Overrides, out: list[Violation]
+) -> tuple[int | None, int | None, int | None]:
     """The batch keys with "auto" filled as the Trainer fills them: --micro-batch-size /
     --global-batch-size, else its defaults; one note per "auto" key saying which. A number in
     the file that an option replaces is a warning too."""
     keys = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
     auto = {k for k in keys if data.get(k) == "auto"}
     tbs, mbs, gas = (None if k in auto else data.get(k) for k in keys)
-    for key, given, flag in (("train_batch_size", ov.global_batch_size, "--global-batch-size"),
-                             ("train_micro_batch_size_per_gpu", ov.micro_batch_size,
-                              "--micro-batch-size")):
-        if given is not None and key not in auto and data.get(key) is not None \
-                and data.get(key) != given:
-            out.append(Violation("deepspeed-batch-replaced",
-                                 f"{flag} {given} replaces the ds_config's {key} "
-                                 f"{clip(repr(data.get(key)), 20)}", "warning"))
+    for key, given, flag in (
+        ("train_batch_size", ov.global_batch_size, "--global-batch-size"),
+        ("train_micro_batch_size_per_gpu", ov.micro_batch_size, "--micro-batch-size"),
+    ):
+        if (
+            given is not None
+            and key not in auto
+            and data.get(key) is not None
+            and data.get(key) != given
+        ):
+            out.append(
+                Violation(
+                    "deepspeed-batch-replaced",
+                    f"{flag} {given} replaces the ds_config's {key} "
+                    f"{clip(repr(data.get(key)), 20)}",
+                    "warning",
+                )
+            )
     if ov.global_batch_size is not None:
         tbs = ov.global_batch_size
     if ov.micro_batch_size is not None:
@@ -178,12 +297,16 @@ def _auto_batch(data: dict, dp: int, ov: Overrides,
             notes.append(f"train_micro_batch_size_per_gpu {mbs} from --micro-batch-size")
         elif tbs is not None and "gradient_accumulation_steps" in auto:
             mbs = max(1, tbs // dp)
-            notes.append(f"train_micro_batch_size_per_gpu {mbs} = train_batch_size {tbs} / "
-                         f"DP {dp} (gradient_accumulation_steps 1; give --micro-batch-size)")
+            notes.append(
+                f"train_micro_batch_size_per_gpu {mbs} = train_batch_size {tbs} / "
+                f"DP {dp} (gradient_accumulation_steps 1; give --micro-batch-size)"
+            )
         elif tbs is None:
             mbs = HF_MICRO_BATCH
-            notes.append(f"train_micro_batch_size_per_gpu {mbs}, the Trainer's default "
-                         "per_device_train_batch_size (give --micro-batch-size)")
+            notes.append(
+                f"train_micro_batch_size_per_gpu {mbs}, the Trainer's default "
+                "per_device_train_batch_size (give --micro-batch-size)"
+            )
     if "gradient_accumulation_steps" in auto:
         if tbs is not None and mbs is not None:
             gas = max(1, tbs // (mbs * dp))
@@ -196,33 +319,44 @@ def _auto_batch(data: dict, dp: int, ov: Overrides,
             notes.append(f"train_batch_size {tbs} from --global-batch-size")
         elif mbs is not None:
             tbs = mbs * (gas or HF_GRAD_ACCUMULATION) * dp
-            notes.append(f"train_batch_size {tbs} = micro batch {mbs} x gradient accumulation "
-                         f"{gas or HF_GRAD_ACCUMULATION} x DP {dp}, as the Trainer computes it "
-                         "(give --global-batch-size)")
+            notes.append(
+                f"train_batch_size {tbs} = micro batch {mbs} x gradient accumulation "
+                f"{gas or HF_GRAD_ACCUMULATION} x DP {dp}, as the Trainer computes it "
+                "(give --global-batch-size)"
+            )
     for note in notes:
-        out.append(Violation("deepspeed-auto-value",
-                             f"\"auto\" (filled by the Hugging Face Trainer, which planner does "
-                             f"not run): planner took {note}", "warning"))
+        out.append(
+            Violation(
+                "deepspeed-auto-value",
+                f'"auto" (filled by the Hugging Face Trainer, which planner does '
+                f"not run): planner took {note}",
+                "warning",
+            )
+        )
     return tbs, mbs, gas
 
 
-def _batch(data: dict, dp: int, source: str, out: list[Violation],
-           ov: Overrides | None = None) -> tuple[int, int]:
+def _batch(
+    data: dict, dp: int, source: str, out: list[Violation], ov: Overrides | None = None
+) -> tuple[int, int]:
     """(train_batch_size, micro batch), resolved as DeepSpeed does, with its assertion;
     "auto" values (the Hugging Face Trainer's) filled by _auto_batch."""
     filled = dict(data)
-    for key, value in zip(("train_batch_size", "train_micro_batch_size_per_gpu",
-                           "gradient_accumulation_steps"),
-                          _auto_batch(data, dp, ov or Overrides(), out)):
+    for key, value in zip(
+        ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"),
+        _auto_batch(data, dp, ov or Overrides(), out),
+    ):
         filled[key] = value
     tbs = _count(filled, "train_batch_size", source)
     mbs = _count(filled, "train_micro_batch_size_per_gpu", source)
     gas = _count(filled, "gradient_accumulation_steps", source)
     if tbs is None and mbs is None:
-        raise SpecError(f"{source}: neither train_batch_size nor train_micro_batch_size_per_gpu "
-                        "is a number (DeepSpeed needs one of them); set them (\"auto\" is filled "
-                        "by the Hugging Face Trainer, which planner does not run)",
-                        field="train_batch_size")
+        raise SpecError(
+            f"{source}: neither train_batch_size nor train_micro_batch_size_per_gpu "
+            'is a number (DeepSpeed needs one of them); set them ("auto" is filled '
+            "by the Hugging Face Trainer, which planner does not run)",
+            field="train_batch_size",
+        )
     if tbs is not None and mbs is not None and gas is None:
         gas = max(1, tbs // (mbs * dp))
     elif tbs is not None and mbs is None:
@@ -232,31 +366,51 @@ def _batch(data: dict, dp: int, source: str, out: list[Violation],
         gas = gas or 1
         tbs = mbs * gas * dp
     if tbs != mbs * gas * dp:
-        out.append(Violation("deepspeed-batch-size",
-                             f"train_batch_size ({tbs}) must equal train_micro_batch_size_per_gpu "
-                             f"* gradient_accumulation_steps * DP ({mbs} * {gas} * {dp} = "
-                             f"{mbs * gas * dp}) (DeepSpeed asserts it)", "error"))
+        out.append(
+            Violation(
+                "deepspeed-batch-size",
+                f"train_batch_size ({tbs}) must equal train_micro_batch_size_per_gpu "
+                f"* gradient_accumulation_steps * DP ({mbs} * {gas} * {dp} = "
+                f"{mbs * gas * dp}) (DeepSpeed asserts it)",
+                "error",
+            )
+        )
     return tbs, mbs
 
 
 def _precision(data: dict, source: str, out: list[Violation]) -> str:
     on = {k: _section(data, k, source).get("enabled") for k in ("bf16", "fp16")}
     if on["bf16"] is True and on["fp16"] is True:
-        out.append(Violation("deepspeed-precision-exclusive",
-                             "bf16.enabled and fp16.enabled are both true (DeepSpeed asserts "
-                             "they are exclusive); keep one", "error"))
+        out.append(
+            Violation(
+                "deepspeed-precision-exclusive",
+                "bf16.enabled and fp16.enabled are both true (DeepSpeed asserts "
+                "they are exclusive); keep one",
+                "error",
+            )
+        )
     if on["bf16"] is True:
         return "bf16"
     if on["fp16"] is True:
         return "fp16"
     if "auto" in on.values():
-        out.append(Violation("deepspeed-auto-value",
-                             "bf16/fp16 enabled is \"auto\" (the Hugging Face Trainer decides); "
-                             "planner plans bf16", "warning"))
+        out.append(
+            Violation(
+                "deepspeed-auto-value",
+                'bf16/fp16 enabled is "auto" (the Hugging Face Trainer decides); '
+                "planner plans bf16",
+                "warning",
+            )
+        )
     else:
-        out.append(Violation("deepspeed-fp32",
-                             "neither bf16 nor fp16 is enabled: DeepSpeed trains in fp32, which "
-                             "planner does not model (it plans bf16); enable bf16", "warning"))
+        out.append(
+            Violation(
+                "deepspeed-fp32",
+                "neither bf16 nor fp16 is enabled: DeepSpeed trains in fp32, which "
+                "planner does not model (it plans bf16); enable bf16",
+                "warning",
+            )
+        )
     return "bf16"
 
 
@@ -264,39 +418,69 @@ def _degree(value: Any, key: str, source: str) -> int:
     if value is None or value == "auto":
         return 1
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"{source}: {key} = {clip(repr(value), 40)} must be a positive integer; "
-                        "fix the value", field=key, value=value)
+        raise SpecError(
+            f"{source}: {key} = {clip(repr(value), 40)} must be a positive integer; fix the value",
+            field=key,
+            value=value,
+        )
     if value > MAX_BATCH:
-        raise SpecError(f"{source}: {key} = {clip(repr(value), 40)} is larger than planner takes "
-                        f"({MAX_BATCH:,} sequences); fix the value", field=key, value=value)
+        raise SpecError(
+            f"{source}: {key} = {clip(repr(value), 40)} is larger than planner takes "
+            f"({MAX_BATCH:,} sequences); fix the value",
+            field=key,
+            value=value,
+        )
     return value
 
 
 def _check_keys(data: dict, zero_cfg: dict, out: list[Violation]) -> None:
     for key in data:
         if key not in _TOP and key != "_comment":
-            out.append(unknown_key("deepspeed-unknown-key", key, _TOP, severity="warning",
-                                   consequence="DeepSpeed ignores it; remove it or fix the name"))
+            out.append(
+                unknown_key(
+                    "deepspeed-unknown-key",
+                    key,
+                    _TOP,
+                    severity="warning",
+                    consequence="DeepSpeed ignores it; remove it or fix the name",
+                )
+            )
     for key in zero_cfg:
         if key not in _ZERO:
-            out.append(unknown_key("deepspeed-unknown-zero-key", f"zero_optimization.{key}", _ZERO,
-                                   severity="error",
-                                   consequence="DeepSpeed's ZeRO config rejects it (extra fields "
-                                               "are forbidden); remove it or fix the name"))
+            out.append(
+                unknown_key(
+                    "deepspeed-unknown-zero-key",
+                    f"zero_optimization.{key}",
+                    _ZERO,
+                    severity="error",
+                    consequence="DeepSpeed's ZeRO config rejects it (extra fields "
+                    "are forbidden); remove it or fix the name",
+                )
+            )
 
 
 def _stage(zero_cfg: dict, source: str, out: list[Violation]) -> int:
     stage = zero_cfg.get("stage", 0)
     if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage <= 3:
-        out.append(Violation("deepspeed-zero-stage", f"zero_optimization.stage = {stage!r} must be "
-                                                     "0, 1, 2 or 3", "error"))
+        out.append(
+            Violation(
+                "deepspeed-zero-stage",
+                f"zero_optimization.stage = {stage!r} must be 0, 1, 2 or 3",
+                "error",
+            )
+        )
         stage = 3 if isinstance(stage, int) and stage > 3 else 0
     for part in ("offload_optimizer", "offload_param"):
         device = _section(zero_cfg, part, source).get("device", "none")
         if device not in (None, "none"):
-            out.append(Violation("deepspeed-offload",
-                                 f"zero_optimization.{part}.device = {device!r}: planner does not "
-                                 "model offload and counts those states in GPU memory", "warning"))
+            out.append(
+                Violation(
+                    "deepspeed-offload",
+                    f"zero_optimization.{part}.device = {device!r}: planner does not "
+                    "model offload and counts those states in GPU memory",
+                    "warning",
+                )
+            )
     return stage
 
 
@@ -313,58 +497,94 @@ class _Degrees:
 
 
 def _from_config(data: dict, source: str) -> _Degrees:
-    tp = _degree(_section(data, "tensor_parallel", source).get("autotp_size"),
-                 "tensor_parallel.autotp_size", source)
-    return _Degrees(tp=tp, etp=tp,
-                    pp=_degree(_section(data, "pipeline", source).get("stages"), "pipeline.stages",
-                               source),
-                    cp=_degree(data.get("sequence_parallel_size"), "sequence_parallel_size",
-                               source),
-                    recompute=("full" if _section(data, "activation_checkpointing", source)
-                               else "none"))
+    tp = _degree(
+        _section(data, "tensor_parallel", source).get("autotp_size"),
+        "tensor_parallel.autotp_size",
+        source,
+    )
+    return _Degrees(
+        tp=tp,
+        etp=tp,
+        pp=_degree(_section(data, "pipeline", source).get("stages"), "pipeline.stages", source),
+        cp=_degree(data.get("sequence_parallel_size"), "sequence_parallel_size", source),
+        recompute=("full" if _section(data, "activation_checkpointing", source) else "none"),
+    )
 
 
-def _from_flags(flags: megatron.Flags, data: dict, stage: int, source: str,
-                out: list[Violation], num_layers: int) -> _Degrees:
+def _from_flags(
+    flags: megatron.Flags,
+    data: dict,
+    stage: int,
+    source: str,
+    out: list[Violation],
+    num_layers: int,
+) -> _Degrees:
     """Megatron-DeepSpeed's flags: the degrees, SP, recompute; its ZeRO/pipeline rules."""
     tp = flags.int("--tensor-model-parallel-size", 1)
     pp = flags.int("--pipeline-model-parallel-size", 1)
     no_pipe = flags.has("--no-pipeline-parallel")
     if no_pipe and pp > 1:
-        out.append(Violation("deepspeed-no-pipeline-parallel",
-                             f"--no-pipeline-parallel with --pipeline-model-parallel-size {pp}: "
-                             "without DeepSpeed's pipeline engine there is no pipeline; set it 1",
-                             "error"))
+        out.append(
+            Violation(
+                "deepspeed-no-pipeline-parallel",
+                f"--no-pipeline-parallel with --pipeline-model-parallel-size {pp}: "
+                "without DeepSpeed's pipeline engine there is no pipeline; set it 1",
+                "error",
+            )
+        )
     if stage >= 2 and not no_pipe:
-        out.append(Violation("deepspeed-pipeline-zero",
-                             f"ZeRO stage {stage} runs on DeepSpeed's pipeline engine, which takes "
-                             "stage 0 or 1 only; add --no-pipeline-parallel (pp 1) or use stage 1",
-                             "error"))
+        out.append(
+            Violation(
+                "deepspeed-pipeline-zero",
+                f"ZeRO stage {stage} runs on DeepSpeed's pipeline engine, which takes "
+                "stage 0 or 1 only; add --no-pipeline-parallel (pp 1) or use stage 1",
+                "error",
+            )
+        )
     flag_stage = flags.int("--zero-stage")
     if flag_stage is not None and flag_stage != stage:
-        out.append(Violation("deepspeed-flags-mismatch",
-                             f"--zero-stage {flag_stage} differs from zero_optimization.stage "
-                             f"{stage} in the ds_config (the engine uses the ds_config); make them "
-                             "equal", "warning"))
+        out.append(
+            Violation(
+                "deepspeed-flags-mismatch",
+                f"--zero-stage {flag_stage} differs from zero_optimization.stage "
+                f"{stage} in the ds_config (the engine uses the ds_config); make them "
+                "equal",
+                "warning",
+            )
+        )
     sp = flags.has("--sequence-parallel")
     if sp and tp == 1:
-        out.append(Violation("deepspeed-sp-needs-tp",
-                             "--sequence-parallel with tensor-model-parallel-size 1 does nothing; "
-                             "drop the flag", "warning"))
+        out.append(
+            Violation(
+                "deepspeed-sp-needs-tp",
+                "--sequence-parallel with tensor-model-parallel-size 1 does nothing; drop the flag",
+                "warning",
+            )
+        )
         sp = False
     _ulysses(flags, out)
     gran, _, num = read_recompute(flags, max(1, num_layers // max(1, pp)), out, "deepspeed")
     if gran == "none" and _section(data, "activation_checkpointing", source):
         gran = "full"
-    return _Degrees(tp=tp, pp=pp, cp=flags.int("--ds-sequence-parallel-size", 1),
-                    ep=flags.int("--moe-expert-parallel-size", 1),
-                    etp=tp if flags.has("--enable-expert-tensor-parallelism")
-                    or not flags.has("--num-experts") else 1, sp=sp,
-                    recompute=gran, recompute_num_layers=num)
+    return _Degrees(
+        tp=tp,
+        pp=pp,
+        cp=flags.int("--ds-sequence-parallel-size", 1),
+        ep=flags.int("--moe-expert-parallel-size", 1),
+        etp=tp
+        if flags.has("--enable-expert-tensor-parallelism") or not flags.has("--num-experts")
+        else 1,
+        sp=sp,
+        recompute=gran,
+        recompute_num_layers=num,
+    )
 
 
-_FPDT = ("--ds-sequence-parallel-fpdt", "--ds-sequence-parallel-fpdt-chunk-size",
-         "--ds-sequence-parallel-fpdt-offloading")
+_FPDT = (
+    "--ds-sequence-parallel-fpdt",
+    "--ds-sequence-parallel-fpdt-chunk-size",
+    "--ds-sequence-parallel-fpdt-offloading",
+)
 
 
 def _ulysses(flags: megatron.Flags, out: list[Violation]) -> None:
@@ -376,31 +596,41 @@ def _ulysses(flags: megatron.Flags, out: list[Violation]) -> None:
     (its chunked, offloaded variant) is not modelled: a warning."""
     given = [f for f in _FPDT if flags.has(f)]
     if given:
-        out.append(Violation("deepspeed-fpdt-not-modelled",
-                             f"{' and '.join(given)}: DeepSpeed's FPDT (chunked, offloaded "
-                             "Ulysses attention) is not modelled; planner plans plain Ulysses "
-                             "(cp with all-to-all), so its activation memory is an upper bound",
-                             "warning"))
+        out.append(
+            Violation(
+                "deepspeed-fpdt-not-modelled",
+                f"{' and '.join(given)}: DeepSpeed's FPDT (chunked, offloaded "
+                "Ulysses attention) is not modelled; planner plans plain Ulysses "
+                "(cp with all-to-all), so its activation memory is an upper bound",
+                "warning",
+            )
+        )
 
 
 def _flag_batch(flags: megatron.Flags, tbs: int, mbs: int, out: list[Violation]) -> None:
     """The ds_config batch keys are not derived from the flags: they must agree."""
-    for flag, value, key in (("--global-batch-size", tbs, "train_batch_size"),
-                             ("--micro-batch-size", mbs, "train_micro_batch_size_per_gpu")):
+    for flag, value, key in (
+        ("--global-batch-size", tbs, "train_batch_size"),
+        ("--micro-batch-size", mbs, "train_micro_batch_size_per_gpu"),
+    ):
         given = flags.int(flag)
         if given is not None and given != value:
-            out.append(Violation("deepspeed-flags-mismatch",
-                                 f"{flag} {given} differs from {key} {value} in the ds_config; "
-                                 "make them equal", "warning"))
+            out.append(
+                Violation(
+                    "deepspeed-flags-mismatch",
+                    f"{flag} {given} differs from {key} {value} in the ds_config; make them equal",
+                    "warning",
+                )
+            )
 
 
-def _pipeline(model, pp: int, method: str, source: str,
-              out: list[Violation]) -> tuple[int | None, int | None]:
+def _pipeline(
+    model, pp: int, method: str, source: str, out: list[Violation]
+) -> tuple[int | None, int | None]:
     """first/last_stage_layers as DeepSpeed's partitioner places the layers (None: even)."""
     if pp <= 1 or model.num_layers % pp == 0 and "embed" not in method:
         return None, None
-    split = partition_split(model.num_layers, pp, method=method,
-                            tied=model.tied_embeddings)
+    split = partition_split(model.num_layers, pp, method=method, tied=model.tied_embeddings)
     if split.note:
         out.append(Violation("deepspeed-pipeline-partition", split.note, "warning"))
     return split.first, split.last
@@ -409,22 +639,35 @@ def _pipeline(model, pp: int, method: str, source: str,
 def _bf16_optimizer(stage: int, precision: str, out: list[Violation]) -> int:
     """ZeRO stage 0 with bf16: DeepSpeed's BF16 optimizer shards fp32 states like ZeRO-1."""
     if stage == 0 and precision == "bf16":
-        out.append(Violation("deepspeed-bf16-optimizer",
-                             "zero_optimization.stage 0 with bf16: DeepSpeed runs its BF16 "
-                             "optimizer, which shards the fp32 master weights and Adam states "
-                             "over data parallelism like ZeRO-1; planned as zero 1", "warning"))
+        out.append(
+            Violation(
+                "deepspeed-bf16-optimizer",
+                "zero_optimization.stage 0 with bf16: DeepSpeed runs its BF16 "
+                "optimizer, which shards the fp32 master weights and Adam states "
+                "over data parallelism like ZeRO-1; planned as zero 1",
+                "warning",
+            )
+        )
         return 1
     return stage
 
 
-def load(path: str | Path, data: Any, ov: Overrides, *, launch: str | None = None,
-         launch_source: str | None = None, reading=None) -> Imported:
+def load(
+    path: str | Path,
+    data: Any,
+    ov: Overrides,
+    *,
+    launch: str | None = None,
+    launch_source: str | None = None,
+    reading=None,
+) -> Imported:
     """Read a parsed ds_config (a dict), with the Megatron-DeepSpeed launch text if any
     (`reading`: that launch, already read by `megatron.read_launch`)."""
     source = str(path)
     if not isinstance(data, dict):
-        raise SpecError(f"{source}: a ds_config must be a JSON object; see DeepSpeed's docs",
-                        field="ds_config")
+        raise SpecError(
+            f"{source}: a ds_config must be a JSON object; see DeepSpeed's docs", field="ds_config"
+        )
     out: list[Violation] = []
     zero_cfg = _section(data, "zero_optimization", source)
     _check_keys(data, zero_cfg, out)
@@ -434,18 +677,24 @@ def load(path: str | Path, data: Any, ov: Overrides, *, launch: str | None = Non
     if launch is None and reading is None:
         deg = _from_config(data, source)
         if deg.pp > 1 and stage >= 2:
-            out.append(Violation("deepspeed-pipeline-zero",
-                                 f"pipeline.stages {deg.pp} with ZeRO stage {stage}: DeepSpeed's "
-                                 "pipeline engine supports ZeRO stage 0 or 1 only; use stage 1",
-                                 "error"))
+            out.append(
+                Violation(
+                    "deepspeed-pipeline-zero",
+                    f"pipeline.stages {deg.pp} with ZeRO stage {stage}: DeepSpeed's "
+                    "pipeline engine supports ZeRO stage 0 or 1 only; use stage 1",
+                    "error",
+                )
+            )
         model = model_of(ov, source=source, what="a ds_config has none")
-        num_gpus = resolve_world(ov, hardware=hardware, source=source,
-                                 missing="a ds_config has no world size")
+        num_gpus = resolve_world(
+            ov, hardware=hardware, source=source, missing="a ds_config has no world size"
+        )
         seq = None
     else:
         where = launch_source or source
-        found, flags, more = reading or megatron.read_launch(launch, where, check=False,
-                                                             prefix="deepspeed", ov=ov)
+        found, flags, more = reading or megatron.read_launch(
+            launch, where, check=False, prefix="deepspeed", ov=ov
+        )
         out += more
         seq = flags.int("--seq-length")
         model = megatron.model_from_flags(flags, ov, where, seq, out, dialect="Megatron-DeepSpeed")
@@ -458,16 +707,34 @@ def load(path: str | Path, data: Any, ov: Overrides, *, launch: str | None = Non
         _flag_batch(flags, tbs, mbs, out)
     precision = _precision(data, source, out)
     first, last = _pipeline(model, deg.pp, method, source, out)
-    layout = Layout(tp=deg.tp, pp=deg.pp, cp=deg.cp, dp=dp, ep=deg.ep, etp=deg.etp, sp=deg.sp,
-                    zero=_bf16_optimizer(stage, precision, out), micro_batch_size=mbs,
-                    recompute=deg.recompute, recompute_num_layers=deg.recompute_num_layers,
-                    first_stage_layers=first, last_stage_layers=last,
-                    cp_comm_type="a2a" if deg.cp > 1 else "p2p",
-                    overlap_grad_reduce=bool(zero_cfg.get("overlap_comm", False)),
-                    overlap_param_gather=bool(zero_cfg.get("overlap_comm", False)) and stage == 3)
-    job = make_job(model=model, hardware=hardware, num_gpus=num_gpus, seq_length=seq,
-                   global_batch_size=tbs, precision=precision, accounting="deepspeed",
-                   source=source)
+    layout = Layout(
+        tp=deg.tp,
+        pp=deg.pp,
+        cp=deg.cp,
+        dp=dp,
+        ep=deg.ep,
+        etp=deg.etp,
+        sp=deg.sp,
+        zero=_bf16_optimizer(stage, precision, out),
+        micro_batch_size=mbs,
+        recompute=deg.recompute,
+        recompute_num_layers=deg.recompute_num_layers,
+        first_stage_layers=first,
+        last_stage_layers=last,
+        cp_comm_type="a2a" if deg.cp > 1 else "p2p",
+        overlap_grad_reduce=bool(zero_cfg.get("overlap_comm", False)),
+        overlap_param_gather=bool(zero_cfg.get("overlap_comm", False)) and stage == 3,
+    )
+    job = make_job(
+        model=model,
+        hardware=hardware,
+        num_gpus=num_gpus,
+        seq_length=seq,
+        global_batch_size=tbs,
+        precision=precision,
+        accounting="deepspeed",
+        source=source,
+    )
     return Imported(job, layout, out, "deepspeed", source)
 
 
@@ -493,14 +760,22 @@ def _own_export_vocab(data: Any, rest: str, ov: Overrides, out: list[Violation])
     comment = data.get("_comment") if isinstance(data, dict) else None
     first = comment[0] if isinstance(comment, list) and comment else comment
     m = _OWN_VOCAB.search(rest)
-    if not (isinstance(first, str) and first.startswith("Generated by planner") and m) \
-            or ov.vocab_size is not None or ov.model is not None:
+    if (
+        not (isinstance(first, str) and first.startswith("Generated by planner") and m)
+        or ov.vocab_size is not None
+        or ov.model is not None
+    ):
         return ov
     vocab = int(m.group(1))
-    out.append(Violation("deepspeed-export-vocabulary",
-                         f"planner's own DeepSpeed export: the vocabulary ({vocab:,}) is the one "
-                         "its header names (the tokenizer is $TOKENIZER_MODEL); give "
-                         "--vocab-size V for another", "warning"))
+    out.append(
+        Violation(
+            "deepspeed-export-vocabulary",
+            f"planner's own DeepSpeed export: the vocabulary ({vocab:,}) is the one "
+            "its header names (the tokenizer is $TOKENIZER_MODEL); give "
+            "--vocab-size V for another",
+            "warning",
+        )
+    )
     return replace(ov, vocab_size=vocab)
 
 
@@ -511,25 +786,41 @@ def load_script(path: str | Path, text: str, ov: Overrides) -> Imported:
     source = str(path)
     reading = megatron.read_launch(text, source, check=False, prefix="deepspeed", ov=ov)
     flags = reading[1]
-    raw = next((flags.values[f][0] for f in ("--deepspeed_config", "--deepspeed-config")
-                if flags.values.get(f)), None)
+    raw = next(
+        (
+            flags.values[f][0]
+            for f in ("--deepspeed_config", "--deepspeed-config")
+            if flags.values.get(f)
+        ),
+        None,
+    )
     if raw is None:
-        raise SpecError(f"{source}: a Megatron-DeepSpeed script without --deepspeed_config FILE; "
-                        "add it (planner reads the batch and ZeRO settings from there)",
-                        field="--deepspeed_config")
+        raise SpecError(
+            f"{source}: a Megatron-DeepSpeed script without --deepspeed_config FILE; "
+            "add it (planner reads the batch and ZeRO settings from there)",
+            field="--deepspeed_config",
+        )
     written, content = reading[0].script.file(raw)
     if written:
-        return load(source, _written(source, raw, content, reading[0].script.missing), ov,
-                    launch_source=source,
-                    reading=reading)
-    name = flags.text("--deepspeed_config", fix="name the ds_config file in the script") \
-        or flags.text("--deepspeed-config", fix="name the ds_config file in the script")
+        return load(
+            source,
+            _written(source, raw, content, reading[0].script.missing),
+            ov,
+            launch_source=source,
+            reading=reading,
+        )
+    name = flags.text(
+        "--deepspeed_config", fix="name the ds_config file in the script"
+    ) or flags.text("--deepspeed-config", fix="name the ds_config file in the script")
     candidates = [Path(source).parent / name, Path(name)]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
-        raise SpecError(f"{source}: --deepspeed_config {name} not found (looked in "
-                        f"{', '.join(str(c) for c in candidates)}); put the ds_config there",
-                        field="--deepspeed_config", value=name)
+        raise SpecError(
+            f"{source}: --deepspeed_config {name} not found (looked in "
+            f"{', '.join(str(c) for c in candidates)}); put the ds_config there",
+            field="--deepspeed_config",
+            value=name,
+        )
     data = parse_json(found, read_text(found, what="ds_config"), what="ds_config")
     return load(found, data, ov, launch_source=source, reading=reading)
 
@@ -541,19 +832,28 @@ def _written(source: str, raw: str, content: str | None, missing: list[str]) -> 
     if content is None and missing:
         name = shell.display(missing[0])
         where = Path(source).parent / name
-        raise SpecError(f"{source}: the script fills its ds_config {shown} from the template "
-                        f"file {name}, which is not beside the script (looked for {where} and "
-                        f"{name} in the working directory); put the template there or validate "
-                        "the generated ds_config.json with --model and --gpus",
-                        field="--deepspeed_config", value=name)
+        raise SpecError(
+            f"{source}: the script fills its ds_config {shown} from the template "
+            f"file {name}, which is not beside the script (looked for {where} and "
+            f"{name} in the working directory); put the template there or validate "
+            "the generated ds_config.json with --model and --gpus",
+            field="--deepspeed_config",
+            value=name,
+        )
     if content is None:
-        raise SpecError(f"{source}: the script writes its ds_config {shown} with a command "
-                        "planner does not run; write it with a here-document (cat <<EOT > FILE) "
-                        "or validate the generated ds_config.json with --model and --gpus",
-                        field="--deepspeed_config", value=shown)
+        raise SpecError(
+            f"{source}: the script writes its ds_config {shown} with a command "
+            "planner does not run; write it with a here-document (cat <<EOT > FILE) "
+            "or validate the generated ds_config.json with --model and --gpus",
+            field="--deepspeed_config",
+            value=shown,
+        )
     names = shell.unresolved_names(content)
     if names:
-        raise SpecError(f"{source}: the ds_config the script writes ({shown}) {shell.why(names)};"
-                        " set them in the script or give --set NAME=VALUE",
-                        field="--deepspeed_config", value=shown)
+        raise SpecError(
+            f"{source}: the ds_config the script writes ({shown}) {shell.why(names)};"
+            " set them in the script or give --set NAME=VALUE",
+            field="--deepspeed_config",
+            value=shown,
+        )
     return parse_json(shown, content, what="the ds_config written by the script as")

@@ -67,14 +67,26 @@ from planner.frameworks.writing import (
 from planner.layout import Layout
 from planner.specs import ModelSpec
 
-__all__ = ["render", "ds_config", "deepspeed_flags", "split_output", "SEPARATOR",
-           "check_supported", "refusals", "runs_as", "stage_layers", "partition_split", "DeepSpeedSplit"]
+__all__ = [
+    "render",
+    "ds_config",
+    "deepspeed_flags",
+    "split_output",
+    "SEPARATOR",
+    "check_supported",
+    "refusals",
+    "runs_as",
+    "stage_layers",
+    "partition_split",
+    "DeepSpeedSplit",
+]
 
 SEPARATOR = "# ---- Megatron-DeepSpeed launch (the JSON above is ds_config.json) ----"
 
 
-def stage_layers(num_layers: int, pp: int, *, method: str = "type:transformer",
-                 tied: bool = False) -> tuple[int, ...]:
+def stage_layers(
+    num_layers: int, pp: int, *, method: str = "type:transformer", tied: bool = False
+) -> tuple[int, ...]:
     """Transformer layers on each pipeline stage as DeepSpeed's partition_balanced places them
     with binary weights: the smallest bottleneck B = ceil(weight / pp), then each stage in
     order takes up to B (leaving one item for each later stage). The weights are the
@@ -82,13 +94,16 @@ def stage_layers(num_layers: int, pp: int, *, method: str = "type:transformer",
     counts it (`type:transformer|embedding`, BLOOM's). DeepSpeed's newer dynamic-programming
     partitioner may put the lighter stages elsewhere; the first stage and the bottleneck match."""
     embedding = "embed" in method.lower()
-    items = ([False] if embedding else []) + [True] * num_layers \
+    items = (
+        ([False] if embedding else [])
+        + [True] * num_layers
         + ([False] if embedding and tied else [])
+    )
     bottleneck = -(-len(items) // pp)
     counts, k = [], 0
     for stage in range(pp):
         take = max(0, min(bottleneck, len(items) - k - (pp - stage - 1)))
-        counts.append(sum(items[k:k + take]))
+        counts.append(sum(items[k : k + take]))
         k += take
     counts[-1] += sum(items[k:])
     return tuple(counts)
@@ -105,8 +120,9 @@ class DeepSpeedSplit:
     note: str | None = None
 
 
-def partition_split(num_layers: int, pp: int, *, method: str = "type:transformer",
-                    tied: bool = False) -> DeepSpeedSplit:
+def partition_split(
+    num_layers: int, pp: int, *, method: str = "type:transformer", tied: bool = False
+) -> DeepSpeedSplit:
     counts = stage_layers(num_layers, pp, method=method, tied=tied)
     if len(set(counts)) == 1 or pp == 1:
         return DeepSpeedSplit(counts, None, None)
@@ -115,11 +131,15 @@ def partition_split(num_layers: int, pp: int, *, method: str = "type:transformer
     middle = max(counts[1:-1])
     first, last = counts[0], num_layers - counts[0] - middle * (pp - 2)
     shown = ", ".join(str(c) for c in counts)
-    return DeepSpeedSplit(counts, first, last,
-                          f"DeepSpeed's partitioner ({method}) places the {num_layers} layers on "
-                          f"the {pp} stages as {shown}; planner models {first} on the first "
-                          f"stage, {middle} on each middle one and {last} on the last (the "
-                          "first and the busiest stage are exact)")
+    return DeepSpeedSplit(
+        counts,
+        first,
+        last,
+        f"DeepSpeed's partitioner ({method}) places the {num_layers} layers on "
+        f"the {pp} stages as {shown}; planner models {first} on the first "
+        f"stage, {middle} on each middle one and {last} on the last (the "
+        "first and the busiest stage are exact)",
+    )
 
 
 def refusals(job, layout: Layout) -> list[str]:
@@ -131,45 +151,85 @@ def refusals(job, layout: Layout) -> list[str]:
     if layout.zero >= 2 and layout.pp > 1:
         out.append(
             f"DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only: zero_stage {layout.zero} "
-            f"with pp {layout.pp}; set zero_stage 1, or pp 1 (exported with --no-pipeline-parallel)")
+            f"with pp {layout.pp}; set zero_stage 1, or pp 1 (exported with --no-pipeline-parallel)"
+        )
     own = partition_split(m.num_layers, layout.pp)
-    problems = [
-        (layout.pipeline_schedule in ("dualpipe", "dualpipev", "interleaved"),
-         f"pipeline_schedule {layout.pipeline_schedule}: DeepSpeed's pipeline engine runs 1F1B "
-         "only; set pipeline_schedule 1f1b"),
-        (m.is_mla, f"{m.name} uses multi-latent attention, which Megatron-DeepSpeed lacks; "
-                   "export megatron instead"),
-        (m.num_shared_experts > 0, "shared experts are not in Megatron-DeepSpeed; export megatron"),
-        (m.is_moe and m.num_dense_layers > 0, f"num_dense_layers {m.num_dense_layers}: "
-                                              "Megatron-DeepSpeed has no leading dense layers; export megatron"),
-        (m.is_moe and m.moe_layer_freq is not None and not all(m.moe_layers),
-         "moe_layer_freq: Megatron-DeepSpeed's MoE layers are not placed by a pattern; export "
-         "megatron"),
-        (set(m.attention_kinds) != {"full"} or m.attention_sinks or m.attention_output_gate,
-         f"layer kinds {'/'.join(sorted(set(m.attention_kinds)))}"
-         f"{' with attention sinks' if m.attention_sinks else ''}: Megatron-DeepSpeed attends "
-         "with full causal attention only; export megatron where it can"),
-        (layout.vpp > 1, f"vpp {layout.vpp}: DeepSpeed's pipeline engine has no interleaved "
-                         "schedule; set vpp 1"),
-        (layout.uneven and (layout.first_stage_layers, layout.last_stage_layers)
-         != (own.first, own.last),
-         "first_stage_layers/last_stage_layers: DeepSpeed balances pipeline stages itself "
-         f"({', '.join(map(str, own.counts))} layers per stage); remove them"
-         + (f" or set them to {own.first}/{own.last}" if own.first is not None else "")),
-        (m.is_moe and layout.etp not in (1, layout.tp),
-         f"etp {layout.etp}: Megatron-DeepSpeed shards experts over 1 or tp ({layout.tp}) ranks; "
-         f"set etp 1 or {layout.tp}"),
-        (m.is_moe and layout.dp % layout.ep,
-         f"DeepSpeed forms expert-parallel groups inside data parallelism: ep ({layout.ep}) "
-         f"must divide dp ({layout.dp}); lower ep"),
-        (tr.precision == "fp8", "precision fp8: Megatron-DeepSpeed has no FP8 recipe; set "
-                                "precision bf16 or export megatron"),
-        (m.activation == "squared_relu", "activation squared_relu is not in Megatron-DeepSpeed"),
-        (m.position_embedding == "none", "position_embedding_type none is not in Megatron-DeepSpeed"),
-        (layout.cp > 1 and (m.num_attention_heads // layout.tp) % layout.cp,
-         f"DeepSpeed-Ulysses (cp {layout.cp}) needs attention heads per TP rank "
-         f"({m.num_attention_heads}/{layout.tp}) divisible by cp; lower cp or tp"),
-    ] + _recipe_problems(m, layout) + store_problems(layout, "Megatron-DeepSpeed")
+    problems = (
+        [
+            (
+                layout.pipeline_schedule in ("dualpipe", "dualpipev", "interleaved"),
+                f"pipeline_schedule {layout.pipeline_schedule}: DeepSpeed's pipeline engine runs 1F1B "
+                "only; set pipeline_schedule 1f1b",
+            ),
+            (
+                m.is_mla,
+                f"{m.name} uses multi-latent attention, which Megatron-DeepSpeed lacks; "
+                "export megatron instead",
+            ),
+            (
+                m.num_shared_experts > 0,
+                "shared experts are not in Megatron-DeepSpeed; export megatron",
+            ),
+            (
+                m.is_moe and m.num_dense_layers > 0,
+                f"num_dense_layers {m.num_dense_layers}: "
+                "Megatron-DeepSpeed has no leading dense layers; export megatron",
+            ),
+            (
+                m.is_moe and m.moe_layer_freq is not None and not all(m.moe_layers),
+                "moe_layer_freq: Megatron-DeepSpeed's MoE layers are not placed by a pattern; export "
+                "megatron",
+            ),
+            (
+                set(m.attention_kinds) != {"full"} or m.attention_sinks or m.attention_output_gate,
+                f"layer kinds {'/'.join(sorted(set(m.attention_kinds)))}"
+                f"{' with attention sinks' if m.attention_sinks else ''}: Megatron-DeepSpeed attends "
+                "with full causal attention only; export megatron where it can",
+            ),
+            (
+                layout.vpp > 1,
+                f"vpp {layout.vpp}: DeepSpeed's pipeline engine has no interleaved "
+                "schedule; set vpp 1",
+            ),
+            (
+                layout.uneven
+                and (layout.first_stage_layers, layout.last_stage_layers) != (own.first, own.last),
+                "first_stage_layers/last_stage_layers: DeepSpeed balances pipeline stages itself "
+                f"({', '.join(map(str, own.counts))} layers per stage); remove them"
+                + (f" or set them to {own.first}/{own.last}" if own.first is not None else ""),
+            ),
+            (
+                m.is_moe and layout.etp not in (1, layout.tp),
+                f"etp {layout.etp}: Megatron-DeepSpeed shards experts over 1 or tp ({layout.tp}) ranks; "
+                f"set etp 1 or {layout.tp}",
+            ),
+            (
+                m.is_moe and layout.dp % layout.ep,
+                f"DeepSpeed forms expert-parallel groups inside data parallelism: ep ({layout.ep}) "
+                f"must divide dp ({layout.dp}); lower ep",
+            ),
+            (
+                tr.precision == "fp8",
+                "precision fp8: Megatron-DeepSpeed has no FP8 recipe; set "
+                "precision bf16 or export megatron",
+            ),
+            (
+                m.activation == "squared_relu",
+                "activation squared_relu is not in Megatron-DeepSpeed",
+            ),
+            (
+                m.position_embedding == "none",
+                "position_embedding_type none is not in Megatron-DeepSpeed",
+            ),
+            (
+                layout.cp > 1 and (m.num_attention_heads // layout.tp) % layout.cp,
+                f"DeepSpeed-Ulysses (cp {layout.cp}) needs attention heads per TP rank "
+                f"({m.num_attention_heads}/{layout.tp}) divisible by cp; lower cp or tp",
+            ),
+        ]
+        + _recipe_problems(m, layout)
+        + store_problems(layout, "Megatron-DeepSpeed")
+    )
     return out + [f"cannot export to DeepSpeed: {msg}" for broken, msg in problems if broken]
 
 
@@ -180,9 +240,11 @@ def runs_as(job, layout: Layout) -> Layout:
     for cp > 1."""
     zero = 1 if layout.zero == 0 and job.training.precision == "bf16" else layout.zero
     return layout.with_(
-        zero=zero, tp_comm_overlap=False,
+        zero=zero,
+        tp_comm_overlap=False,
         overlap_param_gather=layout.overlap_grad_reduce and zero == 3,
-        cp_comm_type="a2a" if layout.cp > 1 else "p2p")
+        cp_comm_type="a2a" if layout.cp > 1 else "p2p",
+    )
 
 
 def check_supported(job, layout: Layout) -> None:
@@ -198,32 +260,56 @@ def _recipe_problems(m: ModelSpec, layout: Layout) -> list[tuple[bool, str]]:
     """The production-recipe keys Megatron-DeepSpeed has no flag for."""
     modules = [x for x in layout.recompute_modules if x != "core_attn"]
     return [
-        (bool(modules), f"recompute_modules {', '.join(modules)}: Megatron-DeepSpeed's selective "
-                        "recompute covers the attention core only; export megatron"),
-        (layout.recompute == "full" and layout.recompute_num_layers is not None,
-         f"recompute_num_layers {layout.recompute_num_layers}: DeepSpeed's pipeline engine "
-         "checkpoints every layer; drop it (full recompute) or export megatron"),
-        (layout.cpu_offloading_num_layers > 0,
-         f"cpu_offloading_num_layers {layout.cpu_offloading_num_layers}: Megatron-DeepSpeed "
-         "does not offload layer activations; export megatron"),
-        (not layout.grad_reduce_in_fp32, "grad_reduce_in_fp32 false: DeepSpeed keeps its own "
-                                         "gradient dtypes, which planner does not map; export "
-                                         "megatron"),
-        ((layout.exp_avg_dtype, layout.exp_avg_sq_dtype) != ("fp32", "fp32"),
-         "bf16 Adam moments (exp_avg_dtype/exp_avg_sq_dtype): DeepSpeed's optimizer keeps them "
-         "in fp32; export megatron"),
-        (m.is_moe and layout.moe_token_dispatcher in ("deepep", "hybridep"),
-         f"moe_token_dispatcher {layout.moe_token_dispatcher}: DeepSpeed-MoE dispatches with "
-         "all-to-all; export megatron"),
-        (m.is_moe and layout.overlap_moe_expert_parallel_comm,
-         "overlap_moe_expert_parallel_comm: DeepSpeed-MoE does not overlap its dispatch; export "
-         "megatron"),
-        (layout.cuda_graphs != "none", f"cuda_graphs {layout.cuda_graphs}: Megatron-DeepSpeed "
-                                       "has no CUDA-graph capture; set cuda_graphs none"),
-        (layout.pipeline_model_parallel_layout is not None,
-         "pipeline_model_parallel_layout: DeepSpeed balances pipeline stages itself; remove it"),
-        (m.mtp_num_layers > 0, f"mtp_num_layers {m.mtp_num_layers}: Megatron-DeepSpeed has no "
-                               "multi-token prediction; export megatron"),
+        (
+            bool(modules),
+            f"recompute_modules {', '.join(modules)}: Megatron-DeepSpeed's selective "
+            "recompute covers the attention core only; export megatron",
+        ),
+        (
+            layout.recompute == "full" and layout.recompute_num_layers is not None,
+            f"recompute_num_layers {layout.recompute_num_layers}: DeepSpeed's pipeline engine "
+            "checkpoints every layer; drop it (full recompute) or export megatron",
+        ),
+        (
+            layout.cpu_offloading_num_layers > 0,
+            f"cpu_offloading_num_layers {layout.cpu_offloading_num_layers}: Megatron-DeepSpeed "
+            "does not offload layer activations; export megatron",
+        ),
+        (
+            not layout.grad_reduce_in_fp32,
+            "grad_reduce_in_fp32 false: DeepSpeed keeps its own "
+            "gradient dtypes, which planner does not map; export "
+            "megatron",
+        ),
+        (
+            (layout.exp_avg_dtype, layout.exp_avg_sq_dtype) != ("fp32", "fp32"),
+            "bf16 Adam moments (exp_avg_dtype/exp_avg_sq_dtype): DeepSpeed's optimizer keeps them "
+            "in fp32; export megatron",
+        ),
+        (
+            m.is_moe and layout.moe_token_dispatcher in ("deepep", "hybridep"),
+            f"moe_token_dispatcher {layout.moe_token_dispatcher}: DeepSpeed-MoE dispatches with "
+            "all-to-all; export megatron",
+        ),
+        (
+            m.is_moe and layout.overlap_moe_expert_parallel_comm,
+            "overlap_moe_expert_parallel_comm: DeepSpeed-MoE does not overlap its dispatch; export "
+            "megatron",
+        ),
+        (
+            layout.cuda_graphs != "none",
+            f"cuda_graphs {layout.cuda_graphs}: Megatron-DeepSpeed "
+            "has no CUDA-graph capture; set cuda_graphs none",
+        ),
+        (
+            layout.pipeline_model_parallel_layout is not None,
+            "pipeline_model_parallel_layout: DeepSpeed balances pipeline stages itself; remove it",
+        ),
+        (
+            m.mtp_num_layers > 0,
+            f"mtp_num_layers {m.mtp_num_layers}: Megatron-DeepSpeed has no "
+            "multi-token prediction; export megatron",
+        ),
     ]
 
 
@@ -232,8 +318,9 @@ def ds_config(job, layout: Layout, *, estimate=None) -> dict:
     tr = job.training
     gas = layout.num_microbatches(tr.global_batch_size)
     cfg: dict = {
-        "_comment": header_lines(job, layout, "DeepSpeed ds_config.json for Megatron-DeepSpeed",
-                                 estimate=estimate),
+        "_comment": header_lines(
+            job, layout, "DeepSpeed ds_config.json for Megatron-DeepSpeed", estimate=estimate
+        ),
         "train_batch_size": tr.global_batch_size,
         "train_micro_batch_size_per_gpu": layout.micro_batch_size,
         "gradient_accumulation_steps": gas,
@@ -242,20 +329,28 @@ def ds_config(job, layout: Layout, *, estimate=None) -> dict:
         cfg["fp16"] = {"enabled": True, "loss_scale": 0}
     else:
         cfg["bf16"] = {"enabled": True}
-    cfg["zero_optimization"] = {"stage": layout.zero, "overlap_comm": layout.overlap_grad_reduce,
-                                "contiguous_gradients": True}
+    cfg["zero_optimization"] = {
+        "stage": layout.zero,
+        "overlap_comm": layout.overlap_grad_reduce,
+        "contiguous_gradients": True,
+    }
     if layout.recompute != "none":
-        cfg["activation_checkpointing"] = {"partition_activations": False,
-                                           "contiguous_memory_optimization": False,
-                                           "cpu_checkpointing": False}
+        cfg["activation_checkpointing"] = {
+            "partition_activations": False,
+            "contiguous_memory_optimization": False,
+            "cpu_checkpointing": False,
+        }
     return cfg
 
 
 def _model_flags(m: ModelSpec, *, seq_length: int) -> list[Flag]:
-    ffn = m.expert_ffn if m.is_moe else m.ffn   # every layer is MoE (dense layers refused)
-    flags: list[Flag] = [("--num-layers", str(m.num_layers)), ("--hidden-size", str(m.hidden_size)),
-                         ("--ffn-hidden-size", str(ffn)),
-                         ("--num-attention-heads", str(m.num_attention_heads))]
+    ffn = m.expert_ffn if m.is_moe else m.ffn  # every layer is MoE (dense layers refused)
+    flags: list[Flag] = [
+        ("--num-layers", str(m.num_layers)),
+        ("--hidden-size", str(m.hidden_size)),
+        ("--ffn-hidden-size", str(ffn)),
+        ("--num-attention-heads", str(m.num_attention_heads)),
+    ]
     if m.kv_channels:
         flags.append(("--kv-channels", str(m.kv_channels)))
     if m.kv_heads != m.num_attention_heads:
@@ -269,14 +364,19 @@ def _model_flags(m: ModelSpec, *, seq_length: int) -> list[Flag]:
     flags += shape_tail_flags(m, seq_length)
     if m.is_moe:
         # ZeRO needs the expert parameters in their own optimizer group
-        flags += [("--num-experts", str(m.num_experts)), ("--topk", str(m.moe_top_k)),
-                  ("--create-moe-param-group", None)]
+        flags += [
+            ("--num-experts", str(m.num_experts)),
+            ("--topk", str(m.moe_top_k)),
+            ("--create-moe-param-group", None),
+        ]
     return flags
 
 
 def _parallel_flags(m: ModelSpec, layout: Layout) -> list[Flag]:
-    flags: list[Flag] = [("--tensor-model-parallel-size", str(layout.tp)),
-                         ("--pipeline-model-parallel-size", str(layout.pp))]
+    flags: list[Flag] = [
+        ("--tensor-model-parallel-size", str(layout.tp)),
+        ("--pipeline-model-parallel-size", str(layout.pp)),
+    ]
     if layout.pp == 1:
         flags.append(("--no-pipeline-parallel", None))
     if layout.cp > 1:
@@ -307,16 +407,21 @@ def deepspeed_flags(job, layout: Layout, *, config_path: str = "ds_config.json")
     if tr.flash_attention:
         flags.append(("--use-flash-attn-v2", None))
     flags += _parallel_flags(m, layout) + _recompute_flags(layout)
-    flags += [("--micro-batch-size", str(layout.micro_batch_size)),
-              ("--global-batch-size", str(tr.global_batch_size))]
+    flags += [
+        ("--micro-batch-size", str(layout.micro_batch_size)),
+        ("--global-batch-size", str(tr.global_batch_size)),
+    ]
     flags += precision_flags(tr.precision)
-    flags += [("--deepspeed", None), ("--deepspeed_config", config_path),
-              ("--zero-stage", str(layout.zero)),
-              ("--data-path", '"${DATA_PATH:?set DATA_PATH, your Megatron dataset prefix}"'),
-              ("--tokenizer-type", "GPTSentencePieceTokenizer"),
-              ("--tokenizer-model", '"${TOKENIZER_MODEL:?set TOKENIZER_MODEL}"'),
-              ("--train-iters", '"${TRAIN_ITERS:?set TRAIN_ITERS, the run length in steps}"'),
-              ("--lr", '"${LR:?set LR, the peak learning rate}"')]
+    flags += [
+        ("--deepspeed", None),
+        ("--deepspeed_config", config_path),
+        ("--zero-stage", str(layout.zero)),
+        ("--data-path", '"${DATA_PATH:?set DATA_PATH, your Megatron dataset prefix}"'),
+        ("--tokenizer-type", "GPTSentencePieceTokenizer"),
+        ("--tokenizer-model", '"${TOKENIZER_MODEL:?set TOKENIZER_MODEL}"'),
+        ("--train-iters", '"${TRAIN_ITERS:?set TRAIN_ITERS, the run length in steps}"'),
+        ("--lr", '"${LR:?set LR, the peak learning rate}"'),
+    ]
     return flags
 
 
@@ -335,11 +440,13 @@ def _launch(job, layout: Layout, *, estimate=None) -> list[str]:
         "Set DATA_PATH, TOKENIZER_MODEL, TRAIN_ITERS and LR (the plan does not decide them).",
     ]
     if layout.cp > 1 and layout.cp_comm_type != "a2a":
-        head.append(f"cp runs as DeepSpeed-Ulysses (all-to-all), not the planned {layout.cp_comm_type} "
-                    "exchange: the step-time estimate assumed the latter.")
+        head.append(
+            f"cp runs as DeepSpeed-Ulysses (all-to-all), not the planned {layout.cp_comm_type} "
+            "exchange: the step-time estimate assumed the latter."
+        )
     head += _notes(job, layout)
     out = [f"# {line}".rstrip() for line in head] + ["set -euo pipefail", ""]
-    if needs_env:   # Megatron's TP/CP kernels order their streams with one connection
+    if needs_env:  # Megatron's TP/CP kernels order their streams with one connection
         out += ["export CUDA_DEVICE_MAX_CONNECTIONS=1", ""]
     words = launcher_lines(job) + ["pretrain_gpt.py"] + flag_lines(deepspeed_flags(job, layout))
     return out + continued(words)
@@ -349,17 +456,25 @@ def _notes(job, layout: Layout) -> list[str]:
     """Where DeepSpeed runs the plan differently from how planner estimated it."""
     m, notes = job.model, []
     if layout.zero == 0 and job.training.precision != "fp16":
-        notes.append("ZeRO stage 0 with bf16 runs DeepSpeed's BF16 optimizer, which shards the "
-                     "fp32 states over DP like ZeRO-1: less memory than the plan counted.")
+        notes.append(
+            "ZeRO stage 0 with bf16 runs DeepSpeed's BF16 optimizer, which shards the "
+            "fp32 states over DP like ZeRO-1: less memory than the plan counted."
+        )
     if m.is_moe and layout.moe_token_dispatcher != "alltoall":
-        notes.append(f"DeepSpeed-MoE dispatches tokens with all-to-all, not the planned "
-                     f"{layout.moe_token_dispatcher}: the step-time estimate assumed the latter.")
+        notes.append(
+            f"DeepSpeed-MoE dispatches tokens with all-to-all, not the planned "
+            f"{layout.moe_token_dispatcher}: the step-time estimate assumed the latter."
+        )
     if layout.uneven:
-        notes.append(f"DeepSpeed places the layers itself: {layout.first_stage_layers} on the "
-                     f"first stage and {layout.last_stage_layers} on the last, as planned.")
+        notes.append(
+            f"DeepSpeed places the layers itself: {layout.first_stage_layers} on the "
+            f"first stage and {layout.last_stage_layers} on the last, as planned."
+        )
     if m.position_embedding == "rope" and m.rotary_base is not None:
-        notes.append(f"RoPE base {whole(m.rotary_base) or m.rotary_base}: set it as your Megatron-DeepSpeed version "
-                     "spells it (it changes neither memory nor time).")
+        notes.append(
+            f"RoPE base {whole(m.rotary_base) or m.rotary_base}: set it as your Megatron-DeepSpeed version "
+            "spells it (it changes neither memory nor time)."
+        )
     return notes
 
 

@@ -52,8 +52,12 @@ _QUANT_SUFFIX = re.compile(r"[-_](?P<q>fp8(?:[-_]dynamic|[-_]block)?|nvfp4|mxfp4
 _DEEPSEEK = "deepseek-ai/DeepSeek-V3 and -R1 config.json: quantization_config quant_method fp8"
 # (repo name without its quantization suffix, preset, fields beyond the preset, native precision)
 _FAMILIES: tuple[tuple[re.Pattern[str], str, tuple[tuple[str, Any], ...], str | None], ...] = (
-    (re.compile(r"deepseek-(?:v3(?:\.1)?|r1)(?:-base|-\d{4}|-terminus)?", re.I), "deepseek-v3",
-     (("mtp_num_layers", 1),), "fp8"),
+    (
+        re.compile(r"deepseek-(?:v3(?:\.1)?|r1)(?:-base|-\d{4}|-terminus)?", re.I),
+        "deepseek-v3",
+        (("mtp_num_layers", 1),),
+        "fp8",
+    ),
     (re.compile(r"(?:meta-)?llama-3(?:\.[13])?-70b(?:-instruct)?", re.I), "llama3-70b", (), None),
     (re.compile(r"(?:meta-)?llama-3(?:\.1)?-8b(?:-instruct)?", re.I), "llama3-8b", (), None),
     (re.compile(r"(?:meta-)?llama-3\.1-405b(?:-instruct)?", re.I), "llama3-405b", (), None),
@@ -70,7 +74,7 @@ def from_id(model_id: str) -> Checkpoint | None:
         q = m.group("q").lower()
         precision = "fp8" if q.startswith("fp8") else "fp4"
         where = f"the checkpoint id {model_id} (its -{m.group('q')} suffix)"
-        name = name[:m.start()]
+        name = name[: m.start()]
     for rx, preset, update, native in _FAMILIES:
         if rx.fullmatch(name):
             if precision is None and native is not None and org in ("deepseek-ai", ""):
@@ -116,8 +120,11 @@ def from_config(cfg: dict, source: str, quant: dict | None = None) -> Checkpoint
         said += f", quant_algo {qc.get('quant_algo')}"
     elif method == "compressed-tensors":
         groups = qc.get("config_groups")
-        weights = [g.get("weights") for g in groups.values() if isinstance(g, dict)] \
-            if isinstance(groups, dict) else []
+        weights = (
+            [g.get("weights") for g in groups.values() if isinstance(g, dict)]
+            if isinstance(groups, dict)
+            else []
+        )
         kinds = {(w.get("type"), w.get("num_bits")) for w in weights if isinstance(w, dict)}
         if kinds == {("float", 8)}:
             prec = "fp8"
@@ -143,6 +150,9 @@ def config_beside(ref: str, base: Path | None) -> tuple[dict, dict | None, str] 
     quant = None
     beside = path.parent / "hf_quant_config.json"
     if safe_is_file(beside):
-        quant = load_json(read_text(beside, what="ModelOpt quantization file"),
-                          what="ModelOpt quantization file", source=str(beside))
+        quant = load_json(
+            read_text(beside, what="ModelOpt quantization file"),
+            what="ModelOpt quantization file",
+            source=str(beside),
+        )
     return cfg, quant, str(path)

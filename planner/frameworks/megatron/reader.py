@@ -50,8 +50,18 @@ from planner.presets import resolve_model
 from planner.readers import bash as shell
 from planner.specs import ModelSpec
 
-__all__ = ["load", "megatron_flags", "looks_like_megatron", "Flags", "Launch", "read_launch",
-           "world_size", "model_from_flags", "script_reader", "MAX_SUGGESTIONS"]
+__all__ = [
+    "load",
+    "megatron_flags",
+    "looks_like_megatron",
+    "Flags",
+    "Launch",
+    "read_launch",
+    "world_size",
+    "model_from_flags",
+    "script_reader",
+    "MAX_SUGGESTIONS",
+]
 
 MAX_SUGGESTIONS = 20
 """Unknown flags reported one by one (with a did-you-mean); the rest are counted in one line."""
@@ -60,56 +70,145 @@ MAX_SUGGESTIONS = 20
 @lru_cache(maxsize=1)
 def megatron_flags() -> frozenset[str]:
     """Every flag pretrain_gpt.py accepts (planner/frameworks/megatron/megatron_flags.txt)."""
-    text = resources.files("planner.frameworks.megatron").joinpath("megatron_flags.txt").read_text("utf-8")
-    return frozenset(line.strip() for line in text.splitlines()
-                     if line.strip().startswith("--"))
+    text = (
+        resources.files("planner.frameworks.megatron")
+        .joinpath("megatron_flags.txt")
+        .read_text("utf-8")
+    )
+    return frozenset(line.strip() for line in text.splitlines() if line.strip().startswith("--"))
 
 
 # store_true / store_false flags: a word after one of these is a stray argument, not a value
-_BOOLEAN = frozenset({
-    "--sequence-parallel", "--use-distributed-optimizer", "--bf16", "--fp16", "--swiglu",
-    "--squared-relu", "--group-query-attention", "--tp-comm-overlap", "--overlap-grad-reduce",
-    "--overlap-param-gather", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
-    "--use-megatron-fsdp", "--use-torch-fsdp2", "--account-for-embedding-in-pipeline-split",
-    "--account-for-loss-in-pipeline-split", "--recompute-activations", "--checkpoint-activations",
-    "--multi-latent-attention", "--use-flash-attn", "--moe-grouped-gemm", "--use-mcore-models",
-    "--mock-data", "--use-rotary-position-embeddings", "--add-qkv-bias", "--use-dist-ckpt",
-    "--distribute-saved-activations", "--no-position-embedding", "--fp8-param-gather",
-    "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32",
-    "--use-precision-aware-optimizer", "--overlap-moe-expert-parallel-comm",
-    "--enable-cuda-graph", "--external-cuda-graph", "--moe-enable-deepep",
-    "--moe-layer-recompute", "--optimizer-cpu-offload", "--torch-fsdp2-no-reshard-after-forward",
-    "--no-check-for-nan-in-loss-and-grad", "--fsdp-double-buffer", "--use-nccl-ub",
-    "--keep-fp8-transpose-cache", "--moe-shared-expert-overlap", "--delay-wgrad-compute",
-    "--defer-embedding-wgrad-compute", "--moe-pad-expert-input-to-capacity",
-    "--first-last-layers-bf16", "--init-model-with-meta-device",
-    "--fp8-dot-product-attention", "--fp8-multi-head-attention", "--quick-geglu",
-})
+_BOOLEAN = frozenset(
+    {
+        "--sequence-parallel",
+        "--use-distributed-optimizer",
+        "--bf16",
+        "--fp16",
+        "--swiglu",
+        "--squared-relu",
+        "--group-query-attention",
+        "--tp-comm-overlap",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+        "--untie-embeddings-and-output-weights",
+        "--disable-bias-linear",
+        "--use-megatron-fsdp",
+        "--use-torch-fsdp2",
+        "--account-for-embedding-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split",
+        "--recompute-activations",
+        "--checkpoint-activations",
+        "--multi-latent-attention",
+        "--use-flash-attn",
+        "--moe-grouped-gemm",
+        "--use-mcore-models",
+        "--mock-data",
+        "--use-rotary-position-embeddings",
+        "--add-qkv-bias",
+        "--use-dist-ckpt",
+        "--distribute-saved-activations",
+        "--no-position-embedding",
+        "--fp8-param-gather",
+        "--grad-reduce-in-bf16",
+        "--accumulate-allreduce-grads-in-fp32",
+        "--use-precision-aware-optimizer",
+        "--overlap-moe-expert-parallel-comm",
+        "--enable-cuda-graph",
+        "--external-cuda-graph",
+        "--moe-enable-deepep",
+        "--moe-layer-recompute",
+        "--optimizer-cpu-offload",
+        "--torch-fsdp2-no-reshard-after-forward",
+        "--no-check-for-nan-in-loss-and-grad",
+        "--fsdp-double-buffer",
+        "--use-nccl-ub",
+        "--keep-fp8-transpose-cache",
+        "--moe-shared-expert-overlap",
+        "--delay-wgrad-compute",
+        "--defer-embedding-wgrad-compute",
+        "--moe-pad-expert-input-to-capacity",
+        "--first-last-layers-bf16",
+        "--init-model-with-meta-device",
+        "--fp8-dot-product-attention",
+        "--fp8-multi-head-attention",
+        "--quick-geglu",
+    }
+)
 # flags taking exactly one value (the ones planner reads): a second word after one is stray
-_SINGLE = frozenset({
-    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-    "--expert-model-parallel-size", "--expert-tensor-parallel-size",
-    "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
-    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
-    "--micro-batch-size", "--global-batch-size", "--num-layers", "--hidden-size",
-    "--ffn-hidden-size", "--num-attention-heads", "--num-query-groups", "--kv-channels",
-    "--seq-length", "--max-position-embeddings", "--normalization", "--position-embedding-type",
-    "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--num-experts",
-    "--moe-router-topk", "--moe-ffn-hidden-size", "--data-parallel-sharding-strategy",
-    "--vocab-size", "--tokenizer-type", "--fp8-format", "--fp8-recipe",
-    "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--cuda-graph-impl",
-    "--pipeline-model-parallel-layout", "--mtp-num-layers", "--cpu-offloading-num-layers",
-    "--exp-avg-dtype", "--exp-avg-sq-dtype", "--rotary-base", "--moe-expert-capacity-factor",
-    "--attention-backend", "--moe-layer-freq", "--moe-router-num-groups",
-    "--moe-router-group-topk", "--rotary-percent",
-})
-_SHAPE_REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads",
-                   "--max-position-embeddings")
-_LAUNCHERS_PER_NODE = ("--nproc-per-node", "--nproc_per_node", "--num_gpus", "--num-gpus",
-                       "--gpus-per-node", "--ntasks-per-node")
+_SINGLE = frozenset(
+    {
+        "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size",
+        "--context-parallel-size",
+        "--expert-model-parallel-size",
+        "--expert-tensor-parallel-size",
+        "--num-layers-per-virtual-pipeline-stage",
+        "--num-virtual-stages-per-pipeline-rank",
+        "--decoder-first-pipeline-num-layers",
+        "--decoder-last-pipeline-num-layers",
+        "--micro-batch-size",
+        "--global-batch-size",
+        "--num-layers",
+        "--hidden-size",
+        "--ffn-hidden-size",
+        "--num-attention-heads",
+        "--num-query-groups",
+        "--kv-channels",
+        "--seq-length",
+        "--max-position-embeddings",
+        "--normalization",
+        "--position-embedding-type",
+        "--recompute-granularity",
+        "--recompute-method",
+        "--recompute-num-layers",
+        "--num-experts",
+        "--moe-router-topk",
+        "--moe-ffn-hidden-size",
+        "--data-parallel-sharding-strategy",
+        "--vocab-size",
+        "--tokenizer-type",
+        "--fp8-format",
+        "--fp8-recipe",
+        "--moe-token-dispatcher-type",
+        "--moe-flex-dispatcher-backend",
+        "--cuda-graph-impl",
+        "--pipeline-model-parallel-layout",
+        "--mtp-num-layers",
+        "--cpu-offloading-num-layers",
+        "--exp-avg-dtype",
+        "--exp-avg-sq-dtype",
+        "--rotary-base",
+        "--moe-expert-capacity-factor",
+        "--attention-backend",
+        "--moe-layer-freq",
+        "--moe-router-num-groups",
+        "--moe-router-group-topk",
+        "--rotary-percent",
+    }
+)
+_SHAPE_REQUIRED = (
+    "--num-layers",
+    "--hidden-size",
+    "--num-attention-heads",
+    "--max-position-embeddings",
+)
+_LAUNCHERS_PER_NODE = (
+    "--nproc-per-node",
+    "--nproc_per_node",
+    "--num_gpus",
+    "--num-gpus",
+    "--gpus-per-node",
+    "--ntasks-per-node",
+)
 _LAUNCHERS_NODES = ("--nnodes", "--num_nodes", "--num-nodes", "--nodes", "-N")
-_VARS_PER_NODE = ("GPUS_PER_NODE", "NPROC_PER_NODE", "NUM_GPUS_PER_NODE", "GPUS_PER_NODE_NUM",
-                  "SLURM_GPUS_PER_NODE")
+_VARS_PER_NODE = (
+    "GPUS_PER_NODE",
+    "NPROC_PER_NODE",
+    "NUM_GPUS_PER_NODE",
+    "GPUS_PER_NODE_NUM",
+    "SLURM_GPUS_PER_NODE",
+)
 _VARS_NODES = ("NNODES", "NUM_NODES", "N_NODES", "NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
 # a total GPU count the script keeps for itself (its own arithmetic, its hostfile): the world
 # size when neither the launcher nor a node-count variable gives one
@@ -120,12 +219,17 @@ _TRAINING_ENTRY = re.compile(r"(^|/)(pretrain\w*|\w*train\w*|finetune\w*|sft\w*)
 
 def looks_like_megatron(text: str) -> bool:
     """Content sniffing for detect_format: a pretrain_*.py command or core Megatron flags."""
-    return bool(re.search(r"pretrain_\w+\.py|--tensor-model-parallel-size|"
-                          r"--pipeline-model-parallel-size|--num-layers\b|--micro-batch-size",
-                          text))
+    return bool(
+        re.search(
+            r"pretrain_\w+\.py|--tensor-model-parallel-size|"
+            r"--pipeline-model-parallel-size|--num-layers\b|--micro-batch-size",
+            text,
+        )
+    )
 
 
 # ------------------------------------------------------------------------------ arguments
+
 
 @dataclass
 class Flags:
@@ -149,8 +253,11 @@ class Flags:
     def _resolved(self, flag: str, value: str, fix: str) -> str:
         names = shell.unresolved_names(value)
         if names:
-            raise SpecError(f"{self.source}: {flag} {_short(shell.display(value))} "
-                            f"{shell.why(names)}; {fix}", field=flag, value=shell.display(value))
+            raise SpecError(
+                f"{self.source}: {flag} {_short(shell.display(value))} {shell.why(names)}; {fix}",
+                field=flag,
+                value=shell.display(value),
+            )
         return value
 
     def text(self, flag: str, default: str | None = None, *, fix: str) -> str | None:
@@ -165,17 +272,21 @@ class Flags:
         """Every value of a flag taking several (`--recompute-modules mlp moe`)."""
         return [self._resolved(flag, v, fix) for v in self.values.get(flag, [])]
 
-    def int(self, flag: str, default: int | None = None, *,
-            fix: str = "set it in the script") -> int | None:
+    def int(
+        self, flag: str, default: int | None = None, *, fix: str = "set it in the script"
+    ) -> int | None:
         value = self.text(flag, fix=fix)
         if value is None:
             return default
         try:
             return int(value)
         except ValueError:
-            raise SpecError(f"{self.source}: {flag} {_short(value)!r} is not an integer "
-                            f"(Megatron's argparse rejects it); {fix}",
-                            field=flag, value=value) from None
+            raise SpecError(
+                f"{self.source}: {flag} {_short(value)!r} is not an integer "
+                f"(Megatron's argparse rejects it); {fix}",
+                field=flag,
+                value=value,
+            ) from None
 
     def float(self, flag: str, *, fix: str = "set it in the script") -> float | None:
         value = self.text(flag, fix=fix)
@@ -184,29 +295,34 @@ class Flags:
         try:
             return float(value)
         except ValueError:
-            raise SpecError(f"{self.source}: {flag} {_short(value)!r} is not a number "
-                            f"(Megatron's argparse rejects it); {fix}",
-                            field=flag, value=value) from None
+            raise SpecError(
+                f"{self.source}: {flag} {_short(value)!r} is not a number "
+                f"(Megatron's argparse rejects it); {fix}",
+                field=flag,
+                value=value,
+            ) from None
 
     def choice(self, flag: str, choices: tuple[str, ...], default: str | None = None) -> str | None:
         value = self.text(flag, fix="set it in the script")
         if value is not None and value not in choices:
-            raise SpecError(f"{self.source}: {flag} {_short(value)!r} is not one of "
-                            f"{', '.join(choices)} (Megatron's argparse rejects it); fix the value",
-                            field=flag, value=value)
+            raise SpecError(
+                f"{self.source}: {flag} {_short(value)!r} is not one of "
+                f"{', '.join(choices)} (Megatron's argparse rejects it); fix the value",
+                field=flag,
+                value=value,
+            )
         return default if value is None else value
 
 
 def _short(text: str, n: int = 60) -> str:
-    return text if len(text) <= n else text[:n - 3] + "..."
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def _is_flag(token: str) -> bool:
     return token.startswith("--") or bool(re.match(r"-[A-Za-z]", token))
 
 
-def _parse(tokens: list[str], source: str, *,
-           check: bool = True) -> tuple[Flags, list[Violation]]:
+def _parse(tokens: list[str], source: str, *, check: bool = True) -> tuple[Flags, list[Violation]]:
     """Megatron's argparse over the tokens: every unknown or stray word reported by name
     (`check=False`: a dialect without a flag list, unknown flags are not judged)."""
     known = megatron_flags()
@@ -228,27 +344,40 @@ def _parse(tokens: list[str], source: str, *,
             continue
         names = shell.unresolved_names(token)
         if shell.only_unresolved(token):
-            out.append(Violation("megatron-unresolved-variable",
-                                 f"{shell.display(token)} on the command line {shell.why(names)}: "
-                                 "the flags it adds (if any) were not checked", "warning"))
+            out.append(
+                Violation(
+                    "megatron-unresolved-variable",
+                    f"{shell.display(token)} on the command line {shell.why(names)}: "
+                    "the flags it adds (if any) were not checked",
+                    "warning",
+                )
+            )
         else:
-            out.append(Violation("megatron-unrecognized-argument",
-                                 f"stray argument {_short(shell.display(token))!r}: Megatron-LM's "
-                                 "argparse rejects it (unrecognized arguments); remove it",
-                                 "error"))
+            out.append(
+                Violation(
+                    "megatron-unrecognized-argument",
+                    f"stray argument {_short(shell.display(token))!r}: Megatron-LM's "
+                    "argparse rejects it (unrecognized arguments); remove it",
+                    "error",
+                )
+            )
     out += _unknown(list(unknown), known)
     for name, count in flags.counts.items():
         if count > 1:
             shown = _short(flags.shown(name)) or "(set)"
-            out.append(Violation("megatron-repeated-flag",
-                                 f"{name} is given {count} times; argparse keeps the last "
-                                 f"({shown})", "warning"))
+            out.append(
+                Violation(
+                    "megatron-repeated-flag",
+                    f"{name} is given {count} times; argparse keeps the last ({shown})",
+                    "warning",
+                )
+            )
     return flags, out
 
 
 _HINTS = {
     "--cpu-offloading": "Megatron-LM turns activation offloading on with "
-                        "--cpu-offloading-num-layers N (NeMo's cpu_offloading is not a flag)",
+    "--cpu-offloading-num-layers N (NeMo's cpu_offloading is not a flag)",
 }
 
 
@@ -256,21 +385,33 @@ def _unknown(names: list[str], known: frozenset[str]) -> list[Violation]:
     """One error per unknown flag with a did-you-mean, for the first MAX_SUGGESTIONS; one line
     counting the rest (the suggestion search is what makes thousands of them slow)."""
     consequence = "Megatron-LM's argparse rejects it and pretrain_gpt.py exits; remove or fix it"
-    out = [Violation("megatron-unknown-flag", f"unknown flag {name!r} ({_HINTS[name]}): "
-                                              f"{consequence}", "error")
-           if name in _HINTS else
-           unknown_key("megatron-unknown-flag", _short(name), known, severity="error",
-                       consequence=consequence)
-           for name in names[:MAX_SUGGESTIONS]]
+    out = [
+        Violation(
+            "megatron-unknown-flag",
+            f"unknown flag {name!r} ({_HINTS[name]}): {consequence}",
+            "error",
+        )
+        if name in _HINTS
+        else unknown_key(
+            "megatron-unknown-flag", _short(name), known, severity="error", consequence=consequence
+        )
+        for name in names[:MAX_SUGGESTIONS]
+    ]
     if len(names) > MAX_SUGGESTIONS:
         more = len(names) - MAX_SUGGESTIONS
-        out.append(Violation("megatron-unknown-flag",
-                             f"{more:,} more unknown flags (e.g. {_short(names[-1], 40)!r}): "
-                             "Megatron-LM's argparse rejects them; remove or fix them", "error"))
+        out.append(
+            Violation(
+                "megatron-unknown-flag",
+                f"{more:,} more unknown flags (e.g. {_short(names[-1], 40)!r}): "
+                "Megatron-LM's argparse rejects them; remove or fix them",
+                "error",
+            )
+        )
     return out
 
 
 # ------------------------------------------------------------------------------ the script
+
 
 @dataclass
 class Launch:
@@ -288,8 +429,9 @@ def _runs(cmd: shell.Command, known: frozenset[str]):
         return None
     for k, w in enumerate(words):
         if re.search(r"\.py$", shell.display(w)) and any(
-                x.split("=", 1)[0] in known for x in words[k + 1:]):
-            return words[:k], shell.display(w), words[k + 1:]
+            x.split("=", 1)[0] in known for x in words[k + 1 :]
+        ):
+            return words[:k], shell.display(w), words[k + 1 :]
     return None
 
 
@@ -309,14 +451,23 @@ def _find(script: shell.Script, source: str) -> Launch:
         return Launch(top[0][0], top[0][2], script, True, len(top))
     args = [w for cmd in script.commands if cmd.words[0].startswith("-") for w in cmd.words]
     if not any(a.split("=", 1)[0] in known for a in args):
-        raise SpecError(f"{source}: no Megatron-LM command (torchrun ... pretrain_gpt.py --flags) "
-                        "and no Megatron flags found; give a launch script or an argument file",
-                        field="file", value=source)
+        raise SpecError(
+            f"{source}: no Megatron-LM command (torchrun ... pretrain_gpt.py --flags) "
+            "and no Megatron flags found; give a launch script or an argument file",
+            field="file",
+            value=source,
+        )
     return Launch([], args, script, False, 0)
 
 
-def read_launch(text: str, source: str, *, check: bool = True, prefix: str = "megatron",
-                ov: Overrides | None = None) -> tuple[Launch, Flags, list[Violation]]:
+def read_launch(
+    text: str,
+    source: str,
+    *,
+    check: bool = True,
+    prefix: str = "megatron",
+    ov: Overrides | None = None,
+) -> tuple[Launch, Flags, list[Violation]]:
     """The training command of a script or argument file, its flags, and what was odd about
     them (`check=False` for Megatron-DeepSpeed, whose flag list we do not have)."""
     ov = ov or Overrides()
@@ -324,13 +475,23 @@ def read_launch(text: str, source: str, *, check: bool = True, prefix: str = "me
     found = _find(script, source)
     flags, out = _parse(found.args, source, check=check)
     if found.commands > 1:
-        out.append(Violation(f"{prefix}-multiple-commands",
-                             f"the script runs a training command {found.commands} times; "
-                             "planner read the first", "warning"))
+        out.append(
+            Violation(
+                f"{prefix}-multiple-commands",
+                f"the script runs a training command {found.commands} times; "
+                "planner read the first",
+                "warning",
+            )
+        )
     for name in found.script.sourced:
-        out.append(Violation(f"{prefix}-sourced-file",
-                             f"the script sources {name}; planner does not read it, so variables "
-                             "set there count as unset", "warning"))
+        out.append(
+            Violation(
+                f"{prefix}-sourced-file",
+                f"the script sources {name}; planner does not read it, so variables "
+                "set there count as unset",
+                "warning",
+            )
+        )
     return found, flags, out + shell_notes(script, prefix)
 
 
@@ -344,13 +505,14 @@ def _launcher_value(words: list[str], names: tuple[str, ...]) -> str | None:
 
 
 def _is_torchrun(words: list[str]) -> bool:
-    return any(w.rsplit("/", 1)[-1] == "torchrun" or w in ("torch.distributed.run",
-                                                          "torch.distributed.launch")
-               for w in words)
+    return any(
+        w.rsplit("/", 1)[-1] == "torchrun"
+        or w in ("torch.distributed.run", "torch.distributed.launch")
+        for w in words
+    )
 
 
-def world_size(found: Launch, ov: Overrides, hardware, source: str,
-               out: list[Violation]) -> int:
+def world_size(found: Launch, ov: Overrides, hardware, source: str, out: list[Violation]) -> int:
     if ov.gpus is not None and ov.nodes is None:
         return ov.gpus
     fix = "give --gpus N (the total)" if ov.nodes is not None else "give --gpus N or --nodes N"
@@ -360,32 +522,48 @@ def world_size(found: Launch, ov: Overrides, hardware, source: str,
             return None
         names = shell.unresolved_names(value)
         if names:
-            if ov.nodes is not None:      # --nodes replaces the file's count; per node falls
-                return None               # back to the hardware profile
-            raise SpecError(f"{source}: the world size needs {label}, which is "
-                            f"{_short(shell.display(value))} and {shell.why(names)}; {fix}",
-                            field=label, value=shell.display(value))
+            if ov.nodes is not None:  # --nodes replaces the file's count; per node falls
+                return None  # back to the hardware profile
+            raise SpecError(
+                f"{source}: the world size needs {label}, which is "
+                f"{_short(shell.display(value))} and {shell.why(names)}; {fix}",
+                field=label,
+                value=shell.display(value),
+            )
         if label.startswith("GPUs") and value in ("gpu", "auto"):
             return hardware.gpus_per_node
-        if ":" in value and label.startswith("nodes"):      # elastic min:max
+        if ":" in value and label.startswith("nodes"):  # elastic min:max
             top = value.split(":")[-1]
-            out.append(Violation("megatron-elastic-nnodes",
-                                 f"--nnodes {_short(value)} is an elastic range; planner plans "
-                                 f"for the maximum, {_short(top)} nodes", "warning"))
+            out.append(
+                Violation(
+                    "megatron-elastic-nnodes",
+                    f"--nnodes {_short(value)} is an elastic range; planner plans "
+                    f"for the maximum, {_short(top)} nodes",
+                    "warning",
+                )
+            )
             value = top
         try:
             n = int(value)
         except ValueError:
-            raise SpecError(f"{source}: {label} {_short(value)!r} is not an integer; "
-                            f"{fix}", field=label, value=value) from None
+            raise SpecError(
+                f"{source}: {label} {_short(value)!r} is not an integer; {fix}",
+                field=label,
+                value=value,
+            ) from None
         if not 1 <= n <= MAX_GPUS:
-            raise SpecError(f"{source}: {label} {n:,} must be between 1 and {MAX_GPUS:,} (a "
-                            f"config's num_gpus cap); {fix}", field=label, value=n)
+            raise SpecError(
+                f"{source}: {label} {n:,} must be between 1 and {MAX_GPUS:,} (a "
+                f"config's num_gpus cap); {fix}",
+                field=label,
+                value=n,
+            )
         return n
 
     words = found.launcher
-    per_node = number("GPUs per node (--nproc-per-node)",
-                      _launcher_value(words, _LAUNCHERS_PER_NODE))
+    per_node = number(
+        "GPUs per node (--nproc-per-node)", _launcher_value(words, _LAUNCHERS_PER_NODE)
+    )
     nodes = number("nodes (--nnodes)", _launcher_value(words, _LAUNCHERS_NODES))
     script = found.script
     if per_node is None:
@@ -398,23 +576,38 @@ def world_size(found: Launch, ov: Overrides, hardware, source: str,
     world = None
     if per_node is None and "WORLD_SIZE" in script.variables:
         world = number("the world size (WORLD_SIZE)", script.var("WORLD_SIZE"))
-    if world is None and (nodes is None or per_node is None) and ov.nodes is None \
-            and not _is_torchrun(words):          # torchrun's defaults give its world size
+    if (
+        world is None
+        and (nodes is None or per_node is None)
+        and ov.nodes is None
+        and not _is_torchrun(words)
+    ):  # torchrun's defaults give its world size
         var = next((v for v in _VARS_WORLD if v in script.variables), None)
         world = number(f"the world size ({var})", script.var(var)) if var else None
         if world is not None:
-            out.append(Violation("megatron-world-from-variable",
-                                 "the launcher does not give the world size; planner took the "
-                                 f"script's {var}={world} (give --gpus N or --nodes N to plan "
-                                 "another)", "warning"))
+            out.append(
+                Violation(
+                    "megatron-world-from-variable",
+                    "the launcher does not give the world size; planner took the "
+                    f"script's {var}={world} (give --gpus N or --nodes N to plan "
+                    "another)",
+                    "warning",
+                )
+            )
             per_node = nodes = None
-    if _is_torchrun(words):                        # torchrun's defaults: 1 node, 1 process
+    if _is_torchrun(words):  # torchrun's defaults: 1 node, 1 process
         per_node = 1 if per_node is None and world is None else per_node
         nodes = 1 if nodes is None else nodes
-    return resolve_world(ov, hardware=hardware, source=source, gpus_per_node=per_node,
-                         nodes=nodes, world=world,
-                         missing="no world size (no torchrun --nnodes/--nproc-per-node, no "
-                                 "GPUS_PER_NODE/NNODES variables)")
+    return resolve_world(
+        ov,
+        hardware=hardware,
+        source=source,
+        gpus_per_node=per_node,
+        nodes=nodes,
+        world=world,
+        missing="no world size (no torchrun --nnodes/--nproc-per-node, no "
+        "GPUS_PER_NODE/NNODES variables)",
+    )
 
 
 # ------------------------------------------------------------------------------ test configs
@@ -422,8 +615,19 @@ def world_size(found: Launch, ov: Overrides, hardware, source: str,
 # the top-level keys of Megatron-LM's functional-test model_config.yaml
 # (tests/functional_tests/test_cases/*/*/model_config.yaml) that are the test harness's, not
 # the training run's
-_HARNESS_KEYS = ("TEST_TYPE", "METRICS", "MODE", "SPEC", "THROUGHPUT_TEST_PARAMS", "BASE_MODEL",
-                 "IS_STABLE", "N_REPEAT", "ARGUMENTS", "GOLDEN_VALUES", "EXPECTED_METRICS")
+_HARNESS_KEYS = (
+    "TEST_TYPE",
+    "METRICS",
+    "MODE",
+    "SPEC",
+    "THROUGHPUT_TEST_PARAMS",
+    "BASE_MODEL",
+    "IS_STABLE",
+    "N_REPEAT",
+    "ARGUMENTS",
+    "GOLDEN_VALUES",
+    "EXPECTED_METRICS",
+)
 
 
 def looks_like_model_config(data) -> bool:
@@ -436,20 +640,29 @@ def model_config_text(data: dict, source: str) -> tuple[str, list[Violation]]:
     MODEL_ARGS as `--flag value` (true: the flag alone; false/null: left out, as the test
     launcher does; a list: its values). Other top-level keys are the harness's: a note."""
     import shlex
+
     out: list[Violation] = []
     env = data.get("ENV_VARS") or {}
     if not isinstance(env, dict):
-        raise SpecError(f"{source}: ENV_VARS must be a mapping of NAME: value; fix it",
-                        field="ENV_VARS")
-    lines = [f"export {k}={shlex.quote(_scalar(v))}" for k, v in env.items()
-             if re.fullmatch(r"[A-Za-z_]\w*", str(k)) and v is not None]
+        raise SpecError(
+            f"{source}: ENV_VARS must be a mapping of NAME: value; fix it", field="ENV_VARS"
+        )
+    lines = [
+        f"export {k}={shlex.quote(_scalar(v))}"
+        for k, v in env.items()
+        if re.fullmatch(r"[A-Za-z_]\w*", str(k)) and v is not None
+    ]
     for flag, value in data["MODEL_ARGS"].items():
         flag = str(flag)
         if not flag.startswith("-") or not re.fullmatch(r"-[-\w.]+", flag):
-            out.append(Violation("megatron-test-config-keys",
-                                 f"MODEL_ARGS key {_short(flag)!r} is not a flag (--name), so "
-                                 "it is no argument pretrain_gpt.py takes; write it as --name",
-                                 "error"))
+            out.append(
+                Violation(
+                    "megatron-test-config-keys",
+                    f"MODEL_ARGS key {_short(flag)!r} is not a flag (--name), so "
+                    "it is no argument pretrain_gpt.py takes; write it as --name",
+                    "error",
+                )
+            )
             continue
         if value is False or value is None:
             continue
@@ -464,10 +677,15 @@ def model_config_text(data: dict, source: str) -> tuple[str, list[Violation]]:
         known = [k for k in ignored if k in _HARNESS_KEYS]
         other = [k for k in ignored if k not in _HARNESS_KEYS]
         said = ", ".join(known + other)
-        out.append(Violation("megatron-test-config-keys",
-                             f"{_short(said, 120)}: Megatron-LM's functional-test harness keys "
-                             "(the test type, golden metrics ...), not training settings; "
-                             "planner reads ENV_VARS and MODEL_ARGS only", "warning"))
+        out.append(
+            Violation(
+                "megatron-test-config-keys",
+                f"{_short(said, 120)}: Megatron-LM's functional-test harness keys "
+                "(the test type, golden metrics ...), not training settings; "
+                "planner reads ENV_VARS and MODEL_ARGS only",
+                "warning",
+            )
+        )
     return "\n".join(lines) + "\n", out
 
 
@@ -475,8 +693,12 @@ def _scalar(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (dict, list)):
-        raise SpecError(f"a MODEL_ARGS value {_short(str(value))} is a nested structure; a "
-                        "flag takes plain values", field="MODEL_ARGS", value=_short(str(value)))
+        raise SpecError(
+            f"a MODEL_ARGS value {_short(str(value))} is a nested structure; a "
+            "flag takes plain values",
+            field="MODEL_ARGS",
+            value=_short(str(value)),
+        )
     return str(value)
 
 
@@ -494,8 +716,7 @@ def load_model_config(path: str | Path, data: dict, ov: Overrides) -> Imported:
 _PATTERN_CHARS = re.compile(r"[^,\d\[\]\(\)\+\*\s]")
 
 
-def _moe_dense_layers(flags: Flags, num_layers: int,
-                      out: list[Violation]) -> int | tuple[int, ...]:
+def _moe_dense_layers(flags: Flags, num_layers: int, out: list[Violation]) -> int | tuple[int, ...]:
     """Leading dense layers from --moe-layer-freq (1, or a pattern like ([0]*3+[1]*58)), or,
     when the dense layers are not all first, the pattern (a 0/1 tuple; an int step > 1 as
     `-freq`), checked as Megatron's moe_freq_type checks it (only digits, [ ] ( ) + * and
@@ -505,10 +726,13 @@ def _moe_dense_layers(flags: Flags, num_layers: int,
         return 0
     shown = _short(text)
     if _PATTERN_CHARS.search(text):
-        raise SpecError(f"{flags.source}: --moe-layer-freq {shown!r} is not a pattern Megatron "
-                        "accepts (an integer, or a list expression of digits, [ ] ( ) + * and "
-                        "commas such as ([0]*3+[1]*58)); its argparse rejects it",
-                        field="--moe-layer-freq", value=shown)
+        raise SpecError(
+            f"{flags.source}: --moe-layer-freq {shown!r} is not a pattern Megatron "
+            "accepts (an integer, or a list expression of digits, [ ] ( ) + * and "
+            "commas such as ([0]*3+[1]*58)); its argparse rejects it",
+            field="--moe-layer-freq",
+            value=shown,
+        )
     if text.strip().isdigit():
         pattern = None
     else:
@@ -516,28 +740,38 @@ def _moe_dense_layers(flags: Flags, num_layers: int,
             tree = ast.parse(text.strip(), mode="eval").body
             length = _pattern_length(tree)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
-            raise SpecError(f"{flags.source}: --moe-layer-freq {shown!r} is not a list "
-                            "expression Megatron can evaluate; write it like ([0]*3+[1]*58)"
-                            , field="--moe-layer-freq", value=shown) from None
+            raise SpecError(
+                f"{flags.source}: --moe-layer-freq {shown!r} is not a list "
+                "expression Megatron can evaluate; write it like ([0]*3+[1]*58)",
+                field="--moe-layer-freq",
+                value=shown,
+            ) from None
         if length != num_layers:
-            raise SpecError(f"{flags.source}: --moe-layer-freq {shown!r} has {_count(length)} "
-                            f"entries; Megatron requires one per layer ({num_layers})",
-                            field="--moe-layer-freq", value=shown)
+            raise SpecError(
+                f"{flags.source}: --moe-layer-freq {shown!r} has {_count(length)} "
+                f"entries; Megatron requires one per layer ({num_layers})",
+                field="--moe-layer-freq",
+                value=shown,
+            )
         pattern = _list_expr(tree)
     if pattern and all(x in (0, 1) for x in pattern) and 1 in pattern:
-        dense = len(pattern) - len(pattern[pattern.index(1):])
+        dense = len(pattern) - len(pattern[pattern.index(1) :])
         if all(x == 1 for x in pattern[dense:]):
             return dense
-        return tuple(pattern)             # interleaved: the pattern itself (moe_layer_freq)
+        return tuple(pattern)  # interleaved: the pattern itself (moe_layer_freq)
     if pattern is None:
         freq = int(text.strip())
         if 1 <= freq <= num_layers:
             # Megatron: layer i is MoE when i % freq == 0
             return tuple(int(i % freq == 0) for i in range(num_layers))
-    out.append(Violation("megatron-moe-layer-freq",
-                         f"--moe-layer-freq {shown}: no layer is MoE in it (or the step is not "
-                         f"between 1 and {num_layers}); planner treats every layer as MoE here",
-                         "warning"))
+    out.append(
+        Violation(
+            "megatron-moe-layer-freq",
+            f"--moe-layer-freq {shown}: no layer is MoE in it (or the step is not "
+            f"between 1 and {num_layers}); planner treats every layer as MoE here",
+            "warning",
+        )
+    )
     return 0
 
 
@@ -552,9 +786,12 @@ def _window(flags: Flags, num_layers: int, out: list[Violation]) -> dict:
     nums = [int(x) for x in re.findall(r"-?\d+", text)[:2]]
     shown = _short(text)
     if not nums or nums[0] == 0 or (len(nums) > 1 and nums[1] not in (0, -1)):
-        raise SpecError(f"{flags.source}: --window-size {shown!r} must be (left, 0) with left > 0 "
-                        "(or -1 for no window) for a causal model; fix the value",
-                        field="--window-size", value=shown)
+        raise SpecError(
+            f"{flags.source}: --window-size {shown!r} must be (left, 0) with left > 0 "
+            "(or -1 for no window) for a causal model; fix the value",
+            field="--window-size",
+            value=shown,
+        )
     if nums[0] < 0:
         return {}
     skip = flags.text("--window-attn-skip-freq", fix="set it in the script")
@@ -566,13 +803,15 @@ def _window(flags: Flags, num_layers: int, out: list[Violation]) -> dict:
             tree = ast.parse(skip.strip(), mode="eval").body
             if _PATTERN_CHARS.search(skip) or _pattern_length(tree) != num_layers:
                 raise ValueError(skip)
-            full = [x == 0 for x in _list_expr(tree)]   # Megatron: 1 = window, 0 = full
+            full = [x == 0 for x in _list_expr(tree)]  # Megatron: 1 = window, 0 = full
         except (SyntaxError, ValueError, RecursionError, MemoryError):
-            raise SpecError(f"{flags.source}: --window-attn-skip-freq {_short(skip)!r} must be an "
-                            f"integer or a 0/1 list of {num_layers} entries; fix the value",
-                            field="--window-attn-skip-freq", value=_short(skip)) from None
-    return dict(window_size=nums[0],
-                layer_types=tuple("full" if f else "sliding" for f in full))
+            raise SpecError(
+                f"{flags.source}: --window-attn-skip-freq {_short(skip)!r} must be an "
+                f"integer or a 0/1 list of {num_layers} entries; fix the value",
+                field="--window-attn-skip-freq",
+                value=_short(skip),
+            ) from None
+    return dict(window_size=nums[0], layer_types=tuple("full" if f else "sliding" for f in full))
 
 
 def _pattern_length(node) -> int:
@@ -591,8 +830,9 @@ def _pattern_length(node) -> int:
 
 
 def _repeat(node) -> tuple[object, int]:
-    seq, times = (node.right, node.left) if isinstance(node.left, ast.Constant) \
-        else (node.left, node.right)
+    seq, times = (
+        (node.right, node.left) if isinstance(node.left, ast.Constant) else (node.left, node.right)
+    )
     if not (isinstance(times, ast.Constant) and type(times.value) is int):
         raise ValueError("a list repeats an integer number of times")
     return seq, times.value
@@ -609,11 +849,18 @@ def _list_expr(node) -> list[int]:
 
 
 def _count(n: int) -> str:
-    return f"{n:,}" if n < 10 ** 15 else f"about 10^{len(str(n)) - 1}"
+    return f"{n:,}" if n < 10**15 else f"about 10^{len(str(n)) - 1}"
 
 
-def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
-                     out: list[Violation], *, dialect: str = "Megatron-LM") -> ModelSpec:
+def model_from_flags(
+    flags: Flags,
+    ov: Overrides,
+    source: str,
+    seq: int | None,
+    out: list[Violation],
+    *,
+    dialect: str = "Megatron-LM",
+) -> ModelSpec:
     """The model the shape flags describe (--model replaces it; --vocab-size replaces its
     vocabulary). `dialect` "Megatron-DeepSpeed" reads its spellings: --num-key-value-heads,
     --topk, lower-case --normalization."""
@@ -621,35 +868,54 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
         model = resolve_model(ov.model)
         mtp = flags.int("--mtp-num-layers", 0) if dialect == "Megatron-LM" else 0
         if mtp != model.mtp_num_layers:
-            out.append(Violation("megatron-model-replaced",
-                                 f"the script's --mtp-num-layers {mtp} differs from --model's "
-                                 f"mtp_num_layers {model.mtp_num_layers}; planner uses --model's",
-                                 "warning"))
+            out.append(
+                Violation(
+                    "megatron-model-replaced",
+                    f"the script's --mtp-num-layers {mtp} differs from --model's "
+                    f"mtp_num_layers {model.mtp_num_layers}; planner uses --model's",
+                    "warning",
+                )
+            )
         return model.model_copy(update={"vocab_size": ov.vocab_size}) if ov.vocab_size else model
     fix = "set it in the script or give --model"
     present = [f for f in _SHAPE_REQUIRED[:3] if flags.has(f)]
     if not present:
-        raise SpecError(f"{source}: no model shape (--num-layers, --hidden-size, "
-                        "--num-attention-heads); give --model NAME (a preset such as llama3-70b, "
-                        "a model YAML or a HF config.json)", field="--num-layers")
+        raise SpecError(
+            f"{source}: no model shape (--num-layers, --hidden-size, "
+            "--num-attention-heads); give --model NAME (a preset such as llama3-70b, "
+            "a model YAML or a HF config.json)",
+            field="--num-layers",
+        )
     for f in _SHAPE_REQUIRED[:3]:
         if not flags.has(f):
-            raise SpecError(f"{source}: {f} is missing (Megatron-LM requires it); add it to the "
-                            "script or give --model", field=f)
+            raise SpecError(
+                f"{source}: {f} is missing (Megatron-LM requires it); add it to the "
+                "script or give --model",
+                field=f,
+            )
     deepspeed = dialect == "Megatron-DeepSpeed"
     fields = dict(
         num_layers=flags.int("--num-layers", fix=fix),
         hidden_size=flags.int("--hidden-size", fix=fix),
         ffn_hidden_size=flags.int("--ffn-hidden-size", fix=fix),
         num_attention_heads=flags.int("--num-attention-heads", fix=fix),
-        num_kv_heads=(flags.int("--num-key-value-heads", fix=fix) if deepspeed else
-                      flags.int("--num-query-groups", fix=fix)
-                      if flags.has("--group-query-attention") else None),
+        num_kv_heads=(
+            flags.int("--num-key-value-heads", fix=fix)
+            if deepspeed
+            else flags.int("--num-query-groups", fix=fix)
+            if flags.has("--group-query-attention")
+            else None
+        ),
         kv_channels=flags.int("--kv-channels", fix=fix),
         vocab_size=_vocab(flags, ov, source, deepspeed, out),
         # --quick-geglu sets gated_linear_unit (a 3-matrix gated MLP, as --swiglu)
-        activation=("swiglu" if flags.has("--swiglu") or flags.has("--quick-geglu") else
-                    "squared_relu" if flags.has("--squared-relu") else "gelu"),
+        activation=(
+            "swiglu"
+            if flags.has("--swiglu") or flags.has("--quick-geglu")
+            else "squared_relu"
+            if flags.has("--squared-relu")
+            else "gelu"
+        ),
         tied_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
         normalization=_norm(flags, deepspeed),
         add_bias_linear=not flags.has("--disable-bias-linear"),
@@ -658,16 +924,18 @@ def model_from_flags(flags: Flags, ov: Overrides, source: str, seq: int | None,
     fields.update(_position(flags, deepspeed))
     fields.update(_window(flags, fields["num_layers"], out))
     if flags.text("--softmax-type", fix="set it in the script") == "learnable":
-        fields["attention_sinks"] = True     # a learned sink logit per head (gpt-oss)
+        fields["attention_sinks"] = True  # a learned sink logit per head (gpt-oss)
     if not deepspeed:
         fields["mtp_num_layers"] = flags.int("--mtp-num-layers", 0, fix=fix)
     fields.update(_moe_fields(flags, fields, deepspeed, out, fix))
     if flags.has("--multi-latent-attention"):
-        fields.update(q_lora_rank=flags.int("--q-lora-rank", fix=fix),
-                      kv_lora_rank=flags.int("--kv-lora-rank", 512, fix=fix),
-                      qk_head_dim=flags.int("--qk-head-dim", 128, fix=fix),
-                      qk_pos_emb_head_dim=flags.int("--qk-pos-emb-head-dim", 64, fix=fix),
-                      v_head_dim=flags.int("--v-head-dim", 128, fix=fix))
+        fields.update(
+            q_lora_rank=flags.int("--q-lora-rank", fix=fix),
+            kv_lora_rank=flags.int("--kv-lora-rank", 512, fix=fix),
+            qk_head_dim=flags.int("--qk-head-dim", 128, fix=fix),
+            qk_pos_emb_head_dim=flags.int("--qk-pos-emb-head-dim", 64, fix=fix),
+            v_head_dim=flags.int("--v-head-dim", 128, fix=fix),
+        )
     return inline_model(fields, source=source, fmt=f"{dialect} flags")
 
 
@@ -676,8 +944,13 @@ GPT2_VOCAB = 50257
 Unsupervised Multitask Learners", section 2.3; the `gpt2` vocab.json of openai-community/gpt2)."""
 
 
-def _vocab(flags: Flags, ov: Overrides, source: str, deepspeed: bool = False,
-           out: list[Violation] | None = None) -> int:
+def _vocab(
+    flags: Flags,
+    ov: Overrides,
+    source: str,
+    deepspeed: bool = False,
+    out: list[Violation] | None = None,
+) -> int:
     """--vocab-size (planner's) first; else the tokenizer's, as Megatron builds it (BigScience's
     Megatron-DeepSpeed: --pad-vocab-size-to, the padded vocabulary itself). --vocab-file with
     --merge-file and no --tokenizer-type is the GPT-2 BPE of Megatron-DeepSpeed's scripts:
@@ -686,67 +959,99 @@ def _vocab(flags: Flags, ov: Overrides, source: str, deepspeed: bool = False,
         return ov.vocab_size
     if deepspeed and flags.has("--pad-vocab-size-to"):
         return flags.int("--pad-vocab-size-to", fix="set it in the script")
-    if not flags.has("--tokenizer-type") and flags.has("--vocab-file") \
-            and flags.has("--merge-file") and not flags.has("--vocab-size"):
+    if (
+        not flags.has("--tokenizer-type")
+        and flags.has("--vocab-file")
+        and flags.has("--merge-file")
+        and not flags.has("--vocab-size")
+    ):
         if out is not None:
-            out.append(Violation(f"{'deepspeed' if deepspeed else 'megatron'}-gpt2-vocabulary",
-                                 f"--vocab-file {_short(flags.shown('--vocab-file'), 40)} with "
-                                 "--merge-file and no --tokenizer-type is GPT-2's BPE: planner "
-                                 f"takes GPT-2's vocabulary, {GPT2_VOCAB:,} tokens (give "
-                                 "--vocab-size V for another)", "warning"))
+            out.append(
+                Violation(
+                    f"{'deepspeed' if deepspeed else 'megatron'}-gpt2-vocabulary",
+                    f"--vocab-file {_short(flags.shown('--vocab-file'), 40)} with "
+                    "--merge-file and no --tokenizer-type is GPT-2's BPE: planner "
+                    f"takes GPT-2's vocabulary, {GPT2_VOCAB:,} tokens (give "
+                    "--vocab-size V for another)",
+                    "warning",
+                )
+            )
         return GPT2_VOCAB
     fix = "set it in the script, or give --vocab-size V (or --model)"
-    tokenizer = (flags.maybe("--tokenizer-type"), flags.maybe("--tokenizer-model"),
-                 flags.maybe("--vocab-file"))
+    tokenizer = (
+        flags.maybe("--tokenizer-type"),
+        flags.maybe("--tokenizer-model"),
+        flags.maybe("--vocab-file"),
+    )
     if tokenizer[0] == "NullTokenizer" and flags.has("--vocab-size"):
-        return flags.int("--vocab-size", fix=fix) + 1     # NullTokenizer adds an EOD token
+        return flags.int("--vocab-size", fix=fix) + 1  # NullTokenizer adds an EOD token
     vocab = vocab_from_tokenizer(*tokenizer) or flags.int("--vocab-size", fix=fix)
     if vocab is None:
-        shown = " ".join(_short(flags.shown(f)) for f in ("--tokenizer-type", "--tokenizer-model")
-                         if flags.has(f)) or "none given"
-        raise SpecError(f"{source}: the vocabulary size is unknown (tokenizer: {shown}); give "
-                        "--vocab-size V (the model's vocabulary), use --tokenizer-type "
-                        "NullTokenizer --vocab-size V-1 in the script, or give --model",
-                        field="--vocab-size")
+        shown = (
+            " ".join(
+                _short(flags.shown(f))
+                for f in ("--tokenizer-type", "--tokenizer-model")
+                if flags.has(f)
+            )
+            or "none given"
+        )
+        raise SpecError(
+            f"{source}: the vocabulary size is unknown (tokenizer: {shown}); give "
+            "--vocab-size V (the model's vocabulary), use --tokenizer-type "
+            "NullTokenizer --vocab-size V-1 in the script, or give --model",
+            field="--vocab-size",
+        )
     return vocab
 
 
 def _position(flags: Flags, deepspeed: bool = False) -> dict:
     """The position embedding; Megatron-DeepSpeed's alibi (BLOOM) has no parameters and is
     planned as none (its bias is computed inside the attention kernel)."""
-    pos = flags.choice("--position-embedding-type", ("learned_absolute", "rope", "mrope",
-                                                     "yarn", "relative", "none")
-                       + (("alibi",) if deepspeed else ()),
-                       "rope" if flags.has("--use-rotary-position-embeddings")
-                       else "learned_absolute")
+    pos = flags.choice(
+        "--position-embedding-type",
+        ("learned_absolute", "rope", "mrope", "yarn", "relative", "none")
+        + (("alibi",) if deepspeed else ()),
+        "rope" if flags.has("--use-rotary-position-embeddings") else "learned_absolute",
+    )
     if flags.has("--no-position-embedding") or pos == "alibi":
         pos = "none"
-    fields = dict(position_embedding_type=pos if pos in ("rope", "learned_absolute", "none")
-                  else "rope")
+    fields = dict(
+        position_embedding_type=pos if pos in ("rope", "learned_absolute", "none") else "rope"
+    )
     base = flags.float("--rotary-base")
     if base is not None and fields["position_embedding_type"] == "rope":
         fields["rotary_base"] = base
     share = flags.float("--rotary-percent")
     if share is not None and not 0 < share <= 1:
-        raise SpecError(f"{flags.source}: --rotary-percent {share:g} is outside (0, 1] (the share "
-                        "of each head's dimensions RoPE rotates); fix the value",
-                        field="--rotary-percent", value=share)
+        raise SpecError(
+            f"{flags.source}: --rotary-percent {share:g} is outside (0, 1] (the share "
+            "of each head's dimensions RoPE rotates); fix the value",
+            field="--rotary-percent",
+            value=share,
+        )
     if share is not None and fields["position_embedding_type"] == "rope":
         fields["rotary_percent"] = share
     return fields
 
 
-def _moe_fields(flags: Flags, fields: dict, deepspeed: bool, out: list[Violation],
-                fix: str) -> dict:
+def _moe_fields(
+    flags: Flags, fields: dict, deepspeed: bool, out: list[Violation], fix: str
+) -> dict:
     experts = flags.int("--num-experts", fix=fix)
     if not experts:
         return {}
     topk = "--topk" if deepspeed else "--moe-router-topk"
     layers = _moe_dense_layers(flags, fields["num_layers"], out)
-    moe = dict(num_experts=experts, moe_top_k=flags.int(topk, 2, fix=fix),
-               moe_ffn_hidden_size=flags.int("--moe-ffn-hidden-size", fix=fix),
-               **({"moe_layer_freq": layers} if isinstance(layers, tuple)
-                  else {"num_dense_layers": layers}))
+    moe = dict(
+        num_experts=experts,
+        moe_top_k=flags.int(topk, 2, fix=fix),
+        moe_ffn_hidden_size=flags.int("--moe-ffn-hidden-size", fix=fix),
+        **(
+            {"moe_layer_freq": layers}
+            if isinstance(layers, tuple)
+            else {"num_dense_layers": layers}
+        ),
+    )
     shared = flags.int("--moe-shared-expert-intermediate-size", fix=fix)
     if shared:
         unit = moe["moe_ffn_hidden_size"] or fields["ffn_hidden_size"] or shared
@@ -756,7 +1061,7 @@ def _moe_fields(flags: Flags, fields: dict, deepspeed: bool, out: list[Violation
         moe["moe_capacity_factor"] = capacity
     groups = flags.int("--moe-router-num-groups", fix=fix)
     group_topk = flags.int("--moe-router-group-topk", fix=fix)
-    if groups is not None or group_topk is not None:   # ModelSpec checks they go together
+    if groups is not None or group_topk is not None:  # ModelSpec checks they go together
         moe.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
     return moe
 
@@ -766,86 +1071,153 @@ def _norm(flags: Flags, deepspeed: bool) -> str:
         return flags.choice("--normalization", ("LayerNorm", "RMSNorm"), "LayerNorm")
     value = (flags.text("--normalization", "layernorm", fix="set it in the script") or "").lower()
     if value not in ("layernorm", "rmsnorm"):
-        raise SpecError(f"{flags.source}: --normalization {_short(value)!r} is not layernorm or "
-                        "rmsnorm", field="--normalization", value=value)
+        raise SpecError(
+            f"{flags.source}: --normalization {_short(value)!r} is not layernorm or rmsnorm",
+            field="--normalization",
+            value=value,
+        )
     return "RMSNorm" if value == "rmsnorm" else "LayerNorm"
 
 
 # ------------------------------------------------------------------------------ rules
 
+
 def _flag_rules(flags: Flags, out: list[Violation]) -> None:
     """Megatron rules about flags alone (docs/reference/framework-rules.md#r7-required-model-flags,
     #r13-overlap-flags, #r15-exclusive-settings, and the recompute checks)."""
     if flags.has("--bf16") and flags.has("--fp16"):
-        out.append(Violation("megatron-precision-exclusive",
-                             "--bf16 and --fp16 are exclusive (Megatron asserts it); keep one",
-                             "error"))
+        out.append(
+            Violation(
+                "megatron-precision-exclusive",
+                "--bf16 and --fp16 are exclusive (Megatron asserts it); keep one",
+                "error",
+            )
+        )
     if flags.has("--checkpoint-activations"):
-        out.append(Violation("megatron-deprecated-flag",
-                             "--checkpoint-activations is no longer valid (Megatron exits); use "
-                             "--recompute-activations or --recompute-granularity full "
-                             "--recompute-method uniform --recompute-num-layers 1", "error"))
+        out.append(
+            Violation(
+                "megatron-deprecated-flag",
+                "--checkpoint-activations is no longer valid (Megatron exits); use "
+                "--recompute-activations or --recompute-granularity full "
+                "--recompute-method uniform --recompute-num-layers 1",
+                "error",
+            )
+        )
     gran = flags.choice("--recompute-granularity", ("full", "selective"))
     method, layers = flags.has("--recompute-method"), flags.has("--recompute-num-layers")
     if gran == "full" and not (method and layers):
-        missing = " and ".join(f for f, ok in (("--recompute-method", method),
-                                               ("--recompute-num-layers", layers)) if not ok)
-        out.append(Violation("megatron-recompute-flags",
-                             f"--recompute-granularity full also needs {missing} (Megatron's "
-                             "TransformerConfig raises); e.g. --recompute-method uniform "
-                             "--recompute-num-layers 1", "error"))
+        missing = " and ".join(
+            f
+            for f, ok in (("--recompute-method", method), ("--recompute-num-layers", layers))
+            if not ok
+        )
+        out.append(
+            Violation(
+                "megatron-recompute-flags",
+                f"--recompute-granularity full also needs {missing} (Megatron's "
+                "TransformerConfig raises); e.g. --recompute-method uniform "
+                "--recompute-num-layers 1",
+                "error",
+            )
+        )
     if gran == "selective" and (method or layers):
-        given = " and ".join(f for f, ok in (("--recompute-method", method),
-                                             ("--recompute-num-layers", layers)) if ok)
-        out.append(Violation("megatron-recompute-flags",
-                             f"--recompute-granularity selective forbids {given} (Megatron's "
-                             "TransformerConfig raises); remove it", "error"))
+        given = " and ".join(
+            f
+            for f, ok in (("--recompute-method", method), ("--recompute-num-layers", layers))
+            if ok
+        )
+        out.append(
+            Violation(
+                "megatron-recompute-flags",
+                f"--recompute-granularity selective forbids {given} (Megatron's "
+                "TransformerConfig raises); remove it",
+                "error",
+            )
+        )
     if flags.has("--num-query-groups") and not flags.has("--group-query-attention"):
-        out.append(Violation("megatron-gqa-flag",
-                             f"--num-query-groups {_short(flags.shown('--num-query-groups'))} has "
-                             "no effect without --group-query-attention: Megatron builds "
-                             "multi-head attention (and planner models that); add "
-                             "--group-query-attention", "warning"))
+        out.append(
+            Violation(
+                "megatron-gqa-flag",
+                f"--num-query-groups {_short(flags.shown('--num-query-groups'))} has "
+                "no effect without --group-query-attention: Megatron builds "
+                "multi-head attention (and planner models that); add "
+                "--group-query-attention",
+                "warning",
+            )
+        )
     if flags.has("--multi-latent-attention") and flags.has("--group-query-attention"):
-        out.append(Violation("megatron-mla-excludes-gqa",
-                             "--multi-latent-attention and --group-query-attention are exclusive "
-                             "(Megatron asserts it); drop --group-query-attention", "error"))
+        out.append(
+            Violation(
+                "megatron-mla-excludes-gqa",
+                "--multi-latent-attention and --group-query-attention are exclusive "
+                "(Megatron asserts it); drop --group-query-attention",
+                "error",
+            )
+        )
     if not (flags.has("--bf16") or flags.has("--fp16")):
-        out.append(Violation("megatron-fp32",
-                             "neither --bf16 nor --fp16: Megatron-LM trains in fp32, which "
-                             "planner does not model (it plans bf16); add --bf16", "warning"))
-    vflags = [f for f in ("--num-layers-per-virtual-pipeline-stage",
-                          "--num-virtual-stages-per-pipeline-rank",
-                          "--pipeline-model-parallel-layout") if flags.has(f)]
+        out.append(
+            Violation(
+                "megatron-fp32",
+                "neither --bf16 nor --fp16: Megatron-LM trains in fp32, which "
+                "planner does not model (it plans bf16); add --bf16",
+                "warning",
+            )
+        )
+    vflags = [
+        f
+        for f in (
+            "--num-layers-per-virtual-pipeline-stage",
+            "--num-virtual-stages-per-pipeline-rank",
+            "--pipeline-model-parallel-layout",
+        )
+        if flags.has(f)
+    ]
     if len(vflags) > 1:
-        out.append(Violation("megatron-vpp-flags-exclusive",
-                             f"{' and '.join(vflags)} are exclusive (Megatron asserts it); keep "
-                             "one", "error"))
+        out.append(
+            Violation(
+                "megatron-vpp-flags-exclusive",
+                f"{' and '.join(vflags)} are exclusive (Megatron asserts it); keep one",
+                "error",
+            )
+        )
 
 
 def _required_rules(flags: Flags, seq: int | None, out: list[Violation]) -> None:
     """Megatron R7 (docs/reference/framework-rules.md#r7-required-model-flags): the shape flags
     are required; max_position_embeddings >= seq_length."""
     if not any(flags.has(f) for f in _SHAPE_REQUIRED):
-        return                      # the shape comes from --model (e.g. a sourced file)
+        return  # the shape comes from --model (e.g. a sourced file)
     for f in _SHAPE_REQUIRED:
         if not flags.has(f):
-            out.append(Violation("megatron-required-flag",
-                                 f"{f} is missing; Megatron-LM requires it", "error"))
+            out.append(
+                Violation(
+                    "megatron-required-flag", f"{f} is missing; Megatron-LM requires it", "error"
+                )
+            )
     max_pos = flags.int("--max-position-embeddings")
     if max_pos is not None and seq is not None and max_pos < seq:
-        out.append(Violation("megatron-max-position-embeddings",
-                             f"--max-position-embeddings ({max_pos}) must be >= --seq-length "
-                             f"({seq}) (Megatron asserts it); raise it to {seq}", "error"))
+        out.append(
+            Violation(
+                "megatron-max-position-embeddings",
+                f"--max-position-embeddings ({max_pos}) must be >= --seq-length "
+                f"({seq}) (Megatron asserts it); raise it to {seq}",
+                "error",
+            )
+        )
 
 
 def _model_rules(flags: Flags, model: ModelSpec, out: list[Violation]) -> None:
     """What Megatron checks about the model flags: MTP needs rope or no position embedding."""
     if model.mtp_num_layers and model.position_embedding not in ("rope", "none"):
-        out.append(Violation("megatron-mtp-position-embedding",
-                             f"--mtp-num-layers {model.mtp_num_layers} needs rope or no "
-                             f"position embedding, not {model.position_embedding} (Megatron "
-                             "asserts it); use --position-embedding-type rope", "error"))
+        out.append(
+            Violation(
+                "megatron-mtp-position-embedding",
+                f"--mtp-num-layers {model.mtp_num_layers} needs rope or no "
+                f"position embedding, not {model.position_embedding} (Megatron "
+                "asserts it); use --position-embedding-type rope",
+                "error",
+            )
+        )
 
 
 def _fsdp_rules(flags: Flags, script: shell.Script | None, out: list[Violation]) -> None:
@@ -854,28 +1226,47 @@ def _fsdp_rules(flags: Flags, script: shell.Script | None, out: list[Violation])
     if not flags.has("--use-megatron-fsdp"):
         return
     if script is not None and script.var("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
-        out.append(Violation("megatron-fsdp-cuda-device-max-connections",
-                             "Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is not 1, and "
-                             "the script exports 1; unset it for FSDP", "error"))
+        out.append(
+            Violation(
+                "megatron-fsdp-cuda-device-max-connections",
+                "Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is not 1, and "
+                "the script exports 1; unset it for FSDP",
+                "error",
+            )
+        )
     fmt = flags.text("--ckpt-format", "torch_dist", fix="set it in the script")
     if fmt != "fsdp_dtensor":
-        out.append(Violation("megatron-fsdp-ckpt-format",
-                             f"--use-megatron-fsdp needs --ckpt-format fsdp_dtensor, not {fmt} "
-                             "(Megatron asserts it); add --ckpt-format fsdp_dtensor", "error"))
+        out.append(
+            Violation(
+                "megatron-fsdp-ckpt-format",
+                f"--use-megatron-fsdp needs --ckpt-format fsdp_dtensor, not {fmt} "
+                "(Megatron asserts it); add --ckpt-format fsdp_dtensor",
+                "error",
+            )
+        )
 
 
 # ------------------------------------------------------------------------------ the layout
 
+
 def _degrees(flags: Flags) -> dict[str, int]:
-    names = {"tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size",
-             "cp": "--context-parallel-size", "ep": "--expert-model-parallel-size"}
+    names = {
+        "tp": "--tensor-model-parallel-size",
+        "pp": "--pipeline-model-parallel-size",
+        "cp": "--context-parallel-size",
+        "ep": "--expert-model-parallel-size",
+    }
     deg = {axis: flags.int(flag, 1) for axis, flag in names.items()}
     deg["etp"] = flags.int("--expert-tensor-parallel-size", deg["tp"])
     names["etp"] = "--expert-tensor-parallel-size"
     for axis, value in deg.items():
         if not 1 <= value <= MAX_GPUS:
-            raise SpecError(f"{flags.source}: {names[axis]} {value:,} must be between 1 and "
-                            f"{MAX_GPUS:,}; fix the value", field=names[axis], value=value)
+            raise SpecError(
+                f"{flags.source}: {names[axis]} {value:,} must be between 1 and "
+                f"{MAX_GPUS:,}; fix the value",
+                field=names[axis],
+                value=value,
+            )
     return deg
 
 
@@ -884,51 +1275,76 @@ def _vpp(flags: Flags, num_layers: int, pp: int, out: list[Violation]) -> int:
     if flags.has("--num-virtual-stages-per-pipeline-rank"):
         v = flags.int("--num-virtual-stages-per-pipeline-rank")
         if not 1 <= v <= 100_000:
-            raise SpecError(f"{flags.source}: --num-virtual-stages-per-pipeline-rank {v:,} must "
-                            "be at least 1 (and at most 100,000); fix the value",
-                            field="--num-virtual-stages-per-pipeline-rank", value=v)
+            raise SpecError(
+                f"{flags.source}: --num-virtual-stages-per-pipeline-rank {v:,} must "
+                "be at least 1 (and at most 100,000); fix the value",
+                field="--num-virtual-stages-per-pipeline-rank",
+                value=v,
+            )
         return v
     per_stage = flags.int("--num-layers-per-virtual-pipeline-stage")
     if per_stage is None:
         return 1
     per_rank = num_layers // pp
     if per_stage < 1 or per_rank % per_stage:
-        out.append(Violation("megatron-vpp-layers",
-                             f"layers per pipeline rank ({per_rank} = {num_layers}/{pp}) must be "
-                             f"divisible by --num-layers-per-virtual-pipeline-stage "
-                             f"({per_stage}) (Megatron asserts it)", "error"))
+        out.append(
+            Violation(
+                "megatron-vpp-layers",
+                f"layers per pipeline rank ({per_rank} = {num_layers}/{pp}) must be "
+                f"divisible by --num-layers-per-virtual-pipeline-stage "
+                f"({per_stage}) (Megatron asserts it)",
+                "error",
+            )
+        )
     return max(1, per_rank // max(1, per_stage))
 
 
-def _split(flags: Flags, num_layers: int, pp: int, vpp: int,
-           out: list[Violation]) -> tuple[int | None, int | None]:
+def _split(
+    flags: Flags, num_layers: int, pp: int, vpp: int, out: list[Violation]
+) -> tuple[int | None, int | None]:
     """(first, last) stage layers: --decoder-first/last-..., or the accounted split."""
     first = flags.int("--decoder-first-pipeline-num-layers")
     last = flags.int("--decoder-last-pipeline-num-layers")
     emb = flags.has("--account-for-embedding-in-pipeline-split")
     loss = flags.has("--account-for-loss-in-pipeline-split")
     if flags.has("--pipeline-model-parallel-layout"):
-        given = [f for f, on in (("--decoder-first-pipeline-num-layers", first is not None),
-                                 ("--decoder-last-pipeline-num-layers", last is not None),
-                                 ("--account-for-embedding-in-pipeline-split", emb),
-                                 ("--account-for-loss-in-pipeline-split", loss)) if on]
+        given = [
+            f
+            for f, on in (
+                ("--decoder-first-pipeline-num-layers", first is not None),
+                ("--decoder-last-pipeline-num-layers", last is not None),
+                ("--account-for-embedding-in-pipeline-split", emb),
+                ("--account-for-loss-in-pipeline-split", loss),
+            )
+            if on
+        ]
         if given:
-            out.append(Violation("megatron-pipeline-layout",
-                                 f"--pipeline-model-parallel-layout places every layer itself; "
-                                 f"planner ignores {' and '.join(given)}", "warning"))
+            out.append(
+                Violation(
+                    "megatron-pipeline-layout",
+                    f"--pipeline-model-parallel-layout places every layer itself; "
+                    f"planner ignores {' and '.join(given)}",
+                    "warning",
+                )
+            )
         return None, None
     if not (emb or loss):
         return first, last
     if first is not None or last is not None:
-        out.append(Violation("megatron-pipeline-split",
-                             "--account-for-embedding/loss-in-pipeline-split cannot be combined "
-                             "with --decoder-first/last-pipeline-num-layers; keep one way",
-                             "error"))
+        out.append(
+            Violation(
+                "megatron-pipeline-split",
+                "--account-for-embedding/loss-in-pipeline-split cannot be combined "
+                "with --decoder-first/last-pipeline-num-layers; keep one way",
+                "error",
+            )
+        )
         return first, last
     first, last, problem = accounted_split(num_layers, pp=pp, vpp=vpp, embedding=emb, loss=loss)
     if problem:
-        out.append(Violation("megatron-pipeline-split", f"{problem} (Megatron asserts it)",
-                             "error"))
+        out.append(
+            Violation("megatron-pipeline-split", f"{problem} (Megatron asserts it)", "error")
+        )
     return first, last
 
 
@@ -938,35 +1354,58 @@ def _sp_and_overlap(flags: Flags, tp: int, out: list[Violation]) -> bool:
     errors; docs/reference/framework-rules.md#r13-overlap-flags); SP as run."""
     sp = flags.has("--sequence-parallel")
     if sp and tp == 1:
-        out.append(Violation("megatron-sp-needs-tp",
-                             "--sequence-parallel with tensor-model-parallel-size 1: Megatron-LM "
-                             "turns it off (with a warning); drop the flag", "warning"))
+        out.append(
+            Violation(
+                "megatron-sp-needs-tp",
+                "--sequence-parallel with tensor-model-parallel-size 1: Megatron-LM "
+                "turns it off (with a warning); drop the flag",
+                "warning",
+            )
+        )
         sp = False
     if flags.has("--tp-comm-overlap") and not flags.has("--sequence-parallel"):
-        out.append(Violation("megatron-tp-comm-overlap-needs-sp",
-                             "--tp-comm-overlap needs --sequence-parallel (Megatron asserts it); "
-                             "add --sequence-parallel or drop --tp-comm-overlap", "error"))
+        out.append(
+            Violation(
+                "megatron-tp-comm-overlap-needs-sp",
+                "--tp-comm-overlap needs --sequence-parallel (Megatron asserts it); "
+                "add --sequence-parallel or drop --tp-comm-overlap",
+                "error",
+            )
+        )
     if flags.has("--overlap-param-gather") and not (
-            (flags.has("--use-distributed-optimizer") or flags.has("--use-megatron-fsdp"))
-            and flags.has("--overlap-grad-reduce")):
-        out.append(Violation("megatron-overlap-param-gather",
-                             "--overlap-param-gather needs --use-distributed-optimizer (or "
-                             "Megatron-FSDP) and --overlap-grad-reduce (Megatron asserts it); "
-                             "add them", "error"))
+        (flags.has("--use-distributed-optimizer") or flags.has("--use-megatron-fsdp"))
+        and flags.has("--overlap-grad-reduce")
+    ):
+        out.append(
+            Violation(
+                "megatron-overlap-param-gather",
+                "--overlap-param-gather needs --use-distributed-optimizer (or "
+                "Megatron-FSDP) and --overlap-grad-reduce (Megatron asserts it); "
+                "add them",
+                "error",
+            )
+        )
     return sp
 
 
 def _micro_batch(flags: Flags, out: list[Violation]) -> int:
     if not flags.has("--micro-batch-size"):
-        out.append(Violation("megatron-required-flag",
-                             "--micro-batch-size is missing; Megatron-LM needs it (planner uses 1)",
-                             "error"))
+        out.append(
+            Violation(
+                "megatron-required-flag",
+                "--micro-batch-size is missing; Megatron-LM needs it (planner uses 1)",
+                "error",
+            )
+        )
         return 1
     mbs = flags.int("--micro-batch-size")
     if not 1 <= mbs <= 100_000_000:
-        raise SpecError(f"{flags.source}: --micro-batch-size {mbs:,} must be at least 1 (and "
-                        "at most 100,000,000); fix the value",
-                        field="--micro-batch-size", value=mbs)
+        raise SpecError(
+            f"{flags.source}: --micro-batch-size {mbs:,} must be at least 1 (and "
+            "at most 100,000,000); fix the value",
+            field="--micro-batch-size",
+            value=mbs,
+        )
     return mbs
 
 
@@ -977,15 +1416,17 @@ def _zero(flags: Flags) -> int:
     """0 plain DDP; 1 --use-distributed-optimizer; Megatron FSDP by sharding strategy;
     torch FSDP2 = 3 (2 without resharding after forward)."""
     if flags.has("--use-megatron-fsdp"):
-        return _FSDP_ZERO[flags.choice("--data-parallel-sharding-strategy", tuple(_FSDP_ZERO),
-                                       "no_shard")]
+        return _FSDP_ZERO[
+            flags.choice("--data-parallel-sharding-strategy", tuple(_FSDP_ZERO), "no_shard")
+        ]
     if flags.has("--use-torch-fsdp2"):
         return 2 if flags.has("--torch-fsdp2-no-reshard-after-forward") else 3
     return 1 if flags.has("--use-distributed-optimizer") else 0
 
 
-def _layout(flags: Flags, model: ModelSpec, num_gpus: int,
-            out: list[Violation]) -> tuple[Layout, dict]:
+def _layout(
+    flags: Flags, model: ModelSpec, num_gpus: int, out: list[Violation]
+) -> tuple[Layout, dict]:
     """The layout, and the training keys the flags set (precision, fp8 recipe, ...)."""
     d = _degrees(flags)
     tp, pp, cp = d["tp"], d["pp"], d["cp"]
@@ -994,47 +1435,82 @@ def _layout(flags: Flags, model: ModelSpec, num_gpus: int,
     first, last = _split(flags, model.num_layers, pp, vpp, out)
     cp_comm = flags.text("--cp-comm-type", "p2p", fix="set it in the script")
     if cp_comm not in ("p2p", "a2a", "allgather", "a2a+p2p"):
-        raise SpecError(f"{flags.source}: --cp-comm-type {_short(cp_comm)!r} is not one of p2p, "
-                        "a2a, allgather, a2a+p2p; fix the value",
-                        field="--cp-comm-type", value=cp_comm)
+        raise SpecError(
+            f"{flags.source}: --cp-comm-type {_short(cp_comm)!r} is not one of p2p, "
+            "a2a, allgather, a2a+p2p; fix the value",
+            field="--cp-comm-type",
+            value=cp_comm,
+        )
     zero = _zero(flags)
-    recipe = read_recipe(flags, num_layers=model.num_layers,
-                         layers_per_chunk=max(1, model.num_layers // (pp * vpp)), pp=pp,
-                         zero=zero, is_moe=model.is_moe, out=out)
-    layout = Layout(tp=tp, cp=cp, ep=d["ep"], dp=max(1, num_gpus // (tp * pp * cp)), pp=pp,
-                    vpp=vpp, etp=d["etp"], sp=_sp_and_overlap(flags, tp, out), zero=zero,
-                    micro_batch_size=_micro_batch(flags, out), first_stage_layers=first,
-                    last_stage_layers=last, cp_comm_type=cp_comm,
-                    overlap_grad_reduce=flags.has("--overlap-grad-reduce"),
-                    overlap_param_gather=flags.has("--overlap-param-gather"),
-                    tp_comm_overlap=flags.has("--tp-comm-overlap"), **recipe.layout_fields())
+    recipe = read_recipe(
+        flags,
+        num_layers=model.num_layers,
+        layers_per_chunk=max(1, model.num_layers // (pp * vpp)),
+        pp=pp,
+        zero=zero,
+        is_moe=model.is_moe,
+        out=out,
+    )
+    layout = Layout(
+        tp=tp,
+        cp=cp,
+        ep=d["ep"],
+        dp=max(1, num_gpus // (tp * pp * cp)),
+        pp=pp,
+        vpp=vpp,
+        etp=d["etp"],
+        sp=_sp_and_overlap(flags, tp, out),
+        zero=zero,
+        micro_batch_size=_micro_batch(flags, out),
+        first_stage_layers=first,
+        last_stage_layers=last,
+        cp_comm_type=cp_comm,
+        overlap_grad_reduce=flags.has("--overlap-grad-reduce"),
+        overlap_param_gather=flags.has("--overlap-param-gather"),
+        tp_comm_overlap=flags.has("--tp-comm-overlap"),
+        **recipe.layout_fields(),
+    )
     return layout, recipe.training
 
 
 # ------------------------------------------------------------------------------ entry
 
-def _connections_rule(found: Launch, flags: Flags, layout: Layout, hardware,
-                      out: list[Violation]) -> None:
+
+def _connections_rule(
+    found: Launch, flags: Flags, layout: Layout, hardware, out: list[Violation]
+) -> None:
     """Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP > 1 before Blackwell,
     except with FSDP or EP-communication overlap (validate_args)."""
-    if not found.is_script or not (layout.tp > 1 or layout.cp > 1) \
-            or flags.has("--use-megatron-fsdp") or flags.has("--use-torch-fsdp2") \
-            or layout.overlap_moe_expert_parallel_comm \
-            or hardware.architecture not in ("ampere", "hopper", "cdna3") \
-            or found.script.var("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
+    if (
+        not found.is_script
+        or not (layout.tp > 1 or layout.cp > 1)
+        or flags.has("--use-megatron-fsdp")
+        or flags.has("--use-torch-fsdp2")
+        or layout.overlap_moe_expert_parallel_comm
+        or hardware.architecture not in ("ampere", "hopper", "cdna3")
+        or found.script.var("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
+    ):
         return
-    out.append(Violation("megatron-cuda-device-max-connections",
-                         "Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP > 1 "
-                         f"on {hardware.name}; the script does not export it (fine if the "
-                         "job's environment does)", "warning"))
+    out.append(
+        Violation(
+            "megatron-cuda-device-max-connections",
+            "Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP > 1 "
+            f"on {hardware.name}; the script does not export it (fine if the "
+            "job's environment does)",
+            "warning",
+        )
+    )
 
 
 def load(path: str | Path, text: str, ov: Overrides) -> Imported:
     """Read a Megatron-LM launch script or argument file (text already read)."""
     source = str(path)
     found, flags, out = read_launch(text, source, ov=ov)
-    seq = flags.int("--seq-length") or flags.int("--encoder-seq-length") \
+    seq = (
+        flags.int("--seq-length")
+        or flags.int("--encoder-seq-length")
         or flags.int("--decoder-seq-length")
+    )
     _flag_rules(flags, out)
     _required_rules(flags, seq, out)
     hardware = hardware_of(ov)
@@ -1046,7 +1522,13 @@ def load(path: str | Path, text: str, ov: Overrides) -> Imported:
     not_modelled(flags, out)
     _connections_rule(found, flags, layout, hardware, out)
     gbs = flags.int("--global-batch-size") or layout.micro_batch_size * layout.dp
-    job = make_job(model=model, hardware=hardware, num_gpus=num_gpus,
-                   seq_length=seq or model.seq_length or flags.int("--max-position-embeddings"),
-                   global_batch_size=gbs, source=source, **training)
+    job = make_job(
+        model=model,
+        hardware=hardware,
+        num_gpus=num_gpus,
+        seq_length=seq or model.seq_length or flags.int("--max-position-embeddings"),
+        global_batch_size=gbs,
+        source=source,
+        **training,
+    )
     return Imported(job, layout, out, "megatron", source)

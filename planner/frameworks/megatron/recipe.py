@@ -60,6 +60,7 @@ class Recipe:
         from dataclasses import fields
 
         from planner.layout import LAYOUT_FIELDS
+
         rows = {f.name for f in LAYOUT_FIELDS}
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name in rows}
 
@@ -72,8 +73,9 @@ def _warn(rule: str, message: str) -> Violation:
     return Violation(rule, message, "warning")
 
 
-def read_recompute(flags, layers_per_chunk: int, out: list[Violation],
-                   prefix: str = "megatron") -> tuple[str, tuple[str, ...], int | None]:
+def read_recompute(
+    flags, layers_per_chunk: int, out: list[Violation], prefix: str = "megatron"
+) -> tuple[str, tuple[str, ...], int | None]:
     """(recompute, recompute_modules, recompute_num_layers) as Megatron resolves them."""
     gran = flags.choice("--recompute-granularity", ("full", "selective"))
     if gran is None and flags.has("--recompute-activations"):
@@ -85,21 +87,33 @@ def read_recompute(flags, layers_per_chunk: int, out: list[Violation],
         given = flags.items("--recompute-modules")
         bad = [m for m in given if m not in _MODULES]
         if bad:
-            out.append(_err(f"{prefix}-recompute-modules",
-                            f"--recompute-modules {' '.join(bad)}: not one of "
-                            f"{', '.join(sorted(_MODULES))} (Megatron's TransformerConfig "
-                            "raises); fix the module names"))
+            out.append(
+                _err(
+                    f"{prefix}-recompute-modules",
+                    f"--recompute-modules {' '.join(bad)}: not one of "
+                    f"{', '.join(sorted(_MODULES))} (Megatron's TransformerConfig "
+                    "raises); fix the module names",
+                )
+            )
         if gran == "selective":
             modules = [m for m in given if m in _MODULES]
         else:
-            out.append(_warn(f"{prefix}-recompute-modules",
-                             "--recompute-modules applies with --recompute-granularity "
-                             "selective only; Megatron ignores it here"))
+            out.append(
+                _warn(
+                    f"{prefix}-recompute-modules",
+                    "--recompute-modules applies with --recompute-granularity "
+                    "selective only; Megatron ignores it here",
+                )
+            )
     if flags.has("--moe-layer-recompute"):
         if gran == "full":
-            out.append(_err(f"{prefix}-recompute-flags",
-                            "--moe-layer-recompute cannot be combined with full recompute "
-                            "(Megatron raises); use --recompute-modules moe with selective"))
+            out.append(
+                _err(
+                    f"{prefix}-recompute-flags",
+                    "--moe-layer-recompute cannot be combined with full recompute "
+                    "(Megatron raises); use --recompute-modules moe with selective",
+                )
+            )
         else:
             gran = "selective"
             modules = (modules or ["core_attn"]) + (["moe"] if "moe" not in modules else [])
@@ -109,42 +123,66 @@ def read_recompute(flags, layers_per_chunk: int, out: list[Violation],
         n = flags.int("--recompute-num-layers", 1)
         if method == "block":
             if n < 0:
-                out.append(_err(f"{prefix}-recompute-flags",
-                                f"--recompute-num-layers {n} must be >= 0; fix the value"))
+                out.append(
+                    _err(
+                        f"{prefix}-recompute-flags",
+                        f"--recompute-num-layers {n} must be >= 0; fix the value",
+                    )
+                )
             num = max(0, min(n, layers_per_chunk))
         elif n > 1:
-            out.append(_warn(f"{prefix}-uniform-recompute-chunks",
-                             f"--recompute-method uniform --recompute-num-layers {n} keeps the "
-                             f"input of every {n}-layer chunk (less memory than 1, a larger "
-                             "recompute working set): planner models chunks of 1"))
+            out.append(
+                _warn(
+                    f"{prefix}-uniform-recompute-chunks",
+                    f"--recompute-method uniform --recompute-num-layers {n} keeps the "
+                    f"input of every {n}-layer chunk (less memory than 1, a larger "
+                    "recompute working set): planner models chunks of 1",
+                )
+            )
     return gran or "none", tuple(dict.fromkeys(modules)), num
 
 
 def _fp8(flags, zero: int, out: list[Violation]) -> tuple[bool, dict]:
     fp8 = flags.choice("--fp8-format", ("e4m3", "hybrid")) is not None
-    recipe = flags.choice("--fp8-recipe", ("tensorwise", "delayed", "mxfp8", "blockwise",
-                                           "custom"))
+    recipe = flags.choice("--fp8-recipe", ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"))
     keys: dict = {}
     if recipe is not None and not fp8:
-        out.append(_warn("megatron-fp8-flags", f"--fp8-recipe {recipe} has no effect without "
-                                               "--fp8-format (FP8 is off); add --fp8-format "
-                                               "hybrid or drop it"))
+        out.append(
+            _warn(
+                "megatron-fp8-flags",
+                f"--fp8-recipe {recipe} has no effect without "
+                "--fp8-format (FP8 is off); add --fp8-format "
+                "hybrid or drop it",
+            )
+        )
     elif recipe == "custom":
-        out.append(_warn("megatron-not-modelled",
-                         "--fp8-recipe custom (a --fp8-quantizer-factory recipe) is not "
-                         "modelled: planner plans delayed scaling"))
+        out.append(
+            _warn(
+                "megatron-not-modelled",
+                "--fp8-recipe custom (a --fp8-quantizer-factory recipe) is not "
+                "modelled: planner plans delayed scaling",
+            )
+        )
     elif recipe is not None:
         keys["fp8_recipe"] = recipe
     if flags.has("--fp8-param-gather"):
         if not fp8:
-            out.append(_warn("megatron-fp8-flags", "--fp8-param-gather has no effect without "
-                                                   "--fp8-format; drop it"))
+            out.append(
+                _warn(
+                    "megatron-fp8-flags",
+                    "--fp8-param-gather has no effect without --fp8-format; drop it",
+                )
+            )
         else:
             keys["fp8_param_gather"] = True
             if zero == 0:
-                out.append(_err("megatron-fp8-param-gather",
-                                "--fp8-param-gather needs the distributed optimizer or FSDP "
-                                "(Megatron asserts it); add --use-distributed-optimizer"))
+                out.append(
+                    _err(
+                        "megatron-fp8-param-gather",
+                        "--fp8-param-gather needs the distributed optimizer or FSDP "
+                        "(Megatron asserts it); add --use-distributed-optimizer",
+                    )
+                )
     return fp8, keys
 
 
@@ -154,36 +192,53 @@ def _moments(flags, out: list[Violation]) -> tuple[str, str]:
     for flag in ("--exp-avg-dtype", "--exp-avg-sq-dtype"):
         d = flags.choice(flag, _DTYPES, "fp32")
         if d != "fp32" and not aware:
-            out.append(_err("megatron-precision-aware-optimizer",
-                            f"{flag} {d} needs --use-precision-aware-optimizer (Megatron "
-                            "asserts the moments are fp32 without it); add the flag"))
+            out.append(
+                _err(
+                    "megatron-precision-aware-optimizer",
+                    f"{flag} {d} needs --use-precision-aware-optimizer (Megatron "
+                    "asserts the moments are fp32 without it); add the flag",
+                )
+            )
             d = "fp32"
         if d in ("fp16", "fp8"):
             size = "2 bytes, as bf16" if d == "fp16" else "1 byte; planner counts 2, as bf16"
-            out.append(_warn("megatron-not-modelled",
-                             f"{flag} {d}: planner plans the moment in bf16 ({size})"))
+            out.append(
+                _warn(
+                    "megatron-not-modelled",
+                    f"{flag} {d}: planner plans the moment in bf16 ({size})",
+                )
+            )
             d = "bf16"
         dtypes.append(d)
     return dtypes[0], dtypes[1]
 
 
 def _dispatcher(flags, out: list[Violation]) -> str:
-    kind = flags.choice("--moe-token-dispatcher-type", ("allgather", "alltoall", "flex"),
-                        "allgather")
+    kind = flags.choice(
+        "--moe-token-dispatcher-type", ("allgather", "alltoall", "flex"), "allgather"
+    )
     backend = flags.text("--moe-flex-dispatcher-backend", fix="set it in the script")
     if kind != "flex":
         for flag in ("--moe-flex-dispatcher-backend", "--moe-enable-deepep"):
             if flags.has(flag):
-                out.append(_warn("megatron-moe-dispatcher",
-                                 f"{flag} applies to --moe-token-dispatcher-type flex only; "
-                                 f"Megatron dispatches with {kind} here"))
+                out.append(
+                    _warn(
+                        "megatron-moe-dispatcher",
+                        f"{flag} applies to --moe-token-dispatcher-type flex only; "
+                        f"Megatron dispatches with {kind} here",
+                    )
+                )
         return kind
     if backend is None:
-        return "deepep"                   # --moe-enable-deepep, or flex's default backend
+        return "deepep"  # --moe-enable-deepep, or flex's default backend
     if backend not in ("deepep", "hybridep"):
-        out.append(_warn("megatron-moe-dispatcher",
-                         f"--moe-flex-dispatcher-backend {backend!r} is not deepep or hybridep; "
-                         "planner plans deepep"))
+        out.append(
+            _warn(
+                "megatron-moe-dispatcher",
+                f"--moe-flex-dispatcher-backend {backend!r} is not deepep or hybridep; "
+                "planner plans deepep",
+            )
+        )
         return "deepep"
     return backend
 
@@ -193,13 +248,21 @@ def _cuda_graphs(flags, out: list[Violation]) -> str:
     old = [f for f in ("--enable-cuda-graph", "--external-cuda-graph") if flags.has(f)]
     if old:
         if impl != "none":
-            out.append(_err("megatron-cuda-graph-flags",
-                            f"{old[0]} cannot be combined with --cuda-graph-impl (Megatron "
-                            "asserts it); keep --cuda-graph-impl"))
+            out.append(
+                _err(
+                    "megatron-cuda-graph-flags",
+                    f"{old[0]} cannot be combined with --cuda-graph-impl (Megatron "
+                    "asserts it); keep --cuda-graph-impl",
+                )
+            )
         if len(old) == 2:
-            out.append(_err("megatron-cuda-graph-flags",
-                            "--enable-cuda-graph and --external-cuda-graph are exclusive "
-                            "(Megatron asserts it); keep one"))
+            out.append(
+                _err(
+                    "megatron-cuda-graph-flags",
+                    "--enable-cuda-graph and --external-cuda-graph are exclusive "
+                    "(Megatron asserts it); keep one",
+                )
+            )
         impl = "local" if old[0] == "--enable-cuda-graph" else "transformer_engine"
     if impl == "none":
         return "none"
@@ -207,33 +270,52 @@ def _cuda_graphs(flags, out: list[Violation]) -> str:
     if "full_iteration" in scope:
         if impl == "local":
             return "full"
-        out.append(_warn("megatron-cuda-graph-flags",
-                         "--cuda-graph-scope full_iteration works with --cuda-graph-impl local "
-                         "only; planner models per-layer graphs"))
+        out.append(
+            _warn(
+                "megatron-cuda-graph-flags",
+                "--cuda-graph-scope full_iteration works with --cuda-graph-impl local "
+                "only; planner models per-layer graphs",
+            )
+        )
     return "partial"
 
 
-def _offloading(flags, *, num_layers: int, pp: int, recompute: str, graphs: str,
-                out: list[Violation]) -> int:
+def _offloading(
+    flags, *, num_layers: int, pp: int, recompute: str, graphs: str, out: list[Violation]
+) -> int:
     n = flags.int("--cpu-offloading-num-layers", 0)
     if n <= 0:
         return 0
     problems = [
-        (n >= num_layers, f"--cpu-offloading-num-layers {n} must be below num_layers "
-                          f"({num_layers})"),
+        (
+            n >= num_layers,
+            f"--cpu-offloading-num-layers {n} must be below num_layers ({num_layers})",
+        ),
         (pp > 1, f"CPU offloading does not work with pipeline parallelism (pp {pp})"),
         (recompute != "none", "CPU offloading does not work with activation recompute"),
         (graphs != "none", "CPU offloading does not work with CUDA graphs"),
     ]
     for broken, msg in problems:
         if broken:
-            out.append(_err("megatron-cpu-offloading",
-                            f"{msg} (Megatron's TransformerConfig raises); fix one of them"))
+            out.append(
+                _err(
+                    "megatron-cpu-offloading",
+                    f"{msg} (Megatron's TransformerConfig raises); fix one of them",
+                )
+            )
     return n
 
 
-def read_recipe(flags, *, num_layers: int, layers_per_chunk: int, pp: int, zero: int,
-                is_moe: bool, out: list[Violation]) -> Recipe:
+def read_recipe(
+    flags,
+    *,
+    num_layers: int,
+    layers_per_chunk: int,
+    pp: int,
+    zero: int,
+    is_moe: bool,
+    out: list[Violation],
+) -> Recipe:
     """The recipe fields and the training keys (`precision`, fp8_recipe, fp8_param_gather,
     flash_attention) of a Megatron-LM launch."""
     fp8, training = _fp8(flags, zero, out)
@@ -244,29 +326,48 @@ def read_recipe(flags, *, num_layers: int, layers_per_chunk: int, pp: int, zero:
     gran, modules, num = read_recompute(flags, layers_per_chunk, out)
     graphs = _cuda_graphs(flags, out)
     if graphs == "partial" and gran == "full":
-        out.append(_err("megatron-cuda-graph-recompute",
-                        "full recompute is not supported with per-layer CUDA graphs (Megatron "
-                        "asserts it); use selective recompute or --cuda-graph-scope "
-                        "full_iteration"))
-    grad_fp32 = (flags.has("--accumulate-allreduce-grads-in-fp32") if fp16
-                 else not flags.has("--grad-reduce-in-bf16"))
+        out.append(
+            _err(
+                "megatron-cuda-graph-recompute",
+                "full recompute is not supported with per-layer CUDA graphs (Megatron "
+                "asserts it); use selective recompute or --cuda-graph-scope "
+                "full_iteration",
+            )
+        )
+    grad_fp32 = (
+        flags.has("--accumulate-allreduce-grads-in-fp32")
+        if fp16
+        else not flags.has("--grad-reduce-in-bf16")
+    )
     exp_avg, exp_avg_sq = _moments(flags, out)
     overlap_ep = flags.has("--overlap-moe-expert-parallel-comm")
     dispatcher = _dispatcher(flags, out) if is_moe else "allgather"
     if overlap_ep and dispatcher == "allgather":
-        out.append(_err("megatron-moe-ep-overlap",
-                        "--overlap-moe-expert-parallel-comm needs --moe-token-dispatcher-type "
-                        "alltoall or flex (Megatron's TransformerConfig raises); set one"))
+        out.append(
+            _err(
+                "megatron-moe-ep-overlap",
+                "--overlap-moe-expert-parallel-comm needs --moe-token-dispatcher-type "
+                "alltoall or flex (Megatron's TransformerConfig raises); set one",
+            )
+        )
     return Recipe(
-        recompute=gran, recompute_modules=modules, recompute_num_layers=num,
-        cpu_offloading_num_layers=_offloading(flags, num_layers=num_layers, pp=pp,
-                                              recompute=gran, graphs=graphs, out=out),
-        grad_reduce_in_fp32=grad_fp32, exp_avg_dtype=exp_avg, exp_avg_sq_dtype=exp_avg_sq,
-        moe_token_dispatcher=dispatcher, overlap_moe_expert_parallel_comm=overlap_ep,
+        recompute=gran,
+        recompute_modules=modules,
+        recompute_num_layers=num,
+        cpu_offloading_num_layers=_offloading(
+            flags, num_layers=num_layers, pp=pp, recompute=gran, graphs=graphs, out=out
+        ),
+        grad_reduce_in_fp32=grad_fp32,
+        exp_avg_dtype=exp_avg,
+        exp_avg_sq_dtype=exp_avg_sq,
+        moe_token_dispatcher=dispatcher,
+        overlap_moe_expert_parallel_comm=overlap_ep,
         cuda_graphs=graphs,
-        pipeline_model_parallel_layout=flags.text("--pipeline-model-parallel-layout",
-                                                  fix="set it in the script"),
-        training=training)
+        pipeline_model_parallel_layout=flags.text(
+            "--pipeline-model-parallel-layout", fix="set it in the script"
+        ),
+        training=training,
+    )
 
 
 def _differs(default: str) -> Callable[[list[str]], bool]:
@@ -278,43 +379,55 @@ def _given(values: list[str]) -> bool:
 
 
 NOT_MODELLED: dict[str, tuple[str, Callable[[list[str]], bool]]] = {
-    "--optimizer-cpu-offload": ("optimizer states in host memory (less GPU memory, a slower "
-                                "step)", _given),
+    "--optimizer-cpu-offload": (
+        "optimizer states in host memory (less GPU memory, a slower step)",
+        _given,
+    ),
     "--offload-modules": ("fine-grained activation offloading", _given),
     "--activation-offload-fraction": ("fine-grained activation offloading", _given),
     "--main-params-dtype": ("fp16 main parameters (precision-aware optimizer)", _differs("fp32")),
     "--main-grads-dtype": ("bf16 main gradients (precision-aware optimizer)", _differs("fp32")),
     "--distribute-saved-activations": ("recompute inputs split over the TP ranks", _given),
-    "--num-distributed-optimizer-instances": ("optimizer states sharded over part of DP "
-                                              "only", _differs("1")),
+    "--num-distributed-optimizer-instances": (
+        "optimizer states sharded over part of DP only",
+        _differs("1"),
+    ),
     "--fp4-format": ("FP4 (NVFP4) GEMMs; planner plans bf16/fp8", _given),
     "--fp4-param-gather": ("FP4 weight copies", _given),
     "--first-last-layers-bf16": ("bf16 first/last layers under FP8", _given),
-    "--fp8-dot-product-attention": ("FP8 attention kernels; planner keeps attention bf16",
-                                    _given),
-    "--fp8-multi-head-attention": ("FP8 multi-head attention; planner keeps attention bf16",
-                                   _given),
+    "--fp8-dot-product-attention": ("FP8 attention kernels; planner keeps attention bf16", _given),
+    "--fp8-multi-head-attention": (
+        "FP8 multi-head attention; planner keeps attention bf16",
+        _given,
+    ),
     "--moe-pad-expert-input-to-capacity": ("expert inputs padded to the capacity", _given),
     "--keep-fp8-transpose-cache": ("FP8 transpose caches kept with Megatron-FSDP", _given),
     "--fsdp-double-buffer": ("double Megatron-FSDP communication buffers", _given),
-    "--defer-embedding-wgrad-compute": ("the output layer's weight gradient deferred to the "
-                                        "pipeline flush", _given),
+    "--defer-embedding-wgrad-compute": (
+        "the output layer's weight gradient deferred to the pipeline flush",
+        _given,
+    ),
     "--delay-wgrad-compute": ("weight gradients delayed for EP overlap", _given),
     "--moe-shared-expert-overlap": ("shared experts overlapped with the dispatch", _given),
-    "--hierarchical-context-parallel-sizes": ("hierarchical (a2a+p2p) context parallelism",
-                                              _given),
-    "--overlap-param-gather-with-optimizer-step": ("the first all-gather overlapped with the "
-                                                   "optimizer step", _given),
+    "--hierarchical-context-parallel-sizes": ("hierarchical (a2a+p2p) context parallelism", _given),
+    "--overlap-param-gather-with-optimizer-step": (
+        "the first all-gather overlapped with the optimizer step",
+        _given,
+    ),
     "--use-nccl-ub": ("NCCL user-buffer registration for DP/FSDP communication", _given),
     "--empty-unused-memory-level": ("torch.cuda.empty_cache() every step", _differs("0")),
-    "--rampup-batch-size": ("a batch-size ramp-up; planner plans the final global batch",
-                            _given),
-    "--cross-entropy-fusion-impl": ("Transformer Engine's cross-entropy, in place on the bf16 "
-                                    "logits (planner counts Megatron's fp32 copy: an upper "
-                                    "bound)", _differs("native")),
+    "--rampup-batch-size": ("a batch-size ramp-up; planner plans the final global batch", _given),
+    "--cross-entropy-fusion-impl": (
+        "Transformer Engine's cross-entropy, in place on the bf16 "
+        "logits (planner counts Megatron's fp32 copy: an upper "
+        "bound)",
+        _differs("native"),
+    ),
     "--moe-router-padding-for-fp8": ("routing maps padded for FP8", _given),
-    "--cpu-offloading-retain-pinned-cpu-buffers": ("pinned host buffers kept for offloading",
-                                                   _given),
+    "--cpu-offloading-retain-pinned-cpu-buffers": (
+        "pinned host buffers kept for offloading",
+        _given,
+    ),
 }
 """Known flags that change memory or time and that the cost model does not apply."""
 
@@ -322,6 +435,10 @@ NOT_MODELLED: dict[str, tuple[str, Callable[[list[str]], bool]]] = {
 def not_modelled(flags, out: list[Violation], prefix: str = "megatron") -> None:
     for flag, (what, applies) in NOT_MODELLED.items():
         if flags.has(flag) and applies([shell.display(v) for v in flags.values[flag]]):
-            out.append(_warn(f"{prefix}-not-modelled",
-                             f"{flag} ({what}) changes memory or step time in a way planner "
-                             "does not model: the estimate ignores it"))
+            out.append(
+                _warn(
+                    f"{prefix}-not-modelled",
+                    f"{flag} ({what}) changes memory or step time in a way planner "
+                    "does not model: the estimate ignores it",
+                )
+            )

@@ -59,10 +59,28 @@ from planner.frameworks.writing import (
 from planner.layout import Layout
 from planner.specs import HardwareSpec, ModelSpec
 
-__all__ = ["render", "megatron_flags", "environment", "pre_blackwell", "model_flags",
-           "mla_flags", "moe_flags", "moe_layer_freq", "parallel_flags", "precision_flags",
-           "fp8_flags", "recipe_flags", "check_supported", "refusals", "runs_as", "flag_lines",
-           "continued", "launcher_lines", "whole", "Flag"]
+__all__ = [
+    "render",
+    "megatron_flags",
+    "environment",
+    "pre_blackwell",
+    "model_flags",
+    "mla_flags",
+    "moe_flags",
+    "moe_layer_freq",
+    "parallel_flags",
+    "precision_flags",
+    "fp8_flags",
+    "recipe_flags",
+    "check_supported",
+    "refusals",
+    "runs_as",
+    "flag_lines",
+    "continued",
+    "launcher_lines",
+    "whole",
+    "Flag",
+]
 
 Flag = tuple[str, "str | list[str] | None"]
 """(flag, value): None for a switch, a list for a flag taking several values."""
@@ -88,37 +106,63 @@ def refusals(job, layout: Layout, *, bridge: bool = False) -> list[str]:
     same Megatron-Core, whose provider takes a float rotary_base."""
     m, tr = job.model, job.training
     offload = layout.cpu_offloading_num_layers
-    problems = [
-        ("torchtitan_op" in layout.selective_modules,
-         "recompute_modules [torchtitan_op]: torchtitan's op-level checkpointing; Megatron's "
-         "selective recompute is by module: use recompute_modules core_attn (and mlp, "
-         "layernorm ...) or recompute full"),
-        (m.position_embedding == "rope" and m.rotary_base is not None
-         and whole(m.rotary_base) is None,
-         f"rotary_base {m.rotary_base}: Megatron's --rotary-base takes a whole number"),
-        (offload and layout.pp > 1, f"cpu_offloading_num_layers {offload} with pp {layout.pp}: "
-                                    "Megatron has no CPU offloading with pipeline parallelism"),
-        (offload and layout.recompute != "none",
-         f"cpu_offloading_num_layers {offload} with recompute {layout.recompute}: Megatron's "
-         "CPU offloading does not work with recompute"),
-        (offload and layout.cuda_graphs != "none",
-         f"cpu_offloading_num_layers {offload} with cuda_graphs {layout.cuda_graphs}: Megatron's "
-         "CPU offloading does not work with CUDA graphs"),
-        (layout.cuda_graphs == "partial" and layout.recompute == "full",
-         "cuda_graphs partial with recompute full: Megatron asserts full recompute is not used "
-         "with per-layer CUDA graphs; use recompute selective or cuda_graphs full"),
-        (tr.fp8_param_gather and tr.precision == "fp8" and layout.zero == 0,
-         "fp8_param_gather with zero_stage 0: Megatron's --fp8-param-gather needs the "
-         "distributed optimizer (zero_stage 1) or FSDP"),
-        (layout.pipeline_schedule in ("dualpipe", "dualpipev"),
-         f"pipeline_schedule {layout.pipeline_schedule}: DualPipe is not in Megatron-LM (it is "
-         "deepseek-ai/DualPipe's own schedule); use 1f1b (interleaved with vpp > 1)"),
-        (m.is_moe and layout.overlap_moe_expert_parallel_comm
-         and layout.moe_token_dispatcher == "allgather",
-         "overlap_moe_expert_parallel_comm with moe_token_dispatcher allgather: Megatron needs "
-         "the alltoall or flex dispatcher for it"),
-    ] + layer_kind_problems(m) + store_problems(
-        layout, "Megatron-Bridge" if bridge else "Megatron-LM", config_fields=bridge)
+    problems = (
+        [
+            (
+                "torchtitan_op" in layout.selective_modules,
+                "recompute_modules [torchtitan_op]: torchtitan's op-level checkpointing; Megatron's "
+                "selective recompute is by module: use recompute_modules core_attn (and mlp, "
+                "layernorm ...) or recompute full",
+            ),
+            (
+                m.position_embedding == "rope"
+                and m.rotary_base is not None
+                and whole(m.rotary_base) is None,
+                f"rotary_base {m.rotary_base}: Megatron's --rotary-base takes a whole number",
+            ),
+            (
+                offload and layout.pp > 1,
+                f"cpu_offloading_num_layers {offload} with pp {layout.pp}: "
+                "Megatron has no CPU offloading with pipeline parallelism",
+            ),
+            (
+                offload and layout.recompute != "none",
+                f"cpu_offloading_num_layers {offload} with recompute {layout.recompute}: Megatron's "
+                "CPU offloading does not work with recompute",
+            ),
+            (
+                offload and layout.cuda_graphs != "none",
+                f"cpu_offloading_num_layers {offload} with cuda_graphs {layout.cuda_graphs}: Megatron's "
+                "CPU offloading does not work with CUDA graphs",
+            ),
+            (
+                layout.cuda_graphs == "partial" and layout.recompute == "full",
+                "cuda_graphs partial with recompute full: Megatron asserts full recompute is not used "
+                "with per-layer CUDA graphs; use recompute selective or cuda_graphs full",
+            ),
+            (
+                tr.fp8_param_gather and tr.precision == "fp8" and layout.zero == 0,
+                "fp8_param_gather with zero_stage 0: Megatron's --fp8-param-gather needs the "
+                "distributed optimizer (zero_stage 1) or FSDP",
+            ),
+            (
+                layout.pipeline_schedule in ("dualpipe", "dualpipev"),
+                f"pipeline_schedule {layout.pipeline_schedule}: DualPipe is not in Megatron-LM (it is "
+                "deepseek-ai/DualPipe's own schedule); use 1f1b (interleaved with vpp > 1)",
+            ),
+            (
+                m.is_moe
+                and layout.overlap_moe_expert_parallel_comm
+                and layout.moe_token_dispatcher == "allgather",
+                "overlap_moe_expert_parallel_comm with moe_token_dispatcher allgather: Megatron needs "
+                "the alltoall or flex dispatcher for it",
+            ),
+        ]
+        + layer_kind_problems(m)
+        + store_problems(
+            layout, "Megatron-Bridge" if bridge else "Megatron-LM", config_fields=bridge
+        )
+    )
     if bridge:
         problems = problems[:1] + problems[2:]
     return [msg for broken, msg in problems if broken]
@@ -136,9 +180,11 @@ def runs_as(job, layout: Layout) -> Layout:
     reads): --overlap-param-gather goes with --overlap-grad-reduce and the distributed
     optimizer only; the CP communication type means nothing at cp 1."""
     return layout.with_(
-        overlap_param_gather=layout.overlap_param_gather and layout.overlap_grad_reduce
+        overlap_param_gather=layout.overlap_param_gather
+        and layout.overlap_grad_reduce
         and layout.zero >= 1,
-        cp_comm_type=layout.cp_comm_type if layout.cp > 1 else "p2p")
+        cp_comm_type=layout.cp_comm_type if layout.cp > 1 else "p2p",
+    )
 
 
 def environment(job, layout: Layout) -> tuple[dict[str, str], list[str]]:
@@ -146,11 +192,15 @@ def environment(job, layout: Layout) -> tuple[dict[str, str], list[str]]:
     if not (layout.tp > 1 or layout.cp > 1) or not pre_blackwell(job.hardware):
         return {}, []
     if layout.zero >= 2:
-        return {}, ["CUDA_DEVICE_MAX_CONNECTIONS is left unset: Megatron-FSDP (zero 2/3) wants it "
-                    "unset or above 1, although TP/CP prefer 1 (Megatron warns about the mix)."]
+        return {}, [
+            "CUDA_DEVICE_MAX_CONNECTIONS is left unset: Megatron-FSDP (zero 2/3) wants it "
+            "unset or above 1, although TP/CP prefer 1 (Megatron warns about the mix)."
+        ]
     if layout.overlap_moe_expert_parallel_comm and job.model.is_moe:
-        return {}, ["CUDA_DEVICE_MAX_CONNECTIONS is left unset: EP-communication overlap wants "
-                    "more than one connection, although TP/CP prefer 1 (Megatron warns)."]
+        return {}, [
+            "CUDA_DEVICE_MAX_CONNECTIONS is left unset: EP-communication overlap wants "
+            "more than one connection, although TP/CP prefer 1 (Megatron warns)."
+        ]
     return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, []
 
 
@@ -190,8 +240,12 @@ def mla_flags(m: ModelSpec) -> list[Flag]:
     if m.q_lora_rank:
         flags.append(("--q-lora-rank", str(m.q_lora_rank)))
     rope = m.qk_pos_emb_head_dim if m.qk_pos_emb_head_dim is not None else 64
-    flags += [("--kv-lora-rank", str(m.kv_lora_rank)), ("--qk-head-dim", str(m.qk_head_dim)),
-              ("--qk-pos-emb-head-dim", str(rope)), ("--v-head-dim", str(m.v_head_dim))]
+    flags += [
+        ("--kv-lora-rank", str(m.kv_lora_rank)),
+        ("--qk-head-dim", str(m.qk_head_dim)),
+        ("--qk-pos-emb-head-dim", str(rope)),
+        ("--v-head-dim", str(m.v_head_dim)),
+    ]
     return flags
 
 
@@ -199,8 +253,9 @@ def pattern_expr(pattern: list[int] | tuple[int, ...]) -> str:
     """A 0/1 list as Megatron's python-list expression, run-length encoded over its shortest
     period: [0,0,0,1,1] -> ([0]*3+[1]*2), [0,1]*24 -> ([0]*1+[1]*1)*24."""
     n = len(pattern)
-    period = next(p for p in range(1, n + 1)
-                  if n % p == 0 and list(pattern[:p]) * (n // p) == list(pattern))
+    period = next(
+        p for p in range(1, n + 1) if n % p == 0 and list(pattern[:p]) * (n // p) == list(pattern)
+    )
     runs: list[list[int]] = []
     for x in pattern[:period]:
         if runs and runs[-1][0] == x:
@@ -227,8 +282,9 @@ def attention_flags(m: ModelSpec) -> list[Flag]:
     if "sliding" in kinds:
         flags.append(("--window-size", f"{m.window_size},0"))
         if set(kinds) != {"sliding"}:
-            flags.append(("--window-attn-skip-freq",
-                          pattern_expr([int(k == "sliding") for k in kinds])))
+            flags.append(
+                ("--window-attn-skip-freq", pattern_expr([int(k == "sliding") for k in kinds]))
+            )
     if m.attention_sinks:
         flags.append(("--softmax-type", "learnable"))
     return flags
@@ -238,18 +294,31 @@ def layer_kind_problems(m: ModelSpec) -> list[tuple[bool, str]]:
     """The layer kinds a Megatron-LM (GPT) model cannot express with its flags."""
     kinds = set(m.attention_kinds)
     return [
-        ("chunked" in kinds, f"layer_types has chunked-local layers ({m.attention_chunk_size}-token "
-                             "chunks, Llama 4's iRoPE): Megatron-LM's GPT model has no chunked "
-                             "attention flag; plan it with full layers or train it elsewhere"),
-        ("linear" in kinds, "layer_types has linear-attention (Gated DeltaNet) layers: "
-                            "pretrain_gpt.py builds none; use Megatron-Bridge's Qwen3-Next recipe"),
-        ("dsa" in kinds, "layer_types has DSA (top-k sparse) layers: Megatron-LM has no DSA "
-                         "indexer flag"),
-        (m.attention_output_gate, "attention_output_gate (Qwen3-Next's gated attention) has no "
-                                  "pretrain_gpt.py flag"),
-        (m.mtp_dedicated_embeddings, "mtp_dedicated_embeddings: Megatron-Core's MTP layers share "
-                                     "the word embedding (no flag gives them their own); set it "
-                                     "false"),
+        (
+            "chunked" in kinds,
+            f"layer_types has chunked-local layers ({m.attention_chunk_size}-token "
+            "chunks, Llama 4's iRoPE): Megatron-LM's GPT model has no chunked "
+            "attention flag; plan it with full layers or train it elsewhere",
+        ),
+        (
+            "linear" in kinds,
+            "layer_types has linear-attention (Gated DeltaNet) layers: "
+            "pretrain_gpt.py builds none; use Megatron-Bridge's Qwen3-Next recipe",
+        ),
+        (
+            "dsa" in kinds,
+            "layer_types has DSA (top-k sparse) layers: Megatron-LM has no DSA indexer flag",
+        ),
+        (
+            m.attention_output_gate,
+            "attention_output_gate (Qwen3-Next's gated attention) has no pretrain_gpt.py flag",
+        ),
+        (
+            m.mtp_dedicated_embeddings,
+            "mtp_dedicated_embeddings: Megatron-Core's MTP layers share "
+            "the word embedding (no flag gives them their own); set it "
+            "false",
+        ),
     ]
 
 
@@ -263,17 +332,22 @@ def moe_flags(m: ModelSpec, layout: Layout | None = None) -> list[Flag]:
         ("--moe-ffn-hidden-size", str(m.expert_ffn)),
     ]
     if m.num_shared_experts:
-        flags.append(("--moe-shared-expert-intermediate-size",
-                       str(m.num_shared_experts * m.expert_ffn)))
+        flags.append(
+            ("--moe-shared-expert-intermediate-size", str(m.num_shared_experts * m.expert_ffn))
+        )
     if m.num_moe_layers != m.num_layers:
         flags.append(("--moe-layer-freq", moe_layer_freq(m)))
-    if m.moe_router_num_groups and m.moe_router_group_topk:     # group-limited routing
-        flags += [("--moe-router-num-groups", str(m.moe_router_num_groups)),
-                  ("--moe-router-group-topk", str(m.moe_router_group_topk))]
+    if m.moe_router_num_groups and m.moe_router_group_topk:  # group-limited routing
+        flags += [
+            ("--moe-router-num-groups", str(m.moe_router_num_groups)),
+            ("--moe-router-group-topk", str(m.moe_router_group_topk)),
+        ]
     dispatcher = layout.moe_token_dispatcher if layout is not None else "alltoall"
     if dispatcher in ("deepep", "hybridep"):
-        flags += [("--moe-token-dispatcher-type", "flex"),
-                  ("--moe-flex-dispatcher-backend", dispatcher)]
+        flags += [
+            ("--moe-token-dispatcher-type", "flex"),
+            ("--moe-flex-dispatcher-backend", dispatcher),
+        ]
     else:
         flags.append(("--moe-token-dispatcher-type", dispatcher))
     if layout is not None and layout.overlap_moe_expert_parallel_comm:
@@ -289,8 +363,10 @@ def _pipeline_flags(m: ModelSpec, layout: Layout) -> list[Flag]:
         flags.append(("--num-virtual-stages-per-pipeline-rank", str(layout.vpp)))
     split = pipeline_split(m.num_layers, layout)
     if split.kind == "accounted":
-        flags += [("--account-for-embedding-in-pipeline-split", None),
-                  ("--account-for-loss-in-pipeline-split", None)]
+        flags += [
+            ("--account-for-embedding-in-pipeline-split", None),
+            ("--account-for-loss-in-pipeline-split", None),
+        ]
     elif split.kind == "explicit":
         if layout.first_stage_layers is not None:
             flags.append(("--decoder-first-pipeline-num-layers", str(layout.first_stage_layers)))
@@ -305,16 +381,21 @@ def _optimizer_flags(layout: Layout, precision: str) -> list[Flag]:
         flags.append(("--use-distributed-optimizer", None))
     if layout.zero >= 2:
         strategy = "optim_grads" if layout.zero == 2 else "optim_grads_params"
-        flags += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
-                  ("--ckpt-format", "fsdp_dtensor")]
+        flags += [
+            ("--use-megatron-fsdp", None),
+            ("--data-parallel-sharding-strategy", strategy),
+            ("--ckpt-format", "fsdp_dtensor"),
+        ]
     if precision == "fp16" and layout.grad_reduce_in_fp32:
         flags.append(("--accumulate-allreduce-grads-in-fp32", None))
     elif precision != "fp16" and not layout.grad_reduce_in_fp32:
         flags.append(("--grad-reduce-in-bf16", None))
     if (layout.exp_avg_dtype, layout.exp_avg_sq_dtype) != ("fp32", "fp32"):
-        flags += [("--use-precision-aware-optimizer", None),
-                  ("--exp-avg-dtype", layout.exp_avg_dtype),
-                  ("--exp-avg-sq-dtype", layout.exp_avg_sq_dtype)]
+        flags += [
+            ("--use-precision-aware-optimizer", None),
+            ("--exp-avg-dtype", layout.exp_avg_dtype),
+            ("--exp-avg-sq-dtype", layout.exp_avg_sq_dtype),
+        ]
     if layout.overlap_grad_reduce:
         flags.append(("--overlap-grad-reduce", None))
         if layout.overlap_param_gather and layout.zero >= 1:
@@ -329,11 +410,17 @@ def _recompute_flags(layout: Layout) -> list[Flag]:
             flags.append(("--recompute-modules", list(layout.recompute_modules)))
         return flags
     if layout.recompute == "full" and layout.recompute_num_layers is not None:
-        return [("--recompute-granularity", "full"), ("--recompute-method", "block"),
-                ("--recompute-num-layers", str(layout.recompute_num_layers))]
+        return [
+            ("--recompute-granularity", "full"),
+            ("--recompute-method", "block"),
+            ("--recompute-num-layers", str(layout.recompute_num_layers)),
+        ]
     if layout.recompute == "full":
-        return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
-                ("--recompute-num-layers", "1")]
+        return [
+            ("--recompute-granularity", "full"),
+            ("--recompute-method", "uniform"),
+            ("--recompute-num-layers", "1"),
+        ]
     return []
 
 
@@ -344,9 +431,12 @@ def recipe_flags(layout: Layout) -> list[Flag]:
         flags.append(("--cpu-offloading-num-layers", str(layout.cpu_offloading_num_layers)))
     if layout.cuda_graphs == "partial":
         flags.append(("--cuda-graph-impl", "transformer_engine"))
-    elif layout.cuda_graphs == "full":       # Megatron asserts the NaN check is off with it
-        flags += [("--cuda-graph-impl", "local"), ("--cuda-graph-scope", "full_iteration"),
-                  ("--no-check-for-nan-in-loss-and-grad", None)]
+    elif layout.cuda_graphs == "full":  # Megatron asserts the NaN check is off with it
+        flags += [
+            ("--cuda-graph-impl", "local"),
+            ("--cuda-graph-scope", "full_iteration"),
+            ("--no-check-for-nan-in-loss-and-grad", None),
+        ]
     return flags
 
 
@@ -366,8 +456,12 @@ def parallel_flags(m: ModelSpec, layout: Layout, *, precision: str = "bf16") -> 
         flags.append((FLAG["sp"], None))
         if layout.tp_comm_overlap:
             flags.append((FLAG["tp_comm_overlap"], None))
-    return (flags + _optimizer_flags(layout, precision) + _recompute_flags(layout)
-            + recipe_flags(layout))
+    return (
+        flags
+        + _optimizer_flags(layout, precision)
+        + _recompute_flags(layout)
+        + recipe_flags(layout)
+    )
 
 
 def precision_flags(precision: str) -> list[Flag]:
@@ -398,13 +492,18 @@ def megatron_flags(job, layout: Layout) -> list[Flag]:
     if not tr.flash_attention:
         flags.append(("--attention-backend", "unfused"))
     flags += parallel_flags(m, layout, precision=tr.precision)
-    flags += [("--micro-batch-size", str(layout.micro_batch_size)),
-              ("--global-batch-size", str(tr.global_batch_size))]
+    flags += [
+        ("--micro-batch-size", str(layout.micro_batch_size)),
+        ("--global-batch-size", str(tr.global_batch_size)),
+    ]
     flags += precision_flags(tr.precision) + fp8_flags(tr)
-    flags += [("--mock-data", None), ("--tokenizer-type", "NullTokenizer"),
-              ("--vocab-size", str(m.vocab_size - 1)),
-              ("--train-iters", '"${TRAIN_ITERS:?set TRAIN_ITERS, the run length in steps}"'),
-              ("--lr", '"${LR:?set LR, the peak learning rate}"')]
+    flags += [
+        ("--mock-data", None),
+        ("--tokenizer-type", "NullTokenizer"),
+        ("--vocab-size", str(m.vocab_size - 1)),
+        ("--train-iters", '"${TRAIN_ITERS:?set TRAIN_ITERS, the run length in steps}"'),
+        ("--lr", '"${LR:?set LR, the peak learning rate}"'),
+    ]
     return flags
 
 
@@ -435,9 +534,14 @@ def flag_lines(flags: list[Flag]) -> list[str]:
 
 def launcher_lines(job) -> list[str]:
     nodes, per_node = nodes_and_devices(job.num_gpus, job.hardware.gpus_per_node)
-    return ["torchrun", f"--nnodes {nodes}", f"--nproc-per-node {per_node}",
-            '--node-rank "${NODE_RANK:-0}"', '--master-addr "${MASTER_ADDR:-localhost}"',
-            '--master-port "${MASTER_PORT:-6000}"']
+    return [
+        "torchrun",
+        f"--nnodes {nodes}",
+        f"--nproc-per-node {per_node}",
+        '--node-rank "${NODE_RANK:-0}"',
+        '--master-addr "${MASTER_ADDR:-localhost}"',
+        '--master-port "${MASTER_PORT:-6000}"',
+    ]
 
 
 def render(job, layout: Layout, *, estimate=None) -> str:

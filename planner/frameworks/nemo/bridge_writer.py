@@ -55,22 +55,33 @@ def runs_as(job, layout: Layout) -> Layout:
 
 def _preset(model) -> str | None:
     from planner.frameworks.engines.writer import preset_key
+
     key = preset_key(model)
     return key if key in PROVIDERS else None
 
 
 def _shape(job) -> dict:
     m, tr = job.model, job.training
-    d: dict = {"num_layers": m.num_layers, "hidden_size": m.hidden_size,
-               "ffn_hidden_size": m.ffn, "num_attention_heads": m.num_attention_heads,
-               "num_query_groups": m.kv_heads, "kv_channels": m.kv_channels,
-               "vocab_size": m.vocab_size, "gated_linear_unit": m.activation == "swiglu",
-               "share_embeddings_and_output_weights": m.tied_embeddings,
-               "normalization": "RMSNorm" if m.norm == "RMSNorm" else "LayerNorm",
-               "add_bias_linear": m.bias, "position_embedding_type": m.position_embedding}
+    d: dict = {
+        "num_layers": m.num_layers,
+        "hidden_size": m.hidden_size,
+        "ffn_hidden_size": m.ffn,
+        "num_attention_heads": m.num_attention_heads,
+        "num_query_groups": m.kv_heads,
+        "kv_channels": m.kv_channels,
+        "vocab_size": m.vocab_size,
+        "gated_linear_unit": m.activation == "swiglu",
+        "share_embeddings_and_output_weights": m.tied_embeddings,
+        "normalization": "RMSNorm" if m.norm == "RMSNorm" else "LayerNorm",
+        "add_bias_linear": m.bias,
+        "position_embedding_type": m.position_embedding,
+    }
     if m.is_moe:
-        d.update(num_moe_experts=m.num_experts, moe_router_topk=m.moe_top_k,
-                 moe_ffn_hidden_size=m.expert_ffn)
+        d.update(
+            num_moe_experts=m.num_experts,
+            moe_router_topk=m.moe_top_k,
+            moe_ffn_hidden_size=m.expert_ffn,
+        )
         if m.num_shared_experts:
             d["moe_shared_expert_intermediate_size"] = m.num_shared_experts * m.expert_ffn
         if m.num_dense_layers:
@@ -79,8 +90,13 @@ def _shape(job) -> dict:
             d["moe_expert_capacity_factor"] = m.moe_capacity_factor
     if m.is_mla:
         d["multi_latent_attention"] = True
-        for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-                  "v_head_dim"):
+        for k in (
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_head_dim",
+            "qk_pos_emb_head_dim",
+            "v_head_dim",
+        ):
             if getattr(m, k, None) is not None:
                 d[k] = getattr(m, k)
     del tr
@@ -106,22 +122,32 @@ def bridge_config(job, layout: Layout) -> dict:
         name, gather = _BRIDGE_FP8[tr.recipe]
     else:
         name, gather = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}[tr.precision], None
-    ddp: dict = {"grad_reduce_in_fp32": layout.grad_reduce_in_fp32,
-                 "overlap_grad_reduce": layout.overlap_grad_reduce,
-                 "overlap_param_gather": layout.overlap_param_gather,
-                 "use_distributed_optimizer": layout.zero >= 1}
+    ddp: dict = {
+        "grad_reduce_in_fp32": layout.grad_reduce_in_fp32,
+        "overlap_grad_reduce": layout.overlap_grad_reduce,
+        "overlap_param_gather": layout.overlap_param_gather,
+        "use_distributed_optimizer": layout.zero >= 1,
+    }
     if _fsdp(layout):
         ddp.update(use_megatron_fsdp=True, data_parallel_sharding_strategy=_fsdp(layout))
     optimizer: dict = {"use_distributed_optimizer": layout.zero >= 1}
     if (layout.exp_avg_dtype, layout.exp_avg_sq_dtype) != ("fp32", "fp32"):
-        optimizer.update(use_precision_aware_optimizer=True,
-                         exp_avg_dtype=layout.exp_avg_dtype,
-                         exp_avg_sq_dtype=layout.exp_avg_sq_dtype)
-    out: dict = {"model": model,
-                 "train": {"micro_batch_size": layout.micro_batch_size,
-                           "global_batch_size": tr.global_batch_size},
-                 "dataset": {"seq_length": tr.seq_length},
-                 "ddp": ddp, "optimizer": optimizer, "mixed_precision": name}
+        optimizer.update(
+            use_precision_aware_optimizer=True,
+            exp_avg_dtype=layout.exp_avg_dtype,
+            exp_avg_sq_dtype=layout.exp_avg_sq_dtype,
+        )
+    out: dict = {
+        "model": model,
+        "train": {
+            "micro_batch_size": layout.micro_batch_size,
+            "global_batch_size": tr.global_batch_size,
+        },
+        "dataset": {"seq_length": tr.seq_length},
+        "ddp": ddp,
+        "optimizer": optimizer,
+        "mixed_precision": name,
+    }
     if layout.tp_comm_overlap and layout.sp and layout.tp > 1:
         out["comm_overlap"] = {"tp_comm_overlap": True}
     fp8_gather = tr.precision == "fp8" and gather is not None and gather != tr.fp8_param_gather
@@ -136,8 +162,11 @@ def bridge_config(job, layout: Layout) -> dict:
 
 def _mixed_precision_mapping(job, layout: Layout) -> dict:
     tr = job.training
-    mp: dict = {"bf16": tr.precision != "fp16", "fp16": tr.precision == "fp16",
-                "grad_reduce_in_fp32": layout.grad_reduce_in_fp32}
+    mp: dict = {
+        "bf16": tr.precision != "fp16",
+        "fp16": tr.precision == "fp16",
+        "grad_reduce_in_fp32": layout.grad_reduce_in_fp32,
+    }
     if tr.precision == "fp8":
         mp.update(fp8="hybrid", fp8_recipe=tr.recipe, fp8_param_gather=tr.fp8_param_gather)
     return mp
@@ -145,11 +174,15 @@ def _mixed_precision_mapping(job, layout: Layout) -> dict:
 
 def render(job, layout: Layout, *, estimate=None) -> str:
     cfg = bridge_config(job, layout)
-    head = header_lines(job, layout, "Megatron-Bridge recipe overrides (ConfigContainer YAML)",
-                        estimate=estimate)
-    head += ["", "Merge over a Megatron-Bridge recipe (e.g. run_recipe.py --config-file this.yaml): "
-                 "data, tokenizer, optimizer hyper-parameters and checkpointing come from it.",
-             "torchrun sets the world size: launch on the plan's GPUs "
-             f"({job.num_gpus}); `planner validate --gpus {job.num_gpus}` reads this file back."]
+    head = header_lines(
+        job, layout, "Megatron-Bridge recipe overrides (ConfigContainer YAML)", estimate=estimate
+    )
+    head += [
+        "",
+        "Merge over a Megatron-Bridge recipe (e.g. run_recipe.py --config-file this.yaml): "
+        "data, tokenizer, optimizer hyper-parameters and checkpointing come from it.",
+        "torchrun sets the world size: launch on the plan's GPUs "
+        f"({job.num_gpus}); `planner validate --gpus {job.num_gpus}` reads this file back.",
+    ]
     body = yaml.dump(cfg, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
     return "\n".join([f"# {line}".rstrip() for line in head] + [body.rstrip()]) + "\n"

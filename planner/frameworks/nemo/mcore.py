@@ -38,16 +38,29 @@ import yaml
 from planner.errors import SpecError, Violation
 from planner.readers.omegaconf import Unresolved
 
-__all__ = ["key_list", "known_keys", "Settings", "read_recompute", "read_transformer", "window_fields",
-           "read_ddp", "read_optimizer", "precision_recipe", "RECIPES", "as_bool", "as_int"]
+__all__ = [
+    "key_list",
+    "known_keys",
+    "Settings",
+    "read_recompute",
+    "read_transformer",
+    "window_fields",
+    "read_ddp",
+    "read_optimizer",
+    "precision_recipe",
+    "RECIPES",
+    "as_bool",
+    "as_int",
+]
 
 _KEYS_FILE = Path(__file__).resolve().parent / "nemo_keys.yaml"
 
 
 @lru_cache(maxsize=1)
 def _lists() -> dict[str, frozenset[str]]:
-    data = yaml.load(_KEYS_FILE.read_text(encoding="utf-8"),
-                     Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    data = yaml.load(
+        _KEYS_FILE.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    )
     return {k: frozenset(v) for k, v in data.items() if isinstance(v, list)}
 
 
@@ -65,6 +78,7 @@ def known_keys(*names: str) -> frozenset[str]:
 
 # ------------------------------------------------------------------------- value readers
 
+
 def as_bool(section: dict, key: str, default: bool, *, where: str) -> bool:
     value = section.get(key, default)
     if isinstance(value, Unresolved):
@@ -75,12 +89,22 @@ def as_bool(section: dict, key: str, default: bool, *, where: str) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise SpecError(f"{where}.{key} = {value!r} must be true or false; fix the value",
-                    field=f"{where}.{key}", value=value)
+    raise SpecError(
+        f"{where}.{key} = {value!r} must be true or false; fix the value",
+        field=f"{where}.{key}",
+        value=value,
+    )
 
 
-def as_int(section: dict, key: str, default: int | None, *, where: str, minimum: int = 1,
-           maximum: int = 10_000_000) -> int | None:
+def as_int(
+    section: dict,
+    key: str,
+    default: int | None,
+    *,
+    where: str,
+    minimum: int = 1,
+    maximum: int = 10_000_000,
+) -> int | None:
     """An integer key; a numeric string ("8") is an error as Megatron-Core's dataclasses
     reject it too (they compare it with numbers)."""
     value = section.get(key)
@@ -90,11 +114,17 @@ def as_int(section: dict, key: str, default: int | None, *, where: str, minimum:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
         hint = " (a number, not a quoted string)" if isinstance(value, str) else ""
-        raise SpecError(f"{where}.{key} = {value!r} must be an integer{hint}; fix the value",
-                        field=f"{where}.{key}", value=value)
+        raise SpecError(
+            f"{where}.{key} = {value!r} must be an integer{hint}; fix the value",
+            field=f"{where}.{key}",
+            value=value,
+        )
     if not minimum <= value <= maximum:
-        raise SpecError(f"{where}.{key} = {value} must be between {minimum} and {maximum}; "
-                        "fix the value", field=f"{where}.{key}", value=value)
+        raise SpecError(
+            f"{where}.{key} = {value} must be between {minimum} and {maximum}; fix the value",
+            field=f"{where}.{key}",
+            value=value,
+        )
     return value
 
 
@@ -105,8 +135,11 @@ def _text(section: dict, key: str, *, where: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise SpecError(f"{where}.{key} = {value!r} must be a string; fix the value",
-                        field=f"{where}.{key}", value=value)
+        raise SpecError(
+            f"{where}.{key} = {value!r} must be a string; fix the value",
+            field=f"{where}.{key}",
+            value=value,
+        )
     return value
 
 
@@ -131,8 +164,9 @@ _MODULES = ("core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj", "s
 _MCORE_ONLY_MODULES = ("gdn_norm_out",)
 
 
-def read_recompute(section: dict, *, names: tuple[str, str, str], where: str, rule: str,
-                   out: list[Violation]) -> Settings:
+def read_recompute(
+    section: dict, *, names: tuple[str, str, str], where: str, rule: str, out: list[Violation]
+) -> Settings:
     """Megatron-Core's recompute fields (names: granularity, method, num_layers keys) with its
     checks (errors); recompute_modules with selective."""
     gran = _text(section, names[0], where=where)
@@ -144,13 +178,21 @@ def read_recompute(section: dict, *, names: tuple[str, str, str], where: str, ru
         return Settings({"recompute": "none"})
     if gran == "full" and (method is None or layers is None):
         missing = " and ".join(k for k, v in ((m, method), (n, layers)) if v is None)
-        out.append(Violation(rule, f"{g} full also needs {missing} (Megatron-core raises); e.g. "
-                                   "uniform and 1", "error"))
+        out.append(
+            Violation(
+                rule,
+                f"{g} full also needs {missing} (Megatron-core raises); e.g. uniform and 1",
+                "error",
+            )
+        )
     if gran == "full" and method is not None and method not in ("uniform", "block"):
         out.append(Violation(rule, f"{m} {method!r} must be uniform or block", "error"))
     if gran == "selective" and layers is not None:
-        out.append(Violation(rule, f"{g} selective forbids {n} (Megatron-core raises); set it to "
-                                   "null", "error"))
+        out.append(
+            Violation(
+                rule, f"{g} selective forbids {n} (Megatron-core raises); set it to null", "error"
+            )
+        )
     s = Settings({"recompute": gran or "none"})
     if gran == "full" and method == "block" and layers is not None:
         s.layout["recompute_num_layers"] = layers
@@ -158,28 +200,42 @@ def read_recompute(section: dict, *, names: tuple[str, str, str], where: str, ru
     if isinstance(modules, Unresolved):
         modules.fail()
     if modules is not None and gran == "selective":
-        s.layout["recompute_modules"] = _modules(modules, where=f"{where}.recompute_modules",
-                                                 rule=rule, out=out)
+        s.layout["recompute_modules"] = _modules(
+            modules, where=f"{where}.recompute_modules", rule=rule, out=out
+        )
     return s
 
 
 def _modules(value: Any, *, where: str, rule: str, out: list[Violation]) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
-        raise SpecError(f"{where} = {value!r} must be a list of module names; fix the value",
-                        field=where, value=value)
+        raise SpecError(
+            f"{where} = {value!r} must be a list of module names; fix the value",
+            field=where,
+            value=value,
+        )
     kept = []
     for name in items:
         if name in _MODULES:
             kept.append(name)
         elif name in _MCORE_ONLY_MODULES:
-            out.append(Violation(f"{rule.split('-')[0]}-not-modelled",
-                                 f"{where} {name!r}: planner does not model it (its "
-                                 "activations are counted as kept)", "warning"))
+            out.append(
+                Violation(
+                    f"{rule.split('-')[0]}-not-modelled",
+                    f"{where} {name!r}: planner does not model it (its "
+                    "activations are counted as kept)",
+                    "warning",
+                )
+            )
         else:
-            out.append(Violation(rule, f"{where} {name!r} is not a module Megatron-Core "
-                                       f"recomputes ({', '.join(_MODULES)}); fix the name",
-                                 "error"))
+            out.append(
+                Violation(
+                    rule,
+                    f"{where} {name!r} is not a module Megatron-Core "
+                    f"recomputes ({', '.join(_MODULES)}); fix the name",
+                    "error",
+                )
+            )
     return tuple(dict.fromkeys(kept))
 
 
@@ -193,48 +249,79 @@ NOT_MODELLED = {
     "fp8_dot_product_attention": (False, "FP8 attention"),
     "fp8_multi_head_attention": (False, "FP8 attention"),
     "fp32_residual_connection": (False, "fp32 residual stream"),
-    "cross_entropy_fusion_impl": ("native", "Transformer Engine's cross-entropy in place on the "
-                                            "bf16 logits (less memory than counted)"),
+    "cross_entropy_fusion_impl": (
+        "native",
+        "Transformer Engine's cross-entropy in place on the bf16 logits (less memory than counted)",
+    ),
     "distribute_saved_activations": (False, "recompute inputs split over the TP ranks"),
     "moe_pad_expert_input_to_capacity": (False, "expert inputs padded to the capacity"),
     "delay_wgrad_compute": (False, "weight gradients delayed for EP overlap"),
     "moe_shared_expert_overlap": (False, "shared experts overlapped with the dispatch"),
-    "defer_embedding_wgrad_compute": (False, "the output layer's weight gradient deferred to "
-                                             "the pipeline flush"),
+    "defer_embedding_wgrad_compute": (
+        False,
+        "the output layer's weight gradient deferred to the pipeline flush",
+    ),
 }
 """TransformerConfig fields (Megatron-Core) that change memory or time and that the cost model
 does not apply, with the value that changes nothing (Megatron-LM's flags of the same names
 are in recipe.NOT_MODELLED)."""
 
 
-def warn_not_modelled(section: dict, table: dict, *, where: str, rule: str,
-                      out: list[Violation]) -> None:
+def warn_not_modelled(
+    section: dict, table: dict, *, where: str, rule: str, out: list[Violation]
+) -> None:
     """A `rule` warning for each key of `table` that `section` sets to anything but its
     neutral value (None stands for an empty list or False too)."""
     for key, (neutral, what) in table.items():
         value = section.get(key, neutral)
-        if isinstance(value, Unresolved) or value == neutral or (value is None and neutral
-                                                                   in ([], False)):
+        if (
+            isinstance(value, Unresolved)
+            or value == neutral
+            or (value is None and neutral in ([], False))
+        ):
             continue
-        out.append(Violation(rule, f"{where}.{key} = {value!r}: planner does not model it "
-                                   f"({what})", "warning"))
+        out.append(
+            Violation(
+                rule, f"{where}.{key} = {value!r}: planner does not model it ({what})", "warning"
+            )
+        )
 
 
-def read_transformer(tc: dict, *, where: str, prefix: str, num_layers: int, pp: int,
-                     recompute: str, fp8: bool, out: list[Violation]) -> Settings:
+def read_transformer(
+    tc: dict,
+    *,
+    where: str,
+    prefix: str,
+    num_layers: int,
+    pp: int,
+    recompute: str,
+    fp8: bool,
+    out: list[Violation],
+) -> Settings:
     """Offloading, MoE dispatch, CUDA graphs, pipeline layout, MTP and FP8 recipe from a
     TransformerConfig-named mapping; the fields of NOT_MODELLED it sets are warnings."""
     warn_not_modelled(tc, NOT_MODELLED, where=where, rule=f"{prefix}-not-modelled", out=out)
     s = Settings()
-    s.update(_offloading(tc, where=where, prefix=prefix, num_layers=num_layers, pp=pp,
-                         recompute=recompute, out=out))
+    s.update(
+        _offloading(
+            tc,
+            where=where,
+            prefix=prefix,
+            num_layers=num_layers,
+            pp=pp,
+            recompute=recompute,
+            out=out,
+        )
+    )
     s.update(_dispatcher(tc, where=where, prefix=prefix, out=out))
     if "overlap_moe_expert_parallel_comm" in tc:
         s.layout["overlap_moe_expert_parallel_comm"] = as_bool(
-            tc, "overlap_moe_expert_parallel_comm", False, where=where)
+            tc, "overlap_moe_expert_parallel_comm", False, where=where
+        )
     if "activation_func_fp8_input_store" in tc:
         s.layout["activation_func_fp8_input_store"] = as_bool(
-            tc, "activation_func_fp8_input_store", False, where=where)
+            tc, "activation_func_fp8_input_store", False, where=where
+        )
     graphs = cuda_graphs(tc, where=where)
     if graphs is not None:
         s.layout["cuda_graphs"] = graphs
@@ -243,9 +330,12 @@ def read_transformer(tc: dict, *, where: str, prefix: str, num_layers: int, pp: 
         layout.fail()
     if layout is not None:
         if not isinstance(layout, str):
-            raise SpecError(f"{where}.pipeline_model_parallel_layout = {layout!r}: planner reads "
-                            "the string form (e.g. 'Et*4|(t*4|)*14tmL'); write it as a string",
-                            field=f"{where}.pipeline_model_parallel_layout", value=layout)
+            raise SpecError(
+                f"{where}.pipeline_model_parallel_layout = {layout!r}: planner reads "
+                "the string form (e.g. 'Et*4|(t*4|)*14tmL'); write it as a string",
+                field=f"{where}.pipeline_model_parallel_layout",
+                value=layout,
+            )
         s.layout["pipeline_model_parallel_layout"] = layout
     mtp = as_int(tc, "mtp_num_layers", None, where=where, minimum=0, maximum=100)
     if mtp is not None:
@@ -254,33 +344,69 @@ def read_transformer(tc: dict, *, where: str, prefix: str, num_layers: int, pp: 
     return s
 
 
-def _offloading(tc: dict, *, where: str, prefix: str, num_layers: int, pp: int, recompute: str,
-                out: list[Violation]) -> Settings:
+def _offloading(
+    tc: dict,
+    *,
+    where: str,
+    prefix: str,
+    num_layers: int,
+    pp: int,
+    recompute: str,
+    out: list[Violation],
+) -> Settings:
     s = Settings()
     if as_bool(tc, "fine_grained_activation_offloading", False, where=where):
-        out.append(Violation(f"{prefix}-not-modelled",
-                             f"{where}.fine_grained_activation_offloading: planner does not "
-                             "model it (activations are counted on the GPU)", "warning"))
+        out.append(
+            Violation(
+                f"{prefix}-not-modelled",
+                f"{where}.fine_grained_activation_offloading: planner does not "
+                "model it (activations are counted on the GPU)",
+                "warning",
+            )
+        )
     if not as_bool(tc, "cpu_offloading", False, where=where):
         return s
     n = as_int(tc, "cpu_offloading_num_layers", 0, where=where, minimum=-10_000_000)
     rule = f"{prefix}-cpu-offloading"
     if not 0 <= n < num_layers:
-        out.append(Violation(rule, f"{where}.cpu_offloading_num_layers ({n}) must be between 0 "
-                                   f"and num_layers - 1 ({num_layers - 1}) (Megatron-Core "
-                                   "raises)", "error"))
+        out.append(
+            Violation(
+                rule,
+                f"{where}.cpu_offloading_num_layers ({n}) must be between 0 "
+                f"and num_layers - 1 ({num_layers - 1}) (Megatron-Core "
+                "raises)",
+                "error",
+            )
+        )
     if pp > 1:
-        out.append(Violation(rule, f"{where}.cpu_offloading with pipeline_model_parallel_size "
-                                   f"{pp}: Megatron-Core has no CPU offloading with pipeline "
-                                   "parallelism; set pp 1 or cpu_offloading false", "error"))
+        out.append(
+            Violation(
+                rule,
+                f"{where}.cpu_offloading with pipeline_model_parallel_size "
+                f"{pp}: Megatron-Core has no CPU offloading with pipeline "
+                "parallelism; set pp 1 or cpu_offloading false",
+                "error",
+            )
+        )
     if recompute != "none":
-        out.append(Violation(rule, f"{where}.cpu_offloading with recompute {recompute}: "
-                                   "Megatron-Core does not offload when activations are "
-                                   "recomputed; choose one", "error"))
+        out.append(
+            Violation(
+                rule,
+                f"{where}.cpu_offloading with recompute {recompute}: "
+                "Megatron-Core does not offload when activations are "
+                "recomputed; choose one",
+                "error",
+            )
+        )
     if as_bool(tc, "cpu_offloading_weights", False, where=where):
-        out.append(Violation(f"{prefix}-not-modelled",
-                             f"{where}.cpu_offloading_weights: planner does not model weight "
-                             "offloading (weights are counted on the GPU)", "warning"))
+        out.append(
+            Violation(
+                f"{prefix}-not-modelled",
+                f"{where}.cpu_offloading_weights: planner does not model weight "
+                "offloading (weights are counted on the GPU)",
+                "warning",
+            )
+        )
     if as_bool(tc, "cpu_offloading_activations", True, where=where) and 0 <= n < num_layers:
         s.layout["cpu_offloading_num_layers"] = n
     return s
@@ -294,19 +420,32 @@ def _dispatcher(tc: dict, *, where: str, prefix: str, out: list[Violation]) -> S
     if deepep or kind == "flex":
         backend = _text(tc, "moe_flex_dispatcher_backend", where=where) or "deepep"
         if deepep and kind not in (None, "flex"):
-            out.append(Violation(f"{prefix}-moe-dispatcher",
-                                 f"{where}.moe_enable_deepep needs moe_token_dispatcher_type "
-                                 f"flex, not {kind!r} (Megatron-Core raises)", "error"))
+            out.append(
+                Violation(
+                    f"{prefix}-moe-dispatcher",
+                    f"{where}.moe_enable_deepep needs moe_token_dispatcher_type "
+                    f"flex, not {kind!r} (Megatron-Core raises)",
+                    "error",
+                )
+            )
         if backend not in _FLEX:
-            out.append(Violation(f"{prefix}-not-modelled",
-                                 f"{where}.moe_flex_dispatcher_backend {backend!r}: planner "
-                                 "models deepep and hybridep; timed as alltoall", "warning"))
+            out.append(
+                Violation(
+                    f"{prefix}-not-modelled",
+                    f"{where}.moe_flex_dispatcher_backend {backend!r}: planner "
+                    "models deepep and hybridep; timed as alltoall",
+                    "warning",
+                )
+            )
             return Settings({"moe_token_dispatcher": "alltoall"})
         return Settings({"moe_token_dispatcher": _FLEX[backend]})
     if kind not in _DISPATCHERS:
-        raise SpecError(f"{where}.moe_token_dispatcher_type = {kind!r} must be allgather, "
-                        "alltoall or flex; fix the value",
-                        field=f"{where}.moe_token_dispatcher_type", value=kind)
+        raise SpecError(
+            f"{where}.moe_token_dispatcher_type = {kind!r} must be allgather, "
+            "alltoall or flex; fix the value",
+            field=f"{where}.moe_token_dispatcher_type",
+            value=kind,
+        )
     return Settings({"moe_token_dispatcher": _DISPATCHERS[kind]})
 
 
@@ -321,13 +460,15 @@ def cuda_graphs(tc: dict, *, where: str) -> str | None:
     full_scope = any(str(x) in ("full_iteration", "full_iteration_inference") for x in scopes)
     if impl is not None:
         if impl not in ("none", "local", "transformer_engine", "full_iteration"):
-            raise SpecError(f"{where}.cuda_graph_impl = {impl!r} must be none, local, "
-                            "transformer_engine or full_iteration; fix the value",
-                            field=f"{where}.cuda_graph_impl", value=impl)
+            raise SpecError(
+                f"{where}.cuda_graph_impl = {impl!r} must be none, local, "
+                "transformer_engine or full_iteration; fix the value",
+                field=f"{where}.cuda_graph_impl",
+                value=impl,
+            )
         if impl == "none":
             return "none"
-        return "full" if impl == "full_iteration" or (impl == "local" and full_scope) \
-            else "partial"
+        return "full" if impl == "full_iteration" or (impl == "local" and full_scope) else "partial"
     if as_bool(tc, "enable_cuda_graph", False, where=where):
         return "full" if full_scope else "partial"
     if as_bool(tc, "external_cuda_graph", False, where=where):
@@ -340,8 +481,9 @@ def cuda_graphs(tc: dict, *, where: str) -> str | None:
 _FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
 
 
-def fp8_settings(section: dict, *, where: str, prefix: str, fp8: bool,
-                 out: list[Violation]) -> Settings:
+def fp8_settings(
+    section: dict, *, where: str, prefix: str, fp8: bool, out: list[Violation]
+) -> Settings:
     """fp8_recipe and fp8_param_gather (fp8_params, its older name) where fp8 is on."""
     s = Settings()
     recipe = _text(section, "fp8_recipe", where=where)
@@ -352,23 +494,38 @@ def fp8_settings(section: dict, *, where: str, prefix: str, fp8: bool,
             break
     if not fp8:
         if gather:
-            out.append(Violation(f"{prefix}-fp8-off",
-                                 f"{where}.fp8_param_gather without fp8: it has no effect; "
-                                 "remove it or enable fp8", "warning"))
+            out.append(
+                Violation(
+                    f"{prefix}-fp8-off",
+                    f"{where}.fp8_param_gather without fp8: it has no effect; "
+                    "remove it or enable fp8",
+                    "warning",
+                )
+            )
         return s
     if recipe is not None:
         if recipe in _FP8_RECIPES:
             s.training["fp8_recipe"] = recipe
         else:
-            out.append(Violation(f"{prefix}-not-modelled",
-                                 f"{where}.fp8_recipe {recipe!r}: planner models delayed, "
-                                 "tensorwise, mxfp8 and blockwise; timed as delayed", "warning"))
+            out.append(
+                Violation(
+                    f"{prefix}-not-modelled",
+                    f"{where}.fp8_recipe {recipe!r}: planner models delayed, "
+                    "tensorwise, mxfp8 and blockwise; timed as delayed",
+                    "warning",
+                )
+            )
     if gather is not None:
         s.training["fp8_param_gather"] = gather
     if as_bool(section, "first_last_layers_bf16", False, where=where):
-        out.append(Violation(f"{prefix}-not-modelled",
-                             f"{where}.first_last_layers_bf16: planner times every layer in fp8 "
-                             "(the bf16 layers are slower)", "warning"))
+        out.append(
+            Violation(
+                f"{prefix}-not-modelled",
+                f"{where}.first_last_layers_bf16: planner times every layer in fp8 "
+                "(the bf16 layers are slower)",
+                "warning",
+            )
+        )
     return s
 
 
@@ -386,42 +543,68 @@ RECIPES: dict[str, tuple[str, str | None, bool, bool]] = {
     "nanov2_bf16_with_fp8_current_scaling_mixed": ("fp8", "blockwise", True, True),
     "bf16_with_fp8_subchannel_scaling_mixed": ("fp8", "blockwise", False, True),
 }
-_FP16_FP8 = ("fp16_with_fp8_mixed", "fp16_with_fp8_delayed_scaling_mixed",
-             "fp16_with_mxfp8_mixed", "fp16_with_fp8_current_scaling_mixed",
-             "fp16_with_fp8_subchannel_scaling_mixed")
-_FP4 = ("bf16_with_nvfp4_mixed", "nemotron_3_super_bf16_with_nvfp4_mixed",
-        "nemotron_3_ultra_bf16_with_nvfp4_mixed")
+_FP16_FP8 = (
+    "fp16_with_fp8_mixed",
+    "fp16_with_fp8_delayed_scaling_mixed",
+    "fp16_with_mxfp8_mixed",
+    "fp16_with_fp8_current_scaling_mixed",
+    "fp16_with_fp8_subchannel_scaling_mixed",
+)
+_FP4 = (
+    "bf16_with_nvfp4_mixed",
+    "nemotron_3_super_bf16_with_nvfp4_mixed",
+    "nemotron_3_ultra_bf16_with_nvfp4_mixed",
+)
 
 
-def precision_recipe(name: str, *, where: str, prefix: str,
-                     out: list[Violation]) -> tuple[str, Settings]:
+def precision_recipe(
+    name: str, *, where: str, prefix: str, out: list[Violation]
+) -> tuple[str, Settings]:
     """A named mixed-precision recipe as (precision, settings)."""
     key = name.strip().removesuffix("()").rsplit(".", 1)[-1].replace("-", "_")
     if key in RECIPES:
         precision, recipe, gather, grad32 = RECIPES[key]
     elif key in _FP16_FP8:
-        out.append(Violation(f"{prefix}-not-modelled",
-                             f"{where} {name!r}: fp16 with fp8 is planned as bf16 with fp8 "
-                             "(the same bytes; fp16 loss scaling is not modelled)", "warning"))
+        out.append(
+            Violation(
+                f"{prefix}-not-modelled",
+                f"{where} {name!r}: fp16 with fp8 is planned as bf16 with fp8 "
+                "(the same bytes; fp16 loss scaling is not modelled)",
+                "warning",
+            )
+        )
         precision, recipe, gather, grad32 = RECIPES[key.replace("fp16_with", "bf16_with")]
         grad32 = False
     elif key in _FP4:
-        out.append(Violation(f"{prefix}-not-modelled",
-                             f"{where} {name!r}: planner does not model NVFP4 training; planned "
-                             "as fp8 blockwise (an upper bound on its memory and time)",
-                             "warning"))
+        out.append(
+            Violation(
+                f"{prefix}-not-modelled",
+                f"{where} {name!r}: planner does not model NVFP4 training; planned "
+                "as fp8 blockwise (an upper bound on its memory and time)",
+                "warning",
+            )
+        )
         precision, recipe, gather, grad32 = "fp8", "blockwise", False, True
     else:
         names = ", ".join(sorted(RECIPES) + list(_FP16_FP8) + list(_FP4))
-        raise SpecError(f"{where} = {name!r} is not a mixed-precision recipe Megatron-Bridge or "
-                        f"NeMo knows; use one of {names}", field=where, value=name)
+        raise SpecError(
+            f"{where} = {name!r} is not a mixed-precision recipe Megatron-Bridge or "
+            f"NeMo knows; use one of {names}",
+            field=where,
+            value=name,
+        )
     s = Settings({"grad_reduce_in_fp32": grad32})
     if precision == "fp8":
         s.training.update(fp8_recipe=recipe, fp8_param_gather=gather)
-    if "current_scaling" in key:       # these recipes set first_last_layers_bf16 = True
-        out.append(Violation(f"{prefix}-not-modelled",
-                             f"{where} {name!r} keeps the first and last layer in bf16; "
-                             "planner times every layer in fp8", "warning"))
+    if "current_scaling" in key:  # these recipes set first_last_layers_bf16 = True
+        out.append(
+            Violation(
+                f"{prefix}-not-modelled",
+                f"{where} {name!r} keeps the first and last layer in bf16; "
+                "planner times every layer in fp8",
+                "warning",
+            )
+        )
     return precision, s
 
 
@@ -442,8 +625,9 @@ def read_ddp(ddp: dict, *, where: str) -> tuple[int | None, Settings]:
     zero = None
     if as_bool(ddp, "use_distributed_optimizer", False, where=where):
         zero = 1
-    if as_bool(ddp, "use_megatron_fsdp", False, where=where) \
-            or as_bool(ddp, "use_custom_fsdp", False, where=where):
+    if as_bool(ddp, "use_megatron_fsdp", False, where=where) or as_bool(
+        ddp, "use_custom_fsdp", False, where=where
+    ):
         zero = sharding_stage(ddp, where=where)
     return zero, s
 
@@ -451,16 +635,29 @@ def read_ddp(ddp: dict, *, where: str) -> tuple[int | None, Settings]:
 def sharding_stage(ddp: dict, *, where: str) -> int:
     strategy = _text(ddp, "data_parallel_sharding_strategy", where=where) or "no_shard"
     if strategy not in _SHARDING:
-        raise SpecError(f"{where}.data_parallel_sharding_strategy = {strategy!r} must be one of "
-                        f"{', '.join(_SHARDING)}; fix the value",
-                        field=f"{where}.data_parallel_sharding_strategy", value=strategy)
+        raise SpecError(
+            f"{where}.data_parallel_sharding_strategy = {strategy!r} must be one of "
+            f"{', '.join(_SHARDING)}; fix the value",
+            field=f"{where}.data_parallel_sharding_strategy",
+            value=strategy,
+        )
     return _SHARDING[strategy]
 
 
-_DTYPES = {"fp32": "fp32", "float32": "fp32", "torch.float32": "fp32", "float": "fp32",
-           "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
-           "fp16": "bf16", "float16": "bf16", "torch.float16": "bf16", "half": "bf16",
-           "torch.half": "bf16"}
+_DTYPES = {
+    "fp32": "fp32",
+    "float32": "fp32",
+    "torch.float32": "fp32",
+    "float": "fp32",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "torch.bfloat16": "bf16",
+    "fp16": "bf16",
+    "float16": "bf16",
+    "torch.float16": "bf16",
+    "half": "bf16",
+    "torch.half": "bf16",
+}
 _FP8_DTYPES = ("fp8", "uint8", "torch.uint8")
 
 
@@ -473,19 +670,29 @@ def read_optimizer(opt: dict, *, where: str, prefix: str, out: list[Violation]) 
             s.layout[key] = dtype
     lower = [k for k, v in s.layout.items() if v != "fp32"]
     if lower and not as_bool(opt, "use_precision_aware_optimizer", False, where=where):
-        out.append(Violation(f"{prefix}-precision-aware-optimizer",
-                             f"{where}.{lower[0]} {opt.get(lower[0])!r} needs "
-                             "use_precision_aware_optimizer true (Megatron-Core asserts)",
-                             "error"))
+        out.append(
+            Violation(
+                f"{prefix}-precision-aware-optimizer",
+                f"{where}.{lower[0]} {opt.get(lower[0])!r} needs "
+                "use_precision_aware_optimizer true (Megatron-Core asserts)",
+                "error",
+            )
+        )
     if as_bool(opt, "optimizer_cpu_offload", False, where=where):
-        out.append(Violation(f"{prefix}-not-modelled",
-                             f"{where}.optimizer_cpu_offload: planner does not model optimizer "
-                             "offloading (the states are counted on the GPU)", "warning"))
+        out.append(
+            Violation(
+                f"{prefix}-not-modelled",
+                f"{where}.optimizer_cpu_offload: planner does not model optimizer "
+                "offloading (the states are counted on the GPU)",
+                "warning",
+            )
+        )
     return s
 
 
-def state_dtype(section: dict, key: str, *, where: str, prefix: str,
-                out: list[Violation]) -> str | None:
+def state_dtype(
+    section: dict, key: str, *, where: str, prefix: str, out: list[Violation]
+) -> str | None:
     value = section.get(key)
     if isinstance(value, Unresolved):
         value.fail()
@@ -493,46 +700,74 @@ def state_dtype(section: dict, key: str, *, where: str, prefix: str,
         return None
     text = str(value).strip().lower()
     if text in _DTYPES:
-        if text not in ("fp32", "float32", "torch.float32", "float", "bf16", "bfloat16",
-                        "torch.bfloat16"):
-            out.append(Violation(f"{prefix}-not-modelled",
-                                 f"{where}.{key} {value!r}: counted as bf16 (2 bytes, the "
-                                 "same size)", "warning"))
+        if text not in (
+            "fp32",
+            "float32",
+            "torch.float32",
+            "float",
+            "bf16",
+            "bfloat16",
+            "torch.bfloat16",
+        ):
+            out.append(
+                Violation(
+                    f"{prefix}-not-modelled",
+                    f"{where}.{key} {value!r}: counted as bf16 (2 bytes, the same size)",
+                    "warning",
+                )
+            )
         return _DTYPES[text]
     if text in _FP8_DTYPES:
-        out.append(Violation(f"{prefix}-not-modelled",
-                             f"{where}.{key} {value!r}: planner counts fp8 moments as bf16 "
-                             "(2 bytes, an upper bound)", "warning"))
+        out.append(
+            Violation(
+                f"{prefix}-not-modelled",
+                f"{where}.{key} {value!r}: planner counts fp8 moments as bf16 "
+                "(2 bytes, an upper bound)",
+                "warning",
+            )
+        )
         return "bf16"
-    raise SpecError(f"{where}.{key} = {value!r} must be fp32 or bf16 (torch.float32, "
-                    "torch.bfloat16); fix the value", field=f"{where}.{key}", value=value)
+    raise SpecError(
+        f"{where}.{key} = {value!r} must be fp32 or bf16 (torch.float32, "
+        "torch.bfloat16); fix the value",
+        field=f"{where}.{key}",
+        value=value,
+    )
 
 
 # ---------------------------------------------------------------------------- model shape
 
-def moe_fields(cfg: dict, *, where: str, num_layers: int, out: list[Violation],
-               prefix: str) -> dict[str, Any]:
+
+def moe_fields(
+    cfg: dict, *, where: str, num_layers: int, out: list[Violation], prefix: str
+) -> dict[str, Any]:
     """ModelSpec MoE fields from Megatron-Core's MoE keys (empty for a dense model)."""
     experts = as_int(cfg, "num_moe_experts", None, where=where, minimum=1)
     if not experts or experts < 2:
         return {}
-    fields: dict[str, Any] = dict(num_experts=experts,
-                                  moe_top_k=as_int(cfg, "moe_router_topk", 2, where=where),
-                                  moe_ffn_hidden_size=as_int(cfg, "moe_ffn_hidden_size", None,
-                                                             where=where))
-    expert_ffn = fields["moe_ffn_hidden_size"] or as_int(cfg, "ffn_hidden_size", None,
-                                                         where=where)
+    fields: dict[str, Any] = dict(
+        num_experts=experts,
+        moe_top_k=as_int(cfg, "moe_router_topk", 2, where=where),
+        moe_ffn_hidden_size=as_int(cfg, "moe_ffn_hidden_size", None, where=where),
+    )
+    expert_ffn = fields["moe_ffn_hidden_size"] or as_int(cfg, "ffn_hidden_size", None, where=where)
     shared = as_int(cfg, "moe_shared_expert_intermediate_size", None, where=where)
     if shared and expert_ffn:
         n = max(1, round(shared / expert_ffn))
         if n * expert_ffn != shared:
-            out.append(Violation(f"{prefix}-approximated",
-                                 f"{where}.moe_shared_expert_intermediate_size ({shared}) is "
-                                 f"not a multiple of the expert width ({expert_ffn}); planner "
-                                 f"models {n} shared expert(s) of that width", "warning"))
+            out.append(
+                Violation(
+                    f"{prefix}-approximated",
+                    f"{where}.moe_shared_expert_intermediate_size ({shared}) is "
+                    f"not a multiple of the expert width ({expert_ffn}); planner "
+                    f"models {n} shared expert(s) of that width",
+                    "warning",
+                )
+            )
         fields["num_shared_experts"] = n
-    dense = _dense_layers(cfg.get("moe_layer_freq"), num_layers=num_layers, where=where,
-                          prefix=prefix, out=out)
+    dense = _dense_layers(
+        cfg.get("moe_layer_freq"), num_layers=num_layers, where=where, prefix=prefix, out=out
+    )
     if isinstance(dense, tuple):
         fields["moe_layer_freq"] = dense
     elif dense:
@@ -541,21 +776,28 @@ def moe_fields(cfg: dict, *, where: str, num_layers: int, out: list[Violation],
     if isinstance(capacity, Unresolved):
         capacity.fail()
     if capacity is not None:
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, float)) \
-                or not 0.1 <= capacity <= 100:
-            raise SpecError(f"{where}.moe_expert_capacity_factor = {capacity!r} must be a number "
-                            "between 0.1 and 100; fix the value",
-                            field=f"{where}.moe_expert_capacity_factor", value=capacity)
+        if (
+            isinstance(capacity, bool)
+            or not isinstance(capacity, (int, float))
+            or not 0.1 <= capacity <= 100
+        ):
+            raise SpecError(
+                f"{where}.moe_expert_capacity_factor = {capacity!r} must be a number "
+                "between 0.1 and 100; fix the value",
+                field=f"{where}.moe_expert_capacity_factor",
+                value=capacity,
+            )
         fields["moe_capacity_factor"] = float(capacity)
     groups = as_int(cfg, "moe_router_num_groups", None, where=where, minimum=1)
     group_topk = as_int(cfg, "moe_router_group_topk", None, where=where, minimum=1)
-    if groups is not None or group_topk is not None:   # ModelSpec checks they go together
+    if groups is not None or group_topk is not None:  # ModelSpec checks they go together
         fields.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
     return fields
 
 
-def _dense_layers(freq: Any, *, num_layers: int, where: str, prefix: str,
-                  out: list[Violation]) -> int | tuple[int, ...]:
+def _dense_layers(
+    freq: Any, *, num_layers: int, where: str, prefix: str, out: list[Violation]
+) -> int | tuple[int, ...]:
     """Leading dense (non-MoE) layers from moe_layer_freq (an integer k: every k-th layer is
     MoE, or a 0/1 list), or the 0/1 pattern itself when the dense layers are not all first."""
     if isinstance(freq, Unresolved):
@@ -563,23 +805,32 @@ def _dense_layers(freq: Any, *, num_layers: int, where: str, prefix: str,
     if freq is None:
         return 0
     if isinstance(freq, bool) or not isinstance(freq, (int, list)):
-        raise SpecError(f"{where}.moe_layer_freq = {freq!r} must be an integer or a list of 0/1 "
-                        "per layer; write it as a YAML list",
-                        field=f"{where}.moe_layer_freq", value=freq)
+        raise SpecError(
+            f"{where}.moe_layer_freq = {freq!r} must be an integer or a list of 0/1 "
+            "per layer; write it as a YAML list",
+            field=f"{where}.moe_layer_freq",
+            value=freq,
+        )
     if isinstance(freq, int):
         if not 1 <= freq <= num_layers:
-            raise SpecError(f"{where}.moe_layer_freq = {freq} must be between 1 and num_layers "
-                            f"({num_layers}); fix the value",
-                            field=f"{where}.moe_layer_freq", value=freq)
+            raise SpecError(
+                f"{where}.moe_layer_freq = {freq} must be between 1 and num_layers "
+                f"({num_layers}); fix the value",
+                field=f"{where}.moe_layer_freq",
+                value=freq,
+            )
         pattern = [1 if i % freq == 0 else 0 for i in range(num_layers)]
     else:
         if len(freq) != num_layers or any(v not in (0, 1) or isinstance(v, bool) for v in freq):
-            raise SpecError(f"{where}.moe_layer_freq must list 0 or 1 for each of the "
-                            f"{num_layers} layers; fix the list", field=f"{where}.moe_layer_freq")
+            raise SpecError(
+                f"{where}.moe_layer_freq must list 0 or 1 for each of the "
+                f"{num_layers} layers; fix the list",
+                field=f"{where}.moe_layer_freq",
+            )
         pattern = list(freq)
     dense = pattern.count(0)
     if dense and pattern != [0] * dense + [1] * (num_layers - dense):
-        return tuple(pattern)       # interleaved: ModelSpec.moe_layer_freq
+        return tuple(pattern)  # interleaved: ModelSpec.moe_layer_freq
     return dense
 
 
@@ -600,10 +851,19 @@ def window_fields(cfg: dict, *, where: str, num_layers: int) -> dict[str, Any]:
         return out
     if isinstance(win, str):
         win = [int(x) for x in re.findall(r"-?\d+", win)]
-    if (not isinstance(win, (list, tuple)) or not win or any(type(x) is not int for x in win)
-            or win[0] == 0 or (len(win) > 1 and win[1] not in (0, -1))):
-        raise SpecError(f"{where}.window_size = {win!r} must be [left, 0] with left > 0 (or -1 "
-                        "for no window); fix the value", field=f"{where}.window_size", value=win)
+    if (
+        not isinstance(win, (list, tuple))
+        or not win
+        or any(type(x) is not int for x in win)
+        or win[0] == 0
+        or (len(win) > 1 and win[1] not in (0, -1))
+    ):
+        raise SpecError(
+            f"{where}.window_size = {win!r} must be [left, 0] with left > 0 (or -1 "
+            "for no window); fix the value",
+            field=f"{where}.window_size",
+            value=win,
+        )
     if win[0] < 0:
         return out
     skip = cfg.get("window_attn_skip_freq")
@@ -613,11 +873,16 @@ def window_fields(cfg: dict, *, where: str, num_layers: int) -> dict[str, Any]:
     if isinstance(skip, int) and not isinstance(skip, bool) and skip > 0:
         full = [(i + 1) % skip == 0 for i in range(num_layers)]
     elif skip is not None:
-        if (not isinstance(skip, list) or len(skip) != num_layers
-                or any(v not in (0, 1) or isinstance(v, bool) for v in skip)):
-            raise SpecError(f"{where}.window_attn_skip_freq must be an integer or a 0/1 list of "
-                            f"{num_layers} entries (1 = window layer); fix it",
-                            field=f"{where}.window_attn_skip_freq")
+        if (
+            not isinstance(skip, list)
+            or len(skip) != num_layers
+            or any(v not in (0, 1) or isinstance(v, bool) for v in skip)
+        ):
+            raise SpecError(
+                f"{where}.window_attn_skip_freq must be an integer or a 0/1 list of "
+                f"{num_layers} entries (1 = window layer); fix it",
+                field=f"{where}.window_attn_skip_freq",
+            )
         full = [v == 0 for v in skip]
     out.update(window_size=win[0], layer_types=tuple("full" if f else "sliding" for f in full))
     return out
@@ -625,8 +890,13 @@ def window_fields(cfg: dict, *, where: str, num_layers: int) -> dict[str, Any]:
 
 def mla_fields(cfg: dict, *, where: str) -> dict[str, Any]:
     """ModelSpec MLA fields where the config uses multi-latent attention."""
-    if not (as_bool(cfg, "multi_latent_attention", False, where=where)
-            or cfg.get("kv_lora_rank") is not None):
+    if not (
+        as_bool(cfg, "multi_latent_attention", False, where=where)
+        or cfg.get("kv_lora_rank") is not None
+    ):
         return {}
-    return {k: as_int(cfg, k, None, where=where, minimum=0 if k == "qk_pos_emb_head_dim" else 1)
-            for k in _MLA if cfg.get(k) is not None}
+    return {
+        k: as_int(cfg, k, None, where=where, minimum=0 if k == "qk_pos_emb_head_dim" else 1)
+        for k in _MLA
+        if cfg.get(k) is not None
+    }

@@ -27,7 +27,7 @@ from planner.errors import SpecError, Violation
 
 __all__ = ["read_python_config", "looks_like_python_config"]
 
-_MAX_NODES = 200_000           # a registry is a few thousand nodes; beyond this is not one
+_MAX_NODES = 200_000  # a registry is a few thousand nodes; beyond this is not one
 _NOT_LITERAL = object()
 _SECTION_ALIASES = {"model_spec": "model"}
 
@@ -41,13 +41,20 @@ def _candidates(tree: ast.Module) -> dict[str, ast.Call]:
     found: dict[str, ast.Call] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            calls = [n.value for n in ast.walk(node)
-                     if isinstance(n, ast.Return) and isinstance(n.value, ast.Call)
-                     and _is_config_call(n.value)]
+            calls = [
+                n.value
+                for n in ast.walk(node)
+                if isinstance(n, ast.Return)
+                and isinstance(n.value, ast.Call)
+                and _is_config_call(n.value)
+            ]
             if calls:
                 found[node.name] = calls[-1]
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
-                and _is_config_call(node.value):
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and _is_config_call(node.value)
+        ):
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     found[target.id] = node.value
@@ -60,9 +67,14 @@ def _callee(call: ast.Call) -> str:
 
 def _is_config_call(call: ast.Call) -> bool:
     name = _callee(call)
-    return name.endswith("JobConfig") or name.endswith("Trainer.Config") or (
-        name.endswith("Config") and any(k.arg in ("parallelism", "training") for k in
-                                        call.keywords))
+    return (
+        name.endswith("JobConfig")
+        or name.endswith("Trainer.Config")
+        or (
+            name.endswith("Config")
+            and any(k.arg in ("parallelism", "training") for k in call.keywords)
+        )
+    )
 
 
 def _value(node: ast.AST, where: str, skipped: list[str]) -> Any:
@@ -96,7 +108,7 @@ def _shown(node: ast.AST) -> str:
 def _kwargs(call: ast.Call, where: str, skipped: list[str]) -> dict:
     out: dict[str, Any] = {}
     for kw in call.keywords:
-        if kw.arg is None:                                  # **spread
+        if kw.arg is None:  # **spread
             skipped.append(f"{where}: **{_shown(kw.value)}")
             continue
         key = f"{where}.{kw.arg}" if where else kw.arg
@@ -110,14 +122,19 @@ def _kwargs(call: ast.Call, where: str, skipped: list[str]) -> dict:
 
 def _model_spec(call: ast.AST, path: Path) -> dict | None:
     """`model_registry("8B")` in torchtitan/models/<name>/config_registry.py."""
-    if isinstance(call, ast.Call) and len(call.args) == 1 \
-            and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+    if (
+        isinstance(call, ast.Call)
+        and len(call.args) == 1
+        and isinstance(call.args[0], ast.Constant)
+        and isinstance(call.args[0].value, str)
+    ):
         return {"name": path.resolve().parent.name, "flavor": call.args[0].value}
     return None
 
 
-def read_python_config(path: str | Path, text: str,
-                       choose: str | None) -> tuple[dict, str, list[Violation]]:
+def read_python_config(
+    path: str | Path, text: str, choose: str | None
+) -> tuple[dict, str, list[Violation]]:
     """(the TOML-shaped sections, the config's name, notes) of the config the file defines."""
     p = Path(path)
     source = str(path)
@@ -125,26 +142,40 @@ def read_python_config(path: str | Path, text: str,
         tree = ast.parse(text, filename=source)
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         line = getattr(exc, "lineno", None)
-        raise SpecError(f"torchtitan config {source!r} is not valid Python"
-                        f"{f' at line {line}' if line else ''}; fix the syntax there",
-                        field="config") from None
+        raise SpecError(
+            f"torchtitan config {source!r} is not valid Python"
+            f"{f' at line {line}' if line else ''}; fix the syntax there",
+            field="config",
+        ) from None
     if sum(1 for _ in ast.walk(tree)) > _MAX_NODES:
-        raise SpecError(f"{source}: the Python config is larger than planner reads "
-                        f"({_MAX_NODES:,} syntax nodes); give the config's TOML",
-                        field="config")
+        raise SpecError(
+            f"{source}: the Python config is larger than planner reads "
+            f"({_MAX_NODES:,} syntax nodes); give the config's TOML",
+            field="config",
+        )
     found = _candidates(tree)
     if not found:
-        raise SpecError(f"{source}: no torchtitan config in this Python file (a function "
-                        "returning JobConfig(...)/Trainer.Config(...), or default_config = "
-                        "JobConfig(...)); give a torchtitan config_registry.py or TOML",
-                        field="config")
+        raise SpecError(
+            f"{source}: no torchtitan config in this Python file (a function "
+            "returning JobConfig(...)/Trainer.Config(...), or default_config = "
+            "JobConfig(...)); give a torchtitan config_registry.py or TOML",
+            field="config",
+        )
     if choose is None and len(found) > 1:
-        raise SpecError(f"{source}: {len(found)} configs ({', '.join(list(found)[:12])}); "
-                        "pick one with --set config=NAME", field="--set", value=None)
+        raise SpecError(
+            f"{source}: {len(found)} configs ({', '.join(list(found)[:12])}); "
+            "pick one with --set config=NAME",
+            field="--set",
+            value=None,
+        )
     name = choose if choose is not None else next(iter(found))
     if name not in found:
-        raise SpecError(f"{source}: --set config={name}: no such config (the file has "
-                        f"{', '.join(list(found)[:12])})", field="--set", value=name)
+        raise SpecError(
+            f"{source}: --set config={name}: no such config (the file has "
+            f"{', '.join(list(found)[:12])})",
+            field="--set",
+            value=name,
+        )
     call = found[name]
     skipped: list[str] = []
     data: dict[str, Any] = {}
@@ -160,10 +191,15 @@ def read_python_config(path: str | Path, text: str,
                 skipped.append(f"model_spec = {_shown(kw.value)}")
             else:
                 data.setdefault("model", {}).update(spec)
-                notes.append(Violation("torchtitan-python-model",
-                                       f"model_spec = {_shown(kw.value)}: read as [model] name "
-                                       f"{spec['name']!r} (the folder of the file) flavor "
-                                       f"{spec['flavor']!r}", "warning"))
+                notes.append(
+                    Violation(
+                        "torchtitan-python-model",
+                        f"model_spec = {_shown(kw.value)}: read as [model] name "
+                        f"{spec['name']!r} (the folder of the file) flavor "
+                        f"{spec['flavor']!r}",
+                        "warning",
+                    )
+                )
             continue
         value = _value(kw.value, section, skipped)
         if value is _NOT_LITERAL:
@@ -173,10 +209,16 @@ def read_python_config(path: str | Path, text: str,
             continue
         data.setdefault(section, {}).update(value)
     if skipped:
-        shown = "; ".join(skipped[:6]) + (f"; and {len(skipped) - 6} more" if len(skipped) > 6
-                                          else "")
-        notes.append(Violation("torchtitan-python-not-literal",
-                               f"{len(skipped)} value(s) of config {name!r} are not literals, "
-                               f"so planner (which reads the file, never runs it) left them "
-                               f"out and their defaults apply: {shown}", "warning"))
+        shown = "; ".join(skipped[:6]) + (
+            f"; and {len(skipped) - 6} more" if len(skipped) > 6 else ""
+        )
+        notes.append(
+            Violation(
+                "torchtitan-python-not-literal",
+                f"{len(skipped)} value(s) of config {name!r} are not literals, "
+                f"so planner (which reads the file, never runs it) left them "
+                f"out and their defaults apply: {shown}",
+                "warning",
+            )
+        )
     return data, name, notes

@@ -60,7 +60,15 @@ from planner.frameworks.torchtitan.flavors import Flavor, find_flavor
 from planner.frameworks.writing import header_lines, pipeline_split, store_problems
 from planner.layout import Layout
 
-__all__ = ["render", "sections", "check_supported", "refusals", "runs_as", "SCHEMA", "layer_interval"]
+__all__ = [
+    "render",
+    "sections",
+    "check_supported",
+    "refusals",
+    "runs_as",
+    "SCHEMA",
+    "layer_interval",
+]
 
 SCHEMA = "torchtitan <= v0.2.2 TOML job config"
 
@@ -79,11 +87,16 @@ def refusals(job, layout: Layout) -> list[str]:
     it runs. The export (`check_supported`, and the pipeline, activation-checkpoint and
     DualPipeV tables `sections` builds) and the search filter (`planner plan --framework
     torchtitan`) both read this list."""
-    found = [msg for broken, msg in _problems(job, layout) + _recipe_problems(job, layout)
-             + store_problems(layout, "torchtitan") if broken]
+    found = [
+        msg
+        for broken, msg in _problems(job, layout)
+        + _recipe_problems(job, layout)
+        + store_problems(layout, "torchtitan")
+        if broken
+    ]
     if found:
         return found
-    try:                  # what only building the tables finds (their own refusals)
+    try:  # what only building the tables finds (their own refusals)
         _parallelism(job, layout)
         _activation_checkpoint(job, layout)
     except InfeasibleError as exc:
@@ -102,17 +115,23 @@ def runs_as(job, layout: Layout) -> Layout:
     zero = 0 if layout.dp * layout.cp == 1 else (2 if layout.zero == 1 else layout.zero)
     moe = {}
     if job.model.is_moe:
-        moe["moe_token_dispatcher"] = ("deepep" if layout.moe_token_dispatcher == "deepep"
-                                       else "alltoall")
+        moe["moe_token_dispatcher"] = (
+            "deepep" if layout.moe_token_dispatcher == "deepep" else "alltoall"
+        )
     return layout.with_(
-        zero=zero, tp_comm_overlap=False, overlap_grad_reduce=True, overlap_param_gather=True,
-        cp_comm_type="allgather" if layout.cp == 1 or layout.cp_comm_type == "allgather"
-        else "p2p", **moe)
+        zero=zero,
+        tp_comm_overlap=False,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+        cp_comm_type="allgather" if layout.cp == 1 or layout.cp_comm_type == "allgather" else "p2p",
+        **moe,
+    )
 
 
 def check_supported(job, layout: Layout) -> None:
-    found = [msg for broken, msg in _problems(job, layout) + _recipe_problems(job, layout)
-             if broken]
+    found = [
+        msg for broken, msg in _problems(job, layout) + _recipe_problems(job, layout) if broken
+    ]
     if found:
         _refuse(found[0])
 
@@ -123,30 +142,49 @@ def _problems(job, layout: Layout) -> list[tuple[bool, str]]:
     seq_unit = layout.tp * (2 * layout.cp if layout.cp > 1 else 1)
     found = find_flavor(m)
     problems = [
-        (tr.precision == "fp16", "precision fp16: torchtitan trains in bf16 (FSDP2 mixed "
-                                 "precision) without loss scaling; set precision bf16"),
-        (m.is_moe and layout.etp not in (1, layout.tp),
-         f"etp {layout.etp}: torchtitan's expert TP is tp ({layout.tp}) or 1; set one of them"),
-        (m.is_moe and (shard * layout.cp * layout.tp) % layout.ep,
-         f"ep ({layout.ep}) must divide data_parallel_shard_degree*cp*tp "
-         f"({shard}*{layout.cp}*{layout.tp} = {shard * layout.cp * layout.tp}): EP borrows "
-         f"from FSDP, CP and TP" + ("; zero_stage 0 replicates instead of sharding, use zero_stage 1"
-                                    if layout.zero == 0 else "; lower ep")),
-        (tr.seq_length % seq_unit,
-         f"seq_length ({tr.seq_length}) must be divisible by tp*(2*cp if cp>1) ({seq_unit}): "
-         "torchtitan shards the sequence over TP (always sequence-parallel) and CP; change "
-         "seq_length, tp or cp"),
-        (layout.zero == 0 and layout.cp > 1,
-         f"zero_stage 0 with cp {layout.cp}: torchtitan always shards the model states over "
-         "the CP ranks (its FSDP mesh is dp_shard * cp), so it has no ZeRO-0 there; use "
-         "zero_stage 1, 2 or 3"),
-        (found is not None and layout.cp > 1 and found.attention != "sdpa",
-         f"cp {layout.cp} with {found.name if found else ''} {found.flavor if found else ''}: "
-         f"its attention ({found.attention if found else ''}) does not run with torchtitan's "
-         "context parallelism (sdpa only); set cp 1"),
-        (m.mtp_num_layers > 0,
-         f"mtp_num_layers {m.mtp_num_layers}: torchtitan's models have no multi-token "
-         "prediction; set mtp_num_layers 0"),
+        (
+            tr.precision == "fp16",
+            "precision fp16: torchtitan trains in bf16 (FSDP2 mixed "
+            "precision) without loss scaling; set precision bf16",
+        ),
+        (
+            m.is_moe and layout.etp not in (1, layout.tp),
+            f"etp {layout.etp}: torchtitan's expert TP is tp ({layout.tp}) or 1; set one of them",
+        ),
+        (
+            m.is_moe and (shard * layout.cp * layout.tp) % layout.ep,
+            f"ep ({layout.ep}) must divide data_parallel_shard_degree*cp*tp "
+            f"({shard}*{layout.cp}*{layout.tp} = {shard * layout.cp * layout.tp}): EP borrows "
+            f"from FSDP, CP and TP"
+            + (
+                "; zero_stage 0 replicates instead of sharding, use zero_stage 1"
+                if layout.zero == 0
+                else "; lower ep"
+            ),
+        ),
+        (
+            tr.seq_length % seq_unit,
+            f"seq_length ({tr.seq_length}) must be divisible by tp*(2*cp if cp>1) ({seq_unit}): "
+            "torchtitan shards the sequence over TP (always sequence-parallel) and CP; change "
+            "seq_length, tp or cp",
+        ),
+        (
+            layout.zero == 0 and layout.cp > 1,
+            f"zero_stage 0 with cp {layout.cp}: torchtitan always shards the model states over "
+            "the CP ranks (its FSDP mesh is dp_shard * cp), so it has no ZeRO-0 there; use "
+            "zero_stage 1, 2 or 3",
+        ),
+        (
+            found is not None and layout.cp > 1 and found.attention != "sdpa",
+            f"cp {layout.cp} with {found.name if found else ''} {found.flavor if found else ''}: "
+            f"its attention ({found.attention if found else ''}) does not run with torchtitan's "
+            "context parallelism (sdpa only); set cp 1",
+        ),
+        (
+            m.mtp_num_layers > 0,
+            f"mtp_num_layers {m.mtp_num_layers}: torchtitan's models have no multi-token "
+            "prediction; set mtp_num_layers 0",
+        ),
     ]
     return problems
 
@@ -154,39 +192,59 @@ def _problems(job, layout: Layout) -> list[tuple[bool, str]]:
 def _recipe_problems(job, layout: Layout) -> list[tuple[bool, str]]:
     tr = job.training
     problems = [
-        (tr.precision == "fp8" and tr.fp8_recipe in ("delayed", "blockwise"),
-         f"fp8_recipe {tr.fp8_recipe}: torchtitan's float8 (torchao) scales tensorwise or "
-         "rowwise, and mxfp8 on Blackwell; set fp8_recipe tensorwise or mxfp8"),
-        (tr.precision == "fp8" and tr.fp8_param_gather and tr.recipe == "mxfp8",
-         "fp8_param_gather with mxfp8: torchtitan all-gathers MXFP8 weights in bf16; set "
-         "fp8_param_gather false"),
-        (tr.precision == "fp8" and tr.fp8_param_gather and _fsdp_degrees(layout)[1] == 1,
-         "fp8_param_gather without FSDP sharding (zero 0 or dp 1): torchtitan's float8 "
-         "all-gather is an FSDP feature; set zero_stage 1-3 with dp > 1 or fp8_param_gather false"),
-        (not layout.grad_reduce_in_fp32,
-         "grad_reduce_in_fp32 false: torchtitan <= v0.2.2 reduces gradients in fp32 "
-         "(mixed_precision_reduce takes float32 only); set grad_reduce_in_fp32 true"),
-        ("bf16" in (layout.exp_avg_dtype, layout.exp_avg_sq_dtype),
-         "bf16 optimizer moments: torchtitan keeps fp32 Adam states (training.dtype bfloat16 "
-         "would drop the fp32 master weights too); set exp_avg_dtype/exp_avg_sq_dtype fp32"),
-        (layout.recompute == "selective"
-         and layout.selective_modules not in (("core_attn",), ("torchtitan_op",)),
-         f"recompute_modules {list(layout.selective_modules)}: torchtitan's selective "
-         "recompute is per op ('op', recompute_modules [torchtitan_op]) or every k-th layer, "
-         "not by module; use recompute_modules [torchtitan_op] or recompute full"),
-        (layout.cpu_offloading_num_layers > 0,
-         f"cpu_offloading_num_layers {layout.cpu_offloading_num_layers}: torchtitan does not "
-         "offload activations (enable_cpu_offload offloads FSDP states); set it 0"),
-        (layout.cuda_graphs != "none",
-         f"cuda_graphs {layout.cuda_graphs}: torchtitan has no CUDA graphs for training; set "
-         "cuda_graphs none"),
-        (job.model.is_moe and layout.moe_token_dispatcher == "hybridep",
-         "moe_token_dispatcher hybridep: torchtitan dispatches with all-to-all or DeepEP; set "
-         "alltoall or deepep"),
-        (layout.pipeline_model_parallel_layout is not None,
-         "pipeline_model_parallel_layout: torchtitan takes per-stage sizes "
-         "(layers_per_stage, first/last_stage_less_layers); set first_stage_layers / "
-         "last_stage_layers instead"),
+        (
+            tr.precision == "fp8" and tr.fp8_recipe in ("delayed", "blockwise"),
+            f"fp8_recipe {tr.fp8_recipe}: torchtitan's float8 (torchao) scales tensorwise or "
+            "rowwise, and mxfp8 on Blackwell; set fp8_recipe tensorwise or mxfp8",
+        ),
+        (
+            tr.precision == "fp8" and tr.fp8_param_gather and tr.recipe == "mxfp8",
+            "fp8_param_gather with mxfp8: torchtitan all-gathers MXFP8 weights in bf16; set "
+            "fp8_param_gather false",
+        ),
+        (
+            tr.precision == "fp8" and tr.fp8_param_gather and _fsdp_degrees(layout)[1] == 1,
+            "fp8_param_gather without FSDP sharding (zero 0 or dp 1): torchtitan's float8 "
+            "all-gather is an FSDP feature; set zero_stage 1-3 with dp > 1 or fp8_param_gather false",
+        ),
+        (
+            not layout.grad_reduce_in_fp32,
+            "grad_reduce_in_fp32 false: torchtitan <= v0.2.2 reduces gradients in fp32 "
+            "(mixed_precision_reduce takes float32 only); set grad_reduce_in_fp32 true",
+        ),
+        (
+            "bf16" in (layout.exp_avg_dtype, layout.exp_avg_sq_dtype),
+            "bf16 optimizer moments: torchtitan keeps fp32 Adam states (training.dtype bfloat16 "
+            "would drop the fp32 master weights too); set exp_avg_dtype/exp_avg_sq_dtype fp32",
+        ),
+        (
+            layout.recompute == "selective"
+            and layout.selective_modules not in (("core_attn",), ("torchtitan_op",)),
+            f"recompute_modules {list(layout.selective_modules)}: torchtitan's selective "
+            "recompute is per op ('op', recompute_modules [torchtitan_op]) or every k-th layer, "
+            "not by module; use recompute_modules [torchtitan_op] or recompute full",
+        ),
+        (
+            layout.cpu_offloading_num_layers > 0,
+            f"cpu_offloading_num_layers {layout.cpu_offloading_num_layers}: torchtitan does not "
+            "offload activations (enable_cpu_offload offloads FSDP states); set it 0",
+        ),
+        (
+            layout.cuda_graphs != "none",
+            f"cuda_graphs {layout.cuda_graphs}: torchtitan has no CUDA graphs for training; set "
+            "cuda_graphs none",
+        ),
+        (
+            job.model.is_moe and layout.moe_token_dispatcher == "hybridep",
+            "moe_token_dispatcher hybridep: torchtitan dispatches with all-to-all or DeepEP; set "
+            "alltoall or deepep",
+        ),
+        (
+            layout.pipeline_model_parallel_layout is not None,
+            "pipeline_model_parallel_layout: torchtitan takes per-stage sizes "
+            "(layers_per_stage, first/last_stage_less_layers); set first_stage_layers / "
+            "last_stage_layers instead",
+        ),
     ]
     return problems
 
@@ -206,10 +264,12 @@ def _pipeline(job, layout: Layout) -> dict:
         if layout.pp > 2 and middle % v:
             _refuse(f"the middle ranks' {middle} layers do not split into vpp {v} equal stages")
         if split.first > v * per or split.last > v * per or max(first_less, last_less) > per:
-            _refuse(f"first/last stage layers ({split.first}/{split.last}, middle "
-                    f"{split.middle}, vpp {v}) cannot be expressed: torchtitan only makes the "
-                    "first/last virtual stage smaller, by at most a stage; set "
-                    "first_stage_layers/last_stage_layers closer to the middle ranks'")
+            _refuse(
+                f"first/last stage layers ({split.first}/{split.last}, middle "
+                f"{split.middle}, vpp {v}) cannot be expressed: torchtitan only makes the "
+                "first/last virtual stage smaller, by at most a stage; set "
+                "first_stage_layers/last_stage_layers closer to the middle ranks'"
+            )
     return {
         "pipeline_parallel_schedule": "Interleaved1F1B" if v > 1 else "1F1B",
         "pipeline_parallel_microbatch_size": layout.micro_batch_size,
@@ -223,21 +283,27 @@ def _dualpipe(job, layout: Layout, par: dict) -> None:
     """pipeline_schedule dualpipev, or overlap_moe_expert_parallel_comm: torchtitan overlaps EP
     with PP in DualPipeV only; DualPipe (two parameter copies) it does not have."""
     if layout.pipeline_schedule == "dualpipe":
-        _refuse("pipeline_schedule dualpipe: torchtitan has DualPipeV (one parameter copy, two "
-                "chunks a rank), not DualPipe; set pipeline_schedule dualpipev with vpp 2")
+        _refuse(
+            "pipeline_schedule dualpipe: torchtitan has DualPipeV (one parameter copy, two "
+            "chunks a rank), not DualPipe; set pipeline_schedule dualpipev with vpp 2"
+        )
     if layout.pipeline_schedule == "dualpipev":
         if layout.pp == 1 or layout.vpp != 2 or layout.uneven:
-            _refuse(f"pipeline_schedule dualpipev with pp {layout.pp}, vpp {layout.vpp}: "
-                    "torchtitan's DualPipeV runs two stages a rank (pp > 1, vpp 2, an even "
-                    "split); set those")
+            _refuse(
+                f"pipeline_schedule dualpipev with pp {layout.pp}, vpp {layout.vpp}: "
+                "torchtitan's DualPipeV runs two stages a rank (pp > 1, vpp 2, an even "
+                "split); set those"
+            )
         par["pipeline_parallel_schedule"] = "DualPipeV"
         return
     if not (layout.overlap_moe_expert_parallel_comm and job.model.is_moe and layout.ep > 1):
         return
     if layout.pp == 1 or layout.vpp != 2 or layout.uneven or layout.recompute != "none":
-        _refuse("overlap_moe_expert_parallel_comm: torchtitan overlaps EP communication only in "
-                "the DualPipeV schedule (pp > 1, vpp 2, an even split, no activation "
-                "checkpointing); change those or set it false")
+        _refuse(
+            "overlap_moe_expert_parallel_comm: torchtitan overlaps EP communication only in "
+            "the DualPipeV schedule (pp > 1, vpp 2, an even split, no activation "
+            "checkpointing); change those or set it false"
+        )
     par["pipeline_parallel_schedule"] = "DualPipeV"
     par["pipeline_parallel_expert_parallel_overlap"] = True
 
@@ -253,7 +319,9 @@ def _parallelism(job, layout: Layout) -> dict:
     _dualpipe(job, layout, par)
     par["context_parallel_degree"] = layout.cp
     if layout.cp > 1:
-        par["context_parallel_rotate_method"] = "allgather" if layout.cp_comm_type == "allgather" else "alltoall"
+        par["context_parallel_rotate_method"] = (
+            "allgather" if layout.cp_comm_type == "allgather" else "alltoall"
+        )
     moe = job.model.is_moe
     par["expert_parallel_degree"] = layout.ep if moe else 1
     par["expert_tensor_parallel_degree"] = layout.etp if moe else 1
@@ -268,9 +336,11 @@ def layer_interval(layer_counts: list[int], n: int, vpp: int) -> int | None:
     """The selective_ac_option k that checkpoints `n` layers per virtual stage on the most
     loaded rank (the importer's reading: ceil(floor(max_layers / k) / vpp)), else None."""
     from planner.frameworks.torchtitan.reader import layer_interval_layers
+
     top = max(layer_counts)
-    return next((k for k in range(2, top + 1)
-                 if layer_interval_layers(layer_counts, k, vpp) == n), None)
+    return next(
+        (k for k in range(2, top + 1) if layer_interval_layers(layer_counts, k, vpp) == n), None
+    )
 
 
 def _activation_checkpoint(job, layout: Layout) -> dict:
@@ -279,6 +349,7 @@ def _activation_checkpoint(job, layout: Layout) -> dict:
     if layout.recompute != "full" or layout.recompute_num_layers is None:
         return {"mode": layout.recompute}
     from planner.layout import stage_layer_counts
+
     first, middle, last = stage_layer_counts(job.model.num_layers, layout)
     counts = [first, int(middle), last]
     per_stage = math.ceil(max(counts) / layout.vpp)
@@ -289,9 +360,11 @@ def _activation_checkpoint(job, layout: Layout) -> dict:
         return {"mode": "none"}
     k = layer_interval(counts, n, layout.vpp)
     if k is None:
-        _refuse(f"recompute_num_layers {n}: torchtitan checkpoints every k-th layer of a rank, "
-                f"and no k gives {n} of the {max(counts)} layers on the most loaded rank; "
-                "choose another recompute_num_layers")
+        _refuse(
+            f"recompute_num_layers {n}: torchtitan checkpoints every k-th layer of a rank, "
+            f"and no k gives {n} of the {max(counts)} layers on the most loaded rank; "
+            "choose another recompute_num_layers"
+        )
     return {"mode": "selective", "selective_ac_option": str(k)}
 
 
@@ -310,8 +383,10 @@ def _fp8_tables(job, layout: Layout) -> tuple[list[str], dict[str, dict]]:
     converters = ["quantize.linear.float8"] + (["quantize.grouped_mm.float8"] if moe else [])
     f8: dict = {}
     if tr.fp8_param_gather:
-        f8 = {"enable_fsdp_float8_all_gather": True,
-              "precompute_float8_dynamic_scale_for_fsdp": True}
+        f8 = {
+            "enable_fsdp_float8_all_gather": True,
+            "precompute_float8_dynamic_scale_for_fsdp": True,
+        }
     tables = {"quantize.linear.float8": f8}
     if moe:
         tables["quantize.grouped_mm.float8"] = {"fqns": ["experts"]}
@@ -323,8 +398,12 @@ def sections(job, layout: Layout) -> dict[str, dict]:
     check_supported(job, layout)
     tr = job.training
     m = layout.num_microbatches(tr.global_batch_size)
-    out: dict[str, dict] = {"job": {"description": f"{job.model.name} on {job.num_gpus} x "
-                                                   f"{job.hardware.name}, {layout.name} (planner)"}}
+    out: dict[str, dict] = {
+        "job": {
+            "description": f"{job.model.name} on {job.num_gpus} x "
+            f"{job.hardware.name}, {layout.name} (planner)"
+        }
+    }
     found = find_flavor(job.model)
     converters, fp8 = _fp8_tables(job, layout)
     model: dict = {"name": found.name, "flavor": found.flavor} if found else {}
@@ -333,8 +412,11 @@ def sections(job, layout: Layout) -> dict[str, dict]:
     if model:
         out["model"] = model
     local = layout.micro_batch_size * (m if layout.pp > 1 else 1)
-    out["training"] = {"local_batch_size": local, "global_batch_size": tr.global_batch_size,
-                       "seq_len": tr.seq_length}
+    out["training"] = {
+        "local_batch_size": local,
+        "global_batch_size": tr.global_batch_size,
+        "seq_len": tr.seq_length,
+    }
     out["parallelism"] = _parallelism(job, layout)
     out["activation_checkpoint"] = _activation_checkpoint(job, layout)
     if tr.cross_entropy == "vocab_parallel":
@@ -352,16 +434,18 @@ def _value(v) -> str:
         return str(v)
     if isinstance(v, list):
         return "[" + ", ".join(_value(x) for x in v) + "]"
-    return json.dumps(v)   # a TOML basic string (our strings are plain ASCII)
+    return json.dumps(v)  # a TOML basic string (our strings are plain ASCII)
 
 
 def _notes(job, layout: Layout, found: Flavor | None) -> list[str]:
     tr = job.training
     m = layout.num_microbatches(tr.global_batch_size)
-    zero = {0: "zero 0 -> replicate over dp (DDP)",
-            1: "zero 1 -> FSDP over dp, reshard_after_forward never (ZeRO-2-like: torchtitan has no ZeRO-1)",
-            2: "zero 2 -> FSDP over dp, reshard_after_forward never (ZeRO-2-like)",
-            3: "zero 3 -> FSDP over dp (ZeRO-3)"}[layout.zero]
+    zero = {
+        0: "zero 0 -> replicate over dp (DDP)",
+        1: "zero 1 -> FSDP over dp, reshard_after_forward never (ZeRO-2-like: torchtitan has no ZeRO-1)",
+        2: "zero 2 -> FSDP over dp, reshard_after_forward never (ZeRO-2-like)",
+        3: "zero 3 -> FSDP over dp (ZeRO-3)",
+    }[layout.zero]
     if layout.zero and layout.dp == 1 and layout.cp > 1:
         zero += f"; with dp 1 FSDP shards over the {layout.cp} CP ranks"
     notes = [
@@ -377,30 +461,42 @@ def _notes(job, layout: Layout, found: Flavor | None) -> list[str]:
     if layout.pp == 1 and m > 1:
         notes.append(f"{m} micro-batches run as gradient accumulation (global / (local * dp)).")
     if found is None:
-        notes.append(f"[model]: set name/flavor to torchtitan's definition of {job.model.name} "
-                     "(not one we can name).")
+        notes.append(
+            f"[model]: set name/flavor to torchtitan's definition of {job.model.name} "
+            "(not one we can name)."
+        )
     elif job.model.rotary_base and job.model.rotary_base != found.spec.rotary_base:
-        notes.append(f"RoPE base: the plan's model has {job.model.rotary_base:g}; torchtitan's "
-                     f"{found.name} {found.flavor} uses {found.spec.rotary_base:g} (no TOML knob; "
-                     "it changes no memory or time).")
+        notes.append(
+            f"RoPE base: the plan's model has {job.model.rotary_base:g}; torchtitan's "
+            f"{found.name} {found.flavor} uses {found.spec.rotary_base:g} (no TOML knob; "
+            "it changes no memory or time)."
+        )
     if found is not None and job.model.rotary_percent != found.spec.rotary_percent:
-        notes.append(f"RoPE share: the plan's model rotates {job.model.rotary_percent:g} of each "
-                     f"head; torchtitan's {found.name} {found.flavor} rotates "
-                     f"{found.spec.rotary_percent:g} (no TOML knob; it changes no memory or "
-                     "time).")
+        notes.append(
+            f"RoPE share: the plan's model rotates {job.model.rotary_percent:g} of each "
+            f"head; torchtitan's {found.name} {found.flavor} rotates "
+            f"{found.spec.rotary_percent:g} (no TOML knob; it changes no memory or "
+            "time)."
+        )
     notes += _recipe_notes(job, layout)
     if tr.cross_entropy == "vocab_parallel":
-        notes.append("[compile]: torch.compile of the blocks and the loss, as the plan counts a "
-                     "fused loss; torchtitan's eager loss (compile off) holds ~3x the logits' "
-                     "bytes on the last stage: re-validate if you turn it off.")
+        notes.append(
+            "[compile]: torch.compile of the blocks and the loss, as the plan counts a "
+            "fused loss; torchtitan's eager loss (compile off) holds ~3x the logits' "
+            "bytes on the last stage: re-validate if you turn it off."
+        )
     if layout.tp > 1 and layout.tp_comm_overlap:
-        notes.append("tp_comm_overlap: add enable_async_tensor_parallel = true under [parallelism] "
-                     "(torchtitan refuses async TP without torch.compile).")
+        notes.append(
+            "tp_comm_overlap: add enable_async_tensor_parallel = true under [parallelism] "
+            "(torchtitan refuses async TP without torch.compile)."
+        )
     if layout.tp > 1 and not layout.sp:
         notes.append("torchtitan always uses sequence parallelism with TP (the plan had it off).")
     if layout.cp > 1 and layout.cp_comm_type not in ("p2p", "allgather"):
-        notes.append(f"cp_comm_type {layout.cp_comm_type}: torchtitan <= v0.2.2 has ring "
-                     "attention only (rotate method alltoall = ring passing).")
+        notes.append(
+            f"cp_comm_type {layout.cp_comm_type}: torchtitan <= v0.2.2 has ring "
+            "attention only (rotate method alltoall = ring passing)."
+        )
     return notes
 
 
@@ -408,35 +504,49 @@ def _recipe_notes(job, layout: Layout) -> list[str]:
     tr, notes = job.training, []
     if tr.precision == "fp8":
         if tr.fp8_recipe is None:
-            notes.append("fp8: the plan leaves the recipe unset (Megatron's default, delayed); "
-                         "torchtitan scales tensorwise, which is what this file asks for.")
-        notes.append("fp8 converters use the v0.2 names; torchtitan v0.1 calls them \"float8\" / "
-                     "\"mx\" with [float8] / [mx] tables.")
+            notes.append(
+                "fp8: the plan leaves the recipe unset (Megatron's default, delayed); "
+                "torchtitan scales tensorwise, which is what this file asks for."
+            )
+        notes.append(
+            'fp8 converters use the v0.2 names; torchtitan v0.1 calls them "float8" / '
+            '"mx" with [float8] / [mx] tables.'
+        )
         if job.model.is_moe:
-            notes.append("fp8 on the MoE experts uses torchtitan's grouped-GEMM converter "
-                         "(a prototype in v0.2.2).")
+            notes.append(
+                "fp8 on the MoE experts uses torchtitan's grouped-GEMM converter "
+                "(a prototype in v0.2.2)."
+            )
     if job.model.is_moe and layout.ep > 1 and layout.moe_token_dispatcher == "allgather":
-        notes.append("moe_token_dispatcher allgather: torchtitan dispatches tokens with "
-                     "all-to-all (expert_parallel_comm_backend standard).")
+        notes.append(
+            "moe_token_dispatcher allgather: torchtitan dispatches tokens with "
+            "all-to-all (expert_parallel_comm_backend standard)."
+        )
     if layout.selective_modules == ("core_attn",):
-        notes.append("recompute selective [core_attn] -> selective_ac_option \"op\": torchtitan's "
-                     "op-level checkpointing keeps less (every other matmul output and the "
-                     "attention output) and reruns the other matmuls; it reads back as "
-                     "recompute_modules [torchtitan_op].")
+        notes.append(
+            'recompute selective [core_attn] -> selective_ac_option "op": torchtitan\'s '
+            "op-level checkpointing keeps less (every other matmul output and the "
+            "attention output) and reruns the other matmuls; it reads back as "
+            "recompute_modules [torchtitan_op]."
+        )
     ac = layout.recompute_num_layers
     if layout.recompute == "full" and ac is not None:
-        notes.append(f"recompute_num_layers {ac}: torchtitan checkpoints every k-th layer of a "
-                     "rank (selective_ac_option k) rather than the first N of each stage; the "
-                     "same number of layers recompute.")
+        notes.append(
+            f"recompute_num_layers {ac}: torchtitan checkpoints every k-th layer of a "
+            "rank (selective_ac_option k) rather than the first N of each stage; the "
+            "same number of layers recompute."
+        )
     return notes
 
 
 def render(job, layout: Layout, *, estimate=None) -> str:
     tables = sections(job, layout)
-    head = header_lines(job, layout, f"torchtitan job config ({SCHEMA})", estimate=estimate,
-                        eager_loss=True)
-    out = [f"# {line}".rstrip() for line in head + [""] + _notes(job, layout,
-                                                               find_flavor(job.model))]
+    head = header_lines(
+        job, layout, f"torchtitan job config ({SCHEMA})", estimate=estimate, eager_loss=True
+    )
+    out = [
+        f"# {line}".rstrip() for line in head + [""] + _notes(job, layout, find_flavor(job.model))
+    ]
     for name, table in tables.items():
         out += ["", f"[{name}]"] + [f"{k} = {_value(v)}" for k, v in table.items()]
     return "\n".join(out) + "\n"

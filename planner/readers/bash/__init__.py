@@ -41,9 +41,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["Command", "Script", "run", "unresolved", "unresolved_names", "only_unresolved",
-           "display", "why", "MAX_VALUE", "MAX_ITEMS", "MAX_PRODUCED", "MAX_DEPTH",
-           "MAX_ITERATIONS", "BUDGET_S"]
+__all__ = [
+    "Command",
+    "Script",
+    "run",
+    "unresolved",
+    "unresolved_names",
+    "only_unresolved",
+    "display",
+    "why",
+    "MAX_VALUE",
+    "MAX_ITEMS",
+    "MAX_PRODUCED",
+    "MAX_DEPTH",
+    "MAX_ITERATIONS",
+    "BUDGET_S",
+]
 
 MAX_VALUE = 1_000_000
 """Characters in one variable value or one expanded word."""
@@ -70,9 +83,13 @@ from planner.readers.bash.common import (  # noqa: E402 (after the knobs they re
 from planner.readers.bash.interp import Command, Script, _Exit, _Return, _Shell  # noqa: E402
 
 
-def run(text: str, *, env: dict[str, str] | None = None,
-        read_file: Callable[[str], str | None] | None = None,
-        budget_s: float | None = None) -> Script:
+def run(
+    text: str,
+    *,
+    env: dict[str, str] | None = None,
+    read_file: Callable[[str], str | None] | None = None,
+    budget_s: float | None = None,
+) -> Script:
     """Read a script: follow its control flow, apply its assignments, expand every other
     command. `env` is the environment and positional parameters ("1", "2", ...) the run would
     have (planner's --set); `read_file(path)` gives a file the script reads but does not write
@@ -88,9 +105,20 @@ def run(text: str, *, env: dict[str, str] | None = None,
     unused = []
     for name in sorted(sh.env_names - sh.env_read):
         line = sh.env_overwritten.get(name)
-        unused.append(f"{name}: the script sets it itself (line {line}) before reading it"
-                      if line else f"{name}: the script never reads ${name}")
+        unused.append(
+            f"{name}: the script sets it itself (line {line}) before reading it"
+            if line
+            else f"{name}: the script never reads ${name}"
+        )
     for k in sorted(sh.env_positional - {int(n) for n in sh.env_read if n.isdigit()}):
         unused.append(f"{k}: the script never reads ${k}")
-    return Script(sh.commands, dict(sh.vars), sh.sourced, dict(sh.files), sh.notes,
-                  sh.problems, unused, sh.missing)
+    return Script(
+        sh.commands,
+        dict(sh.vars),
+        sh.sourced,
+        dict(sh.files),
+        sh.notes,
+        sh.problems,
+        unused,
+        sh.missing,
+    )

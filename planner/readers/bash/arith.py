@@ -9,13 +9,25 @@ from collections.abc import Callable
 
 from planner.readers.bash.common import _limit
 
-_INT64 = 2 ** 63
-_MAX_ARITH_NEST = 32          # each level is ~14 Python frames: 32 stay far from the 1000 limit
+_INT64 = 2**63
+_MAX_ARITH_NEST = 32  # each level is ~14 Python frames: 32 stay far from the 1000 limit
 
-_ARITH_TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F]+|\d+#[0-9A-Za-z@_]+|\d+)|([A-Za-z_]\w*)|"
-                          r"(\*\*|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%<>&|^!~?:()]))")
-_BINARY = [("||",), ("&&",), ("|",), ("^",), ("&",), ("==", "!="), ("<", ">", "<=", ">="),
-           ("<<", ">>"), ("+", "-"), ("*", "/", "%")]
+_ARITH_TOKEN = re.compile(
+    r"\s*(?:(0[xX][0-9a-fA-F]+|\d+#[0-9A-Za-z@_]+|\d+)|([A-Za-z_]\w*)|"
+    r"(\*\*|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%<>&|^!~?:()]))"
+)
+_BINARY = [
+    ("||",),
+    ("&&",),
+    ("|",),
+    ("^",),
+    ("&",),
+    ("==", "!="),
+    ("<", ">", "<=", ">="),
+    ("<<", ">>"),
+    ("+", "-"),
+    ("*", "/", "%"),
+]
 
 
 class _ArithError(Exception):
@@ -25,8 +37,7 @@ class _ArithError(Exception):
 class _Arith64:
     """Bash arithmetic on 64-bit integers: a value outside them is a limit error, not a wrap."""
 
-    def __init__(self, text: str, lookup: Callable[[str], str | None], line: int,
-                 depth: int = 0):
+    def __init__(self, text: str, lookup: Callable[[str], str | None], line: int, depth: int = 0):
         self.toks = []
         pos = 0
         while pos < len(text):
@@ -35,8 +46,13 @@ class _Arith64:
                 if text[pos:].strip():
                     raise _ArithError(text)
                 break
-            self.toks.append(m.group(1) and ("num", m.group(1)) or m.group(2) and
-                             ("name", m.group(2)) or ("op", m.group(3)))
+            self.toks.append(
+                m.group(1)
+                and ("num", m.group(1))
+                or m.group(2)
+                and ("name", m.group(2))
+                or ("op", m.group(3))
+            )
             pos = m.end()
         self.k, self.lookup, self.line, self.depth, self.raw = 0, lookup, line, depth, text
 
@@ -53,8 +69,10 @@ class _Arith64:
 
     def _check(self, v: int) -> int:
         if not -_INT64 <= v < _INT64:
-            raise _limit(f"$(({self.raw.strip()[:60]})) overflows the 64-bit integers bash "
-                         "computes with", self.line)
+            raise _limit(
+                f"$(({self.raw.strip()[:60]})) overflows the 64-bit integers bash computes with",
+                self.line,
+            )
         return v
 
     def _nest(self, level: int) -> None:
@@ -89,13 +107,16 @@ class _Arith64:
         base = self._unary(level)
         if self._peek() == ("op", "**"):
             self.k += 1
-            exp = self._power(level + 1)                  # right-associative
+            exp = self._power(level + 1)  # right-associative
             if exp < 0:
                 raise _ArithError(self.raw)
             if abs(base) > 1 and exp > 64:
-                raise _limit(f"$(({self.raw.strip()[:60]})) overflows the 64-bit integers bash "
-                             "computes with", self.line)
-            return self._check(base ** exp)
+                raise _limit(
+                    f"$(({self.raw.strip()[:60]})) overflows the 64-bit integers bash "
+                    "computes with",
+                    self.line,
+                )
+            return self._check(base**exp)
         return base
 
     def _unary(self, level: int) -> int:
@@ -137,7 +158,7 @@ def _number(tok: str, raw: str) -> int:
         if len(tok) > 1 and tok.startswith("0"):
             return int(tok, 8)
         if len(tok) > 20:
-            return _INT64                              # _check names the overflow
+            return _INT64  # _check names the overflow
         return int(tok)
     except ValueError:
         raise _ArithError(raw) from None
@@ -146,15 +167,26 @@ def _number(tok: str, raw: str) -> int:
 def _apply(op: str, a: int, b: int, raw: str) -> int:
     if op in ("/", "%"):
         if b == 0:
-            raise _ArithError(raw)                      # bash: division by 0
-        q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)   # C truncation
+            raise _ArithError(raw)  # bash: division by 0
+        q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)  # C truncation
         return q if op == "/" else a - q * b
     if op in ("<<", ">>"):
         if not 0 <= b < 64:
             raise _ArithError(raw)
         return a << b if op == "<<" else a >> b
-    return {"+": a + b, "-": a - b, "*": a * b, "<": int(a < b), ">": int(a > b),
-            "<=": int(a <= b), ">=": int(a >= b), "==": int(a == b), "!=": int(a != b),
-            "&&": int(bool(a and b)), "||": int(bool(a or b)), "&": a & b, "|": a | b,
-            "^": a ^ b}[op]
-
+    return {
+        "+": a + b,
+        "-": a - b,
+        "*": a * b,
+        "<": int(a < b),
+        ">": int(a > b),
+        "<=": int(a <= b),
+        ">=": int(a >= b),
+        "==": int(a == b),
+        "!=": int(a != b),
+        "&&": int(bool(a and b)),
+        "||": int(bool(a or b)),
+        "&": a & b,
+        "|": a | b,
+        "^": a ^ b,
+    }[op]

@@ -54,8 +54,10 @@ def _is_unset_marker(name: str) -> bool:
 
 def _limit(what: str, line: int) -> SpecError:
     where = f"line {line}: " if line else ""
-    return SpecError(f"{where}{what}; a launch script never needs that, so planner stops "
-                     "reading it; fix the script")
+    return SpecError(
+        f"{where}{what}; a launch script never needs that, so planner stops "
+        "reading it; fix the script"
+    )
 
 
 def _path_key(name: str) -> str:

@@ -33,8 +33,14 @@ def _plain_value(text: str) -> tuple[str | None, list[str]]:
 
 
 _FILE_TESTS = frozenset("-e -f -d -r -w -x -s -L -h -p -S -b -c -O -G -N -g -u -k".split())
-_NUMERIC = {"-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b, "-lt": lambda a, b: a < b,
-            "-le": lambda a, b: a <= b, "-gt": lambda a, b: a > b, "-ge": lambda a, b: a >= b}
+_NUMERIC = {
+    "-eq": lambda a, b: a == b,
+    "-ne": lambda a, b: a != b,
+    "-lt": lambda a, b: a < b,
+    "-le": lambda a, b: a <= b,
+    "-gt": lambda a, b: a > b,
+    "-ge": lambda a, b: a >= b,
+}
 
 
 class _TestEval:
@@ -97,8 +103,11 @@ class _TestEval:
                 self.k += 1
             return v
         op1 = self.tok(1)
-        if op1 in ("=", "==", "!=", "<", ">", "=~") or op1 in _NUMERIC or op1 in ("-nt", "-ot",
-                                                                                  "-ef"):
+        if (
+            op1 in ("=", "==", "!=", "<", ">", "=~")
+            or op1 in _NUMERIC
+            or op1 in ("-nt", "-ot", "-ef")
+        ):
             left, right, pat = self.a[self.k], self.a[self.k + 2], self.p[self.k + 2]
             self.k += 3
             return self.binary(left, op1, right, pat)
@@ -116,7 +125,7 @@ class _TestEval:
         if op in ("-z", "-n"):
             v = self.value(arg)
             if v is None:
-                return op == "-n"                  # a command prints something
+                return op == "-n"  # a command prints something
             return (v == "") == (op == "-z")
         if op == "-t":
             self.guess.append("stdin is not a terminal")
@@ -157,4 +166,3 @@ def _int(text: str, double: bool) -> int:
     if double and not text:
         return 0
     return int(text)
-

@@ -55,9 +55,13 @@ _ASSIGN_RE = re.compile(r"([A-Za-z_]\w*)(\[[^\]]*\])?(\+?)=(.*)", re.DOTALL)
 _PREFIX_WORDS = frozenset({"time", "exec", "nohup", "command", "builtin", "noglob"})
 _DECLARE = frozenset({"export", "declare", "typeset", "local", "readonly"})
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
-_SLURM = {"nodes": ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), "N": ("SLURM_NNODES",
-          "SLURM_JOB_NUM_NODES"), "ntasks-per-node": ("SLURM_NTASKS_PER_NODE",),
-          "gpus-per-node": ("SLURM_GPUS_PER_NODE",), "ntasks": ("SLURM_NTASKS",)}
+_SLURM = {
+    "nodes": ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"),
+    "N": ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"),
+    "ntasks-per-node": ("SLURM_NTASKS_PER_NODE",),
+    "gpus-per-node": ("SLURM_GPUS_PER_NODE",),
+    "ntasks": ("SLURM_NTASKS",),
+}
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ class Script:
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     unused_env: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)   # files it reads that were not found
+    missing: list[str] = field(default_factory=list)  # files it reads that were not found
 
     def var(self, name: str) -> str | None:
         value = self.variables.get(name)
@@ -94,7 +98,6 @@ class Script:
         """(the script writes it, its text if planner could follow how)."""
         key = _path_key(name)
         return (key in self.files, self.files.get(key))
-
 
 
 @dataclass(frozen=True)
@@ -154,22 +157,26 @@ class _Shell:
     # bookkeeping -------------------------------------------------------------------------
     def tick(self) -> None:
         if time.monotonic() > self.deadline:
-            raise _limit(f"reading took more than {self.budget_s:g} s (planner's budget for one "
-                         "file)", self.line)
+            raise _limit(
+                f"reading took more than {self.budget_s:g} s (planner's budget for one file)",
+                self.line,
+            )
 
     def turn(self) -> None:
         self.turns += 1
         if self.turns > knobs.MAX_ITERATIONS:
-            raise _limit(f"more than {knobs.MAX_ITERATIONS:,} loop turns and function calls",
-                         self.line)
+            raise _limit(
+                f"more than {knobs.MAX_ITERATIONS:,} loop turns and function calls", self.line
+            )
 
     def count(self, n: int) -> None:
         if n > knobs.MAX_VALUE:
             raise _limit(f"a value grows past {knobs.MAX_VALUE:,} characters", self.line)
         self.produced += n
         if self.produced > knobs.MAX_PRODUCED:
-            raise _limit(f"the script expands to more than {knobs.MAX_PRODUCED:,} characters",
-                         self.line)
+            raise _limit(
+                f"the script expands to more than {knobs.MAX_PRODUCED:,} characters", self.line
+            )
 
     def note_read(self, name: str) -> None:
         if name in self.env_names and name not in self.env_overwritten:
@@ -285,7 +292,7 @@ class _Shell:
             total += sum(map(len, value)) if isinstance(value, list) else len(value)
             if total > knobs.MAX_VALUE and not isinstance(value, list):
                 self.count(total)
-            if isinstance(value, list):          # "${ARR[@]}": one field per element
+            if isinstance(value, list):  # "${ARR[@]}": one field per element
                 for k, item in enumerate(value):
                     if k:
                         fields.append(cur)
@@ -408,8 +415,12 @@ class _Shell:
             go = (st.code == 0) if op == "&&" else (st.code != 0)
             first = node.first.cmds[0]
             if st.guess and _is_test(first):
-                self.note(first.line, first.text, st, ("ran" if go else "skipped") +
-                          f" what follows `{op}`")
+                self.note(
+                    first.line,
+                    first.text,
+                    st,
+                    ("ran" if go else "skipped") + f" what follows `{op}`",
+                )
             if go:
                 nxt = self.run_pipe(pipe, depth)
                 st = _St(nxt.code, nxt.guess)
@@ -419,14 +430,16 @@ class _Shell:
         data: str | None = None
         st = _OK
         for k, cmd in enumerate(pipe.cmds):
-            st, data = self.run_cmd(cmd, depth, stdin=data if k else None,
-                                    piped=k + 1 < len(pipe.cmds))
+            st, data = self.run_cmd(
+                cmd, depth, stdin=data if k else None, piped=k + 1 < len(pipe.cmds)
+            )
         if pipe.negate:
             st = _St(0 if st.code else 1, st.guess)
         return st
 
-    def run_cmd(self, node, depth: int, stdin: str | None = None,
-                piped: bool = False) -> tuple[_St, str | None]:
+    def run_cmd(
+        self, node, depth: int, stdin: str | None = None, piped: bool = False
+    ) -> tuple[_St, str | None]:
         self.tick()
         if isinstance(node, _Simple):
             return self.run_simple(node, depth, stdin, piped)
@@ -451,8 +464,13 @@ class _Shell:
             return _OK, None
         if isinstance(node, _ArithCmd):
             self.line = node.line
-            value = self._arith(_Arith(_Lexer(node.text, depth + 1).word(stop=frozenset()),
-                                       False, raw=f"(({node.text}))"))
+            value = self._arith(
+                _Arith(
+                    _Lexer(node.text, depth + 1).word(stop=frozenset()),
+                    False,
+                    raw=f"(({node.text}))",
+                )
+            )
             if unresolved_names(value):
                 return _St(1, (f"{display(value)} is not known",)), None
             return _St(0 if int(value) else 1), None
@@ -462,15 +480,14 @@ class _Shell:
     def note(self, line: int, text: str, st: _St, taken: str) -> None:
         text = " ".join((text or "a condition").split())
         text = text if len(text) <= 60 else text[:57] + "..."
-        self.notes.append(f"line {line}: `{text}` ({'; '.join(dict.fromkeys(st.guess))}): "
-                          f"{taken}")
+        self.notes.append(f"line {line}: `{text}` ({'; '.join(dict.fromkeys(st.guess))}): {taken}")
 
     def run_if(self, node: _If, depth: int) -> _St:
         for k, (cond, body, text) in enumerate(node.branches):
             st = self.run_list(cond, depth)
             take = st.code == 0
             if st.guess:
-                rest = node.branches[k + 1:]
+                rest = node.branches[k + 1 :]
                 other = rest[0][1] if rest else node.orelse
                 if _exits(body if take else other) and not _exits(other if take else body):
                     take = not take
@@ -489,11 +506,14 @@ class _Shell:
             if (st.code == 0) == (node.kind == "until") and not st.guess:
                 return _OK
             self.turn()
-            return self.run_list(node.body, depth)        # read once
+            return self.run_list(node.body, depth)  # read once
         if node.header is not None:
             return self.run_arith_for(node, depth)
-        items = (list(self.positional) if node.items is None
-                 else [f for w in node.items for f in self.expand(w)])
+        items = (
+            list(self.positional)
+            if node.items is None
+            else [f for w in node.items for f in self.expand(w)]
+        )
         st = _OK
         for item in items or [None]:
             self.turn()
@@ -522,8 +542,9 @@ class _Shell:
                 return st
 
     def _arith_once(self, node: _Loop, depth: int, shown: str, part: str) -> _St:
-        self.note(node.line, shown, _St(1, (f"(({part.strip()})) is not known",)),
-                  "read its body once")
+        self.note(
+            node.line, shown, _St(1, (f"(({part.strip()})) is not known",)), "read its body once"
+        )
         self.turn()
         return self.run_list(node.body, depth)
 
@@ -539,8 +560,11 @@ class _Shell:
             if m is None:
                 value = self._arith_int(expr)
             else:
-                name, op, rhs = m.group("name") or m.group("pre"), m.group("op") or "", \
-                    m.group("rhs")
+                name, op, rhs = (
+                    m.group("name") or m.group("pre"),
+                    m.group("op") or "",
+                    m.group("rhs"),
+                )
                 if m.group("inc") or m.group("preinc"):
                     sign = "+" if (m.group("inc") or m.group("preinc")) == "++" else "-"
                     old = self._arith_int(name)
@@ -548,8 +572,11 @@ class _Shell:
                     value = new if m.group("preinc") else old
                 else:
                     rhs_value = self._arith_int(rhs)
-                    new = rhs_value if not op or rhs_value is None else \
-                        self._arith_int(f"({self._arith_int(name)}){op}({rhs_value})")
+                    new = (
+                        rhs_value
+                        if not op or rhs_value is None
+                        else self._arith_int(f"({self._arith_int(name)}){op}({rhs_value})")
+                    )
                     value = new
                 if new is None:
                     return None
@@ -563,6 +590,7 @@ class _Shell:
             got = self.get(name)
             got = got[0] if isinstance(got, list) and got else got
             return None if got is None else (got or "0")
+
         try:
             return _Arith64(expr, lookup, self.line).value()
         except _ArithError:
@@ -580,14 +608,19 @@ class _Shell:
                 hit = any(fnmatch.fnmatchcase(value, p) for p in pats)
             if hit:
                 if guess:
-                    self.note(node.line, node.text, _St(0, tuple(guess)),
-                              f"took the `{'|'.join(display(p) for p in pats)})` arm")
+                    self.note(
+                        node.line,
+                        node.text,
+                        _St(0, tuple(guess)),
+                        f"took the `{'|'.join(display(p) for p in pats)})` arm",
+                    )
                 return self.run_list(body, depth)
         return _OK
 
     # simple commands ---------------------------------------------------------------------
-    def run_simple(self, node: _Simple, depth: int, stdin: str | None,
-                   piped: bool) -> tuple[_St, str | None]:
+    def run_simple(
+        self, node: _Simple, depth: int, stdin: str | None, piped: bool
+    ) -> tuple[_St, str | None]:
         self.line = node.line
         words = list(node.words)
         execs = False
@@ -605,8 +638,9 @@ class _Shell:
         if head == "[[":
             fields = [self.join(w) for w in words]
             pats = [self.pattern(w) for w in words]
-            return self.test(fields[1:-1] if fields[-1] == "]]" else fields[1:], pats[1:],
-                             double=True), None
+            return self.test(
+                fields[1:-1] if fields[-1] == "]]" else fields[1:], pats[1:], double=True
+            ), None
         if head in _DECLARE:
             for w in words[1:]:
                 if not (_plain(w) or "").startswith("-") and not self.assign(w):
@@ -619,11 +653,12 @@ class _Shell:
             return _OK, None
         st, out = self.builtin(fields, node, depth, stdin)
         if execs:
-            raise _Exit("0")                         # exec replaces the shell: nothing after runs
+            raise _Exit("0")  # exec replaces the shell: nothing after runs
         if st is not None:
             return st, out
-        writes = piped or self.stdout_target(node.redirs) or \
-            posixpath.basename(fields[0]) == "tee"         # tee writes its files either way
+        writes = (
+            piped or self.stdout_target(node.redirs) or posixpath.basename(fields[0]) == "tee"
+        )  # tee writes its files either way
         out = _stdout(fields, stdin, self) if writes else None
         self.write(node.redirs, out)
         return _OK, out
@@ -639,8 +674,11 @@ class _Shell:
     def stdout_target(self, redirs: list[_Redir]) -> list[tuple[str, bool]]:
         out = []
         for red in redirs:
-            if red.op in (">", ">>", ">|", "&>", "&>>") and red.fd in ("", "1") \
-                    and red.target is not None:
+            if (
+                red.op in (">", ">>", ">|", "&>", "&>>")
+                and red.fd in ("", "1")
+                and red.target is not None
+            ):
                 path = self.join(red.target)
                 if path not in ("/dev/null", "/dev/stdout", "/dev/stderr"):
                     out.append((path, red.op.endswith(">>")))
@@ -666,8 +704,9 @@ class _Shell:
             self.missing.append(path)
         return text
 
-    def builtin(self, fields: list[str], node: _Simple, depth: int,
-                stdin: str | None) -> tuple[_St | None, str | None]:
+    def builtin(
+        self, fields: list[str], node: _Simple, depth: int, stdin: str | None
+    ) -> tuple[_St | None, str | None]:
         """The commands planner follows; (None, None) for one it only records."""
         head = fields[0]
         if head in ("[", "test"):
@@ -692,7 +731,7 @@ class _Shell:
             return _OK, None
         if head == "set":
             if "--" in fields:
-                self.positional = fields[fields.index("--") + 1:]
+                self.positional = fields[fields.index("--") + 1 :]
             return _OK, None
         if head == "exit":
             raise _Exit(fields[1] if len(fields) > 1 else "0")
@@ -717,7 +756,7 @@ class _Shell:
             text, prefix = nested
             try:
                 return self.run_text(text, depth + 1, self.prefix + tuple(prefix)), None
-            except (_Exit, _Return) as exc:           # the child shell ends, not this one
+            except (_Exit, _Return) as exc:  # the child shell ends, not this one
                 return _St(_code(exc)), None
         self.commands.append(Command(node.line, tuple(fields), self.prefix))
         return None, None
@@ -742,7 +781,7 @@ class _Shell:
 
     def call(self, name: str, args: list[str], depth: int) -> _St:
         if name in self.active:
-            return _OK                               # recursion: read each function once deep
+            return _OK  # recursion: read each function once deep
         self.turn()
         saved = self.positional
         self.positional = args
@@ -766,14 +805,17 @@ class _Shell:
 
 _ARITH_ASSIGN = re.compile(
     r"(?P<name>[A-Za-z_]\w*)\s*(?:(?P<inc>\+\+|--)|(?P<op>[-+*/%]|<<|>>|[&|^])?=(?!=)\s*(?P<rhs>.*))"
-    r"|(?P<preinc>\+\+|--)\s*(?P<pre>[A-Za-z_]\w*)", re.S)
+    r"|(?P<preinc>\+\+|--)\s*(?P<pre>[A-Za-z_]\w*)",
+    re.S,
+)
 
 
 def _is_test(cmd) -> bool:
     if isinstance(cmd, _ArithCmd):
         return True
-    return isinstance(cmd, _Simple) and bool(cmd.words) and _plain(cmd.words[0]) in (
-        "[", "[[", "test")
+    return (
+        isinstance(cmd, _Simple) and bool(cmd.words) and _plain(cmd.words[0]) in ("[", "[[", "test")
+    )
 
 
 def _first_line(items: list) -> int:

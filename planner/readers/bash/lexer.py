@@ -16,8 +16,25 @@ from planner.readers.bash.common import _MARK, _limit
 _LIT_RUN = re.compile(r"[^\s;&|<>()'\"\\$`\x00]+")
 _META = frozenset(" \t\r\n;&|<>()")
 _DB_STOP = frozenset(" \t\r\n;")
-_START_KEYWORDS = frozenset({"then", "do", "else", "elif", "if", "while", "until", "!", "{", "}",
-                             "time", "fi", "done", "esac", "in"})
+_START_KEYWORDS = frozenset(
+    {
+        "then",
+        "do",
+        "else",
+        "elif",
+        "if",
+        "while",
+        "until",
+        "!",
+        "{",
+        "}",
+        "time",
+        "fi",
+        "done",
+        "esac",
+        "in",
+    }
+)
 
 
 @dataclass
@@ -62,12 +79,12 @@ class _Redir:
     op: str
     fd: str = ""
     target: list | None = None
-    body: list | None = None          # a here-document or here-string, as word parts
+    body: list | None = None  # a here-document or here-string, as word parts
 
 
 @dataclass
 class _Tok:
-    kind: str                          # word | op | redir | arith
+    kind: str  # word | op | redir | arith
     value: object
     line: int
     start: int = 0
@@ -115,19 +132,29 @@ class _Lexer:
             elif c in "<>" and self.peek(1) == "(" and not self.dbracket:
                 self.i += 1
                 text = self._balanced(1, "(", ")")
-                out.append(_Tok("word", [_Sub(c + "(" + text + ")", False)], self.line, start,
-                                self.i))
+                out.append(
+                    _Tok("word", [_Sub(c + "(" + text + ")", False)], self.line, start, self.i)
+                )
                 at_start = False
             elif (c in "<>" or (c == "&" and self.peek(1) == ">")) and not self.dbracket:
                 out.append(_Tok("redir", self._redirect(out), self.line, start, self.i))
             elif c in ";&|" and not self.dbracket:
-                op = next(o for o in (";;&", ";;", ";&", "&&", "||", "|&", ";", "&", "|")
-                          if self.s.startswith(o, self.i))
+                op = next(
+                    o
+                    for o in (";;&", ";;", ";&", "&&", "||", "|&", ";", "&", "|")
+                    if self.s.startswith(o, self.i)
+                )
                 self.i += len(op)
                 out.append(_Tok("op", op, self.line, start, self.i))
                 at_start = True
-            elif c == "(" and self.peek(1) == "(" and not self.dbracket and (
-                    at_start or (out and out[-1].kind == "word" and _plain(out[-1].value) == "for")):
+            elif (
+                c == "("
+                and self.peek(1) == "("
+                and not self.dbracket
+                and (
+                    at_start or (out and out[-1].kind == "word" and _plain(out[-1].value) == "for")
+                )
+            ):
                 # `(( expr ))`, or the header of an arithmetic `for (( init; cond; step ))`
                 text = self._balanced(2, "(", ")")
                 if self.peek() == ")":
@@ -143,7 +170,7 @@ class _Lexer:
                     self.dbracket = True
                 line = self.line
                 word = self.word(_DB_STOP if self.dbracket else _META)
-                if self.i == start:            # a stop character we do not handle: skip it
+                if self.i == start:  # a stop character we do not handle: skip it
                     self.i += 1
                     continue
                 lit = _plain(word)
@@ -161,8 +188,11 @@ class _Lexer:
             if lit is not None and lit.isdigit():
                 fd = lit
                 out.pop()
-        op = next(o for o in ("&>>", "&>", "<<<", "<<-", "<<", "<>", "<&", ">&", ">>", ">|", "<",
-                              ">") if self.s.startswith(o, self.i))
+        op = next(
+            o
+            for o in ("&>>", "&>", "<<<", "<<-", "<<", "<>", "<&", ">&", ">>", ">|", "<", ">")
+            if self.s.startswith(o, self.i)
+        )
         self.i += len(op)
         while self.peek() in (" ", "\t"):
             self.i += 1
@@ -185,7 +215,7 @@ class _Lexer:
             while self.i < self.n:
                 j = self.s.find("\n", self.i)
                 end = self.n if j < 0 else j
-                text = self.s[self.i:end]
+                text = self.s[self.i : end]
                 self.i = end + 1 if j >= 0 else self.n
                 self.line += 1
                 if (text.lstrip("\t") if strip else text) == delim:
@@ -227,7 +257,7 @@ class _Lexer:
                 push()
                 j = self.s.find("'", self.i + 1)
                 j = self.n if j < 0 else j
-                text = self.s[self.i + 1:j]
+                text = self.s[self.i + 1 : j]
                 self.line += text.count("\n")
                 parts.append(_Lit(text, True))
                 self.i = j + 1
@@ -268,7 +298,7 @@ class _Lexer:
                 parts.append(_Lit("".join(lit), True))
                 lit.clear()
 
-        escapes = ('$', '`', '"', '\\', '\n') if closing else ('$', '`', '\\', '\n')
+        escapes = ("$", "`", '"', "\\", "\n") if closing else ("$", "`", "\\", "\n")
         while self.i < self.n:
             c = self.s[self.i]
             if c == '"' and closing:
@@ -296,7 +326,7 @@ class _Lexer:
                     if c == "\n":
                         self.line += 1
                     j += 1
-                lit.append(self.s[self.i:j])
+                lit.append(self.s[self.i : j])
                 self.i = j
         push()
         return parts or [_Lit("", True)]
@@ -305,7 +335,7 @@ class _Lexer:
         """An unresolved marker in text read again (bash -c, eval): kept whole, unexpanded."""
         j = self.s.find(_MARK, self.i + 1)
         j = self.n - 1 if j < 0 else j
-        text = self.s[self.i:j + 1]
+        text = self.s[self.i : j + 1]
         self.i = j + 1
         return text
 
@@ -330,23 +360,24 @@ class _Lexer:
                 depth -= 1
                 if depth == 0:
                     self.i += 1
-                    return self.s[start:self.i - 1]
+                    return self.s[start : self.i - 1]
             self.i += 1
-        return self.s[start:self.i]
+        return self.s[start : self.i]
 
     def _dollar(self, *, quoted: bool) -> _Part:
         nxt = self.peek(1)
         if nxt == "{":
             return _brace(self._balanced(2, "{", "}"), quoted, self.depth + 1)
         if nxt == "(" and self.peek(2) == "(":
-            inner = self._balanced(3, "(", ")")     # up to the first of the closing pair
+            inner = self._balanced(3, "(", ")")  # up to the first of the closing pair
             if self.peek() == ")":
                 self.i += 1
-            return _Arith(_Lexer(inner, self.depth + 1).word(stop=frozenset()), quoted,
-                          raw=f"$(({inner}))")
+            return _Arith(
+                _Lexer(inner, self.depth + 1).word(stop=frozenset()), quoted, raw=f"$(({inner}))"
+            )
         if nxt == "(":
             return _Sub("$(" + self._balanced(2, "(", ")") + ")", quoted)
-        m = re.match(r"[A-Za-z_]\w*|[0-9]|[@*#?$!-]", self.s[self.i + 1:self.i + 200])
+        m = re.match(r"[A-Za-z_]\w*|[0-9]|[@*#?$!-]", self.s[self.i + 1 : self.i + 200])
         if m:
             self.i += 1 + len(m.group())
             return _Var(m.group(), None, None, quoted, raw="$" + m.group())
@@ -356,7 +387,7 @@ class _Lexer:
     def _backtick(self, *, quoted: bool) -> _Sub:
         j = self.s.find("`", self.i + 1)
         j = self.n if j < 0 else j
-        text = self.s[self.i:j + 1]
+        text = self.s[self.i : j + 1]
         self.line += text.count("\n")
         self.i = j + 1
         return _Sub(text, quoted)
@@ -394,13 +425,13 @@ def _brace(content: str, quoted: bool, depth: int) -> _Part:
     m = re.match(r"([A-Za-z_]\w*|[0-9]+|[@*#?$!-])(\[([^\]]*)\])?", content)
     if not m or content.startswith("#") and len(content) > 1 or content.startswith("!"):
         return _Var(content, "unsupported", None, quoted, raw=raw)
-    name, index, rest = m.group(1), m.group(3), content[m.end():]
+    name, index, rest = m.group(1), m.group(3), content[m.end() :]
     if not rest:
         return _Var(name, None, None, quoted, index, raw)
     op = re.match(r":?[-=+?]", rest)
     if not op:
         return _Var(name, "unsupported", None, quoted, index, raw)
-    arg = _Lexer(rest[op.end():], depth).word(stop=frozenset())
+    arg = _Lexer(rest[op.end() :], depth).word(stop=frozenset())
     return _Var(name, op.group(), arg, quoted, index, raw)
 
 
@@ -408,4 +439,3 @@ def _plain(word: list[_Part]) -> str | None:
     if len(word) == 1 and isinstance(word[0], _Lit) and not word[0].quoted:
         return word[0].text
     return None
-

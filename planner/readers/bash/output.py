@@ -41,16 +41,20 @@ def _stdout(fields: list[str], stdin: str | None, sh: _Shell) -> str | None:
             return None
         if not rest or not n:
             return fmt.replace("%s", "").replace("\x01", "%")
-        chunks = [rest[i:i + n] for i in range(0, len(rest), n)]
+        chunks = [rest[i : i + n] for i in range(0, len(rest), n)]
         return "".join(fmt % tuple(c + [""] * (n - len(c))) for c in chunks).replace("\x01", "%")
     if head == "sed":
         return _sed(args, stdin, sh)
     if head == "envsubst":
         if stdin is None:
             return None
-        return re.sub(r"\$\{?([A-Za-z_]\w*)\}?",
-                      lambda m: sh.vars.get(m.group(1), "") if isinstance(
-                          sh.vars.get(m.group(1), ""), str) else "", stdin)
+        return re.sub(
+            r"\$\{?([A-Za-z_]\w*)\}?",
+            lambda m: (
+                sh.vars.get(m.group(1), "") if isinstance(sh.vars.get(m.group(1), ""), str) else ""
+            ),
+            stdin,
+        )
     if head == "tee":
         append = any(a in ("-a", "--append") for a in args)
         for name in (a for a in args if not a.startswith("-")):
@@ -76,7 +80,7 @@ def _sed(args: list[str], stdin: str | None, sh: _Shell) -> str | None:
         elif a in ("-E", "-r", "--regexp-extended"):
             ere = True
         elif a.startswith("-") and a != "-":
-            return None                            # -n, -f script, ...: not followed
+            return None  # -n, -f script, ...: not followed
         elif not exprs:
             exprs.append(a)
         else:
@@ -118,7 +122,7 @@ def _sed_script(expr: str, ere: bool):
         while j < len(expr) and len(pieces) < 2:
             c = expr[j]
             if c == "\\" and j + 1 < len(expr):
-                cur.append(expr[j:j + 2] if expr[j + 1] != delim else delim)
+                cur.append(expr[j : j + 2] if expr[j + 1] != delim else delim)
                 j += 2
                 continue
             if c == delim:
@@ -157,4 +161,3 @@ def _bre(pattern: str) -> str:
         out.append("\\" + c if c in "(){}+?|" else c)
         i += 1
     return "".join(out)
-

@@ -38,26 +38,26 @@ class _AndOr:
 @dataclass
 class _If:
     line: int
-    branches: list                     # [(condition list, body list, condition text)]
+    branches: list  # [(condition list, body list, condition text)]
     orelse: list | None
 
 
 @dataclass
 class _Loop:
     line: int
-    kind: str                          # for | while | until
+    kind: str  # for | while | until
     var: str | None
     items: list | None
     cond: list | None
     body: list
-    header: tuple[str, str, str] | None = None   # for (( init; cond; step )): the three parts
+    header: tuple[str, str, str] | None = None  # for (( init; cond; step )): the three parts
 
 
 @dataclass
 class _Case:
     line: int
     subject: list
-    arms: list                         # [(patterns, body)]
+    arms: list  # [(patterns, body)]
     text: str = ""
 
 
@@ -107,8 +107,9 @@ class _Parser:
         if self.kw() == word:
             self.advance()
         else:
-            self.problems.append(f"line {line}: `{word}` is missing (bash rejects the script "
-                                 "there)")
+            self.problems.append(
+                f"line {line}: `{word}` is missing (bash rejects the script there)"
+            )
 
     def newlines(self) -> None:
         while self.op() == "\n":
@@ -120,8 +121,7 @@ class _Parser:
             while self.op() in ("\n", ";", "&"):
                 self.advance()
             tok = self.peek()
-            if tok is None or (tok.kind == "op" and tok.value in stop_ops) \
-                    or self.kw() in stops:
+            if tok is None or (tok.kind == "op" and tok.value in stop_ops) or self.kw() in stops:
                 return items
             if tok.kind == "op" and tok.value != "(":
                 self.problems.append(f"line {tok.line}: unexpected `{tok.value}`")
@@ -156,12 +156,14 @@ class _Parser:
         self.depth += 1
         if self.depth > knobs.MAX_DEPTH:
             tok = self.peek()
-            raise _limit(f"compound commands nest deeper than {knobs.MAX_DEPTH} levels",
-                         tok.line if tok else 0)
+            raise _limit(
+                f"compound commands nest deeper than {knobs.MAX_DEPTH} levels",
+                tok.line if tok else 0,
+            )
         try:
             node = self._command()
             while self.peek() is not None and self.peek().kind == "redir":
-                self.advance()                 # `done < file`, `} > log`: nothing to read
+                self.advance()  # `done < file`, `} > log`: nothing to read
             return node
         finally:
             self.depth -= 1
@@ -223,7 +225,7 @@ class _Parser:
             (words if last.kind == "word" else redirs).append(last.value)
         if first is None:
             return _Simple(0, [], [])
-        return _Simple(first.line, words, redirs, self.src[first.start:last.end])
+        return _Simple(first.line, words, redirs, self.src[first.start : last.end])
 
     def _if(self) -> _If:
         line = self.advance().line
@@ -233,7 +235,7 @@ class _Parser:
             start = self.peek()
             cond = self.parse_list(frozenset({"then"}))
             end = self.t[self.k - 1] if self.k else start
-            text = self.src[start.start:end.end].strip(" \t\n;") if start is not None else ""
+            text = self.src[start.start : end.end].strip(" \t\n;") if start is not None else ""
             self.expect("then", line)
             body = self.parse_list(frozenset({"elif", "else", "fi"}))
             branches.append((cond, body, text))
@@ -250,14 +252,16 @@ class _Parser:
     def _for(self) -> _Loop:
         line = self.advance().line
         header = None
-        if self.peek() is not None and self.peek().kind == "arith":      # for (( ; ; ))
+        if self.peek() is not None and self.peek().kind == "arith":  # for (( ; ; ))
             parts = self.advance().value.split(";")
             var, items = None, []
             if len(parts) == 3:
                 header = (parts[0], parts[1], parts[2])
             else:
-                self.problems.append(f"line {line}: `for (( ))` needs three parts (init; "
-                                     "condition; step) (bash rejects the script there)")
+                self.problems.append(
+                    f"line {line}: `for (( ))` needs three parts (init; "
+                    "condition; step) (bash rejects the script there)"
+                )
         else:
             var = self.kw() if self.peek() is not None else None
             if self.peek() is not None:
@@ -278,9 +282,10 @@ class _Parser:
 
     def _case(self) -> _Case:
         tok = self.advance()
-        subject = self.advance().value if self.peek() is not None and \
-            self.peek().kind == "word" else []
-        text = self.src[tok.start:self.t[self.k - 1].end]
+        subject = (
+            self.advance().value if self.peek() is not None and self.peek().kind == "word" else []
+        )
+        text = self.src[tok.start : self.t[self.k - 1].end]
         self.newlines()
         self.expect("in", tok.line)
         arms = []
@@ -315,4 +320,3 @@ def _parse(text: str, depth: int) -> tuple[list, list[str]]:
     parser = _Parser(_Lexer(text, depth).tokens(), text, depth)
     tree = parser.parse_list()
     return tree, parser.problems
-
