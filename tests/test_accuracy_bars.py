@@ -128,10 +128,28 @@ def _memory():
     return memory_check(list(_rows(MODERN)))
 
 
-def test_at_most_3_runs_judged_over_capacity():
-    # every case ran; the fits-in-memory rule errors more than 10% over capacity
+def test_no_run_that_ran_is_judged_over_capacity():
+    # every case ran; the fits-in-memory rule errors more than 10% over capacity (the Llama 4
+    # Scout GB200 run was, at fp32 gradients its recipe does not use:
+    # benchmarks/data/corrections.yaml)
     mem = _memory()
-    assert mem["judged_infeasible"] <= 3, mem["cases_judged_infeasible"]
+    assert mem["judged_infeasible"] == 0, mem["cases_judged_infeasible"]
+
+
+def test_each_correction_names_a_case_and_sets_a_key_the_case_leaves_out():
+    import yaml
+
+    from benchmarks.accuracy import corrected, corrections
+
+    data = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / MODERN
+    cases = {c["id"]: c for c in yaml.safe_load(data.read_text())["cases"]}
+    for cid, fix in corrections().items():
+        assert cid in cases and fix["source"] and fix["why"]
+        for dotted, value in fix["set"].items():
+            section, key = dotted.split(".", 1)
+            assert key not in cases[cid].get(section, {})  # a gap filled, never a value changed
+            assert corrected(cases[cid], fix)[section][key] == value
+            assert key not in cases[cid].get(section, {})  # the collected case is untouched
 
 
 @pytest.mark.xfail(
