@@ -1102,3 +1102,19 @@ def test_dedicated_mtp_embeddings_add_one_embedding_per_mtp_layer(tmp_path):
     from planner.frameworks.megatron.writer import layer_kind_problems
 
     assert any(bad and "mtp_dedicated_embeddings" in msg for bad, msg in layer_kind_problems(own))
+
+
+def test_serving_counts_the_dedicated_mtp_embedding_when_mtp_drafts():
+    # with MTP speculative decoding the MTP layer's own embedding is read in from the
+    # checkpoint too: vocab x hidden / tp at the activation width (bf16), on the last stage
+    from planner.serve.layout import Instance
+    from planner.serve.memory import ACT_BYTES, stage_weight_bytes
+
+    shared = get_preset("qwen3.5-397b-a17b")
+    own = shared.model_copy(update={"mtp_dedicated_embeddings": True})
+    inst = Instance(tp=8, pp=2)
+    a = stage_weight_bytes(own, inst, "fp8", mtp_layers=1)
+    b = stage_weight_bytes(shared, inst, "fp8", mtp_layers=1)
+    assert a[0] == b[0]
+    assert a[1] - b[1] == pytest.approx(shared.vocab_size * shared.hidden_size / 8 * ACT_BYTES)
+    assert stage_weight_bytes(own, inst, "fp8") == stage_weight_bytes(shared, inst, "fp8")

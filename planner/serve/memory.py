@@ -243,6 +243,8 @@ def stage_weight_bytes(m: ModelSpec, inst, precision: str, *, mtp_layers: int = 
             if mtp_layers:  # each MTP layer: a transformer layer, 2 norms, a 2h x h projection
                 layer = moe if m.is_moe else dense
                 w += mtp_layers * (layer + 2 * m.hidden_size**2 * q + 2 * m.hidden_size * ACT_BYTES)
+                if m.mtp_dedicated_embeddings:  # Qwen3.5: an embedding of its own per MTP layer
+                    w += mtp_layers * vocab
         out.append(w)
     return out
 
