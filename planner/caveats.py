@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from planner.layout import Layout
     from planner.specs import JobLike as _Job  # what caveats read of a job
 
-__all__ = ["case_classes", "caveats", "LONG_CONTEXT_TOKENS"]
+__all__ = ["case_classes", "caveats", "layer_kind_caveats", "LONG_CONTEXT_TOKENS"]
 
 LONG_CONTEXT_TOKENS = 32768
 """Sequences from this length on are the long-context class (calibration-modern.yaml)."""
@@ -34,6 +34,28 @@ def case_classes(job: _Job, layout: Layout | None) -> list[str]:
     if not out:
         out.append("dense-fp8" if job.training.precision == "fp8" else "dense-bf16")
     return out
+
+
+_KIND_WORDS = {
+    "sliding": "sliding-window",
+    "chunked": "chunked-local",
+    "dsa": "DSA (top-k sparse)",
+    "linear": "linear-attention (Gated DeltaNet)",
+}
+
+
+def layer_kind_caveats(model) -> list[str]:
+    """Every calibration run, training and serving, has full (or MLA) attention in every layer;
+    a model with other layer kinds (`layer_types`) has their attention priced from its FLOPs
+    and bytes at the full-attention efficiency, never checked against a run."""
+    kinds = [k for k in _KIND_WORDS if k in set(model.attention_kinds)]
+    if not kinds:
+        return []
+    names = ", ".join(_KIND_WORDS[k] for k in kinds)
+    return [
+        f"{names} layers: no calibration run has them, so their attention is priced from its "
+        "FLOPs and bytes at the full-attention efficiency: extrapolated"
+    ]
 
 
 def caveats(job: _Job, layout: Layout | None) -> list[str]:
@@ -59,4 +81,4 @@ def caveats(job: _Job, layout: Layout | None) -> list[str]:
             f"no FP8 {recipe} runs on {hw.name} in the calibration data (FP8 recipes "
             f"fitted: {seen}): its FP8 GEMM rate is extrapolated"
         )
-    return out
+    return out + layer_kind_caveats(job.model)

@@ -1118,3 +1118,37 @@ def test_serving_counts_the_dedicated_mtp_embedding_when_mtp_drafts():
     assert a[0] == b[0]
     assert a[1] - b[1] == pytest.approx(shared.vocab_size * shared.hidden_size / 8 * ACT_BYTES)
     assert stage_weight_bytes(own, inst, "fp8") == stage_weight_bytes(shared, inst, "fp8")
+
+
+@pytest.mark.parametrize(
+    "key, words",
+    [
+        ("qwen3.5-397b-a17b", "linear-attention (Gated DeltaNet)"),
+        ("gpt-oss-120b", "sliding-window"),
+        ("llama4-scout", "chunked-local"),
+        ("deepseek-v3.2", "DSA (top-k sparse)"),
+    ],
+)
+def test_layer_kinds_no_run_has_are_said_to_be_extrapolated(key, words):
+    # every run of the four calibration files has full (or MLA) attention in every layer
+    # (benchmarks/data: no case sets layer_types), so other kinds leave calibrated ground, in
+    # training and in serving alike; a full-attention model gets no such line
+    import yaml
+
+    from planner.caveats import layer_kind_caveats
+
+    data = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
+    for name in (
+        "calibration.yaml",
+        "calibration-modern.yaml",
+        "inference-calibration.yaml",
+        "inference-latency.yaml",
+    ):
+        cases = yaml.safe_load((data / name).read_text())["cases"]
+        assert not [
+            c for c in cases if isinstance(c["model"], dict) and c["model"].get("layer_types")
+        ]
+    (line,) = layer_kind_caveats(get_preset(key))
+    assert line.startswith(words) and line.endswith("extrapolated")
+    assert layer_kind_caveats(get_preset("deepseek-v3")) == []
+    assert layer_kind_caveats(get_preset("70b")) == []

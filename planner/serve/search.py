@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from planner.caveats import LONG_CONTEXT_TOKENS
+from planner.caveats import LONG_CONTEXT_TOKENS, layer_kind_caveats
 from planner.errors import Violation
 from planner.serve.estimate import (
     ServeEstimate,
@@ -343,12 +343,13 @@ def search_caveats(job) -> list[str]:
             f"{hw.name} has no serving calibration: its serving parameters are defaults, "
             "so treat the estimates as rough"
         ]
+    kinds = layer_kind_caveats(job.model)
     if "serving-latency" in fitted:
-        return []
+        return kinds
     return [
         f"TTFT and TPOT at a given concurrency are not yet checked against measured runs: "
         f"the {hw.name} parameters were fitted to {', '.join(sorted(fitted))} runs"
-    ]
+    ] + kinds
 
 
 def _sweep(concs: list[int], opts: ServeOptions, est_of, layout) -> list[Candidate]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from planner.caveats import layer_kind_caveats
 from planner.errors import Violation
 from planner.serve.estimate import ServeEstimate, estimate
 from planner.serve.rules import check, instance_errors, job_errors
@@ -78,7 +79,7 @@ def caveats(job, layout) -> list[str]:
         out.append(
             "speculative decoding is costed from the acceptance rate given, not from measured runs"
         )
-    return out + cp_caveats(job, layout)
+    return out + cp_caveats(job, layout) + layer_kind_caveats(job.model)
 
 
 def _instances(layout) -> list:
