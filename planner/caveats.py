@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from planner.layout import Layout
+    from planner.specs import ModelSpec
     from planner.specs import JobLike as _Job  # what caveats read of a job
 
 __all__ = ["case_classes", "caveats", "layer_kind_caveats", "LONG_CONTEXT_TOKENS"]
@@ -44,7 +45,7 @@ _KIND_WORDS = {
 }
 
 
-def layer_kind_caveats(model) -> list[str]:
+def layer_kind_caveats(model: ModelSpec) -> list[str]:
     """Every calibration run, training and serving, has full (or MLA) attention in every layer;
     a model with other layer kinds (`layer_types`) has their attention priced from its FLOPs
     and bytes at the full-attention efficiency, never checked against a run."""
