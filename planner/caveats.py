@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from planner.layout import Layout
-    from planner.specs import ModelSpec
     from planner.specs import JobLike as _Job  # what caveats read of a job
+    from planner.specs import ModelSpec
 
 __all__ = ["case_classes", "caveats", "layer_kind_caveats", "LONG_CONTEXT_TOKENS"]
 
