@@ -459,6 +459,7 @@ class CostModel:
             etp=lay.etp,
             recipe=self.recipe,
             fp8_act_input=lay.activation_func_fp8_input_store,
+            cache=lay.activation_cache,
         )
         mode = host_mode(moe=True, cuda_graphs=lay.cuda_graphs, ep_overlap=overlap and lay.ep > 1)
         got = self._moe_layers[key] = layer_times(
