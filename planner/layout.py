@@ -287,7 +287,9 @@ class Layout:
         "deepseek (DeepSeek-V3's own framework, arXiv:2412.19437 sec. 3.3.3: the "
         "attention output once in a 12-bit E5M6 with 1x128 power-of-two scales, for both "
         "its users; with activation_func_fp8_input_store the SwiGLU output is recomputed "
-        "from the FP8 input). No export writes deepseek.",
+        "from the FP8 input, kept with 1x128 scales; with the layernorm recompute every "
+        "RMSNorm reruns and the FP8 inputs of the Linears after it are regenerated, sec. "
+        "3.2.3). No export writes deepseek.",
         reads=_ACTS,
         spec_type=ActivationCache,
     )

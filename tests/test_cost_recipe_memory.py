@@ -588,14 +588,74 @@ def test_under_megatrons_moe_act_checkpoint_the_fp8_store_does_nothing():
 
 
 def test_deepseeks_caching_recomputes_the_swiglu_from_its_fp8_input():
-    # DeepSeek-V3's combination (sec. 3.3.3): the SwiGLU input cached in FP8 and its output
-    # recomputed: per routed copy 1*2f_e kept where no recompute keeps 2*2f_e + 2f_e; the
-    # attention output, a*d a token, once in E5M6 instead of bf16 (2)
+    # DeepSeek-V3's combination (sec. 3.3.3): the SwiGLU input cached "in FP8 with our
+    # fine-grained quantization method" (1x128 tiles, a scale each: BLOCKWISE bytes an
+    # element) and its output recomputed: per routed copy BLOCKWISE*2f_e kept where no
+    # recompute keeps 2*2f_e + 2f_e; the attention output, a*d a token, once in E5M6 instead
+    # of bf16 (2)
     sel = dict(recompute="selective", recompute_modules=["moe_act"])
     none, _ = _stored(MOE)
     _, after = _stored(MOE, sel, activation_func_fp8_input_store=True, activation_cache="deepseek")
-    freed = K * (EXPERT_FC1_OUT + EXPERT_ACT_OUT - 2 * FE) + (2 - E5M6) * A * D  # 1,054
+    freed = K * (EXPERT_FC1_OUT + EXPERT_ACT_OUT - BLOCKWISE * 2 * FE) + (2 - E5M6) * A * D
+    assert freed == 2 * (512 + 256 - 264) + 0.46875 * 64  # 1,038
     _only(none, after, "activations", -S * L * freed)
+
+
+# DeepSeek-V3 sec. 3.2.3: "We recompute all RMSNorm operations and MLA up-projections during
+# back-propagation, thereby eliminating the need to persistently store their output
+# activations"; sec. 3.3.3: the Wgrad runs in FP8 and activations are cached "in FP8 format for
+# the backward pass of the Linear operator". The FP8 copy a Linear caches of its input is, after
+# a norm, that norm's output: by the report's words it is not kept, it is regenerated in the
+# backward (the norm rerun from the residual it keeps, the output quantized again). Megatron-Core
+# with Transformer Engine (cache te) does not: TE's FP8 Linear saves the quantized input it made
+# for the forward GEMM, outside what `layernorm`'s CheckpointWithoutOutput discards (it
+# discards the bf16 norm output only). The routed copies' fc1 input (the dispatched FP8 tokens,
+# PERMUTED) stays in both: only a second dispatch could regenerate it.
+FP8 = dict(precision="fp8", fp8_recipe="blockwise")
+MLA_MOE = dict(MOE_SHARED, **{k: MLA[k] for k in MLA if k not in DENSE})
+
+
+@pytest.mark.parametrize(
+    "model,training,cache,freed",
+    [
+        # MLA's input norm is its own TENorm: `layernorm` drops its bf16 output, but q/kv-down's
+        # FP8 copy (BLOCKWISE*h) stays; the pre-MLP norm's bf16 output (the router's input, 2h)
+        # goes, the shared fc1's FP8 copy (BLOCKWISE*h) stays
+        (MLA_MOE, FP8, "te", MLP_NORM_OUT),
+        # DeepSeek's framework: the two FP8 copies are regenerated too
+        (MLA_MOE, FP8, "deepseek", MLP_NORM_OUT + 2 * BLOCKWISE * H),
+        # bf16: the down-projection's input is the norm's bf16 output, freed in both
+        (MLA_MOE, None, "te", QKV_NORM_OUT + MLP_NORM_OUT),
+        (MLA_MOE, None, "deepseek", QKV_NORM_OUT + MLP_NORM_OUT),
+        # a dense layer: TE fuses both norms into linear_qkv / linear_fc1, which keep their
+        # inputs (nothing recomputes); DeepSeek reruns every RMSNorm and regenerates both inputs
+        (DENSE, FP8, "te", 0.0),
+        (DENSE, FP8, "deepseek", 2 * BLOCKWISE * H),
+        (DENSE, None, "te", 0.0),
+        (DENSE, None, "deepseek", QKV_NORM_OUT + MLP_NORM_OUT),
+    ],
+    ids=[
+        "mla-moe-fp8-te",
+        "mla-moe-fp8-deepseek",
+        "mla-moe-bf16-te",
+        "mla-moe-bf16-deepseek",
+        "dense-fp8-te",
+        "dense-fp8-deepseek",
+        "dense-bf16-te",
+        "dense-bf16-deepseek",
+    ],
+)
+def test_deepseeks_norm_recompute_regenerates_the_linears_fp8_inputs(model, training, cache, freed):
+    # `layernorm` against no recompute, in the same cache mode: per token and layer
+    before = _memory(model, training=training, activation_cache=cache)
+    after = _memory(
+        model,
+        training=training,
+        activation_cache=cache,
+        recompute="selective",
+        recompute_modules=["layernorm"],
+    )
+    _only(before, after, "activations", -S * L * freed)
 
 
 def test_fp8_input_store_leaves_a_gelu_mlp_alone():

@@ -38,6 +38,7 @@ __all__ = [
     "GEMM_INPUT_BYTES",
     "E5M6_STORE_BYTES",
     "FP8_INPUT_STORE_BYTES",
+    "DEEPSEEK_FP8_STORE_BYTES",
     "state_bytes_per_param",
     "megatron_weight_optimizer_bytes",
     "layer_activation_bytes",
@@ -194,6 +195,11 @@ FP8_INPUT_STORE_BYTES = 1.0
 (TransformerConfig) keeps: `bias_swiglu_impl` saves `input.to(torch.float8_e4m3fn)` (no scale) for the backward
 and casts it back before the SwiGLU gradient (megatron/core/fusions/fused_bias_swiglu.py)."""
 
+DEEPSEEK_FP8_STORE_BYTES = 1.0 + 4 / 128
+"""Bytes per element of DeepSeek-V3's FP8 SwiGLU-input cache: "stored in FP8 with our
+fine-grained quantization method" (arXiv:2412.19437 sec. 3.3.3), 1x128 tiles with a scale
+each, counted as the blockwise recipe's fp32 scale per 128 elements (GEMM_INPUT_BYTES)."""
+
 GEMM_INPUT_BYTES = {
     None: 2.0,
     "delayed": 1.0,
@@ -248,14 +254,25 @@ def layer_activation_bytes(
         the fc1 output, as fc1 wrote it (bf16 4f_e), and the FP8 store does nothing there.
       cache deepseek (DeepSeek's own framework): the attention output is kept once, in
         E5M6_STORE_BYTES = 1.5 + 4/128, for both the attention backward and the projection's
-        Wgrad, instead of 2 (+ x with an FP8 recipe); and with fp8_act_input the `moe_act`
-        recompute runs from the FP8 SwiGLU input (DeepSeek-V3 caches it in FP8 and recomputes
-        the output): 2f_e a routed copy.
+        Wgrad, instead of 2 (+ x with an FP8 recipe); with fp8_act_input the SwiGLU input is
+        kept "in FP8 with our fine-grained quantization method", DEEPSEEK_FP8_STORE_BYTES =
+        1 + 4/128 an element (1x128 tiles, a fp32 scale each), and the `moe_act` recompute
+        runs from it (DeepSeek-V3 recomputes the output): 2(1 + 4/128)f_e a routed copy. With
+        `layernorm` DeepSeek recomputes "all RMSNorm operations ... eliminating the need to
+        persistently store their output activations" (sec. 3.2.3), and caches activations
+        "in FP8 format for the backward pass of the Linear operator" (sec. 3.3.3): the FP8
+        input a Linear keeps after a norm is that norm's output, so it is not kept but
+        regenerated in the backward (the norm rerun from the kept residual, its output
+        quantized again), in every layer: the q/kv down-projection's (QKV's) x*h, the router's
+        2h, the shared expert's (a dense fc1's) x*h. The routed copies' fc1 input x*h*etp
+        stays: it is the dispatched copy, which only a second dispatch could regenerate (the
+        report recomputes none). Transformer Engine (cache te) keeps its FP8 copies.
     MHA + 4h GELU in bf16 + the two 1-byte dropout masks gives back Korthikanti's 34h (+5as).
     Selective recompute frees what its modules (`--recompute-modules`) would regenerate:
       core_attn the softmax stats (and the scores without flash); layernorm the bf16 outputs
       of the norms that are modules of their own (MLA's input norm, an MoE layer's pre-MLP
-      norm; the others are fused into their GEMMs); mla_up_proj the up-projected Q, K, V; mlp
+      norm; the others are fused into their GEMMs; cache deepseek: every norm's output and
+      the FP8 copies of it, above); mla_up_proj the up-projected Q, K, V; mlp
       the dense MLP's fc1 input, fc1 and activation outputs; moe_act the experts' activation
       outputs; moe every routed copy, the router state and the shared experts; shared_experts
       the shared experts' MLP. torchtitan_op (torchtitan's op-level SAC) keeps what
@@ -273,25 +290,27 @@ def layer_activation_bytes(
         mods = {"core_attn"}  # MoE and MLA layers: as Megatron's default (an upper bound)
     x = GEMM_INPUT_BYTES[recipe]
     fp8 = recipe is not None
-    fc1_w = _fc1_bytes(shape, fp8_act_input)
+    fc1_w = _fc1_bytes(shape, fp8_act_input, cache)
     # `layernorm` recomputes only the norms that are modules of their own (Megatron skips the
     # IdentityOp ones): with Transformer Engine's layer spec the input norm is fused into
     # linear_qkv and a dense layer's pre-MLP norm into fc1 (their GEMMs keep the norm output
     # as their input); MLA's input norm and an MoE layer's pre-MLP norm are separate TENorms
     norms = "layernorm" in mods
+    deepseek = cache == "deepseek"
+    # DeepSeek's framework reruns every RMSNorm and regenerates the FP8 inputs after them
+    regen = norms and deepseek
     sep_in = norms and shape.mla
-    ln_gemm = x * h if fp8 else (0.0 if sep_in else 2.0 * h)  # QKV / q,kv-down input
+    ln_gemm = 0.0 if regen else (x * h if fp8 else (0.0 if sep_in else 2.0 * h))
     shared_kept = shape.f_s and not ({"moe", "shared_experts"} & mods)
     if moe:
         ln_mlp = 0.0 if norms else 2.0 * h  # router input, bf16
-        if fp8 and shared_kept:
+        if fp8 and shared_kept and not regen:
             ln_mlp += x * h  # shared fc1's copy
     else:
         # `mlp` checkpoints the MLP from the residual: the fused norm's output goes too
-        ln_mlp = 0.0 if "mlp" in mods else (x * h if fp8 else 2.0 * h)
+        ln_mlp = 0.0 if "mlp" in mods or regen else (x * h if fp8 else 2.0 * h)
     outside = 4.0 * h + ln_gemm + ln_mlp
     qkv = shape.act_qkv if not (shape.mla and "mla_up_proj" in mods) else 0.0
-    deepseek = cache == "deepseek"
     out_b = E5M6_STORE_BYTES if deepseek else 2.0 + (x if fp8 else 0.0)
     attn = shape.act_latent + qkv + out_b * shape.attn_out
     if "core_attn" not in mods:
@@ -312,13 +331,16 @@ def layer_activation_bytes(
     return tokens * per_token
 
 
-def _fc1_bytes(shape: ModelShape, fp8_act_input: bool) -> float:
+def _fc1_bytes(shape: ModelShape, fp8_act_input: bool, cache: str = "te") -> float:
     """Bytes per MLP-width element of the kept fc1 output: gated 2 tensors, gelu 1, each 2
     bytes in bf16; a gated one 1 byte each with the FP8 input store (a gelu MLP keeps
-    Megatron's fused bias-gelu input in bf16: the flag reaches the SwiGLU only)."""
+    Megatron's fused bias-gelu input in bf16: the flag reaches the SwiGLU only), 1 + 4/128
+    with DeepSeek's fine-grained one (cache deepseek)."""
     if not shape.gated:
         return 2.0
-    return 2.0 * FP8_INPUT_STORE_BYTES if fp8_act_input else 4.0
+    if not fp8_act_input:
+        return 4.0
+    return 2.0 * (DEEPSEEK_FP8_STORE_BYTES if cache == "deepseek" else FP8_INPUT_STORE_BYTES)
 
 
 def op_sac_matmuls(shape: ModelShape) -> list[tuple[int, int, bool, bool]]:
@@ -371,13 +393,14 @@ def routed_activation_bytes(
     etp: int = 1,
     recipe: str | None = None,
     fp8_act_input: bool = False,
+    cache: str = "te",
 ) -> float:
     """The routed copies' share of `layer_activation_bytes` (moe, no recompute): per token a
     rank holds, k*cf copies of x*h*etp + (fc1 width + x)*f_e."""
     if not shape.E:
         return 0.0
     x = GEMM_INPUT_BYTES[recipe]
-    fc1_w = _fc1_bytes(shape, fp8_act_input)
+    fc1_w = _fc1_bytes(shape, fp8_act_input, cache)
     routed = shape.k * shape.capacity_factor / (t if sp else 1)
     return tokens * routed * (x * shape.h * etp + (fc1_w + x) * shape.f_e)
 

@@ -62,7 +62,7 @@ from planner.cost.pipeline import (
 )
 from planner.cost.precision import QUANTIZE_BYTES, linear_peak, quantized_elements
 from planner.cost.shape import ModelShape, model_shape
-from planner.cost.step import OPTIMIZER_BYTES_PER_PARAM, StepTime, dp_exposed
+from planner.cost.step import StepTime, dp_exposed, optimizer_times
 from planner.fields import PARTS
 from planner.layout import Layout, layout_key_for, stage_layer_counts
 from planner.pipeline_layout import parse_layout, rank_stages
@@ -459,6 +459,7 @@ class CostModel:
             etp=lay.etp,
             recipe=self.recipe,
             fp8_act_input=lay.activation_func_fp8_input_store,
+            cache=lay.activation_cache,
         )
         mode = host_mode(moe=True, cuda_graphs=lay.cuda_graphs, ep_overlap=overlap and lay.ep > 1)
         got = self._moe_layers[key] = layer_times(
@@ -1034,8 +1035,9 @@ class CostModel:
 
     def _dp_and_optimizer(
         self, lay: Layout, m: int, first: Stage, first_fwd: float, first_bwd: float
-    ) -> tuple[float, float]:
-        """(exposed DP seconds, optimizer seconds) of a step."""
+    ) -> tuple[float, tuple[float, float, float]]:
+        """(exposed DP seconds, (Adam update, gradient clipping, per-step overhead) seconds)
+        of a step."""
         dt = self.dtypes(lay)
         dense_p, linear_p, expert_p = self._first_rank_params(lay, first)
         # the distributed optimizer gathers FP8 weights with fp8_param_gather (1 byte)
@@ -1062,13 +1064,20 @@ class CostModel:
         )
         shard = lay.optimizer_shard if lay.zero >= 1 else 1
         eshard = lay.edp if lay.zero >= 1 else 1
-        opt_s = (
-            OPTIMIZER_BYTES_PER_PARAM * (dense_p / shard + expert_p / eshard) / self.hbm
-            + self.cal.step_overhead_ms * 1e-3
+        # the optimizer works on fp32 main gradients where the gradients are fp16 (`state_dtypes`)
+        grad = 4.0 if self.precision == "fp16" else dt.grad
+        update, clip = optimizer_times(
+            params=dense_p / shard + expert_p / eshard,
+            hbm_bytes_per_s=self.hbm,
+            grad=grad,
+            exp_avg=2.0 if lay.exp_avg_dtype == "bf16" else 4.0,
+            exp_avg_sq=2.0 if lay.exp_avg_sq_dtype == "bf16" else 4.0,
         )
-        return dp_s, opt_s
+        return dp_s, (update, clip, self.cal.step_overhead_ms * 1e-3)
 
-    def _parts(self, lay: Layout) -> tuple[tuple[Any, ...], tuple[float, float]]:
+    def _parts(
+        self, lay: Layout
+    ) -> tuple[tuple[Any, ...], tuple[float, tuple[float, float, float]]]:
         """(`_pipeline`, `_dp_and_optimizer`) of the layout. The pipeline part does not read
         ZeRO, the state dtypes or the DP overlap settings: it is cached on every other field
         (its key: the layout table's fields that read "pipeline"). The DP and optimizer part reads the layer costs only through the first stage's
@@ -1096,12 +1105,13 @@ class CostModel:
     def step_seconds(self, lay: Layout) -> float:
         """`time(lay).step_time_s`, without the rest of the breakdown (the search compares
         the dispatchers and ranks contenders by it)."""
-        pipe, (dp_s, opt_s) = self._parts(lay)
-        return cast(float, pipe[1] + dp_s + opt_s)
+        pipe, (dp_s, opt) = self._parts(lay)
+        return cast(float, pipe[1] + dp_s + sum(opt))
 
     def time(self, lay: Layout) -> StepTime:
         s = self.shape
-        pipe, (dp_s, opt_s) = self._parts(lay)
+        pipe, (dp_s, opt) = self._parts(lay)
+        opt_s = sum(opt)
         m, pipe_s, t_slow, (c, tp_s, ep_s, cp_s), pp_s = pipe[:5]
         p, v = lay.pp, lay.vpp
         step = pipe_s + dp_s + opt_s
@@ -1123,6 +1133,9 @@ class CostModel:
             ep_comm_s=m * ep_s,
             cp_comm_s=m * cp_s,
             optimizer_s=opt_s,
+            optimizer_update_s=opt[0],
+            grad_clip_s=opt[1],
+            step_overhead_s=opt[2],
             bubble_fraction=bubble_fraction(p, m, v),
             tokens_per_s=tokens / step,
             tokens_per_s_per_gpu=tokens / step / world,

@@ -22,11 +22,81 @@ from dataclasses import dataclass, field
 
 from planner.cost.comm import Link, all_gather_time, all_reduce_time, reduce_scatter_time
 
-__all__ = ["StepTime", "dp_exposed", "dp_buckets", "OPTIMIZER_BYTES_PER_PARAM"]
+__all__ = [
+    "StepTime",
+    "dp_exposed",
+    "dp_buckets",
+    "OPTIMIZER_BYTES_PER_PARAM",
+    "STREAM_HBM_EFFICIENCY",
+    "adam_update_bytes",
+    "grad_clip_bytes",
+    "optimizer_times",
+]
 
-OPTIMIZER_BYTES_PER_PARAM = 30.0
-"""HBM bytes an Adam update moves per sharded parameter: fp32 master, m, v read and written
-(24), fp32 grad read (4), bf16 param written (2)."""
+STREAM_HBM_EFFICIENCY = 0.9
+"""Share of the datasheet HBM bandwidth a long coalesced stream reaches: 3,614.6 GB/s read and
+3,704.8 GB/s written on a GH200 of 4,000 GB/s (HBM3, 96 GB; ProjectPhysX's OpenCL-Benchmark,
+its output in the public repository mredenti/PowerCapping, configuration/OpenCL_benchmark.md):
+0.90 and 0.93. The optimizer's kernels are such streams (no reuse, every element read or written
+once); they are counted at the read side's 0.90, an upper bound on what a multi-tensor kernel
+over many tensors reaches."""
+
+
+def adam_update_bytes(
+    *,
+    grad: float = 4.0,
+    exp_avg: float = 4.0,
+    exp_avg_sq: float = 4.0,
+    master: float = 4.0,
+    weight: float = 2.0,
+) -> float:
+    """HBM bytes a fused Adam(W) update moves per parameter it owns (Transformer Engine's and
+    Apex's FusedAdam, PyTorch's fused AdamW: one pass, each tensor read or written once):
+    it reads the fp32 master weight, the gradient and the two moments and writes the master
+    weight, the moments and the bf16 weight copy back,
+        2·master + grad + 2·exp_avg + 2·exp_avg_sq + weight
+    = 2·4 + 4 + 2·4 + 2·4 + 2 = 30 B with fp32 gradients and moments; 22 B with bf16 moments
+    (the precision-aware optimizer's `--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`). The dtypes
+    are the memory model's (memory.state_dtypes)."""
+    return 2.0 * master + grad + 2.0 * exp_avg + 2.0 * exp_avg_sq + weight
+
+
+OPTIMIZER_BYTES_PER_PARAM = adam_update_bytes()
+"""HBM bytes the default Adam update moves per owned parameter (30: `adam_update_bytes`)."""
+
+
+def grad_clip_bytes(*, grad: float = 4.0) -> float:
+    """HBM bytes gradient-norm clipping moves per owned parameter, 3·grad: Megatron-Core's
+    `get_grad_norm_fp32` reads every gradient once (`multi_tensor_l2norm`), and
+    `clip_grad_by_total_norm_fp32` scales them in place with Transformer Engine's
+    `multi_tensor_scale_tensor` every step (the clip coefficient, clamped at 1, stays on the
+    device: a read and a write; megatron/core/optimizer/clip_grads.py). PyTorch's
+    `clip_grad_norm_` (torchtitan) does the same: the norm, then a multiply by the clamped
+    coefficient."""
+    return 3.0 * grad
+
+
+def optimizer_times(
+    *,
+    params: float,
+    hbm_bytes_per_s: float,
+    grad: float = 4.0,
+    exp_avg: float = 4.0,
+    exp_avg_sq: float = 4.0,
+    clip: bool = True,
+    efficiency: float = STREAM_HBM_EFFICIENCY,
+) -> tuple[float, float]:
+    """(Adam update, gradient clipping) seconds of one step on a rank that owns `params`
+    parameters (the distributed optimizer's and FSDP's shard: its dense parameters / dp·cp,
+    its experts' / EDP; all of them without ZeRO). Both kernels are memory-bound streams:
+        t_adam = params · adam_update_bytes / (B_hbm · η),
+        t_clip = params · grad_clip_bytes / (B_hbm · η),
+    η = STREAM_HBM_EFFICIENCY. Llama 3 8B on 8 H100 with the distributed optimizer: 1.0e9
+    parameters a rank, 30 + 12 B each, 42 GB / (3.35 TB/s · 0.9) = 14 ms."""
+    rate = hbm_bytes_per_s * efficiency
+    update = params * adam_update_bytes(grad=grad, exp_avg=exp_avg, exp_avg_sq=exp_avg_sq) / rate
+    clipping = params * grad_clip_bytes(grad=grad) / rate if clip else 0.0
+    return update, clipping
 
 
 @dataclass(frozen=True)
@@ -39,7 +109,7 @@ class StepTime:
     dp_comm_s: float
     ep_comm_s: float
     cp_comm_s: float
-    optimizer_s: float
+    optimizer_s: float  # the optimizer step: update + clipping + the per-step overhead
     bubble_fraction: float
     tokens_per_s: float
     tokens_per_s_per_gpu: float
@@ -49,6 +119,9 @@ class StepTime:
     model_flops: float
     num_gpus: int
     train: dict[str, float] | None = field(default=None)
+    optimizer_update_s: float = 0.0  # of optimizer_s: the Adam update (`optimizer_times`)
+    grad_clip_s: float = 0.0  # of optimizer_s: the gradient norm and clipping
+    step_overhead_s: float = 0.0  # of optimizer_s: the profile's step_overhead_ms
 
     @property
     def exposed_comm_s(self) -> float:
@@ -63,7 +136,11 @@ class StepTime:
             ("DP communication (exposed)", self.dp_comm_s),
             ("EP communication (exposed)", self.ep_comm_s),
             ("CP communication (exposed)", self.cp_comm_s),
-            ("optimizer step", self.optimizer_s),
+            (
+                "optimizer step (Adam update, gradient clipping)",
+                self.optimizer_s - self.step_overhead_s,
+            ),
+            ("per-step overhead (step_overhead_ms)", self.step_overhead_s),
         ]
 
     def as_dict(self) -> dict[str, float]:
@@ -78,6 +155,9 @@ class StepTime:
             "ep_comm_s": self.ep_comm_s,
             "cp_comm_s": self.cp_comm_s,
             "optimizer_s": self.optimizer_s,
+            "optimizer_update_s": self.optimizer_update_s,
+            "grad_clip_s": self.grad_clip_s,
+            "step_overhead_s": self.step_overhead_s,
             "exposed_comm_s": self.exposed_comm_s,
         }
 
