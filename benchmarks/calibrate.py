@@ -180,12 +180,13 @@ def _header(name: str, cases, names, hw) -> str:
 
 MISSING = {  # (at the lower bound, at the upper bound): what the model misses
     "matmul_efficiency": (
-        "MoE compute the model leaves out: router and top-k, grouped GEMMs at "
-        "few tokens per expert (tile padding), load imbalance",
+        "MoE compute the model leaves out (router GEMM, tile padding and the grouped "
+        "GEMMs' size are modelled): routing imbalance beyond moe_capacity_factor",
         "elementwise or attention time the model overcounts",
     ),
     "fp8_matmul_efficiency": (
-        "FP8 quantize/cast kernels and grouped FP8 GEMMs at few tokens per expert",
+        "FP8 work besides the GEMMs' and quantization's (modelled: the casts and "
+        "Hopper's transposed copies, grouped GEMMs' size and tile padding), or host time",
         "FP8 GEMM time the model overcounts",
     ),
     "attention_efficiency": (
