@@ -178,7 +178,7 @@ def evaluate(cases: list[Case], hardware_override=None) -> list[dict]:
         if hardware_override is not None and job.hardware.name in hardware_override:
             job = replace(job, hardware=hardware_override[job.hardware.name])
             if layout.auto:
-                layout = fill_auto(job, layout.with_(micro_batch_size=1, vpp=1))
+                layout = fill_auto(job, layout.with_(**dict.fromkeys(layout.auto, 1)))
         est = estimate(job, layout)
         pred = est.time.step_time_s
         mem = est.memory

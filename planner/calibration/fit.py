@@ -121,7 +121,7 @@ def predict(run, profiles: dict[str, HardwareSpec] | None = None) -> float:
     if profiles is not None and job.hardware.name in profiles:
         job = replace(job, hardware=profiles[job.hardware.name])
         if layout.auto:
-            layout = fill_auto(job, layout.with_(micro_batch_size=1, vpp=1))
+            layout = fill_auto(job, layout.with_(**dict.fromkeys(layout.auto, 1)))
     return estimate(job, layout).time.step_time_s
 
 

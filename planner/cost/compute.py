@@ -150,6 +150,7 @@ def layer_times(
     host: tuple[float, float] = (0.0, 0.0),
     host_mode: str = "ahead",
     launch_s: float = 0.0,
+    router_s: float = 0.0,
 ) -> LayerTimes:
     """Forward, backward and recompute time of one layer for one micro-batch of `tokens`
     (= s*b/cp) tokens on one GPU of a TP group of `tp`.
@@ -162,7 +163,8 @@ def layer_times(
     bandwidth, plus `extra_bytes` of traffic that is not stored (MoE permute / unpermute of
     the `copies` rows, FP8 quantization), plus a fixed per-layer overhead, all 2x in
     backward. The host's launch time `host` (attention block, expert block; launch.py; 2x in
-    backward) hides behind the device as `host_mode` says (launch.py).
+    backward) hides behind the device as `host_mode` says (launch.py). An MoE layer's router
+    GEMM takes `router_s` forward (moe.router_flops at the BF16 rate), 2x in backward.
     Recompute: full repeats the forward; selective repeats the forward of its modules
     (`--recompute-modules`): core_attn the attention core, mlp the dense MLP's GEMMs, moe the
     routed experts' GEMMs, shared_experts theirs, mla_up_proj the MLA up-projections, and for
@@ -191,7 +193,7 @@ def layer_times(
         2.0 * (t_shared + t_experts),
     )
     if moe:
-        back_f, back_b = back_f + xf, back_b + xb
+        back_f, back_b = back_f + xf + router_s, back_b + xb + 2.0 * router_s
     else:
         front_f, front_b = front_f + xf, front_b + xb
     fwd = layer_wall((front_f, back_f), host, mode=host_mode, launch_s=launch_s)

@@ -50,6 +50,8 @@ from planner.cost.moe import (
     dispatch_seconds,
     expert_tokens,
     exposed_dispatch,
+    router_flops,
+    tile_padded_tokens,
     unpaired_share,
 )
 from planner.cost.params import padded_vocab
@@ -60,7 +62,7 @@ from planner.cost.pipeline import (
     pipeline_time,
     schedule_bubble,
 )
-from planner.cost.precision import QUANTIZE_BYTES, linear_peak, quantized_elements
+from planner.cost.precision import linear_peak, quantize_bytes, quantized_elements
 from planner.cost.shape import ModelShape, model_shape
 from planner.cost.step import StepTime, dp_exposed, optimizer_times
 from planner.fields import PARTS
@@ -480,6 +482,7 @@ class CostModel:
             ),
             host_mode=mode,
             launch_s=cal.launch_overhead_us * 1e-6,
+            router_s=b.local * router_flops(s.h, s.E) / rates[2],
             **b.kw,
         )
         return got
@@ -487,7 +490,8 @@ class CostModel:
     def _rates(self, lay: Layout, tokens: float) -> tuple[float, float, float]:
         """FLOP/s of (the TP-sharded projections, the routed experts' grouped GEMMs, the
         BF16 output layer): peak x efficiency (precision.py) x the size factor n/(n + n_half)
-        of `gemm_efficiency`, 1/n = tp/h + 1/tokens, or for an expert etp/f_e + 1/n_e."""
+        of `gemm_efficiency`, 1/n = tp/h + 1/tokens, or for an expert etp/f_e + 1/n_e, times
+        n_e over the rows its tiles compute (moe.tile_padded_tokens)."""
         s, cal = self.shape, self.cal
         size = gemm_efficiency(
             eff_max=1.0, half_size=cal.matmul_half_size, tp=lay.tp, h=s.h, tokens=tokens
@@ -504,8 +508,14 @@ class CostModel:
                 cf=s.capacity_factor,
                 experts=s.E,
             )
-            expert = lin * gemm_efficiency(
-                eff_max=1.0, half_size=cal.matmul_half_size, tp=lay.etp, h=s.f_e, tokens=n_e
+            # the grouped GEMM computes each expert's rows in whole tiles (moe.tile_padded_tokens)
+            expert = (
+                lin
+                * gemm_efficiency(
+                    eff_max=1.0, half_size=cal.matmul_half_size, tp=lay.etp, h=s.f_e, tokens=n_e
+                )
+                * n_e
+                / tile_padded_tokens(n_e)
             )
         return lin * size, expert, self.bf16 * cal.matmul_efficiency * size
 
@@ -513,7 +523,7 @@ class CostModel:
         """HBM bytes of FP8 quantization per layer and micro-batch, (forward, backward)."""
         if self.recipe is None:
             return 0.0, 0.0
-        q = QUANTIZE_BYTES[self.recipe]
+        q = quantize_bytes(self.recipe, self.hw.architecture)
         f_tp, b_tp, f_r, b_r = quantized_elements(self.shape, moe=moe, etp=lay.etp)
         per = tokens / lay.tp
         return q * per * (f_tp + f_r), q * per * (b_tp + b_r)

@@ -52,6 +52,22 @@ of H800's 132 for DeepEP), so the compute under them runs at 1 - s:
 The pipeline part weighs them by the unpaired share u = min(1, w/m) of a stage's m
 micro-batches, w = pp - rank for 1F1B (its warm-up forwards and the one at the seam) and
 pp/2 for DualPipe (each end of the bidirectional pipeline half as long).
+
+MoE compute besides the experts' FLOPs (`router_flops`, `tile_padded_tokens`):
+  router     the gating GEMM, h x E per token: 2·h·E FLOPs forward (4·h·E backward: dgrad
+             and wgrad), in BF16 (Transformer Engine does not quantize it; Megatron-Core's
+             TopKRouter is a plain torch linear), on the tokens a rank routes. Its softmax /
+             top-k and auxiliary-loss kernels are element-wise passes over the fp32 router
+             logits and probabilities the layer stores (8E bytes a token), already in
+             c_ew x the stored bytes.
+  tile       a grouped GEMM computes each expert's rows in whole tiles of GEMM_TILE_M rows:
+             the last tile of an expert is computed full whatever it holds. With the
+             remainder of an expert's n tokens uniform over 0..t-1 the expected rows are
+                 n + (t - 1)/2   (n >= (t + 1)/2),   t   (fewer: one tile)
+             and the expert GEMM runs at n / that of its rate. t = 128: DeepGEMM's grouped
+             contiguous layout aligns every expert's rows to its M block
+             (deep_gemm `get_m_alignment_for_contiguous_layout()`: "always 128"), and
+             CUTLASS's SM90 / SM100 grouped kernels tile M by 128 (64 at the smallest).
 """
 
 from __future__ import annotations
@@ -69,7 +85,27 @@ __all__ = [
     "unpaired_share",
     "FP8_DISPATCH_BYTES",
     "COMM_SM_SHARE",
+    "GEMM_TILE_M",
+    "router_flops",
+    "tile_padded_tokens",
 ]
+
+GEMM_TILE_M = 128
+"""Rows of a grouped GEMM's tile (DeepGEMM's contiguous-layout M alignment, CUTLASS's M tile)."""
+
+
+def router_flops(h: int, experts: int) -> float:
+    """FLOPs of the router GEMM per routed token, forward: 2·h·E (backward twice that)."""
+    return 2.0 * h * experts if experts else 0.0
+
+
+def tile_padded_tokens(n: float, tile: int = GEMM_TILE_M) -> float:
+    """Rows a grouped GEMM computes for an expert with n tokens: n + (tile - 1)/2 (the last
+    tile's expected empty rows, the remainder uniform), one whole tile below (tile + 1)/2."""
+    if n <= 0:
+        return 0.0
+    return float(tile) if n < (tile + 1) / 2 else n + (tile - 1) / 2
+
 
 _KERNEL_LATENCY_S = 20e-6  # a DeepEP / HybridEP dispatch or combine kernel's fixed cost
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128

@@ -17,7 +17,15 @@ Quantization traffic (HBM bytes per element quantized): reading the BF16 source 
 writing FP8 (1): delayed 3 (the amax comes from the previous step's history, fused in the
 cast); tensorwise 5 (current scaling reads the tensor once more for its amax); mxfp8
 2 + 2*(1 + 1/32) (row- and column-wise copies with their E8M0 scales in one pass); blockwise
-5 (an amax per block, then both layouts). Quantized per layer and token: every linear
+5 (an amax per block, then both layouts). On Hopper a delayed or tensorwise FP8
+tensor cannot be read column-wise by the tensor cores, so the cast also writes a transposed
+FP8 copy for the backward GEMMs (wgrad reads the input and the output gradient column-wise,
+dgrad the weight): +1 byte per element, delayed 4 and tensorwise 6 (`quantize_bytes`);
+Blackwell reads FP8 column-wise natively and needs no transpose (Transformer Engine docs,
+"Performance Considerations: Handling transposes": "Hopper: cannot efficiently access
+elements in columnwise fashion, so columnwise tensors need to be physically transposed in
+memory ... Blackwell: supports columnwise access natively, so no transpose is needed").
+Quantized per layer and token: every linear
 layer's input in forward and its output gradient in backward (weights are cast once per
 step and cached, or kept in FP8 with fp8_param_gather).
 """
@@ -31,7 +39,14 @@ from planner.cost.shape import ModelShape
 if TYPE_CHECKING:
     from planner.specs import HardwareSpec
 
-__all__ = ["RECIPE_GEMM_FACTOR", "QUANTIZE_BYTES", "linear_peak", "quantized_elements"]
+__all__ = [
+    "RECIPE_GEMM_FACTOR",
+    "QUANTIZE_BYTES",
+    "TRANSPOSE_ARCHITECTURES",
+    "quantize_bytes",
+    "linear_peak",
+    "quantized_elements",
+]
 
 RECIPE_GEMM_FACTOR = {"delayed": 1.0, "tensorwise": 1.0, "mxfp8": 1.0, "blockwise": 0.6}
 QUANTIZE_BYTES = {
@@ -40,6 +55,17 @@ QUANTIZE_BYTES = {
     "mxfp8": 2.0 + 2.0 * (1 + 1 / 32),
     "blockwise": 5.0,
 }
+TRANSPOSE_ARCHITECTURES = ("hopper",)
+"""GPU generations whose FP8 tensor cores read only row-wise (TN) operands: Transformer
+Engine writes a transposed FP8 copy of each per-tensor-scaled tensor for the backward GEMMs."""
+
+
+def quantize_bytes(recipe: str, architecture: str | None) -> float:
+    """HBM bytes per element quantized: QUANTIZE_BYTES, plus the transposed 1-byte copy a
+    delayed or tensorwise cast writes on Hopper (mxfp8 and blockwise already write
+    both layouts)."""
+    extra = recipe in ("delayed", "tensorwise") and architecture in TRANSPOSE_ARCHITECTURES
+    return QUANTIZE_BYTES[recipe] + (1.0 if extra else 0.0)
 
 
 def linear_peak(hw: HardwareSpec, recipe: str | None) -> float:
