@@ -639,3 +639,24 @@ def test_moe_layers_pay_their_fixed_cost_per_step_dense_layers_do_not(us):
         _job(ModelSpec(**dense), _cal(H100, moe_layer_overhead_us=us)), Instance()
     ).stage(0, seqs=4, ctx=128)
     assert d1.overhead_s == d0.overhead_s
+
+
+@pytest.mark.parametrize(
+    "norm, expected",
+    [
+        # two runs of one class outside the soft bar's classes, errors +10 % and -50 %:
+        # l2 averages the squared log errors, l1 the absolute ones; a run 5-fold off counts
+        # as e-fold (1) either way
+        pytest.param("l2", (0.0953102**2 + 0.6931472**2 + 1.0) / 3, id="l2"),
+        pytest.param("l1", (0.0953102 + 0.6931472 + 1.0) / 3, id="l1"),
+    ],
+)
+def test_serving_loss_norms(norm, expected):
+    from planner.serve.calibrate import rows_loss
+
+    rows = [
+        {"id": "a", "class": "serving-latency", "metric": "tpot_s", "error": 0.1},
+        {"id": "b", "class": "serving-latency", "metric": "tpot_s", "error": -0.5},
+        {"id": "c", "class": "serving-latency", "metric": "tpot_s", "error": 4.0},
+    ]
+    assert rows_loss(rows, "run", (), norm) == pytest.approx(expected, rel=1e-6)

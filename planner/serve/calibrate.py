@@ -117,6 +117,8 @@ def rows_loss(
 ) -> float:
     """The loss of the module's doc over evaluated rows (`bar_classes`: the classes the soft
     bar applies to; none for a user's runs; `norm`: NORMS)."""
+    if norm not in NORMS:
+        raise ValueError(f"norm {norm!r}: one of {', '.join(NORMS)}")
     bad = {r["id"] for r in infeasible(rows)}
     # the accuracy bar of tests/test_serve.py: no run of inference-calibration.yaml beyond
     # 40 %; a run past 35 % adds its excess squared, ten-fold (a soft bound, not a fit to it)
