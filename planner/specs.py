@@ -501,6 +501,11 @@ class ServingCalibration(_Spec):
     """Host time per request (admitting it, building its state, returning its response),
     microseconds: in steady state C/OSL requests start and finish per step, so short requests
     are capped near 1/request_overhead requests per second whatever the GPUs."""
+    moe_layer_overhead_us: float = Field(default=0.0, ge=0, le=1e4)
+    """Fixed time per MoE layer per step beyond its weight stream and FLOPs, microseconds: the
+    kernels a routed-expert layer runs that a dense MLP does not (router GEMM, top-k, the
+    token sort / block alignment, activation quantization, the combine) and the latency-bound
+    grouped GEMMs of a few tokens per expert (planner/serve/time.py moe_fixed_time)."""
     link_efficiency: float = Field(default=0.75, gt=0, le=1)
     """Achieved fraction of the scale-up link bandwidth (nvlink_bandwidth_gb_per_s) for the
     serving collectives (TP all-reduce, EP all-to-all, PP sends); on PCIe servers it is set by

@@ -13,7 +13,11 @@ per kernel group, plus the fixed costs that dominate small batches:
                  them (uniform routing; T_g the tokens of the step over the whole MoE group,
                  all dp ranks with attention DP), and the grouped e(n) (moe_efficiency m:
                  g m n / (n + m h)) with n = T_g k / touched, the tokens each TOUCHED expert
-                 gets (one token: k experts of 1 token each, not k/E of a token)
+                 gets (one token: k experts of 1 token each, not k/E of a token);
+                 plus the routed activations' HBM traffic of the permute, activation and
+                 combine kernels, T_g k / ep pairs x routed_activation_bytes, and the MoE
+                 layer's fixed cost moe_layer_overhead_us (its extra kernels and the
+                 latency-bound grouped GEMMs of a few tokens per expert)
     attention    decode: max(KV bytes read / (B_hbm * e_hbm), 4 (a/tp) d ctx / P_bf16 e_attn)
                  prefill: 4 (a/tp) d tokens * span / (P_bf16 * attention_efficiency)
     TP           2 all-reduces of T*h*2 bytes per layer (ring, comm.all_reduce_time on the
@@ -96,7 +100,14 @@ from planner.serve.memory import (
     stage_layers,
 )
 
-__all__ = ["StepParts", "ServeCost", "accepted_tokens", "kv_transfer_time", "touched_experts"]
+__all__ = [
+    "StepParts",
+    "ServeCost",
+    "accepted_tokens",
+    "kv_transfer_time",
+    "routed_activation_bytes",
+    "touched_experts",
+]
 
 ACT = 2.0  # bytes per activation element on the wire (bf16)
 
@@ -148,6 +159,26 @@ def touched_experts(E: int, k: int, tokens: float) -> float:
     return E * (1.0 - (1.0 - k / E) ** tokens)
 
 
+def routed_activation_bytes(h: int, f_e: float, gated: bool) -> float:
+    """Bytes one token-expert pair moves through HBM in the memory-bound kernels of a routed
+    MoE layer, beside its grouped GEMMs (bf16 activations): the permute that gathers the
+    token's row into its expert's block (h written), the activation between the two grouped
+    GEMMs (the first GEMM's 2 f_e (gated; f_e plain) read, f_e written) and the combine that
+    reads the k expert outputs back into the token's row (h read):
+
+        bytes = 2 * (2 h + (3 if gated else 2) f_e)        f_e = moe_ffn_hidden_size / etp
+
+    (vLLM fused_moe: the act kernel between the two invoke_fused_moe_kernel calls and
+    moe_sum; TensorRT-LLM CUTLASS MoE: expandInputRows and finalizeMoeRouting around the
+    grouped GEMMs). A dense MLP moves the same kinds of rows once per token for 2 x 3 h ffn
+    FLOPs; a pair does only 2 x 3 h f_e: for Qwen3-235B (h 4096, f_e 1536, etp 1) 25.6 kB
+    per 37.7 MFLOP, 1,475 FLOP a byte, 2.5 x an H100's FP8 peak over its HBM bandwidth
+    (1,979 TFLOP/s / 3.35 TB/s = 590), so at large batches the traffic adds a fifth to a
+    half of the expert GEMMs' time, where Llama 3 70B's MLP (h 8192, ffn 28672) is at 6,900
+    FLOP a byte. Counted at the HBM rate of the weights (B_hbm e_hbm), in weights_s."""
+    return ACT * (2.0 * h + (3.0 if gated else 2.0) * f_e)
+
+
 def accepted_tokens(k: int, a: float) -> float:
     """Expected tokens per verification step with k drafted tokens of acceptance rate a:
     (1 - a^(k+1)) / (1 - a) (Leviathan et al. 2023, eq. 1)."""
@@ -195,6 +226,11 @@ class ServeCost:
             2.0 * sh.moe_experts / sh.E / G if m.is_moe else 0.0
         )  # per token-expert pair, per GPU
         self.group_tokens = inst.dp if inst.dp_attention else 1
+        self.pair_bytes = (
+            routed_activation_bytes(m.hidden_size, m.expert_ffn / inst.etp, m.gated) / inst.ep
+            if m.is_moe
+            else 0.0
+        )  # per GPU per token-expert pair of the MoE group (each ep rank gets 1/ep of them)
         cp = inst.cp
         self.cp = cp
         self.kv_layer = kv_bytes_per_token_layer(m, tp, sv.kv_dtype, cp)  # per GPU: 1/cp
@@ -292,7 +328,8 @@ class ServeCost:
                 c.moe_efficiency,
                 grouped=True,
             )
-            w, cmp = w + nm * (a + a2), cmp + nm * (b + b2)
+            routed = Tg * self.k * self.pair_bytes / self.bw  # permute, activation, combine
+            w, cmp = w + nm * (a + a2 + routed), cmp + nm * (b + b2)
             if self.inst.dp_attention and self.inst.ep > 1:
                 ep = self.inst.ep
                 fan = ep * (1.0 - (1.0 - 1.0 / ep) ** self.k)  # S: (n-1)/n of it is remote
@@ -321,7 +358,7 @@ class ServeCost:
             tpc = L * 2 * all_reduce_time(T * self.h * ACT, self.tp, self.tp_link)
         e = self.eager_share(seqs, prefill, q) if eager is None else eager
         per_layer = e * c.layer_overhead_us + (1.0 - e) * c.graph_layer_overhead_us
-        over = L * per_layer * 1e-6 + c.step_overhead_us * 1e-6
+        over = (L * per_layer + nm * c.moe_layer_overhead_us + c.step_overhead_us) * 1e-6
         ppc = p2p_time(T * self.h * ACT, self.pp_link) if self.pp > 1 and s < self.pp - 1 else 0.0
         if s == self.pp - 1:
             logits = seqs if last_logits is None else last_logits
