@@ -53,3 +53,19 @@ def test_serve_view_reads_at_width(model, gpus, hw, tpot, width):
         assert f"{p.per_gpu:,.0f}" in text and str(e.concurrency) in text
     if result.pick_rank and result.pick_rank <= len(result.plans):  # the pick is in the table
         assert any(line.lstrip().startswith(f"{result.pick_rank}*") for line in lines)
+
+
+def test_the_pick_note_says_where_the_pick_is():
+    """The trace's "=> ..." line says the pick is marked in the table only when it is in it; a
+    pick ranked below the table is named with its rank and the --top that shows it."""
+    from types import SimpleNamespace
+
+    plans = [object()] * 10
+    inside = SimpleNamespace(pick_rank=3, plans=plans)
+    below = SimpleNamespace(pick_rank=17, plans=plans)
+    none = SimpleNamespace(pick_rank=None, plans=plans)
+    assert serve_report._pick_where(inside) == " (marked * above)"
+    assert "ranked 17" in serve_report._pick_where(below)
+    assert "--top 17" in serve_report._pick_where(below)
+    assert "above" not in serve_report._pick_where(below)
+    assert serve_report._pick_where(none) == ""

@@ -155,10 +155,18 @@ def steps_view(result) -> Group:
     for s in result.steps:
         lines.append(_hanging(f"  ({s['step']}) ", f"{s['title']}: {s['decision']}"))
     if result.pick_note:
-        lines.append(
-            _hanging("  => ", result.pick_note + (" (marked * above)" if result.pick_rank else ""))
-        )
+        lines.append(_hanging("  => ", result.pick_note + _pick_where(result)))
     return Group(*lines)
+
+
+def _pick_where(result) -> str:
+    """Where the procedure's pick sits in the ranking: marked in the table, or below it."""
+    rank = result.pick_rank
+    if not rank:
+        return ""
+    if rank <= len(result.plans):
+        return " (marked * above)"
+    return f" (ranked {rank}, below the table's {len(result.plans)}: --top {rank} shows it)"
 
 
 def _hanging(label: str, text: str) -> Table:
