@@ -3,10 +3,11 @@ docs/calibration.md): each GPU's runs of calibration-modern.yaml, half fitted th
 Megatron-LM logs, half held out. Scored by the fit's own loss (mean Huber of the log error) on
 the held-out half; the shipped profile was fitted to both halves.
 
-Here: the GPUs where both halves of the issue's bar hold (b200, h100-sxm, h100-96g; seconds
-each), and b300, which meets the first half only (its fit half holds 2 runs no profile fits,
-asserted as such). gb200-nvl72 and gb300-nvl72 are left to the
-benchmark (reasons in docs/calibration.md)."""
+Here: every GPU with runs on both halves, b200 by default and the others under
+`-m calibration_long` (~10-15 s each); b300's recovery from halved bandwidths is asserted as
+what it is (the loss, not the bandwidths). Since the fit predicts each run at the micro-batch it
+states (issue 17) gb200-nvl72 and gb300-nvl72 meet the bar too; docs/calibration.md says why
+that bar is easier against the shipped profiles than it will be against a refit."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.split_half import split_half
 
 LONG = pytest.mark.calibration_long  # ~15 s each: python -m pytest -m calibration_long
-PASSING = ["b200", pytest.param("h100-sxm", marks=LONG), pytest.param("h100-96g", marks=LONG)]
+PASSING = ["b200"] + [
+    pytest.param(g, marks=LONG) for g in ("h100-sxm", "h100-96g", "gb200-nvl72", "gb300-nvl72")
+]
 TOL = 1e-4  # the loss is printed to 4 decimals
 _cache: dict = {}
 
