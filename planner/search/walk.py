@@ -453,11 +453,15 @@ def _contenders(
     head, tail, cm = group.head, group.tail, group.cm
     pp, vpp, dp = head.pp, head.vpp, head.dp
     none = space.by_key.get("none")
+    time_class = space.time_class
 
     def bound(mbs: int, sv: Saver) -> float:
-        lb = bounds.get((mbs, sv.key))
+        # within the group the bound reads of a saver only what `_least_bound_sum` keys on
+        # (its time class: the fp32 and bf16 twins, and none and offload, share it)
+        key = (mbs, time_class[sv.key])
+        lb = bounds.get(key)
         if lb is None:
-            lb = bounds[(mbs, sv.key)] = min(
+            lb = bounds[key] = min(
                 cm.scale_bound(total, pp, vpp, dp, mbs, ends)
                 for total, ends in _least_bound_sum(head, mbs, sv, tail, space, cm)
             )
