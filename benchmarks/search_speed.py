@@ -16,7 +16,11 @@ search, time its CPU in one process (`PLANNER_SERIAL=1`, `time.process_time()` a
 `search(job)`), the least of a few runs, alternating the versions: measured so on the
 2-core machine, the 70B x 2,048 search went from 0.24-0.35 s to 0.23-0.27 s of CPU and the
 DeepSeek-V3 x 2,048 one from 1.53-1.73 s to 1.33-1.61 s (before the unpaired-EP ends joined
-its bound: 1.24-1.67 s).
+its bound: 1.24-1.67 s). The two `--export` rows time the framework filter (each contender
+asked whether the framework runs it, and how): with its look-ups cached, whole commands
+(CPU of both processes, best of 3, interleaved with the commit before, load average 2.5-4)
+went from 7.2 to 4.9 s (deepseek-v3 x 1,024 --export torchtitan) and from 2.8 to 1.8 s (405b
+x 16,384 --export deepspeed); docs/search.md has the table and this benchmark's last run.
 """
 
 from __future__ import annotations
