@@ -515,12 +515,13 @@ def _least_bound_sum(
     )
     got = space.bound_sums.get(key)
     if got is None:
-        parts = sorted(
-            {
-                cm.bound_parts(_build(head, 0, mbs, sv, tail, v))
-                for v in _variants_for(space, head, sv)
-            }
-        )
+        variants = _variants_for(space, head, sv)
+        if len(variants) == 1:  # ep 1 (every dense model): nothing to order
+            got = space.bound_sums[key] = (
+                cm.bound_parts(_build(head, 0, mbs, sv, tail, variants[0])),
+            )
+            return got
+        parts = sorted({cm.bound_parts(_build(head, 0, mbs, sv, tail, v)) for v in variants})
         # a variant no cheaper in its sum and with no unpaired ends never gives the least
         got = space.bound_sums[key] = tuple(p for i, p in enumerate(parts) if i == 0 or p[1])
     return got
