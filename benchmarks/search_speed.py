@@ -16,7 +16,11 @@ search, time its CPU in one process (`PLANNER_SERIAL=1`, `time.process_time()` a
 `search(job)`), the least of a few runs, alternating the versions: measured so on the
 2-core machine, the 70B x 2,048 search went from 0.24-0.35 s to 0.23-0.27 s of CPU and the
 DeepSeek-V3 x 2,048 one from 1.53-1.73 s to 1.33-1.61 s (before the unpaired-EP ends joined
-its bound: 1.24-1.67 s).
+its bound: 1.24-1.67 s). The two `--export` rows time the framework filter (each contender
+asked whether the framework runs it, and how): with its look-ups cached, whole commands
+(CPU of both processes, best of 3, interleaved with the commit before, load average 2.5-4)
+went from 7.2 to 4.9 s (deepseek-v3 x 1,024 --export torchtitan) and from 2.8 to 1.8 s (405b
+x 16,384 --export deepspeed); docs/search.md has the table and this benchmark's last run.
 """
 
 from __future__ import annotations
@@ -33,11 +37,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 COMMANDS = [
-    ("405b", 16384, "h100-sxm"),
-    ("70b", 2048, "h100-sxm"),
-    ("deepseek-v3", 2048, "h100-sxm"),
-    ("deepseek-v3", 1024, "h100-sxm"),
-    ("qwen3-235b", 512, "b200"),
+    ("405b", 16384, "h100-sxm", None),
+    ("70b", 2048, "h100-sxm", None),
+    ("deepseek-v3", 2048, "h100-sxm", None),
+    ("deepseek-v3", 1024, "h100-sxm", None),
+    ("qwen3-235b", 512, "b200", None),
+    # `--export F` searches what F runs (its refusals and `runs_as` on every contender)
+    ("deepseek-v3", 1024, "h100-sxm", "torchtitan"),
+    ("405b", 16384, "h100-sxm", "deepspeed"),
 ]
 
 
@@ -58,8 +65,12 @@ def wall(cmd: list[str], repeat: int) -> list[float]:
     return times
 
 
-def label(model: str, gpus: int, hw: str) -> str:
-    return f"--model {model} --gpus {gpus}" + ("" if hw == "h100-sxm" else f" --hardware {hw}")
+def label(model: str, gpus: int, hw: str, fw: str | None = None) -> str:
+    return (
+        f"--model {model} --gpus {gpus}"
+        + ("" if hw == "h100-sxm" else f" --hardware {hw}")
+        + ("" if fw is None else f" --export {fw}")
+    )
 
 
 def main(argv=None) -> int:
@@ -70,38 +81,44 @@ def main(argv=None) -> int:
 
     from planner.config import Job, default_training, resolve_hardware
     from planner.cost import cost_model
+    from planner.frameworks import runnable
     from planner.presets import get_preset
-    from planner.search import search
+    from planner.search import SearchOptions, search
 
     print(f"{'command':66s} {'best s':>7s} {'median s':>9s}")
-    for model, gpus, hw in COMMANDS:
-        ts = wall(base + ["plan"] + label(model, gpus, hw).split(), args.repeat)
+    for model, gpus, hw, fw in COMMANDS:
+        ts = wall(base + ["plan"] + label(model, gpus, hw, fw).split(), args.repeat)
         print(
-            f"planner plan {label(model, gpus, hw)}".ljust(66)
+            f"planner plan {label(model, gpus, hw, fw)}".ljust(66)
             + f" {min(ts):7.3f} {statistics.median(ts):9.3f}"
         )
     print()
     print(
-        f"{'in process':26s} {'layouts':>9s} {'memory est.':>11s} {'timed':>6s} {'search s':>9s} "
+        f"{'in process':30s} {'layouts':>9s} {'memory est.':>11s} {'timed':>6s} {'search s':>9s} "
         f"{'layouts/s':>10s} {'estimates/s':>12s}"
     )
     kept = None
-    for model, gpus, hw in COMMANDS:
+    for model, gpus, hw, fw in COMMANDS:
         m = get_preset(model)
         job = Job(
             model=m, hardware=resolve_hardware(hw), num_gpus=gpus, training=default_training(m)
         )
-        r = search(job)
-        name = f"{model} x {gpus}" + ("" if hw == "h100-sxm" else f" {hw}")
+        if fw is not None:  # as `plan --export fw` searches
+            job = runnable.job_for(job, fw)
+        r = search(job, SearchOptions(runs_as=None if fw is None else runnable.allow(fw)))
+        name = (
+            f"{model} x {gpus}"
+            + ("" if hw == "h100-sxm" else f" {hw}")
+            + ("" if fw is None else f" {fw}")
+        )
         print(
-            f"{name:26s} {r.searched:9,d} {r.evaluated:11,d} {r.timed:6,d} "
+            f"{name:30s} {r.searched:9,d} {r.evaluated:11,d} {r.timed:6,d} "
             f"{r.elapsed_s:9.3f} {r.searched / r.elapsed_s:10,.0f} "
             f"{(r.evaluated + r.timed) / r.elapsed_s:12,.0f}"
         )
         if model == "70b":
             kept = (job, r)
     # raw rate: full estimates (memory + time) of distinct layouts, fresh cost model
-    from planner.search import SearchOptions
     from planner.search.space import _Space
     from planner.search.walk import _Counter, _groups
 

@@ -232,3 +232,33 @@ def test_savers_column_shows_offload_and_bf16_states():
         Layout(tp=8, dp=8, recompute="selective", recompute_modules=("core_attn", "layernorm"))
     ) == ["sel+"]
     assert in_use(Layout(tp=8, dp=8)) == []
+
+
+# the filter's look-ups, cached for speed (the search asks for every layout it ranks), give
+# what the plain computations give
+def test_cached_flavor_lookup_is_the_first_flavor_of_the_same_shape():
+    from planner.frameworks.torchtitan import flavors
+    from planner.presets import FAMILY_PRESETS, PRESETS, get_preset
+
+    models = [get_preset(k) for k in [*PRESETS, *FAMILY_PRESETS]]
+    models += [f.spec for f in flavors.all_flavors()]
+    found = 0
+    for m in models:
+        key = flavors._shape(m)
+        plain = next((f for f in flavors.all_flavors() if flavors._shape(f.spec) == key), None)
+        assert flavors.find_flavor(m) is plain, m.name
+        found += plain is not None
+    assert found > len(flavors.all_flavors())  # both outcomes are exercised
+
+
+@pytest.mark.parametrize("layers", [1, 7, 61, 126])
+@pytest.mark.parametrize("method", ["type:transformer", "type:transformer|embedding"])
+@pytest.mark.parametrize("tied", [False, True])
+def test_cached_deepspeed_partition_is_the_computed_one(layers, method, tied):
+    from planner.frameworks.deepspeed.writer import partition_split
+
+    for pp in range(1, min(layers, 16) + 1):
+        args = dict(method=method, tied=tied)
+        assert partition_split(layers, pp, **args) == partition_split.__wrapped__(
+            layers, pp, **args
+        )

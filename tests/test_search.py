@@ -631,3 +631,96 @@ def test_pinned_axes_that_cannot_tile_give_a_clean_answer(runner, gpus, fix):
     )
     assert result.exit_code in (0, 1), result.stderr
     assert "internal error" not in result.stderr
+
+
+# ------------------------------------------------------------ the oracle, as a framework runs it
+
+FRAMEWORK_ORACLE_CASES = [("llama3-8b", 8), (TINY_MOE, 8)]
+
+
+@functools.lru_cache(maxsize=4)
+def _feasible_for(model_index: int, accounting: str):
+    """The oracle's feasible layouts of a case with the model-state accounting a framework
+    counts (runnable.job_for), computed once for the frameworks that share it."""
+    from planner.frameworks import runnable
+
+    model, N = FRAMEWORK_ORACLE_CASES[model_index]
+    fw = {"megatron": "megatron", "deepspeed": "deepspeed"}[accounting]
+    job = runnable.job_for(_job(model, N, seq=4096, gbs=64), fw)
+    return job, _oracle(job, SearchOptions(top=5))
+
+
+def _as_run_oracle(job: Job, feasible, fw: str, top: int) -> list:
+    """`plan --framework fw` by brute force: every feasible layout (fp32 savers, and bf16-state
+    ones only where the fp32 `none` does not fit at that ZeRO and micro-batch) at every
+    dispatcher variant, each as the framework runs it (runnable.runs_as; None: refused) and
+    still fitting as it runs; per layout the fastest variant (the first on a tie); one plan
+    per layout as run, and at dp*cp = 1 (ZeRO shards over nothing) the lowest ZeRO stage of
+    those equal in time and memory; ranked by `_key`."""
+    from planner.frameworks import runnable
+
+    cm = CostModel(job)
+    plain = _saver_fields(savers(job.model, {})[0])
+    by_base: dict = {}
+    for sv, lay, _mem in feasible:
+        by_base.setdefault(lay.with_(**plain), []).append((sv, lay))
+    ran_all: dict = {}
+    for got in by_base.values():
+        roomy = any(sv.key == "none" for sv, _ in got)
+        for sv, lay in got:
+            if sv.bf16_states and roomy:
+                continue
+            variants = [("allgather", False)]
+            if lay.ep > 1:
+                variants += [("alltoall", False)] + (
+                    [("alltoall", True)] if lay.recompute != "full" else []
+                )
+            best = None
+            for d, o in variants:
+                ran = runnable.runs_as(
+                    job, lay.with_(moe_token_dispatcher=d, overlap_moe_expert_parallel_comm=o), fw
+                )
+                if ran is None or not fits(cm.memory(ran).total, cm.capacity, DEFAULT_HEADROOM):
+                    continue
+                tm = cm.time(ran)
+                if best is None or tm.step_time_s < best[1].step_time_s:
+                    best = (ran, tm)
+            if best is not None:
+                ran_all[best[0]] = (best[0], cm.memory(best[0]), best[1])
+    kept: dict = {}
+    for ran, mem, tm in ran_all.values():
+        key = (ran.with_(zero=0), tm.step_time_s, mem.total) if ran.dp * ran.cp == 1 else ran
+        if key not in kept or ran.zero < kept[key][0].zero:
+            kept[key] = (ran, mem, tm)
+    return sorted(kept.values(), key=lambda x: _key(*x))[:top]
+
+
+_FRAMEWORK_ORACLE_RUNS = [
+    pytest.param(case, fw, id=f"{m if isinstance(m, str) else m.name}-{n}gpu-{fw}")
+    for case, (m, n) in enumerate(FRAMEWORK_ORACLE_CASES)
+    # the MoE case with the two frameworks that refuse the most (and share one accounting)
+    for fw in (
+        ("megatron", "megatron-bridge", "nemo", "deepspeed", "torchtitan")
+        if isinstance(m, str)
+        else ("deepspeed", "torchtitan")
+    )
+]
+
+
+@pytest.mark.parametrize("case, fw", _FRAMEWORK_ORACLE_RUNS)
+def test_framework_search_agrees_with_the_brute_force_oracle(case, fw):
+    """The search with a framework's filter (its refusals and `runs_as`, as `plan --framework`
+    passes them; the look-ups it caches for speed among them) ranks what the brute force
+    ranks, in order."""
+    from planner.frameworks import runnable
+
+    job, feasible = _feasible_for(case, runnable.ACCOUNTING.get(fw, "megatron"))
+    if runnable.model_refusal(job, fw):
+        pytest.skip(f"{fw} cannot train {job.model.name}")
+    want = _as_run_oracle(job, feasible, fw, top=5)
+    assert want, "the framework runs no layout here: pick another case"
+    result = search(job, SearchOptions(top=5, runs_as=runnable.allow(fw)))
+    assert [p.layout for p in result.plans] == [lay for lay, _, _ in want]
+    assert [p.time.step_time_s for p in result.plans] == pytest.approx(
+        [tm.step_time_s for _, _, tm in want], rel=1e-12
+    )

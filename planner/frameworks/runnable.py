@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from importlib import import_module
+from types import ModuleType
 
 from planner.errors import SpecError, short
 from planner.layout import Layout
@@ -62,9 +63,21 @@ def check_framework(name: str, *, option: str = "--framework") -> str:
     return key
 
 
+_LOADED: dict[str, ModuleType] = {}
+
+
+def _writer(fw: str) -> ModuleType:
+    """The writer module of `fw`, imported on first use (the search filter asks for every
+    layout it ranks: one dict look-up, not the import machinery, each time)."""
+    module = _LOADED.get(fw)
+    if module is None:
+        module = _LOADED[fw] = import_module(f"planner.frameworks.{_WRITERS[fw]}")
+    return module
+
+
 def refusals(job, layout: Layout, fw: str) -> list[str]:
     """The writer's own reasons to refuse (empty: it exports)."""
-    return import_module(f"planner.frameworks.{_WRITERS[fw]}").refusals(job, layout)
+    return _writer(fw).refusals(job, layout)
 
 
 def runnable(job, layout: Layout) -> list[str]:
@@ -75,7 +88,7 @@ def runnable(job, layout: Layout) -> list[str]:
 def runs_as(job, layout: Layout, fw: str) -> Layout | None:
     """The layout as `fw` runs it (its writer's `runs_as`: what reading the export back
     gives), or None when the writer refuses it."""
-    module = import_module(f"planner.frameworks.{_WRITERS[fw]}")
+    module = _writer(fw)
     if module.refusals(job, layout):
         return None
     return module.runs_as(job, layout)

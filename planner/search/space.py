@@ -127,6 +127,13 @@ def _moe_variants(model, fix) -> list[tuple[str, bool]]:
     return out
 
 
+def _classes(options: list[Saver], reads: Callable[[Saver], tuple]) -> dict[str, str]:
+    """{saver key: the key of the first saver that reads alike}: the savers' classes by what
+    `reads` takes of them."""
+    first: dict[tuple, str] = {}
+    return {sv.key: first.setdefault(reads(sv), sv.key) for sv in options}
+
+
 def _pow2_upto(n: int, cap: int) -> list[int]:
     out, c = [], 1
     while c <= cap and n % c == 0:
@@ -168,12 +175,13 @@ class _Space:
         self.bound_sums: dict[tuple, tuple] = {}  # `_least_bound_sum`'s, for this search
         self.act_tables: dict[tuple, dict] = {}  # `_Group.acts`, for this search
         # what the activations (`_Group.acts`) and the time bound (`_least_bound_sum`) read
-        # of a saver; the options before each saver in its chain and its fp32 twin (they
-        # need no less memory)
-        self.act_class = {
-            sv.key: (sv.recompute, sv.modules, sv.num_layers, sv.offload_layers) for sv in self.rec
-        }
-        self.time_class = {sv.key: (sv.recompute, sv.modules, sv.num_layers) for sv in self.rec}
+        # of a saver, each class named by its first saver's key (a string: a cheap key to
+        # hash, where the tuples would be hashed at every look-up); the options before each
+        # saver in its chain and its fp32 twin (they need no less memory)
+        self.act_class = _classes(
+            self.rec, lambda sv: (sv.recompute, sv.modules, sv.num_layers, sv.offload_layers)
+        )
+        self.time_class = _classes(self.rec, lambda sv: (sv.recompute, sv.modules, sv.num_layers))
         before = {
             sv.key: tuple(
                 b

@@ -453,11 +453,15 @@ def _contenders(
     head, tail, cm = group.head, group.tail, group.cm
     pp, vpp, dp = head.pp, head.vpp, head.dp
     none = space.by_key.get("none")
+    time_class = space.time_class
 
     def bound(mbs: int, sv: Saver) -> float:
-        lb = bounds.get((mbs, sv.key))
+        # within the group the bound reads of a saver only what `_least_bound_sum` keys on
+        # (its time class: the fp32 and bf16 twins, and none and offload, share it)
+        key = (mbs, time_class[sv.key])
+        lb = bounds.get(key)
         if lb is None:
-            lb = bounds[(mbs, sv.key)] = min(
+            lb = bounds[key] = min(
                 cm.scale_bound(total, pp, vpp, dp, mbs, ends)
                 for total, ends in _least_bound_sum(head, mbs, sv, tail, space, cm)
             )
@@ -511,12 +515,13 @@ def _least_bound_sum(
     )
     got = space.bound_sums.get(key)
     if got is None:
-        parts = sorted(
-            {
-                cm.bound_parts(_build(head, 0, mbs, sv, tail, v))
-                for v in _variants_for(space, head, sv)
-            }
-        )
+        variants = _variants_for(space, head, sv)
+        if len(variants) == 1:  # ep 1 (every dense model): nothing to order
+            got = space.bound_sums[key] = (
+                cm.bound_parts(_build(head, 0, mbs, sv, tail, variants[0])),
+            )
+            return got
+        parts = sorted({cm.bound_parts(_build(head, 0, mbs, sv, tail, v)) for v in variants})
         # a variant no cheaper in its sum and with no unpaired ends never gives the least
         got = space.bound_sums[key] = tuple(p for i, p in enumerate(parts) if i == 0 or p[1])
     return got

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 
 from planner.errors import InfeasibleError
 from planner.frameworks.megatron.writer import (
@@ -120,6 +121,7 @@ class DeepSpeedSplit:
     note: str | None = None
 
 
+@lru_cache(maxsize=256)  # pure; the search's DeepSpeed filter asks for every layout it ranks
 def partition_split(
     num_layers: int, pp: int, *, method: str = "type:transformer", tied: bool = False
 ) -> DeepSpeedSplit:

@@ -334,5 +334,14 @@ def _shape(m: ModelSpec) -> tuple:
 
 def find_flavor(model: ModelSpec) -> Flavor | None:
     """The first (canonical) flavor with this model's shape (the RoPE base aside)."""
-    key = _shape(model)
-    return next((f for f in _table() if _shape(f.spec) == key), None)
+    return _by_shape().get(_shape(model))
+
+
+@lru_cache(maxsize=1)
+def _by_shape() -> dict[tuple, Flavor]:
+    """The table by shape, the first flavor of each (the search's torchtitan filter asks for
+    every layout it ranks: one look-up instead of the table's shapes each time)."""
+    out: dict[tuple, Flavor] = {}
+    for f in _table():
+        out.setdefault(_shape(f.spec), f)
+    return out
