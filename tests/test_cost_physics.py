@@ -416,7 +416,6 @@ FP8_PAIRS = [
         "tt-2506-llama3-70b-256g-fsdp32-tp8-bf16-vanilla-tp",
         "tie",
         id="tt-h100-70b-vanilla-rowwise~bf16",
-        marks=_RECIPE_XFAIL,
     ),
     pytest.param(
         "tt-2506-llama3-70b-256g-fsdp32-tp8-bf16-async-tp",
