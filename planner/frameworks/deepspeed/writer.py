@@ -371,6 +371,8 @@ def _model_flags(m: ModelSpec, *, seq_length: int) -> list[Flag]:
             ("--topk", str(m.moe_top_k)),
             ("--create-moe-param-group", None),
         ]
+        if m.moe_capacity_factor != 1.0:  # DeepSpeed-MoE's capacity at training (default 1.0)
+            flags.append(("--moe-train-capacity-factor", f"{m.moe_capacity_factor:g}"))
     return flags
 
 

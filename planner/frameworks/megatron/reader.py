@@ -180,6 +180,7 @@ _SINGLE = frozenset(
         "--exp-avg-sq-dtype",
         "--rotary-base",
         "--moe-expert-capacity-factor",
+        "--moe-train-capacity-factor",
         "--attention-backend",
         "--moe-layer-freq",
         "--moe-router-num-groups",
@@ -1056,7 +1057,9 @@ def _moe_fields(
     if shared:
         unit = moe["moe_ffn_hidden_size"] or fields["ffn_hidden_size"] or shared
         moe["num_shared_experts"] = max(1, round(shared / unit))
-    capacity = flags.float("--moe-expert-capacity-factor", fix=fix)
+    capacity = flags.float(
+        "--moe-train-capacity-factor" if deepspeed else "--moe-expert-capacity-factor", fix=fix
+    )
     if capacity is not None:
         moe["moe_capacity_factor"] = capacity
     groups = flags.int("--moe-router-num-groups", fix=fix)

@@ -342,6 +342,8 @@ def moe_flags(m: ModelSpec, layout: Layout | None = None) -> list[Flag]:
             ("--moe-router-num-groups", str(m.moe_router_num_groups)),
             ("--moe-router-group-topk", str(m.moe_router_group_topk)),
         ]
+    if m.moe_capacity_factor != 1.0:  # token dropping at this capacity (Megatron-Core's default:
+        flags.append(("--moe-expert-capacity-factor", f"{m.moe_capacity_factor:g}"))  # dropless)
     dispatcher = layout.moe_token_dispatcher if layout is not None else "alltoall"
     if dispatcher in ("deepep", "hybridep"):
         flags += [

@@ -152,6 +152,11 @@ def _problems(job, layout: Layout) -> list[tuple[bool, str]]:
             f"etp {layout.etp}: torchtitan's expert TP is tp ({layout.tp}) or 1; set one of them",
         ),
         (
+            m.is_moe and m.moe_capacity_factor != 1.0,
+            f"moe_capacity_factor {m.moe_capacity_factor:g}: torchtitan's MoE is dropless (its "
+            "MoEArgs have no capacity factor); set 1.0 or export megatron",
+        ),
+        (
             m.is_moe and (shard * layout.cp * layout.tp) % layout.ep,
             f"ep ({layout.ep}) must divide data_parallel_shard_degree*cp*tp "
             f"({shard}*{layout.cp}*{layout.tp} = {shard * layout.cp * layout.tp}): EP borrows "
