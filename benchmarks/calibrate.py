@@ -261,6 +261,16 @@ def fit_cases(paths, log=print) -> list:
     ]
 
 
+def base_profiles(by_hw: dict[str, list]) -> dict:
+    """The profiles a fit starts from: each GPU's with runs, and a parent with no runs of its
+    own, which still lends its values (`fit_all`)."""
+    profiles = {n: cs[0].job.hardware for n, cs in by_hw.items()}
+    for n in ORDER:
+        if n in PARENT and PARENT[n] not in profiles:
+            profiles[PARENT[n]] = load_hardware(PARENT[n])
+    return profiles
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibration", type=Path, action="append", default=None)
@@ -278,10 +288,7 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
-    profiles = {n: cs[0].job.hardware for n, cs in by_hw.items()}
-    for n in ORDER:  # a parent with no runs of its own still lends its values
-        if n in PARENT and PARENT[n] not in profiles:
-            profiles[PARENT[n]] = load_hardware(PARENT[n])
+    profiles = base_profiles(by_hw)
     fitted: dict = {}
     profiles = fit_all(by_hw, profiles, fitted=fitted)
     for name in ORDER:

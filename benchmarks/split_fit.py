@@ -29,8 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.accuracy import default_paths, evaluate  # noqa: E402
-from benchmarks.calibrate import PARENT, fit_all, fit_cases  # noqa: E402
-from planner.config import resolve_hardware as load_hardware  # noqa: E402
+from benchmarks.calibrate import base_profiles, fit_all, fit_cases  # noqa: E402
 
 
 def halves(cases) -> tuple[list, list]:
@@ -48,13 +47,7 @@ def fit(cases) -> dict:
     by_hw: dict[str, list] = {}
     for c in cases:
         by_hw.setdefault(c.job.hardware.name, []).append(c)
-    profiles = {n: cs[0].job.hardware for n, cs in by_hw.items()}
-    for n in list(profiles):
-        p = PARENT.get(n)
-        while p is not None and p not in profiles:
-            profiles[p] = load_hardware(p)
-            p = PARENT.get(p)
-    return fit_all(by_hw, profiles, log=lambda *a, **k: None)
+    return fit_all(by_hw, base_profiles(by_hw), log=lambda *a, **k: None)
 
 
 def summary(rows) -> dict:
