@@ -435,3 +435,46 @@ def script_reader(source: str):
         return None
 
     return read
+
+
+def model_replaced(
+    stated: Iterable[tuple[str, object, str]],
+    model: ModelSpec,
+    rule: str,
+    whose: str = "the script's",
+) -> Violation | None:
+    """A warning naming the model settings a file states that --model, which replaces the
+    file's whole model, does not share: `stated` is (the file's name for it, its value, the
+    ModelSpec field). Where the model leaves a field unset, the value it implies is compared
+    (kv heads = attention heads, kv_channels = head_dim, an expert's width = the FFN's); a
+    value that is not a number is left to the reader that reads it. None when all agree."""
+    implied = {
+        "num_kv_heads": model.num_attention_heads,
+        "kv_channels": model.head_dim,
+        "moe_ffn_hidden_size": model.ffn_hidden_size if model.is_moe else None,
+    }
+    differs = []
+    for key, value, name in stated:
+        try:
+            said = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        theirs = getattr(model, name)
+        if theirs is None:
+            theirs = implied.get(name)
+        if theirs is None or float(theirs) != said:
+            differs.append(
+                (f"{key} {value}", f"{name} {'none' if theirs is None else f'{theirs:g}'}")
+            )
+    if not differs:
+        return None
+    return Violation(
+        rule,
+        f"{whose} "
+        + ", ".join(d[0] for d in differs)
+        + (" differ" if len(differs) > 1 else " differs")
+        + " from --model's "
+        + ", ".join(d[1] for d in differs)
+        + "; planner uses --model's",
+        "warning",
+    )

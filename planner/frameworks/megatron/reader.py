@@ -38,6 +38,7 @@ from planner.frameworks.common import (
     hardware_of,
     inline_model,
     make_job,
+    model_replaced,
     resolve_world,
     script_reader,
     shell_notes,
@@ -867,16 +868,10 @@ def model_from_flags(
     --topk, lower-case --normalization."""
     if ov.model is not None:
         model = resolve_model(ov.model)
-        mtp = flags.int("--mtp-num-layers", 0) if dialect == "Megatron-LM" else 0
-        if mtp != model.mtp_num_layers:
-            out.append(
-                Violation(
-                    "megatron-model-replaced",
-                    f"the script's --mtp-num-layers {mtp} differs from --model's "
-                    f"mtp_num_layers {model.mtp_num_layers}; planner uses --model's",
-                    "warning",
-                )
-            )
+        rule = "deepspeed" if dialect == "Megatron-DeepSpeed" else "megatron"
+        replaced = model_replaced(_stated_shape(flags, dialect), model, f"{rule}-model-replaced")
+        if replaced is not None:
+            out.append(replaced)
         return model.model_copy(update={"vocab_size": ov.vocab_size}) if ov.vocab_size else model
     fix = "set it in the script or give --model"
     present = [f for f in _SHAPE_REQUIRED[:3] if flags.has(f)]
@@ -938,6 +933,37 @@ def model_from_flags(
             v_head_dim=flags.int("--v-head-dim", 128, fix=fix),
         )
     return inline_model(fields, source=source, fmt=f"{dialect} flags")
+
+
+_MODEL_FLAGS = {
+    "--num-layers": "num_layers",
+    "--hidden-size": "hidden_size",
+    "--ffn-hidden-size": "ffn_hidden_size",
+    "--num-attention-heads": "num_attention_heads",
+    "--kv-channels": "kv_channels",
+    "--num-experts": "num_experts",
+    "--moe-ffn-hidden-size": "moe_ffn_hidden_size",
+    "--moe-router-num-groups": "moe_router_num_groups",
+    "--moe-router-group-topk": "moe_router_group_topk",
+}
+"""The model-shape flags both dialects spell alike, and the ModelSpec field each sets."""
+
+
+def _stated_shape(flags: Flags, dialect: str) -> list[tuple[str, str, str]]:
+    """(flag, value, ModelSpec field) of the shape flags the script states; --mtp-num-layers
+    counts as 0 when absent (Megatron's default), since MTP adds layers."""
+    deepspeed = dialect == "Megatron-DeepSpeed"
+    spelled = dict(_MODEL_FLAGS)
+    spelled["--num-key-value-heads" if deepspeed else "--num-query-groups"] = "num_kv_heads"
+    spelled["--topk" if deepspeed else "--moe-router-topk"] = "moe_top_k"
+    capacity = "--moe-train-capacity-factor" if deepspeed else "--moe-expert-capacity-factor"
+    spelled[capacity] = "moe_capacity_factor"
+    stated = [(f, v, name) for f, name in spelled.items() if (v := flags.maybe(f)) is not None]
+    if not deepspeed:
+        stated.append(
+            ("--mtp-num-layers", flags.maybe("--mtp-num-layers") or "0", "mtp_num_layers")
+        )
+    return stated
 
 
 GPT2_VOCAB = 50257

@@ -43,6 +43,7 @@ from planner.frameworks.common import (
     hardware_of,
     inline_model,
     make_job,
+    model_replaced,
     resolve_world,
     unknown_key,
     vocab_from_tokenizer,
@@ -604,11 +605,61 @@ def _vocab(model: dict, source: str, ov: Overrides | None = None) -> int:
     return vocab
 
 
+_MCORE_SHAPE = {
+    "num_layers": "num_layers",
+    "hidden_size": "hidden_size",
+    "ffn_hidden_size": "ffn_hidden_size",
+    "num_attention_heads": "num_attention_heads",
+    "num_query_groups": "num_kv_heads",
+    "kv_channels": "kv_channels",
+    "num_moe_experts": "num_experts",
+    "moe_router_topk": "moe_top_k",
+    "moe_ffn_hidden_size": "moe_ffn_hidden_size",
+    "moe_expert_capacity_factor": "moe_capacity_factor",
+    "moe_router_num_groups": "moe_router_num_groups",
+    "moe_router_group_topk": "moe_router_group_topk",
+    "mtp_num_layers": "mtp_num_layers",
+}
+"""Megatron-Core TransformerConfig's shape keys (NeMo 1 model.*, NeMo 2 model.config,
+Megatron-Bridge model) and the ModelSpec field each sets."""
+
+
+def _replacing(
+    model: ModelSpec,
+    keys: dict,
+    where: str,
+    out: list[Violation],
+    *,
+    rule: str = "nemo-model-replaced",
+    preset: str | None = None,
+) -> ModelSpec:
+    """--model's model, with a warning naming the shape keys the file states that differ
+    (a preset config class, such as Llama3Config70B, states its preset's shape)."""
+    stated = [
+        (f"{where}.{key}", keys[key], name)
+        for key, name in _MCORE_SHAPE.items()
+        if isinstance(keys, dict) and keys.get(key) is not None
+    ]
+    whose = "the file's"
+    if preset is not None and not stated:
+        spec = get_preset(preset)
+        stated = [
+            (key, value, name)
+            for key, name in _MCORE_SHAPE.items()
+            if (value := getattr(spec, name)) is not None
+        ]
+        whose = f"the file's {where} is {preset}, whose"
+    replaced = model_replaced(stated, model, rule, whose=whose)
+    if replaced is not None:
+        out.append(replaced)
+    return model
+
+
 def _nemo1_model(
     model: dict, ov: Overrides, source: str, seq: int | None, out: list[Violation]
 ) -> ModelSpec:
     if ov.model is not None:
-        return resolve_model(ov.model)
+        return _replacing(resolve_model(ov.model), model, "model", out)
     w = "model"
     if not all(model.get(k) for k in ("num_layers", "hidden_size", "num_attention_heads")):
         raise SpecError(
@@ -884,7 +935,14 @@ def mcore_model(
     """The model of a Megatron-Core TransformerConfig-named mapping (NeMo 2 model.config,
     Megatron-Bridge model): --model, else a preset class with no shape keys, else the keys."""
     if ov.model is not None:
-        return resolve_model(ov.model)
+        return _replacing(
+            resolve_model(ov.model),
+            config,
+            where,
+            out,
+            rule=f"{'bridge' if fmt == 'Megatron-Bridge' else 'nemo'}-model-replaced",
+            preset=preset,
+        )
     if preset and not config.get("num_layers"):
         return get_preset(preset)
     if not all(config.get(k) for k in ("num_layers", "hidden_size", "num_attention_heads")):

@@ -47,6 +47,7 @@ from planner.frameworks.common import (
     hardware_of,
     make_job,
     model_of,
+    model_replaced,
     resolve_world,
     unknown_key,
 )
@@ -297,9 +298,40 @@ def _check_keys(data: dict, out: list[Violation]) -> None:
                     )
 
 
-def _model(data: dict, ov: Overrides, source: str) -> tuple[ModelSpec, Flavor | None]:
+_FLAVOR_SHAPE = (
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "num_experts",
+    "moe_top_k",
+    "moe_ffn_hidden_size",
+)
+"""The shape fields a named flavor fixes, compared with --model's where both are given."""
+
+
+def _model(
+    data: dict, ov: Overrides, source: str, out: list[Violation] | None = None
+) -> tuple[ModelSpec, Flavor | None]:
     if ov.model is not None:
-        return resolve_model(ov.model), None
+        model = resolve_model(ov.model)
+        m = _section(data, "model")
+        named = flavor(str(m.get("name", "")), str(m.get("flavor", "")))
+        if named is not None and out is not None:
+            replaced = model_replaced(
+                [
+                    (name, value, name)
+                    for name in _FLAVOR_SHAPE
+                    if (value := getattr(named.spec, name)) is not None
+                ],
+                model,
+                "torchtitan-model-replaced",
+                whose=f"the file's [model] {m.get('name')} {m.get('flavor')}, whose",
+            )
+            if replaced is not None:
+                out.append(replaced)
+        return model, None
     m = _section(data, "model")
     name, flavor_name = str(m.get("name", "")), str(m.get("flavor", ""))
     found = flavor(name, flavor_name)
@@ -866,7 +898,7 @@ def load(path: str | Path, data: dict, ov: Overrides) -> Imported:
         etp=etp,
         out=out,
     )
-    model, found = _model(data, ov, source)
+    model, found = _model(data, ov, source, out)
     if not model.is_moe:
         etp = tp  # no experts: expert TP means nothing; ours defaults to tp
     seq = _int(train, "seq_len", 2048, where="training", maximum=100_000_000)
