@@ -660,3 +660,89 @@ def test_serving_loss_norms(norm, expected):
         {"id": "c", "class": "serving-latency", "metric": "tpot_s", "error": 4.0},
     ]
     assert rows_loss(rows, "run", (), norm) == pytest.approx(expected, rel=1e-6)
+
+
+# ------------------------------------------------------------------ disaggregated closed loop
+
+
+@pytest.mark.parametrize(
+    "clients, ttft, decode, batch",
+    [
+        # 10 clients, 1 s of TTFT and 9 s of decode per cycle: each is on the decode worker 9/10
+        # of its cycle, so the worker holds 10 x 9 / (1 + 9) = 9 of them (Little's law)
+        pytest.param(10, 1.0, 9.0, 9.0, id="nine-of-ten"),
+        # TTFT as long as the decode: half of them are in prefill at any time
+        pytest.param(48, 2.0, 2.0, 24.0, id="half"),
+        pytest.param(8, 0.0, 5.0, 8.0, id="no-prefill-time"),
+        pytest.param(8, 1.0, 0.0, 8.0, id="one-token-output"),  # nothing to decode: clients kept
+    ],
+)
+def test_decode_batch_reached_is_littles_law_over_the_loop(clients, ttft, decode, batch):
+    from planner.serve.estimate import decode_batch_reached
+
+    assert decode_batch_reached(clients, ttft, decode) == pytest.approx(batch)
+
+
+def test_a_disaggregated_decode_worker_runs_the_batch_its_clients_leave_it():
+    # Llama 3 8B FP8, ISL 1,024 OSL 128 on H100s: one prefill worker (tp 1) and one decode
+    # worker (tp 1), 32 clients. The estimate's decode step is decode_pool's at the batch
+    # b = 32 D / (TTFT + D), D = 127 TPOT, solved together with TTFT and TPOT: at the fixed
+    # point b, TPOT and TTFT satisfy that equation, and the step is the pool's at b.
+    from planner.serve.estimate import decode_pool
+
+    job = _llama8b_job("vllm", 32)
+    lay = ServeLayout(prefill=Instance(), decode=Instance(), prefill_workers=1, decode_workers=1)
+    est = estimate(job, lay)
+    d = 127 * est.tpot_s
+    b = 32 * d / (est.ttft_s + d)
+    assert 1 < b < 32 and est.concurrency == 32
+    step, per = decode_pool(job, ServeCost(job, Instance()), b)
+    assert est.tpot_s == pytest.approx(step.total / per, rel=1e-5)
+    # the same deployment with every client counted as decoding is slower per token
+    all_in = decode_pool(job, ServeCost(job, Instance()), 32)
+    assert est.tpot_s < all_in[0].total / all_in[1]
+
+
+@pytest.mark.parametrize(
+    "parallel, conc, isl, expected",
+    [
+        # aggregated, 64 clients over 2 replicas: a batch of 32 per instance, and a step budget
+        # of the 32 decode tokens + one 2,000-token prompt + AIC's 1,500 tokens of slack
+        pytest.param(
+            {"tp": 2, "replicas": 2}, 64, 2000, (32, 32 + 2000 + 1500), id="agg-two-replicas"
+        ),
+        pytest.param({"tp": 1}, 8, 1024, (8, 8 + 1024 + 1500), id="agg-one"),
+        # disaggregated, 224 clients over 2 decode workers: 112 each; the prefill workers'
+        # budget is one 4,000-token prompt + 1,500 (their batch of one prompt a step)
+        pytest.param(
+            {"prefill": {"tp": 1, "workers": 8}, "decode": {"tp": 4, "workers": 2}},
+            224,
+            4000,
+            (112, 4000 + 1500),
+            id="disagg",
+        ),
+    ],
+)
+def test_the_harness_gives_aic_runs_the_limits_aics_generator_writes(parallel, conc, isl, expected):
+    # ai-dynamo/aiconfigurator generator/rule_plugin/benchmark/trtllm.rule (and vllm.rule):
+    # `agg max_num_tokens = max_batch_size + SlaConfig.isl + 1500`, `prefill max_num_tokens =
+    # SlaConfig.isl + 1500`, concurrency = workers x max_batch_size
+    from benchmarks.serve_accuracy import harness
+
+    case = {
+        "class": "disagg" if "decode" in parallel else "serving-latency",
+        "model": "llama3-8b",
+        "hardware": "h100-sxm",
+        "num_gpus": 16,
+        "serving": {
+            "engine": "trtllm",
+            "precision": "fp8",
+            "input_length": isl,
+            "output_length": 128,
+            "concurrency": conc,
+        },
+        "parallel": parallel,
+        "notes": "",
+    }
+    sv = harness(case)["serving"]
+    assert (sv["max_batch_size"], sv["max_num_tokens"]) == expected
