@@ -130,7 +130,8 @@ AIC_PROMPT_SLACK = 1500
 """Tokens the AIConfigurator generator adds to ISL in an engine's step budget (its benchmark
 rules: `agg max_num_tokens = max_batch_size + SlaConfig.isl + 1500`, `prefill max_num_tokens
 = SlaConfig.isl + 1500`; ai-dynamo/aiconfigurator src/aiconfigurator/generator/rule_plugin/
-benchmark/{trtllm,vllm}.rule; SGLang's max_prefill_tokens likewise, benchmark/sglang.rule)."""
+benchmark/{trtllm,vllm}.rule; SGLang's `agg_prefill_decode max_prefill_tokens = SlaConfig.isl
++ 1500`, benchmark/sglang.rule)."""
 
 
 def aic_engine_limits(sv: dict, *, disaggregated: bool) -> dict:
@@ -141,9 +142,11 @@ def aic_engine_limits(sv: dict, *, disaggregated: bool) -> dict:
     max_num_tokens that batch + ISL + 1,500, room for every running request's decode token
     and one whole prompt; a disaggregated deployment's budget is its prefill workers' ISL +
     1,500 (one prompt a step; the decode workers' max_num_tokens = max_batch_size holds
-    only decode tokens, which planner's decode pool never chunks)."""
+    only decode tokens, which planner's decode pool never chunks). SGLang's is its prefill
+    batch, max_prefill_tokens = ISL + 1,500, without the decode tokens (its prefill batches
+    run apart from the decode batches: estimate.PREFILL_FIRST)."""
     b, isl = int(sv["concurrency"]), int(sv["input_length"])
-    if disaggregated:
+    if disaggregated or sv.get("engine") == "sglang":
         return {"max_batch_size": b, "max_num_tokens": isl + AIC_PROMPT_SLACK}
     return {"max_batch_size": b, "max_num_tokens": b + isl + AIC_PROMPT_SLACK}
 

@@ -704,14 +704,21 @@ def test_a_disaggregated_decode_worker_runs_the_batch_its_clients_leave_it():
 
 
 @pytest.mark.parametrize(
-    "parallel, conc, isl, expected",
+    "parallel, conc, isl, expected, engine",
     [
         # aggregated, 64 clients over 2 replicas: a batch of 32 per instance, and a step budget
         # of the 32 decode tokens + one 2,000-token prompt + AIC's 1,500 tokens of slack
         pytest.param(
-            {"tp": 2, "replicas": 2}, 64, 2000, (32, 32 + 2000 + 1500), id="agg-two-replicas"
+            {"tp": 2, "replicas": 2},
+            64,
+            2000,
+            (32, 32 + 2000 + 1500),
+            "trtllm",
+            id="agg-two-replicas",
         ),
-        pytest.param({"tp": 1}, 8, 1024, (8, 8 + 1024 + 1500), id="agg-one"),
+        pytest.param({"tp": 1}, 8, 1024, (8, 8 + 1024 + 1500), "vllm", id="agg-one"),
+        # SGLang: max_prefill_tokens = ISL + 1500, its prefill batch (decodes run apart)
+        pytest.param({"tp": 1}, 8, 1024, (8, 1024 + 1500), "sglang", id="agg-sglang"),
         # disaggregated, 224 clients over 2 decode workers: 112 each; the prefill workers'
         # budget is one 4,000-token prompt + 1,500 (their batch of one prompt a step)
         pytest.param(
@@ -719,14 +726,18 @@ def test_a_disaggregated_decode_worker_runs_the_batch_its_clients_leave_it():
             224,
             4000,
             (112, 4000 + 1500),
+            "vllm",
             id="disagg",
         ),
     ],
 )
-def test_the_harness_gives_aic_runs_the_limits_aics_generator_writes(parallel, conc, isl, expected):
+def test_the_harness_gives_aic_runs_the_limits_aics_generator_writes(
+    parallel, conc, isl, expected, engine
+):
     # ai-dynamo/aiconfigurator generator/rule_plugin/benchmark/trtllm.rule (and vllm.rule):
     # `agg max_num_tokens = max_batch_size + SlaConfig.isl + 1500`, `prefill max_num_tokens =
-    # SlaConfig.isl + 1500`, concurrency = workers x max_batch_size
+    # SlaConfig.isl + 1500`, concurrency = workers x max_batch_size; sglang.rule
+    # `max_prefill_tokens = SlaConfig.isl + 1500`
     from benchmarks.serve_accuracy import harness
 
     case = {
@@ -735,7 +746,7 @@ def test_the_harness_gives_aic_runs_the_limits_aics_generator_writes(parallel, c
         "hardware": "h100-sxm",
         "num_gpus": 16,
         "serving": {
-            "engine": "trtllm",
+            "engine": engine,
             "precision": "fp8",
             "input_length": isl,
             "output_length": 128,
