@@ -481,33 +481,81 @@ def test_decode_steps_within_the_engines_graph_batch_pay_the_graph_overhead(
 # ------------------------------------------------------------------------------ accuracy
 
 
-def test_latency_accuracy_on_the_measured_runs():
-    # inference-latency.yaml (AIConfigurator's silicon runs: vLLM, SGLang, TensorRT-LLM under
-    # Dynamo) with each profile's serving_calibration (benchmarks/serve_calibrate.py). The
-    # figures of docs/serving.md, as bars a regression crosses: aggregated TPOT median 8.6 %
-    # (9.8 before the MoE layers' fixed cost and routed activations, 10.8 before the chunk
-    # steps were counted one by one), TTFT median 16.1 % (15.4 before that refit, 35.8 before
-    # the overlap schedulers' first-token step, vLLM's out-of-step clients and the harness's
-    # first wave, 1/6 of a run's requests: AIC_REQUESTS_PER_CLIENT, fitted).
-    # The one run planner calls infeasible cannot run as written: Qwen3-235B-A22B in FP8 is
-    # 235 GB of weights, on one 141 GB H200.
-    import math
-    import statistics
-
+def _latency_rows():
     from benchmarks.serve_accuracy import evaluate, infeasible, load_latency_cases
 
     rows = evaluate(load_latency_cases())
+    bad = {r["id"] for r in infeasible(rows)}
+    return rows, bad
+
+
+def _median(rows, cls, metric):
+    import statistics
+
+    return statistics.median(
+        abs(r["error"]) for r in rows if r["class"] == cls and r["metric"] == metric
+    )
+
+
+def test_latency_accuracy_on_the_measured_runs():
+    # inference-latency.yaml (AIConfigurator's silicon runs: vLLM, SGLang, TensorRT-LLM under
+    # Dynamo) with each profile's serving_calibration (benchmarks/serve_calibrate.py) and the
+    # engine limits AIC's generator wrote into the runs (serve_accuracy.aic_engine_limits).
+    # The figures of docs/serving.md, as bars a regression crosses: aggregated TPOT median
+    # 9.6 % (8.6 under the engines' default step budgets of 8,192 tokens, which the runs did
+    # not have), TTFT median 26.6 % (16.1 under those budgets: the big lock-step groups they
+    # give covered TensorRT-LLM's low-concurrency TTFT, docs/serving.md), disaggregated TPOT
+    # 39.8 % (48.6 before the decode batch the loop leaves), TTFT 22.1 % (46.3 before the
+    # prefill workers' budget of one prompt).
+    # The one run planner calls infeasible cannot run as written: Qwen3-235B-A22B in FP8 is
+    # 235 GB of weights, on one 141 GB H200.
+    import math
+
+    rows, bad = _latency_rows()
     assert len({r["id"] for r in rows}) == 36
     assert not any(math.isnan(r["error"]) for r in rows)
-    bad = {r["id"] for r in infeasible(rows)}
     assert len(bad) == 1 and "h200_sxm_vllm_agg_2000x100_c5_tp1" in next(iter(bad))
+    rows = [r for r in rows if r["id"] not in bad]
+    assert _median(rows, "serving-latency", "tpot_s") <= 0.10  # the issue's bar
+    assert _median(rows, "serving-latency", "ttft_s") <= 0.27
+    assert _median(rows, "disagg", "tpot_s") <= 0.40
+    assert _median(rows, "disagg", "ttft_s") <= 0.23
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured 69.6 %: Qwen3-32B BF16 on 2 GB200 at 16 clients (TPOT 38 ms where the "
+    "same deployment at 1 client measured 8.1 ms; no step mechanism explains it, "
+    "docs/serving.md), and the GB200 FP4 run at 144 clients -35 %",
+)
+def test_latency_tpot_max_meets_the_issues_bar():
+    rows, bad = _latency_rows()
     agg = [r for r in rows if r["class"] == "serving-latency" and r["id"] not in bad]
+    assert max(abs(r["error"]) for r in agg if r["metric"] == "tpot_s") <= 0.30
 
-    def med(metric):
-        return statistics.median(abs(r["error"]) for r in agg if r["metric"] == metric)
 
-    assert med("tpot_s") <= 0.09
-    assert med("ttft_s") <= 0.165
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured 26.6 %: TensorRT-LLM's TTFT at 4-8 clients is 61-136 ms above the "
+    "estimate on H100, H200 and B200 (bias -35 %), a latency outside the engine steps the "
+    "data do not identify (docs/serving.md)",
+)
+def test_latency_ttft_median_meets_the_issues_bar():
+    rows, bad = _latency_rows()
+    rows = [r for r in rows if r["id"] not in bad]
+    assert _median(rows, "serving-latency", "ttft_s") <= 0.20
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured TPOT 39.8 %, TTFT 22.1 % on 3 runs whose worker counts the collection "
+    "guessed ('often blank in source'); vLLM's decode at 112 requests ran at 85 % of its "
+    "HBM bound, below what H100's per-layer costs allow (docs/serving.md)",
+)
+def test_disaggregated_latency_meets_the_issues_bars():
+    rows, bad = _latency_rows()
+    assert _median(rows, "disagg", "tpot_s") <= 0.10
+    assert _median(rows, "disagg", "ttft_s") <= 0.20
 
 
 @pytest.mark.parametrize(
