@@ -126,6 +126,31 @@ def _trtllm_bench(case: dict) -> dict:
     return {"max_batch_size": bs * pp, "max_num_tokens": tok}
 
 
+AIC_PROMPT_SLACK = 1500
+"""Tokens the AIConfigurator generator adds to ISL in an engine's step budget (its benchmark
+rules: `agg max_num_tokens = max_batch_size + SlaConfig.isl + 1500`, `prefill max_num_tokens
+= SlaConfig.isl + 1500`; ai-dynamo/aiconfigurator src/aiconfigurator/generator/rule_plugin/
+benchmark/{trtllm,vllm}.rule; SGLang's `agg_prefill_decode max_prefill_tokens = SlaConfig.isl
++ 1500`, benchmark/sglang.rule)."""
+
+
+def aic_engine_limits(sv: dict, *, disaggregated: bool) -> dict:
+    """The batch and step limits the AIConfigurator generator writes into the engine configs of
+    its silicon runs (benchmark rules, AIC_PROMPT_SLACK): an aggregated worker's (and a decode
+    worker's) max_batch_size is the run's batch per instance, the clients it carries (the
+    runs' concurrency is `workers x max_batch_size`: BenchConfig.estimated_concurrency), its
+    max_num_tokens that batch + ISL + 1,500, room for every running request's decode token
+    and one whole prompt; a disaggregated deployment's budget is its prefill workers' ISL +
+    1,500 (one prompt a step; the decode workers' max_num_tokens = max_batch_size holds
+    only decode tokens, which planner's decode pool never chunks). SGLang's is its prefill
+    batch, max_prefill_tokens = ISL + 1,500, without the decode tokens (its prefill batches
+    run apart from the decode batches: estimate.PREFILL_FIRST)."""
+    b, isl = int(sv["concurrency"]), int(sv["input_length"])
+    if disaggregated or sv.get("engine") == "sglang":
+        return {"max_batch_size": b, "max_num_tokens": isl + AIC_PROMPT_SLACK}
+    return {"max_batch_size": b, "max_num_tokens": b + isl + AIC_PROMPT_SLACK}
+
+
 def harness(case: dict) -> dict:
     """The serving config of a case with its benchmark harness's settings (module docstring)."""
     sv = dict(case["serving"])
@@ -146,6 +171,8 @@ def harness(case: dict) -> dict:
         par = {k: (dict(v) if isinstance(v, dict) else v) for k, v in par.items()}
         share = par["decode"].get("workers", 1) if "decode" in par else par.get("replicas", 1)
         sv["concurrency"] = max(1, round(sv["concurrency"] / share))
+        for k, v in aic_engine_limits(sv, disaggregated="decode" in par).items():
+            sv.setdefault(k, v)
     return {
         "model": case["model"],
         "hardware": case["hardware"],

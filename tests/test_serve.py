@@ -247,7 +247,12 @@ def test_disaggregated_throughput_is_the_slower_pool():
     from planner.serve.estimate import prefill_pool
 
     one, per_worker, chunk_s = prefill_pool(job, ServeCost(job, Instance(tp=2)))
-    decode_rate = 64 / est.tpot_s / 512  # requests/s of the one decode worker
+    # the 64 clients of a closed loop are in prefill for TTFT and decoding for D = 511 TPOT
+    # of each cycle: the decode worker holds b = 64 D / (TTFT + D) of them (Little's law)
+    d = 511 * est.tpot_s
+    b = 64 * d / (est.ttft_s + d)
+    assert est.concurrency == 64 and b < 64
+    decode_rate = b / est.tpot_s / 512  # requests/s of the one decode worker
     prefill_rate = 2 * per_worker  # of the two prefill workers
     assert est.output_tokens_per_s == pytest.approx(min(decode_rate, prefill_rate) * 512)
     # TTFT: the prefill worker at load u = decode rate / prefill capacity takes between one

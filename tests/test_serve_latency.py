@@ -481,33 +481,81 @@ def test_decode_steps_within_the_engines_graph_batch_pay_the_graph_overhead(
 # ------------------------------------------------------------------------------ accuracy
 
 
-def test_latency_accuracy_on_the_measured_runs():
-    # inference-latency.yaml (AIConfigurator's silicon runs: vLLM, SGLang, TensorRT-LLM under
-    # Dynamo) with each profile's serving_calibration (benchmarks/serve_calibrate.py). The
-    # figures of docs/serving.md, as bars a regression crosses: aggregated TPOT median 8.6 %
-    # (9.8 before the MoE layers' fixed cost and routed activations, 10.8 before the chunk
-    # steps were counted one by one), TTFT median 16.1 % (15.4 before that refit, 35.8 before
-    # the overlap schedulers' first-token step, vLLM's out-of-step clients and the harness's
-    # first wave, 1/6 of a run's requests: AIC_REQUESTS_PER_CLIENT, fitted).
-    # The one run planner calls infeasible cannot run as written: Qwen3-235B-A22B in FP8 is
-    # 235 GB of weights, on one 141 GB H200.
-    import math
-    import statistics
-
+def _latency_rows():
     from benchmarks.serve_accuracy import evaluate, infeasible, load_latency_cases
 
     rows = evaluate(load_latency_cases())
+    bad = {r["id"] for r in infeasible(rows)}
+    return rows, bad
+
+
+def _median(rows, cls, metric):
+    import statistics
+
+    return statistics.median(
+        abs(r["error"]) for r in rows if r["class"] == cls and r["metric"] == metric
+    )
+
+
+def test_latency_accuracy_on_the_measured_runs():
+    # inference-latency.yaml (AIConfigurator's silicon runs: vLLM, SGLang, TensorRT-LLM under
+    # Dynamo) with each profile's serving_calibration (benchmarks/serve_calibrate.py) and the
+    # engine limits AIC's generator wrote into the runs (serve_accuracy.aic_engine_limits).
+    # The figures of docs/serving.md, as bars a regression crosses: aggregated TPOT median
+    # 9.6 % (8.6 under the engines' default step budgets of 8,192 tokens, which the runs did
+    # not have), TTFT median 26.6 % (16.1 under those budgets: the big lock-step groups they
+    # give covered TensorRT-LLM's low-concurrency TTFT, docs/serving.md), disaggregated TPOT
+    # 39.8 % (48.6 before the decode batch the loop leaves), TTFT 22.1 % (46.3 before the
+    # prefill workers' budget of one prompt).
+    # The one run planner calls infeasible cannot run as written: Qwen3-235B-A22B in FP8 is
+    # 235 GB of weights, on one 141 GB H200.
+    import math
+
+    rows, bad = _latency_rows()
     assert len({r["id"] for r in rows}) == 36
     assert not any(math.isnan(r["error"]) for r in rows)
-    bad = {r["id"] for r in infeasible(rows)}
     assert len(bad) == 1 and "h200_sxm_vllm_agg_2000x100_c5_tp1" in next(iter(bad))
+    rows = [r for r in rows if r["id"] not in bad]
+    assert _median(rows, "serving-latency", "tpot_s") <= 0.10  # the issue's bar
+    assert _median(rows, "serving-latency", "ttft_s") <= 0.27
+    assert _median(rows, "disagg", "tpot_s") <= 0.40
+    assert _median(rows, "disagg", "ttft_s") <= 0.23
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured 69.6 %: Qwen3-32B BF16 on 2 GB200 at 16 clients (TPOT 38 ms where the "
+    "same deployment at 1 client measured 8.1 ms; no step mechanism explains it, "
+    "docs/serving.md), and the GB200 FP4 run at 144 clients -35 %",
+)
+def test_latency_tpot_max_meets_the_issues_bar():
+    rows, bad = _latency_rows()
     agg = [r for r in rows if r["class"] == "serving-latency" and r["id"] not in bad]
+    assert max(abs(r["error"]) for r in agg if r["metric"] == "tpot_s") <= 0.30
 
-    def med(metric):
-        return statistics.median(abs(r["error"]) for r in agg if r["metric"] == metric)
 
-    assert med("tpot_s") <= 0.09
-    assert med("ttft_s") <= 0.165
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured 26.6 %: TensorRT-LLM's TTFT at 4-8 clients is 61-136 ms above the "
+    "estimate on H100, H200 and B200 (bias -35 %), a latency outside the engine steps the "
+    "data do not identify (docs/serving.md)",
+)
+def test_latency_ttft_median_meets_the_issues_bar():
+    rows, bad = _latency_rows()
+    rows = [r for r in rows if r["id"] not in bad]
+    assert _median(rows, "serving-latency", "ttft_s") <= 0.20
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured TPOT 39.8 %, TTFT 22.1 % on 3 runs whose worker counts the collection "
+    "guessed ('often blank in source'); vLLM's decode at 112 requests ran at 85 % of its "
+    "HBM bound, below what H100's per-layer costs allow (docs/serving.md)",
+)
+def test_disaggregated_latency_meets_the_issues_bars():
+    rows, bad = _latency_rows()
+    assert _median(rows, "disagg", "tpot_s") <= 0.10
+    assert _median(rows, "disagg", "ttft_s") <= 0.20
 
 
 @pytest.mark.parametrize(
@@ -660,3 +708,100 @@ def test_serving_loss_norms(norm, expected):
         {"id": "c", "class": "serving-latency", "metric": "tpot_s", "error": 4.0},
     ]
     assert rows_loss(rows, "run", (), norm) == pytest.approx(expected, rel=1e-6)
+
+
+# ------------------------------------------------------------------ disaggregated closed loop
+
+
+@pytest.mark.parametrize(
+    "clients, ttft, decode, batch",
+    [
+        # 10 clients, 1 s of TTFT and 9 s of decode per cycle: each is on the decode worker 9/10
+        # of its cycle, so the worker holds 10 x 9 / (1 + 9) = 9 of them (Little's law)
+        pytest.param(10, 1.0, 9.0, 9.0, id="nine-of-ten"),
+        # TTFT as long as the decode: half of them are in prefill at any time
+        pytest.param(48, 2.0, 2.0, 24.0, id="half"),
+        pytest.param(8, 0.0, 5.0, 8.0, id="no-prefill-time"),
+        pytest.param(8, 1.0, 0.0, 8.0, id="one-token-output"),  # nothing to decode: clients kept
+    ],
+)
+def test_decode_batch_reached_is_littles_law_over_the_loop(clients, ttft, decode, batch):
+    from planner.serve.estimate import decode_batch_reached
+
+    assert decode_batch_reached(clients, ttft, decode) == pytest.approx(batch)
+
+
+def test_a_disaggregated_decode_worker_runs_the_batch_its_clients_leave_it():
+    # Llama 3 8B FP8, ISL 1,024 OSL 128 on H100s: one prefill worker (tp 1) and one decode
+    # worker (tp 1), 32 clients. The estimate's decode step is decode_pool's at the batch
+    # b = 32 D / (TTFT + D), D = 127 TPOT, solved together with TTFT and TPOT: at the fixed
+    # point b, TPOT and TTFT satisfy that equation, and the step is the pool's at b.
+    from planner.serve.estimate import decode_pool
+
+    job = _llama8b_job("vllm", 32)
+    lay = ServeLayout(prefill=Instance(), decode=Instance(), prefill_workers=1, decode_workers=1)
+    est = estimate(job, lay)
+    d = 127 * est.tpot_s
+    b = 32 * d / (est.ttft_s + d)
+    assert 1 < b < 32 and est.concurrency == 32
+    step, per = decode_pool(job, ServeCost(job, Instance()), b)
+    assert est.tpot_s == pytest.approx(step.total / per, rel=1e-5)
+    # the same deployment with every client counted as decoding is slower per token
+    all_in = decode_pool(job, ServeCost(job, Instance()), 32)
+    assert est.tpot_s < all_in[0].total / all_in[1]
+
+
+@pytest.mark.parametrize(
+    "parallel, conc, isl, expected, engine",
+    [
+        # aggregated, 64 clients over 2 replicas: a batch of 32 per instance, and a step budget
+        # of the 32 decode tokens + one 2,000-token prompt + AIC's 1,500 tokens of slack
+        pytest.param(
+            {"tp": 2, "replicas": 2},
+            64,
+            2000,
+            (32, 32 + 2000 + 1500),
+            "trtllm",
+            id="agg-two-replicas",
+        ),
+        pytest.param({"tp": 1}, 8, 1024, (8, 8 + 1024 + 1500), "vllm", id="agg-one"),
+        # SGLang: max_prefill_tokens = ISL + 1500, its prefill batch (decodes run apart)
+        pytest.param({"tp": 1}, 8, 1024, (8, 1024 + 1500), "sglang", id="agg-sglang"),
+        # disaggregated, 224 clients over 2 decode workers: 112 each; the prefill workers'
+        # budget is one 4,000-token prompt + 1,500 (their batch of one prompt a step)
+        pytest.param(
+            {"prefill": {"tp": 1, "workers": 8}, "decode": {"tp": 4, "workers": 2}},
+            224,
+            4000,
+            (112, 4000 + 1500),
+            "vllm",
+            id="disagg",
+        ),
+    ],
+)
+def test_the_harness_gives_aic_runs_the_limits_aics_generator_writes(
+    parallel, conc, isl, expected, engine
+):
+    # ai-dynamo/aiconfigurator generator/rule_plugin/benchmark/trtllm.rule (and vllm.rule):
+    # `agg max_num_tokens = max_batch_size + SlaConfig.isl + 1500`, `prefill max_num_tokens =
+    # SlaConfig.isl + 1500`, concurrency = workers x max_batch_size; sglang.rule
+    # `max_prefill_tokens = SlaConfig.isl + 1500`
+    from benchmarks.serve_accuracy import harness
+
+    case = {
+        "class": "disagg" if "decode" in parallel else "serving-latency",
+        "model": "llama3-8b",
+        "hardware": "h100-sxm",
+        "num_gpus": 16,
+        "serving": {
+            "engine": engine,
+            "precision": "fp8",
+            "input_length": isl,
+            "output_length": 128,
+            "concurrency": conc,
+        },
+        "parallel": parallel,
+        "notes": "",
+    }
+    sv = harness(case)["serving"]
+    assert (sv["max_batch_size"], sv["max_num_tokens"]) == expected

@@ -14,6 +14,8 @@ __all__ = [
     "ServeEstimate",
     "admission_wait",
     "arrivals_in_step",
+    "decode_batch_reached",
+    "disaggregated_loop",
     "estimate",
     "first_token_delay",
     "first_wave_ttft",
@@ -126,14 +128,14 @@ def estimate(job, layout, *, concurrency: int | None = None) -> ServeEstimate:
     if layout.disaggregated:
         mem = instance_memory(job, layout.decode)
         pcost = ServeCost(job, layout.prefill)
-        est = disaggregated(
+        est = disaggregated_loop(
             job,
             layout,
             pmem=instance_memory(job, layout.prefill),
             dmem=mem,
             dcost=ServeCost(job, layout.decode),
             prefill=prefill_pool(job, pcost),
-            conc=_clamp(job, mem, concurrency),
+            clients=_clamp(job, mem, concurrency),
         )
     else:
         mem = instance_memory(job, layout.instance)
@@ -534,3 +536,60 @@ def disaggregated(
         bottleneck="prefill" if prefill_rate < decode_rate else "decode",
         layout=layout,
     )
+
+
+def decode_batch_reached(clients: float, ttft_s: float, decode_s: float) -> float:
+    """Requests a disaggregated decode worker holds on average when `clients` requests of a
+    closed loop are in flight per decode worker: each spends TTFT (its prefill on a prefill
+    worker, the KV transfer) away from it and `decode_s` = (OSL - 1) TPOT on it. Little's law
+    over the loop gives each worker X = N / (TTFT + D) requests a second, and over the decode
+    worker L = X D:
+
+        B = N D / (TTFT + D)
+
+    (AIConfigurator's silicon runs give the concurrency of the whole deployment, the clients,
+    not the decode batch: those in prefill are among them.)"""
+    if clients <= 0 or decode_s <= 0:
+        return float(clients)
+    return clients * decode_s / (ttft_s + decode_s)
+
+
+def disaggregated_loop(
+    job,
+    layout,
+    *,
+    pmem: ServeMemory,
+    dmem: ServeMemory,
+    dcost: ServeCost,
+    prefill: tuple[float, float, float],
+    clients: int,
+    decode: tuple[StepParts, float] | None = None,
+    rounds: int = 40,
+) -> ServeEstimate:
+    """`disaggregated` for a closed loop of `clients` requests in flight per decode worker:
+    the decode step is taken at the batch the decode worker reaches (decode_batch_reached),
+    solved with TPOT and TTFT by fixed-point iteration from B = N (the batch falls as TTFT
+    grows, TPOT falls with the batch: the iteration settles within a few rounds). The
+    estimate keeps `concurrency` = the clients (the requests in flight, prefill included);
+    `decode`: the decode pool at B = N when already computed (the search's)."""
+    from dataclasses import replace
+
+    osl = job.serving.output_length
+    b = float(clients)
+    est = None
+    for _ in range(rounds):
+        est = disaggregated(
+            job,
+            layout,
+            pmem=pmem,
+            dmem=dmem,
+            dcost=dcost,
+            prefill=prefill,
+            conc=b,
+            decode=decode if decode is not None and b == clients else decode_pool(job, dcost, b),
+        )
+        nb = decode_batch_reached(clients, est.ttft_s, (osl - 1) * est.tpot_s)
+        if abs(nb - b) <= 1e-6 * clients:
+            break
+        b = nb
+    return replace(est, concurrency=clients)

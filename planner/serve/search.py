@@ -24,7 +24,7 @@ from planner.serve.estimate import (
     ServeEstimate,
     aggregated,
     decode_pool,
-    disaggregated,
+    disaggregated_loop,
     prefill_pool,
 )
 from planner.serve.layout import Instance, ServeLayout
@@ -447,14 +447,14 @@ def _disaggregated_points(job, shapes: dict, opts: ServeOptions) -> list[Candida
                     prefill_workers=P,
                     decode_workers=(N - P * gp) // gd,
                 )
-                est = disaggregated(
+                est = disaggregated_loop(
                     job,
                     layout,
                     pmem=p.mem,
                     dmem=d.mem,
                     dcost=d.cost,
                     prefill=p.prefill,
-                    conc=c,
+                    clients=c,
                     decode=d.decode[c],
                 )
                 out.append(Candidate(layout, est, _meets(est, opts)))

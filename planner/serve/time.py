@@ -68,7 +68,9 @@ Speculative decoding: each step verifies k drafted tokens (T = C*(k+1)) after k 
 al. 2023, i.i.d. acceptance a). Disaggregated: TTFT is the prefill worker's (from one prompt
 alone to a full chunk of prompts as its load grows) plus the KV transfer of ISL tokens to the
 decode worker over the real link (NVLink inside one domain, else the network, over min(P, D)
-GPUs' links); throughput is the lesser of the prefill and decode pools.
+GPUs' links); throughput is the lesser of the prefill and decode pools; a decode worker
+runs the batch its closed loop of clients leaves it, N D / (TTFT + D) (Little's law,
+estimate.decode_batch_reached).
 
 Left out: arrivals other than the closed loop's, prefix caching, sampling cost beyond the fixed terms,
 routing skew beyond uniform, overlap of communication with compute (counted exposed).
