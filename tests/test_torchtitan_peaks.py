@@ -304,3 +304,56 @@ def test_the_benchmark_reads_each_run_as_the_importer(tmp_path):
         got = estimate(case.job, case.layout).memory.total
         want = estimate(imported.job, imported.layout).memory.total
         assert got == pytest.approx(want, rel=1e-6), run.id
+
+
+SECTIONS = {
+    "op-sac-eager": 'activation_checkpoint = {mode = "selective", selective_ac_option = "op"}',
+    "op-sac-compiled-loss": (
+        'activation_checkpoint = {mode = "selective", selective_ac_option = "op"}\n'
+        'compile = {enable = true, components = ["model", "loss"]}'
+    ),
+    "full-blocks": 'activation_checkpoint = {mode = "full"}\ntraining = {compile = true}',
+    "every-2nd-layer": 'activation_checkpoint = {mode = "selective", selective_ac_option = "2"}',
+    "none-model-only": (
+        'activation_checkpoint = {mode = "none"}\ncompile = {enable = true, components = ["model"]}'
+    ),
+}
+
+
+@pytest.mark.parametrize("pp", [1, 2], ids=["pp1", "pp2"])
+@pytest.mark.parametrize("name", list(SECTIONS), ids=list(SECTIONS))
+def test_recipe_semantics_is_the_mapping_load_applies(tmp_path, name, pp):
+    # the sections alone (what corrections.yaml `frameworks` holds) map to the layout and
+    # training fields the importer gives the whole TOML: one mapping, two callers
+    from planner.frameworks.torchtitan.reader import recipe_semantics
+    from planner.io import load_toml
+
+    sections = load_toml(SECTIONS[name])
+    par = f"pipeline_parallel_degree = {pp}\n" if pp > 1 else ""
+    text = (
+        '[model]\nname = "llama3"\nflavor = "8B"\n\n[training]\nlocal_batch_size = 2\n'
+        + "".join(f"{k} = {_toml_value(v)}\n" for k, v in sections.get("training", {}).items())
+        + f"seq_len = 8192\n\n[parallelism]\ndata_parallel_shard_degree = -1\n{par}"
+    )
+    for section in ("activation_checkpoint", "compile"):
+        if section in sections:
+            text += f"\n[{section}]\n" + "".join(
+                f"{k} = {_toml_value(v)}\n" for k, v in sections[section].items()
+            )
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    imported = load_any(path, gpus=8, hardware="h100-sxm")
+    layout_keys, training_keys = recipe_semantics(sections, num_layers=32, pp=pp)
+    assert layout_keys and training_keys
+    for k, v in layout_keys.items():
+        assert getattr(imported.layout, k) == v, (k, v)
+    for k, v in training_keys.items():
+        assert getattr(imported.job.training, k) == v, (k, v)
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return f'"{v}"' if isinstance(v, str) else str(v)
