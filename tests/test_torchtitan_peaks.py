@@ -19,7 +19,8 @@ Sources (pytorch/torchtitan @b5bcd76c66):
   transformer blocks) and float8; 8B long context (full AC, local batch 1, CP 1-8); 70B FSDP 32
   x TP 8, full AC, float8, local batch 16. Peak = torchtitan's max reserved GiB.
 - benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (torchtitan e7c0cae, 2025-06, H200):
-  8B float8, selective op AC, compile, local batch 2, 32 and 64 GPUs.
+  8B float8 with FSDP's float8 all-gather, selective op AC, compile, local batch 2, 32 and 64
+  GPUs.
 - torchtitan/components/quantization/mxfp8.md (torchtitan 6fc499f6f5, 2025-08, B200 at a
   power limit): 8B, selective op AC, compile, local batch 1, 8 GPUs, bf16 / mxfp8 / float8.
 """
@@ -51,6 +52,7 @@ class Run:
     tp: int = 1
     cp: int = 1
     peak_gib: float = 0.0
+    fp8_all_gather: bool = False  # --float8.enable_fsdp_float8_all_gather (the H200 runs)
 
 
 RUNS = [
@@ -157,6 +159,7 @@ RUNS = [
         "model+loss",
         "float8",
         peak_gib=47.96,
+        fp8_all_gather=True,
     ),
     Run(
         "tt-2506-8b-h200-64g",
@@ -169,6 +172,7 @@ RUNS = [
         "model+loss",
         "float8",
         peak_gib=46.97,
+        fp8_all_gather=True,
     ),
     Run("tt-2508-8b-b200-bf16", "b200", 8, "8B", 8192, 1, "op", "model+loss", peak_gib=33.71),
     Run(
@@ -237,6 +241,8 @@ def _toml(run: Run) -> str:
     )
     if run.compile == "model+loss":
         text += '\n[compile]\nenable = true\ncomponents = ["model", "loss"]\n'
+    if run.fp8_all_gather:
+        text += "\n[float8]\nenable_fsdp_float8_all_gather = true\n"
     return text
 
 
