@@ -5,11 +5,16 @@ torchtitan: MoE, FP8 recipes, Blackwell, FSDP, long context).
     python benchmarks/accuracy.py [--calibration PATH ...] [--json] [--cases]
 
 Reads benchmarks/data/calibration*.yaml, builds each
-case's config exactly as written (planner defaults for what the source left out), predicts
+case's config as written (planner defaults for what the source left out) with
+benchmarks/data/corrections.yaml over it: the settings its recipe's code sets, and for the runs
+of another framework (torchtitan) that framework's semantics, its job config's recipe sections
+mapped by its importer; predicts
 the step time and memory, and prints per case predicted vs measured and the error, then per
 class, per GPU and per class x GPU: n, median |error|, max |error| and the bias (median
-signed error; negative = planner too fast). Memory: predicted vs published peak for the
-cases that publish one, and how many runs (every one of which ran) the memory model puts
+signed error; negative = planner too fast); the runs on other hardware than their profile
+(NOT_THIS_HARDWARE) are reported apart, their step time in no such figure. Memory: each
+published peak against the part of the estimate it counts (corrections.yaml `peak_kinds`:
+reserved, allocated; `counted_gib`), and how many runs (every one of which ran) the memory model puts
 over the GPU's capacity. Measured step time (each file's own rule, first that applies):
 iteration_time_s; GBS*seq/(tokens_per_s_per_gpu*GPUs); F/(tflops_per_gpu*1e12*GPUs) with F
 the source's own FLOP count (narayanan-eq3, megatron-2024, megatron).
@@ -64,6 +69,30 @@ class Case:
     suspect: str = ""
     """Why the case contradicts another measurement of the same settings (reported, never
     scored or fitted); empty for a sound case."""
+    other_hardware: str = ""
+    """Why the run's hardware is not the profile it is filed under (NOT_THIS_HARDWARE):
+    reported apart, its step time never scored or fitted; empty for a run on the profile."""
+    framework: str = ""
+    """The framework whose semantics the case is read with (corrections.yaml `frameworks`);
+    empty: as written, Megatron's."""
+    peak_memory_counts: str = ""
+    """What the published peak counts (corrections.yaml `peak_kinds`): reserved, allocated or
+    device; empty when no peak is published."""
+
+
+NOT_THIS_HARDWARE = {
+    "tt-2508-llama3-8b-b200pl-": "8 power-limited B200s (the source: 'POWER-LIMITED B200 (power "
+    "limit not stated)'), not the DGX B200 of the b200 profile",
+}
+"""Runs the data file files under a profile whose hardware differs from it, by id prefix and
+why: accuracy.py reports them apart (their step-time errors are not scored in the class and GPU
+figures; their memory is, a power limit changing the clocks, not what is allocated) and
+calibrate.py does not fit them."""
+
+
+def not_this_hardware(case_id: str) -> str:
+    """Why `case_id` ran on other hardware than its profile (NOT_THIS_HARDWARE), else ''."""
+    return next((why for p, why in NOT_THIS_HARDWARE.items() if case_id.startswith(p)), "")
 
 
 CORRECTIONS = Path(__file__).resolve().parent / "data" / "corrections.yaml"
@@ -75,6 +104,63 @@ def corrections() -> dict[str, dict]:
     import yaml
 
     return {e["id"]: e for e in yaml.safe_load(CORRECTIONS.read_text())["corrections"]}
+
+
+def _corrections_data() -> dict:
+    import yaml
+
+    return yaml.safe_load(CORRECTIONS.read_text())
+
+
+def framework_facts() -> dict[str, dict]:
+    """corrections.yaml `frameworks` by case id: the framework a run was trained with and its
+    job config's recipe sections (each entry with its source)."""
+    out: dict[str, dict] = {}
+    for entry in _corrections_data().get("frameworks", []):
+        for cid in entry["ids"]:
+            if cid in out:
+                raise ValueError(f"corrections.yaml frameworks: {cid} is listed twice")
+            out[cid] = entry
+    return out
+
+
+def peak_kinds() -> dict[str, str]:
+    """corrections.yaml `peak_kinds`: each published peak kind (its exact text) -> what it
+    counts (reserved, allocated, device)."""
+    return {e["kind"]: e["counts"] for e in _corrections_data().get("peak_kinds", [])}
+
+
+COUNTS = ("reserved", "allocated", "device")
+
+
+def with_framework(case: dict, fact: dict | None) -> dict:
+    """The case read with its framework's semantics: the job config's recipe sections mapped
+    by that framework's importer (planner/frameworks/torchtitan/reader.py recipe_semantics),
+    filling what the case leaves out; a setting the case writes otherwise is an error (the two
+    descriptions of the run contradict). A copy."""
+    if fact is None:
+        return case
+    if fact["framework"] != "torchtitan":
+        raise ValueError(f"{case['id']}: no mapping for framework {fact['framework']!r}")
+    from planner.frameworks.torchtitan.reader import recipe_semantics
+
+    par = case.get("parallel", {})
+    layout_keys, training_keys = recipe_semantics(
+        fact["job_config"], num_layers=int(case["model"]["num_layers"]), pp=int(par.get("pp", 1))
+    )
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in case.items()}
+    for section, keys in (("parallel", layout_keys), ("training", training_keys)):
+        out.setdefault(section, {})
+        for key, value in keys.items():
+            value = list(value) if isinstance(value, tuple) else value
+            have = out[section].get(key)
+            if have is not None and have != value:
+                raise ValueError(
+                    f"{case['id']}: {section}.{key} is {have!r} in the case but {value!r} in "
+                    f"{fact['framework']}'s reading of its job config (corrections.yaml)"
+                )
+            out[section][key] = value
+    return out
 
 
 def corrected(case: dict, fix: dict | None) -> dict:
@@ -95,14 +181,14 @@ def load_cases(path: Path | str | None = None, *, paths=None, suspect: bool = Fa
 
     if paths is None:
         paths = [Path(path)] if path is not None else [default_path()]
-    fixes = corrections()
+    fixes, facts, kinds = corrections(), framework_facts(), peak_kinds()
     cases = []
     for p in paths:
         data = yaml.safe_load(Path(p).read_text())
         for c in data["cases"]:
             if bool(c.get("suspect")) != suspect:
                 continue
-            c = corrected(c, fixes.get(c["id"]))
+            c = with_framework(corrected(c, fixes.get(c["id"])), facts.get(c["id"]))
             cfg = {
                 "model": c["model"],
                 "hardware": c["hardware"],
@@ -114,6 +200,15 @@ def load_cases(path: Path | str | None = None, *, paths=None, suspect: bool = Fa
             layout = fill_auto(job, layout)  # micro-batch/vpp the source left out
             t_meas, how = measured_step_time(c, job, layout)
             meas = c["measured"]
+            counts = ""
+            if meas.get("peak_memory_gib"):
+                counts = kinds.get(meas.get("peak_memory_kind", ""), "")
+                if counts not in COUNTS:
+                    raise ValueError(
+                        f"{c['id']}: peak_memory_kind {meas.get('peak_memory_kind')!r} has no "
+                        "entry in corrections.yaml peak_kinds (what it counts: "
+                        f"{', '.join(COUNTS)})"
+                    )
             cases.append(
                 Case(
                     c["id"],
@@ -126,6 +221,9 @@ def load_cases(path: Path | str | None = None, *, paths=None, suspect: bool = Fa
                     meas.get("peak_memory_kind", ""),
                     Path(p).name,
                     str(c.get("suspect", "")),
+                    not_this_hardware(c["id"]),
+                    facts[c["id"]]["framework"] if c["id"] in facts else "",
+                    counts,
                 )
             )
     return cases
@@ -182,6 +280,9 @@ def evaluate(cases: list[Case], hardware_override=None) -> list[dict]:
         est = estimate(job, layout)
         pred = est.time.step_time_s
         mem = est.memory
+        counted = (
+            counted_gib(mem, job.hardware, c.peak_memory_counts) if c.peak_memory_gib else None
+        )
         rows.append(
             {
                 "id": c.id,
@@ -199,12 +300,37 @@ def evaluate(cases: list[Case], hardware_override=None) -> list[dict]:
                 "memory_gib": mem.total / GiB,
                 "peak_memory_gib": c.peak_memory_gib,
                 "peak_memory_kind": c.peak_memory_kind,
-                "memory_error": (
-                    mem.total / GiB / c.peak_memory_gib - 1 if c.peak_memory_gib else None
-                ),
+                "peak_memory_counts": c.peak_memory_counts,
+                "predicted_peak_gib": counted,
+                "memory_error": counted / c.peak_memory_gib - 1 if counted else None,
+                "framework": c.framework,
+                "other_hardware": c.other_hardware,
             }
         )
     return rows
+
+
+def counted_gib(mem, hardware, counts: str) -> float:
+    """The part of the estimate `mem` (a MemoryBreakdown) a published peak counts, GiB: `device`
+    all of it; `reserved` without the CUDA context and NCCL's buffers (the profile's
+    cuda_context_gib + nccl_buffer_gib, outside PyTorch's caching allocator); `allocated`
+    also without the allocator's fragmentation (fragmentation_fraction of the tensors, the
+    estimate's own terms: planner/cost/model.py `memory`)."""
+    total = mem.total / GiB
+    if counts == "device":
+        return total
+    fixed = hardware.cuda_context_gib + hardware.nccl_buffer_gib
+    if counts == "reserved":
+        return total - fixed
+    if counts == "allocated":
+        tensors = (mem.weights + mem.gradients + mem.optimizer + mem.activations) / GiB
+        return total - fixed - hardware.fragmentation_fraction * tensors
+    raise ValueError(f"peak counts {counts!r}: one of {', '.join(COUNTS)}")
+
+
+def scored(rows: list[dict]) -> list[dict]:
+    """The rows whose step time is scored: not those on other hardware than their profile."""
+    return [r for r in rows if not r.get("other_hardware")]
 
 
 def _stats(errors: list[float]) -> dict:
@@ -220,7 +346,7 @@ def _stats(errors: list[float]) -> dict:
 def summarize(rows: list[dict]) -> dict:
     """Per class, per GPU, per class x GPU and overall."""
     groups: dict[str, list[float]] = {}
-    for r in rows:
+    for r in scored(rows):
         for key in (r["class"], r["hardware"], f"{r['class']} / {r['hardware']}", "all"):
             groups.setdefault(key, []).append(r["error"])
     return {k: _stats(v) for k, v in groups.items()}
@@ -228,7 +354,7 @@ def summarize(rows: list[dict]) -> dict:
 
 def summarize_by(rows: list[dict], key: str) -> dict:
     groups: dict[str, list[float]] = {}
-    for r in rows:
+    for r in scored(rows):
         groups.setdefault(r[key], []).append(r["error"])
     return {k: _stats(v) for k, v in sorted(groups.items())}
 
@@ -251,6 +377,54 @@ def memory_check(rows: list[dict]) -> dict:
     if peaks:
         out.update(_stats([r["memory_error"] for r in peaks]))
         out["within_10pct"] = sum(abs(r["memory_error"]) <= 0.10 for r in peaks)
+    return out
+
+
+def memory_lines(rows: list[dict], mem: dict) -> list[str]:
+    """The memory report: each published peak against the part of the estimate it counts
+    (`counted_gib`), the summary, and the runs estimated over capacity."""
+    out = []
+    peaks = [r for r in rows if r["peak_memory_gib"]]
+    if peaks:
+        out.append("peak memory: predicted vs published (the part of the estimate the peak counts)")
+        for r in peaks:
+            out.append(
+                f"  {r['id'][:52]:52s} {r['predicted_peak_gib']:6.1f} vs "
+                f"{r['peak_memory_gib']:6.1f} GiB {r['memory_error']:+6.1%}  "
+                f"{r['peak_memory_counts']:9s} {r['framework'] or 'megatron'}"
+            )
+        out.append(
+            f"  {mem['within_10pct']} of {mem['published_peaks']} within 10%; median "
+            f"|error| {mem['median_abs_error']:.1%}, max {mem['max_abs_error']:.1%}, "
+            f"bias {mem['bias']:+.1%}"
+        )
+    out.append(
+        f"memory: {mem['over_capacity']} of {mem['runs']} runs (all of which ran) are estimated "
+        f"over capacity (at most {mem['max_fraction']:.0%}): {', '.join(mem['cases_over']) or '-'}"
+    )
+    out.append(
+        f"        {mem['judged_infeasible']} judged infeasible (more than {MEMORY_MARGIN:.0%} "
+        f"over, the fits-in-memory rule): {', '.join(mem['cases_judged_infeasible']) or '-'}"
+    )
+    return out
+
+
+def other_hardware_lines(rows: list[dict]) -> list[str]:
+    """The runs on other hardware than their profile (NOT_THIS_HARDWARE), each with its
+    step-time and memory error; their step times are in no class or GPU figure."""
+    other = [r for r in rows if r.get("other_hardware")]
+    if not other:
+        return []
+    out = [
+        "other hardware than the profile: not scored (step time; not fitted either):",
+        *sorted({f"  {r['other_hardware']}" for r in other}),
+    ]
+    for r in other:
+        memory = f"  memory {r['memory_error']:+6.1%}" if r["memory_error"] is not None else ""
+        out.append(
+            f"  {r['id'][:52]:52s} {r['predicted_s']:8.3f} vs {r['measured_s']:8.3f} s "
+            f"{r['error']:+7.1%}{memory}"
+        )
     return out
 
 
@@ -314,29 +488,9 @@ def main(argv: list[str] | None = None) -> int:
         sub = [r for r in rows if r["file"] == f]
         _print_stats(f"{f}: step time by class", summarize_by(sub, "class"))
         _print_stats(f"{f}: step time by GPU", summarize_by(sub, "hardware"))
-        _print_stats(f"{f}: all", {"all": _stats([r["error"] for r in sub])})
+        _print_stats(f"{f}: all", {"all": _stats([r["error"] for r in scored(sub)])})
     print()
-    peaks = [r for r in rows if r["peak_memory_gib"]]
-    if peaks:
-        print("peak memory: predicted vs published")
-        for r in peaks:
-            print(
-                f"  {r['id'][:52]:52s} {r['memory_gib']:6.1f} vs {r['peak_memory_gib']:6.1f} GiB "
-                f"{r['memory_error']:+6.1%}  ({r['peak_memory_kind'][:40]})"
-            )
-        print(
-            f"  {mem['within_10pct']} of {mem['published_peaks']} within 10%; median "
-            f"|error| {mem['median_abs_error']:.1%}, max {mem['max_abs_error']:.1%}, "
-            f"bias {mem['bias']:+.1%}"
-        )
-    print(
-        f"memory: {mem['over_capacity']} of {mem['runs']} runs (all of which ran) are estimated "
-        f"over capacity (at most {mem['max_fraction']:.0%}): {', '.join(mem['cases_over']) or '-'}"
-    )
-    print(
-        f"        {mem['judged_infeasible']} judged infeasible (more than {MEMORY_MARGIN:.0%} over, "
-        f"the fits-in-memory rule): {', '.join(mem['cases_judged_infeasible']) or '-'}"
-    )
+    print("\n".join(memory_lines(rows, mem)))
     suspect = evaluate(load_cases(paths=args.calibration or default_paths(), suspect=True))
     if suspect:
         print(
@@ -348,6 +502,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {r['id'][:60]:60s} {r['predicted_s']:8.3f} vs {r['measured_s']:8.3f} s "
                 f"{r['error']:+7.1%}"
             )
+    other = other_hardware_lines(rows)
+    if other:
+        print("\n".join(other))
     print()
     print_ranking(ranks)
     return 0

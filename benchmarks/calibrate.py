@@ -33,7 +33,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.accuracy import default_paths, load_cases
+from benchmarks.accuracy import (  # NOT_THIS_HARDWARE: the one list, re-exported here
+    NOT_THIS_HARDWARE,
+    default_paths,
+    load_cases,
+)
 from planner.calibration.fit import (  # noqa: F401  (the fit's names, re-exported here)
     BOUNDS,
     CONDITION_MAX,
@@ -89,13 +93,6 @@ PRIOR = {
 parameters its runs do not identify (instead of whatever its file held; its children inherit
 them): h100-sxm's 13 FP8 runs are MoE runs that move less than 2% over the FP8 share's whole
 range, so the share they leave open is the measured kernel rate, not a bound."""
-
-NOT_THIS_HARDWARE = {
-    "tt-2508-llama3-8b-b200pl-": "8 power-limited B200s (the source: 'POWER-LIMITED B200 (power "
-    "limit not stated)'), not the DGX B200 of the b200 profile",
-}
-"""Runs the data file files under a profile whose hardware differs from it, by id prefix and
-why; they are reported by accuracy.py like every run but do not shape the fit."""
 
 
 def fit_all(by_hw: dict, profiles: dict, log=print, fitted: dict | None = None) -> dict:
@@ -247,7 +244,8 @@ def _derived_header(name: str, parent: str) -> str:
 
 def fit_cases(paths, log=print) -> list:
     """The runs the fit uses: every case of `paths` but the `suspect` ones (load_cases leaves
-    them out; they are reported by accuracy.py, never fitted) and NOT_THIS_HARDWARE's."""
+    them out; they are reported by accuracy.py, never fitted) and those on other hardware than
+    their profile (benchmarks/accuracy.py NOT_THIS_HARDWARE, `Case.other_hardware`)."""
     cases = load_cases(paths=paths)
     suspect = load_cases(paths=paths, suspect=True)
     if suspect:
@@ -256,9 +254,7 @@ def fit_cases(paths, log=print) -> list:
         n = sum(c.id.startswith(prefix) for c in cases)
         if n:
             log(f"# not fitted: {n} runs {prefix}*: {why}")
-    return [
-        c for c in cases if not c.suspect and not any(c.id.startswith(p) for p in NOT_THIS_HARDWARE)
-    ]
+    return [c for c in cases if not c.suspect and not c.other_hardware]
 
 
 def base_profiles(by_hw: dict[str, list]) -> dict:

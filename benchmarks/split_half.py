@@ -11,7 +11,7 @@ Scores on the held-out half: median |error| and the fit's mean Huber loss
 (planner/calibration/fit.py). The calibration is `planner calibrate`'s
 (planner/calibration/runs.py calibrate: the efficiencies by PRIORITY, then the bandwidths the
 runs identify, fit.fit_bandwidths); the factors it kept on the bandwidths are printed. Runs the calibration marks as another GPU's
-(calibrate.py NOT_THIS_HARDWARE) are left out.
+(accuracy.py NOT_THIS_HARDWARE) are left out.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.accuracy import DATA, load_cases  # noqa: E402
-from benchmarks.calibrate import NOT_THIS_HARDWARE  # noqa: E402
 from planner.calibration.fit import Run, _huber, errors  # noqa: E402
 from planner.calibration.logs import read_log  # noqa: E402
 from planner.calibration.runs import calibrate  # noqa: E402
@@ -56,7 +55,7 @@ def as_runs(cases) -> list[Run]:
 def halves(cases) -> dict[str, tuple[list, list]]:
     by: dict[str, list] = {}
     for c in cases:
-        if not any(c.id.startswith(p) for p in NOT_THIS_HARDWARE):
+        if not c.other_hardware:
             by.setdefault(c.job.hardware.name, []).append(c)
     return {g: (cs[0::2], cs[1::2]) for g, cs in by.items() if len(cs) >= 4}
 

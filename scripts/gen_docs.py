@@ -178,7 +178,7 @@ def _stats_text(file: str) -> str:
     with contextlib.redirect_stdout(out):
         acc._print_stats(f"{file}: step time by class", acc.summarize_by(sub, "class"))
         acc._print_stats(f"{file}: step time by GPU", acc.summarize_by(sub, "hardware"))
-        acc._print_stats(f"{file}: all", {"all": acc._stats([r["error"] for r in sub])})
+        acc._print_stats(f"{file}: all", {"all": acc._stats([r["error"] for r in acc.scored(sub)])})
     return out.getvalue()
 
 
@@ -193,7 +193,9 @@ def accuracy_dense() -> str:
 
 
 def accuracy_modern_summary() -> str:
-    return "```\n" + _stats_text("calibration-modern.yaml") + "```\n"
+    f = "calibration-modern.yaml"
+    other = _accuracy().other_hardware_lines([r for r in _rows() if r["file"] == f])
+    return "```\n" + _stats_text(f) + "".join(line + "\n" for line in other) + "```\n"
 
 
 def accuracy_modern_cases() -> str:
@@ -204,30 +206,7 @@ def accuracy_modern_cases() -> str:
 def accuracy_memory() -> str:
     acc = _accuracy()
     rows = _rows()
-    mem = acc.memory_check(rows)
-    margin = acc.MEMORY_MARGIN
-    out = ["peak memory: predicted vs published"]
-    for r in rows:
-        if r["peak_memory_gib"]:
-            out.append(
-                f"  {r['id'][:52]:52s} {r['memory_gib']:6.1f} vs {r['peak_memory_gib']:6.1f} "
-                f"GiB {r['memory_error']:+6.1%}  ({r['peak_memory_kind'][:40]})"
-            )
-    out.append(
-        f"  {mem['within_10pct']} of {mem['published_peaks']} within 10%; median "
-        f"|error| {mem['median_abs_error']:.1%}, max {mem['max_abs_error']:.1%}, "
-        f"bias {mem['bias']:+.1%}"
-    )
-    out.append(
-        f"memory: {mem['over_capacity']} of {mem['runs']} runs (all of which ran) are "
-        f"estimated over capacity (at most {mem['max_fraction']:.0%}): "
-        f"{', '.join(mem['cases_over']) or '-'}"
-    )
-    out.append(
-        f"        {mem['judged_infeasible']} judged infeasible (more than {margin:.0%} "
-        f"over, the fits-in-memory rule): {', '.join(mem['cases_judged_infeasible']) or '-'}"
-    )
-    return "```\n" + "\n".join(out) + "\n```\n"
+    return "```\n" + "\n".join(acc.memory_lines(rows, acc.memory_check(rows))) + "\n```\n"
 
 
 # (label, file, class or None for the whole file, statistic, bar)
@@ -260,7 +239,9 @@ def accuracy_bars() -> str:
     out = ["| bar | figure | met |", "|---|---|---|"]
     for label, file, cls, checks in BARS:
         errors = [
-            r["error"] for r in _rows() if r["file"] == file and (cls is None or r["class"] == cls)
+            r["error"]
+            for r in acc.scored(_rows())
+            if r["file"] == file and (cls is None or r["class"] == cls)
         ]
         st = acc._stats(errors)
         figure = ", ".join(f"{st[k] * 100:.1f} %" for k, _ in checks)

@@ -24,14 +24,19 @@ TARGET = ROOT / "planner" / "calibration" / "interval_table.py"
 
 
 def residuals(cases=None):
-    """(time rows, memory rows): (class, gpu, log(measured / predicted)) per run."""
+    """(time rows, memory rows): (class, gpu, log(measured / predicted)) per run; the step
+    time of a run on other hardware than its profile (accuracy.py NOT_THIS_HARDWARE) is not
+    its profile's, and a published peak is against the part of the estimate it counts."""
     cases = load_all() if cases is None else cases
     time, mem = [], []
     for c, r in zip(cases, evaluate(cases)):
         cls = interval_class(c.job, c.layout)
-        time.append((cls, r["hardware"], math.log(r["measured_s"] / r["predicted_s"])))
+        if not r["other_hardware"]:
+            time.append((cls, r["hardware"], math.log(r["measured_s"] / r["predicted_s"])))
         if r["peak_memory_gib"]:
-            mem.append((cls, r["hardware"], math.log(r["peak_memory_gib"] / r["memory_gib"])))
+            mem.append(
+                (cls, r["hardware"], math.log(r["peak_memory_gib"] / r["predicted_peak_gib"]))
+            )
     return time, mem
 
 

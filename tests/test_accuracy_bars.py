@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.accuracy import evaluate, load_cases, memory_check  # noqa: E402
+from benchmarks.accuracy import evaluate, load_cases, memory_check, scored  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data"
 
@@ -36,13 +36,17 @@ def _rows(name: str) -> tuple:
 
 
 def _class(name: str, cls: str) -> list[float]:
-    errs = [abs(r["error"]) for r in _rows(name) if r["class"] == cls]
+    # the runs on other hardware than their profile (accuracy.py NOT_THIS_HARDWARE) are
+    # reported apart and scored in no class, as accuracy.py's summaries do
+    errs = [abs(r["error"]) for r in scored(list(_rows(name))) if r["class"] == cls]
     assert errs, f"no {cls} runs in {name}"
     return errs
 
 
 def _worst(name: str, cls: str) -> str:
-    r = max((r for r in _rows(name) if r["class"] == cls), key=lambda r: abs(r["error"]))
+    r = max(
+        (r for r in scored(list(_rows(name))) if r["class"] == cls), key=lambda r: abs(r["error"])
+    )
     return f"{r['id']}: {r['error']:+.1%}"
 
 
@@ -67,11 +71,11 @@ MODERN = "calibration-modern.yaml"
 LONG_CONTEXT_MEDIAN = pytest.mark.xfail(
     strict=True,
     reason=(
-        "10.2% under the profiles the fit gives since it predicts each run at its own "
-        "micro-batch (7.9% under the earlier, stale profiles): the class is four runs of one "
-        "torchtitan sweep (Llama 3.1 8B on 8 H100, 32k-262k tokens, cp 1-8), fitted with the "
-        "moe and fsdp runs of the same GPU; the median of four |errors| is the mean of the middle "
-        "two, +9.0% and -11.4%"
+        "10.3% (10.2% before the runs were read with torchtitan's semantics) under the profiles "
+        "the fit gives since it predicts each run at its own micro-batch (7.9% under the "
+        "earlier, stale profiles): the class is four runs of one torchtitan sweep (Llama 3.1 8B "
+        "on 8 H100, 32k-262k tokens, cp 1-8), fitted with the moe and fsdp runs of the same "
+        "GPU; the median of four |errors| is the mean of the middle two, +9.2% and -11.4%"
     ),
 )
 
@@ -107,14 +111,10 @@ def test_moe_max_within_25_percent():
     assert max(_class(MODERN, "moe")) <= 0.25, _worst(MODERN, "moe")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "as the median: torchtitan's async TP and rowwise FP8 runs, and the power-limited B200 "
-        "runs (their power limit is not stated) filed under the DGX B200 profile"
-    ),
-)
 def test_fsdp_max_within_25_percent():
+    # met since the power-limited B200 runs (-41% to -47%: 'POWER-LIMITED B200 (power limit
+    # not stated)', torchtitan mxfp8.md) are reported apart instead of scored under the DGX
+    # B200 profile
     assert max(_class(MODERN, "fsdp")) <= 0.25, _worst(MODERN, "fsdp")
 
 
@@ -124,7 +124,7 @@ def test_fsdp_max_within_25_percent():
 # full; its recipe pads the experts' inputs to capacity, which makes the dispatch sync-free
 # (Megatron-Core's drop-and-pad alltoall), a setting the data do not carry and the model does
 # not have (docs/accuracy.md)
-@pytest.mark.parametrize("cls,bar", [("moe", 1.25), ("fsdp", 0.50)])
+@pytest.mark.parametrize("cls,bar", [("moe", 1.25)])
 def test_modern_max_does_not_regress(cls, bar):
     assert max(_class(MODERN, cls)) <= bar, _worst(MODERN, cls)
 
@@ -163,11 +163,11 @@ def test_each_correction_names_a_case_and_sets_a_key_the_case_leaves_out():
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "the 26 published peaks as the configs are written: 18 are torchtitan's (its op-level "
-        "selective checkpointing and eager fp32 loss, which the configs' `recompute: selective` "
-        "does not say; read from their TOMLs by the torchtitan importer 12 of the 16 distinct runs "
-        "are within 10%, tests/test_torchtitan_peaks.py), 6 are a Moonlight study whose data leave "
-        "out the recipe's bf16 gradients and moments (README 'Accuracy')"
+        "13 of the 26 published peaks within 10% (each against the part of the estimate it "
+        "counts, the torchtitan runs read with torchtitan's semantics): the 70B FSDP x TP 8 runs "
+        "-18% and -23% and the eager 128-GPU 8B run -11% (torchtitan), the 2025-08 B200 runs "
+        "+11% to +16% (torchtitan's own peaks for the same run differ 2x between its releases), "
+        "the Moonlight study -11% to -13% of its max allocated (docs/accuracy.md)"
     ),
 )
 def test_published_peaks_within_10_percent():
@@ -178,7 +178,8 @@ def test_published_peaks_within_10_percent():
 def test_published_peaks_do_not_regress():
     mem = _memory()
     assert mem["published_peaks"] >= 26
-    assert mem["within_10pct"] >= 2
+    assert mem["within_10pct"] >= 13
+    assert mem["max_abs_error"] <= 0.25
 
 
 def test_suspect_runs_are_reported_not_scored_or_fitted():
@@ -193,6 +194,79 @@ def test_suspect_runs_are_reported_not_scored_or_fitted():
     scored = {r["id"] for r in _rows("calibration-modern.yaml")}
     fitted = {c.id for c in fit_cases(default_paths(), log=lambda *_: None)}
     assert scored and fitted and not suspect & scored and not suspect & fitted
+
+
+def test_other_hardware_runs_are_reported_not_scored_or_fitted():
+    # the four tt-2508 runs ran on 'POWER-LIMITED B200 (power limit not stated)' (torchtitan
+    # torchtitan/components/quantization/mxfp8.md): one list, accuracy.py NOT_THIS_HARDWARE,
+    # marks them; their step time is in no class or GPU figure and in no fit, and accuracy.py
+    # prints each in its own section
+    from benchmarks.accuracy import NOT_THIS_HARDWARE, default_paths, other_hardware_lines
+    from benchmarks.calibrate import fit_cases
+
+    rows = list(_rows(MODERN))
+    other = {r["id"] for r in rows if r["other_hardware"]}
+    assert len(other) == 4 and all(i.startswith(tuple(NOT_THIS_HARDWARE)) for i in other)
+    assert not other & {r["id"] for r in scored(rows)}
+    fitted = {c.id for c in fit_cases(default_paths(), log=lambda *_: None)}
+    assert fitted and not other & fitted
+    text = "\n".join(other_hardware_lines(rows))
+    assert text.startswith("other hardware than the profile: not scored")
+    assert all(i in text for i in other)
+
+
+def test_each_framework_fact_names_cases_and_agrees_with_them():
+    # corrections.yaml `frameworks`: each case it names exists and is read with the framework's
+    # semantics; a mapped setting either fills a gap or equals the case's own (load_cases
+    # raises otherwise), and the collected file is untouched
+    import yaml
+
+    from benchmarks.accuracy import framework_facts, with_framework
+
+    cases = {c["id"]: c for c in yaml.safe_load((DATA / MODERN).read_text())["cases"]}
+    facts = framework_facts()
+    assert facts
+    for cid, fact in facts.items():
+        assert cid in cases and fact["source"] and fact["framework"] == "torchtitan"
+        before = repr(cases[cid])
+        read = with_framework(cases[cid], fact)
+        assert read["training"]["accounting"] == "deepspeed"
+        if read["parallel"]["recompute"] == "selective":
+            assert read["parallel"]["recompute_modules"] == ["torchtitan_op"]
+        assert repr(cases[cid]) == before
+    bad = dict(cases["tt-2412-llama31-8b-8g-fsdp"])
+    bad["parallel"] = {**bad["parallel"], "recompute": "full"}
+    with pytest.raises(ValueError, match="parallel.recompute"):
+        with_framework(bad, facts["tt-2412-llama31-8b-8g-fsdp"])
+
+
+@pytest.mark.parametrize(
+    "counts,expected",
+    [("device", 10.0), ("reserved", 10.0 - 1.5), ("allocated", 10.0 - 1.5 - 0.05 * 8.0)],
+    ids=["device", "reserved", "allocated"],
+)
+def test_a_peak_is_compared_with_the_part_of_the_estimate_it_counts(counts, expected):
+    # a 10 GiB estimate: 8 GiB of tensors (2 weights, 2 grads, 2 optimizer, 2 activations),
+    # 2 GiB other = context 1 + NCCL 0.5 + fragmentation 0.05 * 8 + 0.1 transient; reserved
+    # leaves out the context and NCCL's buffers (outside the caching allocator), allocated the
+    # fragmentation too
+    from types import SimpleNamespace
+
+    from benchmarks.accuracy import counted_gib
+    from planner.cost.memory import MemoryBreakdown
+
+    G = 2**30
+    mem = MemoryBreakdown(2 * G, 2 * G, 2 * G, 2 * G, 2 * G, 80 * G)
+    hw = SimpleNamespace(cuda_context_gib=1.0, nccl_buffer_gib=0.5, fragmentation_fraction=0.05)
+    assert counted_gib(mem, hw, counts) == pytest.approx(expected)
+
+
+def test_every_published_peak_kind_says_what_it_counts():
+    from benchmarks.accuracy import COUNTS, default_paths
+
+    cases = load_cases(paths=default_paths())
+    peaks = [c for c in cases if c.peak_memory_gib]
+    assert peaks and all(c.peak_memory_counts in COUNTS for c in peaks)
 
 
 def test_identifiability_selects_only_what_the_runs_pin():

@@ -57,7 +57,7 @@ from planner.layout import Layout
 from planner.presets import resolve_model
 from planner.specs import ModelSpec
 
-__all__ = ["load", "parse_toml", "stage_layers", "layer_interval_layers"]
+__all__ = ["load", "parse_toml", "stage_layers", "layer_interval_layers", "recipe_semantics"]
 
 _SECTIONS = frozenset(
     {
@@ -944,9 +944,29 @@ def load(path: str | Path, data: dict, ov: Overrides) -> Imported:
         seq_length=seq,
         global_batch_size=gbs,
         precision=precision,
-        accounting="deepspeed",
         source=source,
         **fp8_fields,
-        **_loss(data, par),
+        **_training_semantics(data, par),
     )
     return Imported(job, layout, out, "torchtitan", source)
+
+
+def _training_semantics(data: dict, par: dict) -> dict:
+    """The TrainingSpec fields torchtitan's way of training sets: FSDP-style model-state
+    accounting (16 B/param) and its loss (`_loss`)."""
+    return {"accounting": "deepspeed", **_loss(data, par)}
+
+
+def recipe_semantics(data: dict, *, num_layers: int, pp: int = 1) -> tuple[dict, dict]:
+    """(Layout fields, TrainingSpec fields) that a job config's recipe sections mean the way
+    torchtitan runs them: `[activation_checkpoint]` (`_recompute`), `[compile]` /
+    `[training] compile` and `disable_loss_parallel` (`_loss`), the model-state accounting;
+    `data` holds only those sections. The mapping `load` applies, for a run known by its
+    degrees rather than its TOML (the published runs benchmarks/accuracy.py reads)."""
+    out: list[Violation] = []
+    par = _section(data, "parallelism")
+    vpp, _, _, ranks = _pipeline(par, num_layers, pp, out)
+    errors = [v.message for v in out if v.severity == "error"]
+    if errors:
+        raise SpecError(f"torchtitan recipe: {errors[0]}", field="parallelism")
+    return _recompute(data, ranks, vpp, out), _training_semantics(data, par)
