@@ -118,13 +118,11 @@ def test_fsdp_max_within_25_percent():
     assert max(_class(MODERN, "fsdp")) <= 0.25, _worst(MODERN, "fsdp")
 
 
-# the guards sit just above today's maxima. moe: mb-25.09-qwen3-30b-a3b-b200-8g (+120%), a
-# token-drop run at micro-batch 1 whose host time (64 micro-batches of eager MoE layers at
-# b200's fitted 23 us a launch, each stopping at the token-count sync) the model charges in
-# full; its recipe pads the experts' inputs to capacity, which makes the dispatch sync-free
-# (Megatron-Core's drop-and-pad alltoall), a setting the data do not carry and the model does
-# not have (docs/accuracy.md)
-@pytest.mark.parametrize("cls,bar", [("moe", 1.25), ("fsdp", 0.50)])
+# the guards sit just above today's maxima. moe: nemo2-2507-llama4-scout-gb200-64g-fp8
+# (+58%). The token-drop 25.09 runs (mb-25.09-qwen3-30b-a3b-b200-8g +120% before) are now
+# costed as their recipe runs them, drop-and-pad (moe_pad_expert_input_to_capacity:
+# no host sync per MoE layer, the expert block inside the per-layer graphs; corrections.yaml)
+@pytest.mark.parametrize("cls,bar", [("moe", 0.60), ("fsdp", 0.50)])
 def test_modern_max_does_not_regress(cls, bar):
     assert max(_class(MODERN, cls)) <= bar, _worst(MODERN, cls)
 
