@@ -567,7 +567,7 @@ def moe_comm_overlap(c: Context) -> str | None:
 
 
 def moe_pad_capacity(c: Context) -> str | None:
-    """Megatron-Core pads expert inputs to the capacity (`--moe-pad-expert-input-to-capacity`)
+    """R16 (docs/reference/framework-rules.md#r16-drop-and-pad-moe): Megatron-Core pads expert inputs to the capacity (`--moe-pad-expert-input-to-capacity`)
     only in its alltoall dispatcher (MoEAlltoAllTokenDispatcher's drop_and_pad; the flex
     dispatcher asserts it is off, and a capacity factor works only with alltoall), for a MoE
     model."""
