@@ -118,11 +118,13 @@ def test_fsdp_max_within_25_percent():
     assert max(_class(MODERN, "fsdp")) <= 0.25, _worst(MODERN, "fsdp")
 
 
-# the guards sit just above today's maxima. moe: nemo2-2507-llama4-scout-gb200-64g-fp8
-# (+58%). The token-drop 25.09 runs (mb-25.09-qwen3-30b-a3b-b200-8g +120% before) are now
-# costed as their recipe runs them, drop-and-pad (moe_pad_expert_input_to_capacity:
-# no host sync per MoE layer, the expert block inside the per-layer graphs; corrections.yaml)
-@pytest.mark.parametrize("cls,bar", [("moe", 0.60), ("fsdp", 0.50)])
+# the guards sit just above today's maxima. moe: mb-25.11-qwen3-30b-a3b-h100-16g (-41%), the
+# dropless run whose token-drop twin (mb-25.09, the same layout) measured half its time. The
+# token-drop runs (mb-25.09-qwen3-30b-a3b-b200-8g +120% before) and Llama 4 Scout on GB200
+# (+48%) are now costed as their recipes run them, drop-and-pad (moe_pad_expert_input_to_capacity:
+# no host sync per MoE layer, the expert block inside the per-layer graphs) and, for Scout, the
+# alltoall dispatcher of its recipe (corrections.yaml)
+@pytest.mark.parametrize("cls,bar", [("moe", 0.45), ("fsdp", 0.50)])
 def test_modern_max_does_not_regress(cls, bar):
     assert max(_class(MODERN, cls)) <= bar, _worst(MODERN, cls)
 
