@@ -348,6 +348,16 @@ class Layout:
         megatron="--overlap-moe-expert-parallel-comm",
         nemo="overlap_moe_expert_parallel_comm",
     )
+    moe_pad_expert_input_to_capacity: bool = row(
+        False,
+        "Token-drop MoE padded to the capacity (`--moe-pad-expert-input-to-capacity`, with "
+        "`--moe-expert-capacity-factor` = the model's moe_capacity_factor; alltoall "
+        "dispatcher): every expert computes its full capacity and the dispatch shapes are "
+        "static, so no MoE layer waits for its token counts on the host (cost/launch.py).",
+        reads={"moe_layer", "layer", "pipeline"},
+        megatron="--moe-pad-expert-input-to-capacity",
+        nemo="moe_pad_expert_input_to_capacity",
+    )
     cuda_graphs: str = row(
         "none",
         "CUDA graphs: none | partial (per-layer graphs, `--cuda-graph-impl "
@@ -506,6 +516,7 @@ def layout_from_spec(spec: Any, *, num_gpus: int) -> Layout:
         moe_token_dispatcher=spec.moe_token_dispatcher,
         pipeline_schedule=spec.pipeline_schedule,
         overlap_moe_expert_parallel_comm=spec.overlap_moe_expert_parallel_comm,
+        moe_pad_expert_input_to_capacity=spec.moe_pad_expert_input_to_capacity,
         cuda_graphs=spec.cuda_graphs,
         pipeline_model_parallel_layout=spec.pipeline_model_parallel_layout,
         auto=tuple(f for f in AUTO_FIELDS if f not in given),

@@ -566,6 +566,27 @@ def moe_comm_overlap(c: Context) -> str | None:
     return None
 
 
+def moe_pad_capacity(c: Context) -> str | None:
+    """R16 (docs/reference/framework-rules.md#r16-drop-and-pad-moe): Megatron-Core pads expert inputs to the capacity (`--moe-pad-expert-input-to-capacity`)
+    only in its alltoall dispatcher (MoEAlltoAllTokenDispatcher's drop_and_pad; the flex
+    dispatcher asserts it is off, and a capacity factor works only with alltoall), for a MoE
+    model."""
+    lay, m = c.layout, c.model
+    if not lay.moe_pad_expert_input_to_capacity:
+        return None
+    if not m.is_moe:
+        return (
+            "moe_pad_expert_input_to_capacity needs a MoE model (the model has no experts); "
+            "turn it off"
+        )
+    if lay.moe_token_dispatcher != "alltoall":
+        return (
+            f"moe_pad_expert_input_to_capacity needs the alltoall dispatcher (moe_token_dispatcher "
+            f"is {lay.moe_token_dispatcher}); set moe_token_dispatcher alltoall or turn it off"
+        )
+    return None
+
+
 # -- memory --------------------------------------------------------------------------------------
 
 _MEMORY_FIX = (
@@ -753,6 +774,7 @@ RULES: list[tuple[str, Rule]] = [
     ("recompute-settings", recompute_settings),
     ("cpu-offloading", cpu_offloading),
     ("moe-comm-overlap", moe_comm_overlap),
+    ("moe-pad-capacity", moe_pad_capacity),
     ("fits-in-memory", fits_in_memory),
 ]
 """Hard rules, in the order the search applies them (cheapest first)."""

@@ -118,13 +118,13 @@ def test_fsdp_max_within_25_percent():
     assert max(_class(MODERN, "fsdp")) <= 0.25, _worst(MODERN, "fsdp")
 
 
-# the guards sit just above today's maxima. moe: mb-25.09-qwen3-30b-a3b-b200-8g (+120%), a
-# token-drop run at micro-batch 1 whose host time (64 micro-batches of eager MoE layers at
-# b200's fitted 23 us a launch, each stopping at the token-count sync) the model charges in
-# full; its recipe pads the experts' inputs to capacity, which makes the dispatch sync-free
-# (Megatron-Core's drop-and-pad alltoall), a setting the data do not carry and the model does
-# not have (docs/accuracy.md)
-@pytest.mark.parametrize("cls,bar", [("moe", 1.25)])
+# the guards sit just above today's maxima. moe: mb-25.11-qwen3-30b-a3b-h100-16g (-41%), the
+# dropless run whose token-drop twin (mb-25.09, the same layout) measured half its time. The
+# token-drop runs (mb-25.09-qwen3-30b-a3b-b200-8g +120% before) and Llama 4 Scout on GB200
+# (+48%) are now costed as their recipes run them, drop-and-pad (moe_pad_expert_input_to_capacity:
+# no host sync per MoE layer, the expert block inside the per-layer graphs) and, for Scout, the
+# alltoall dispatcher of its recipe (corrections.yaml)
+@pytest.mark.parametrize("cls,bar", [("moe", 0.45)])
 def test_modern_max_does_not_regress(cls, bar):
     assert max(_class(MODERN, cls)) <= bar, _worst(MODERN, cls)
 

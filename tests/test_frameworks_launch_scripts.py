@@ -459,6 +459,25 @@ def test_moe_dispatcher_flags(tmp_path, flags, dispatcher, overlap):
     assert imported.layout.overlap_moe_expert_parallel_comm is overlap
 
 
+@pytest.mark.parametrize(
+    "flags,padded",
+    [
+        (
+            "--moe-token-dispatcher-type alltoall --moe-expert-capacity-factor 1.0 "
+            "--moe-pad-expert-input-to-capacity",
+            True,
+        ),
+        ("--moe-token-dispatcher-type alltoall --moe-expert-capacity-factor 1.0", False),
+    ],
+    ids=["drop-and-pad", "drop-no-pad"],
+)
+def test_moe_padding_to_the_capacity_is_read(tmp_path, flags, padded):
+    imported = load_any(_megatron(tmp_path, "", MOE + flags))
+    assert imported.layout.moe_pad_expert_input_to_capacity is padded
+    assert imported.job.model.moe_capacity_factor == 1.0
+    assert not [v.message for v in imported.violations if v.severity == "error"]
+
+
 def test_mtp_rotary_base_and_capacity_factor_are_the_models(tmp_path):
     flags = MOE + "--mtp-num-layers 1 --rotary-base 1000000 --moe-expert-capacity-factor 1.25"
     model = load_any(_megatron(tmp_path, "", flags)).job.model
@@ -494,6 +513,17 @@ MEGATRON_RECIPE_RULES = [
     ),
     ("--recompute-modules mlp", "megatron-recompute-modules", "warning"),
     (MOE + "--overlap-moe-expert-parallel-comm", "megatron-moe-ep-overlap", "error"),
+    (
+        MOE + "--moe-token-dispatcher-type alltoall --moe-pad-expert-input-to-capacity",
+        "megatron-moe-pad-capacity",
+        "error",
+    ),
+    (
+        MOE + "--moe-token-dispatcher-type flex --moe-enable-deepep --moe-expert-capacity-factor "
+        "1.0 --moe-pad-expert-input-to-capacity",
+        "megatron-moe-pad-capacity",
+        "error",
+    ),
     ("--use-distributed-optimizer --use-megatron-fsdp", "megatron-fsdp-ckpt-format", "error"),
     (
         "--recompute-granularity full --recompute-method uniform --recompute-num-layers 4",

@@ -202,6 +202,24 @@ TRIGGERED = [
         ["ep > 1 (ep is 1)"],
         id="moe-overlap/ep1",
     ),
+    pytest.param(
+        "moe-pad-capacity",
+        dict(
+            model="mixtral-8x7b",
+            tp=1,
+            ep=8,
+            moe_pad_expert_input_to_capacity=True,
+            moe_token_dispatcher="deepep",
+        ),
+        ["needs the alltoall dispatcher (moe_token_dispatcher is deepep)"],
+        id="moe-pad/deepep",
+    ),
+    pytest.param(
+        "moe-pad-capacity",
+        dict(tp=8, moe_pad_expert_input_to_capacity=True, moe_token_dispatcher="alltoall"),
+        ["needs a MoE model"],
+        id="moe-pad/dense",
+    ),
     # ---- errors
     pytest.param(
         "world-size",
@@ -531,6 +549,17 @@ CLEAN = [
             moe_token_dispatcher="alltoall",
         ),
         id="moe-overlap/a2a",
+    ),
+    pytest.param(
+        "moe-pad-capacity",
+        dict(
+            model="mixtral-8x7b",
+            tp=1,
+            ep=8,
+            moe_pad_expert_input_to_capacity=True,
+            moe_token_dispatcher="alltoall",
+        ),
+        id="moe-pad/a2a",
     ),
     pytest.param("world-size", dict(tp=8, pp=4), id="world-size/tp8-pp4-dp2"),
     pytest.param("heads-divisible-by-tp", dict(tp=8), id="heads/tp-8"),

@@ -24,9 +24,24 @@ each part still takes max(device, host), and the layer pays four syncs' round tr
 of one (unless the whole iteration is one CUDA graph). Measured (Megatron-Bridge's
 recompute/overlap study, calibration-modern.yaml mbskill-qwen3-30b-*-epoverlap-on/off): the
 overlap makes Qwen3-30B-A3B on 16 H100s 15% faster, so it cannot add the host's whole time.
+Drop-and-pad (`moe_pad_expert_input_to_capacity`, Megatron-Core's
+`--moe-pad-expert-input-to-capacity` with `--moe-expert-capacity-factor`): every expert gets
+exactly its capacity C = ceil(T·k·cf/E) rows from each EP rank, so the shapes are known on the
+host before the router runs. Megatron-Core's MoEAlltoAllTokenDispatcher.preprocess returns, in
+drop-and-pad mode, the tokens per local expert as a host tensor (`torch.full(...,
+capacity * tp * ep)`) before it computes any count on the device, and its
+`_maybe_dtoh_and_synchronize` does nothing when `drop_and_pad` is set (no device-to-host copy,
+no event synchronize; megatron/core/transformer/moe/token_dispatcher.py): the MoE layer has no
+sync and the host runs ahead as in a dense layer (`ahead`); the all-to-all overlap keeps its
+sub-module boundaries (`serial`).
 CUDA graphs (`cuda_graphs`): partial (Transformer Engine per-layer graphs of the attention
 block, the dense MLP and the router / preprocessing: Megatron-Bridge's default scopes) leave
-those parts one launch each and the expert path (dispatch, experts, combine) as it is; full
+those parts one launch each and the expert path (dispatch, experts, combine) as it is, except
+that a padded MoE layer's expert path is captured too (one launch): its shapes are static, the
+condition Megatron-LM sets for graphing the whole MoE layer (megatron/training/arguments.py:
+the `moe` graph scope "is only supported with drop-padding MoE", the alltoall dispatcher with a
+capacity factor and `--moe-pad-expert-input-to-capacity`; Megatron-Bridge 25.09's performance
+recipes turn on `enable_cuda_graph`, Megatron-Core's per-layer graphs of the whole layer); full
 (the whole iteration captured, which needs a sync-free, fixed-capacity dispatch) leaves none.
 """
 
@@ -55,9 +70,11 @@ def host_parts(
     launch_us: float,
     local_experts: int = 0,
     recipe: str | None = None,
+    padded: bool = False,
 ) -> tuple[float, float]:
     """Host seconds of one layer's forward: (the attention block (+ a dense MLP), the expert
-    block); backward: twice each."""
+    block); backward: twice each. Per-layer graphs of a padded MoE layer (`padded`) capture
+    its expert block too: one launch each."""
     if cuda_graphs == "full":
         return 0.0, 0.0
     c = launch_us * 1e-6
@@ -65,7 +82,12 @@ def host_parts(
     expert_kernels = EXPERT_BLOCK_KERNELS + 2 * local_experts * (1 + per_input) if moe else 0
     if cuda_graphs == "partial":
         attention = 1
-        experts = expert_kernels - 4 if moe else 0  # the router and preprocessing graphed
+        if not moe:
+            experts = 0
+        elif padded:  # static shapes: the whole MoE layer is in the layer's graph
+            experts = 1
+        else:  # the router and preprocessing graphed
+            experts = expert_kernels - 4
     else:
         attention = ATTENTION_KERNELS + 4 * per_input + (0 if moe else MLP_KERNELS + 2 * per_input)
         experts = expert_kernels
@@ -78,11 +100,14 @@ token counts); serial: it stops at every sub-module boundary (the all-to-all ove
 schedule)."""
 
 
-def host_mode(*, moe: bool, cuda_graphs: str, ep_overlap: bool) -> str:
-    """How a layer's host work meets its device work (HOST_MODES)."""
+def host_mode(*, moe: bool, cuda_graphs: str, ep_overlap: bool, padded: bool = False) -> str:
+    """How a layer's host work meets its device work (HOST_MODES). A dispatch padded to the
+    capacity (`padded`) has no token counts to wait for: the host runs ahead."""
     if not moe or cuda_graphs == "full":
         return "ahead"
-    return "serial" if ep_overlap else "sync"
+    if ep_overlap:
+        return "serial"
+    return "ahead" if padded else "sync"
 
 
 def layer_wall(

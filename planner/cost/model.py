@@ -13,6 +13,7 @@ the step is pipeline_time(stages) + exposed DP + the optimizer update.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import ceil
 from typing import Any, NamedTuple, cast
 
 from planner.cost.comm import (
@@ -463,7 +464,12 @@ class CostModel:
             fp8_act_input=lay.activation_func_fp8_input_store,
             cache=lay.activation_cache,
         )
-        mode = host_mode(moe=True, cuda_graphs=lay.cuda_graphs, ep_overlap=overlap and lay.ep > 1)
+        mode = host_mode(
+            moe=True,
+            cuda_graphs=lay.cuda_graphs,
+            ep_overlap=overlap and lay.ep > 1,
+            padded=lay.moe_pad_expert_input_to_capacity,
+        )
         got = self._moe_layers[key] = layer_times(
             s,
             moe=True,
@@ -479,6 +485,7 @@ class CostModel:
                 launch_us=cal.launch_overhead_us,
                 local_experts=max(1, s.E // lay.ep),
                 recipe=self.recipe,
+                padded=lay.moe_pad_expert_input_to_capacity,
             ),
             host_mode=mode,
             launch_s=cal.launch_overhead_us * 1e-6,
@@ -508,14 +515,21 @@ class CostModel:
                 cf=s.capacity_factor,
                 experts=s.E,
             )
-            # the grouped GEMM computes each expert's rows in whole tiles (moe.tile_padded_tokens)
+            # the grouped GEMM computes each expert's rows in whole tiles (moe.tile_padded_tokens);
+            # padded to the capacity, exactly ep·etp·ceil(T·k·cf/E) rows (Megatron's get_capacity)
+            padded = lay.moe_pad_expert_input_to_capacity
+            rows = (
+                lay.ep * lay.etp * ceil(tokens / lay.tp * s.k * s.capacity_factor / s.E - 1e-9)
+                if padded
+                else n_e
+            )
             expert = (
                 lin
                 * gemm_efficiency(
-                    eff_max=1.0, half_size=cal.matmul_half_size, tp=lay.etp, h=s.f_e, tokens=n_e
+                    eff_max=1.0, half_size=cal.matmul_half_size, tp=lay.etp, h=s.f_e, tokens=rows
                 )
                 * n_e
-                / tile_padded_tokens(n_e)
+                / tile_padded_tokens(rows, padded=padded)
             )
         return lin * size, expert, self.bf16 * cal.matmul_efficiency * size
 

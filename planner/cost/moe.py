@@ -68,11 +68,16 @@ MoE compute besides the experts' FLOPs (`router_flops`, `tile_padded_tokens`):
              contiguous layout aligns every expert's rows to its M block
              (deep_gemm `get_m_alignment_for_contiguous_layout()`: "always 128"), and
              CUTLASS's SM90 / SM100 grouped kernels tile M by 128 (64 at the smallest).
+  padded     drop-and-pad (`moe_pad_expert_input_to_capacity`): every expert computes its
+             capacity C = ceil(T·k·cf/E) rows from each of the ep·etp ranks (Megatron-Core's
+             `get_capacity`, ceil(tokens·k/E·cf)), padding included, so n_e = ep·etp·C exactly
+             and its tiles ceil(n_e/t)·t; a dropless expert's n_e is the mean with the
+             remainder uniform (above).
 """
 
 from __future__ import annotations
 
-from math import comb
+from math import ceil, comb
 
 from planner.cost.comm import Link, all_gather_time, all_to_all_time, reduce_scatter_time
 
@@ -99,11 +104,14 @@ def router_flops(h: int, experts: int) -> float:
     return 2.0 * h * experts if experts else 0.0
 
 
-def tile_padded_tokens(n: float, tile: int = GEMM_TILE_M) -> float:
+def tile_padded_tokens(n: float, tile: int = GEMM_TILE_M, *, padded: bool = False) -> float:
     """Rows a grouped GEMM computes for an expert with n tokens: n + (tile - 1)/2 (the last
-    tile's expected empty rows, the remainder uniform), one whole tile below (tile + 1)/2."""
+    tile's expected empty rows, the remainder uniform), one whole tile below (tile + 1)/2.
+    Padded to the capacity (`padded`) every expert holds exactly n rows: ceil(n/tile)·tile."""
     if n <= 0:
         return 0.0
+    if padded:
+        return float(ceil(n / tile - 1e-9) * tile)
     return float(tile) if n < (tile + 1) / 2 else n + (tile - 1) / 2
 
 

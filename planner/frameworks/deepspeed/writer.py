@@ -299,6 +299,12 @@ def _recipe_problems(m: ModelSpec, layout: Layout) -> list[tuple[bool, str]]:
             "megatron",
         ),
         (
+            m.is_moe and layout.moe_pad_expert_input_to_capacity,
+            "moe_pad_expert_input_to_capacity: Megatron-DeepSpeed has no flag for Megatron-Core's "
+            "drop-and-pad dispatch (DeepSpeed-MoE's gating sets its own capacity); turn it off "
+            "or export megatron",
+        ),
+        (
             layout.cuda_graphs != "none",
             f"cuda_graphs {layout.cuda_graphs}: Megatron-DeepSpeed "
             "has no CUDA-graph capture; set cuda_graphs none",

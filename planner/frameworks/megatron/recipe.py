@@ -14,6 +14,7 @@ core/transformer/transformer_config.py, core/optimizer/optimizer_config.py):
 | `--use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype` | exp_avg_dtype, exp_avg_sq_dtype |
 | `--moe-token-dispatcher-type`, `--moe-flex-dispatcher-backend`, `--moe-enable-deepep` | moe_token_dispatcher |
 | `--overlap-moe-expert-parallel-comm` | overlap_moe_expert_parallel_comm |
+| `--moe-pad-expert-input-to-capacity` (with `--moe-expert-capacity-factor`) | moe_pad_expert_input_to_capacity |
 | `--cuda-graph-impl`, `--cuda-graph-scope`, `--enable-cuda-graph`, `--external-cuda-graph` | cuda_graphs |
 | `--pipeline-model-parallel-layout` | pipeline_model_parallel_layout |
 
@@ -50,6 +51,7 @@ class Recipe:
     exp_avg_sq_dtype: str = "fp32"
     moe_token_dispatcher: str = "allgather"
     overlap_moe_expert_parallel_comm: bool = False
+    moe_pad_expert_input_to_capacity: bool = False
     cuda_graphs: str = "none"
     pipeline_model_parallel_layout: str | None = None
     training: dict = field(default_factory=dict)
@@ -350,6 +352,24 @@ def read_recipe(
                 "alltoall or flex (Megatron's TransformerConfig raises); set one",
             )
         )
+    padded = is_moe and flags.has("--moe-pad-expert-input-to-capacity")
+    if padded and not flags.has("--moe-expert-capacity-factor"):
+        out.append(
+            _err(
+                "megatron-moe-pad-capacity",
+                "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor "
+                "(Megatron's TransformerConfig raises); set the capacity factor, e.g. 1.0",
+            )
+        )
+    if padded and dispatcher != "alltoall":
+        out.append(
+            _err(
+                "megatron-moe-pad-capacity",
+                "--moe-pad-expert-input-to-capacity needs --moe-token-dispatcher-type alltoall "
+                "(Megatron's flex dispatcher asserts it is off, and a capacity factor works only "
+                "with alltoall); set --moe-token-dispatcher-type alltoall",
+            )
+        )
     return Recipe(
         recompute=gran,
         recompute_modules=modules,
@@ -362,6 +382,7 @@ def read_recipe(
         exp_avg_sq_dtype=exp_avg_sq,
         moe_token_dispatcher=dispatcher,
         overlap_moe_expert_parallel_comm=overlap_ep,
+        moe_pad_expert_input_to_capacity=padded,
         cuda_graphs=graphs,
         pipeline_model_parallel_layout=flags.text(
             "--pipeline-model-parallel-layout", fix="set it in the script"
@@ -400,7 +421,6 @@ NOT_MODELLED: dict[str, tuple[str, Callable[[list[str]], bool]]] = {
         "FP8 multi-head attention; planner keeps attention bf16",
         _given,
     ),
-    "--moe-pad-expert-input-to-capacity": ("expert inputs padded to the capacity", _given),
     "--keep-fp8-transpose-cache": ("FP8 transpose caches kept with Megatron-FSDP", _given),
     "--fsdp-double-buffer": ("double Megatron-FSDP communication buffers", _given),
     "--defer-embedding-wgrad-compute": (

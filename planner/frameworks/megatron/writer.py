@@ -157,6 +157,14 @@ def refusals(job, layout: Layout, *, bridge: bool = False) -> list[str]:
                 "overlap_moe_expert_parallel_comm with moe_token_dispatcher allgather: Megatron needs "
                 "the alltoall or flex dispatcher for it",
             ),
+            (
+                m.is_moe
+                and layout.moe_pad_expert_input_to_capacity
+                and layout.moe_token_dispatcher != "alltoall",
+                f"moe_pad_expert_input_to_capacity with moe_token_dispatcher "
+                f"{layout.moe_token_dispatcher}: Megatron pads expert inputs to the capacity only "
+                "with the alltoall dispatcher; set moe_token_dispatcher alltoall",
+            ),
         ]
         + layer_kind_problems(m)
         + store_problems(
@@ -342,8 +350,12 @@ def moe_flags(m: ModelSpec, layout: Layout | None = None) -> list[Flag]:
             ("--moe-router-num-groups", str(m.moe_router_num_groups)),
             ("--moe-router-group-topk", str(m.moe_router_group_topk)),
         ]
-    if m.moe_capacity_factor != 1.0:  # token dropping at this capacity (Megatron-Core's default:
-        flags.append(("--moe-expert-capacity-factor", f"{m.moe_capacity_factor:g}"))  # dropless)
+    padded = layout is not None and layout.moe_pad_expert_input_to_capacity
+    if m.moe_capacity_factor != 1.0 or padded:  # token dropping at this capacity (Megatron-Core's
+        # default: dropless); drop-and-pad needs the factor written, 1.0 included
+        flags.append(("--moe-expert-capacity-factor", f"{m.moe_capacity_factor:g}"))
+    if padded:
+        flags.append(("--moe-pad-expert-input-to-capacity", None))
     dispatcher = layout.moe_token_dispatcher if layout is not None else "alltoall"
     if dispatcher in ("deepep", "hybridep"):
         flags += [

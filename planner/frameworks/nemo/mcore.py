@@ -254,7 +254,6 @@ NOT_MODELLED = {
         "Transformer Engine's cross-entropy in place on the bf16 logits (less memory than counted)",
     ),
     "distribute_saved_activations": (False, "recompute inputs split over the TP ranks"),
-    "moe_pad_expert_input_to_capacity": (False, "expert inputs padded to the capacity"),
     "delay_wgrad_compute": (False, "weight gradients delayed for EP overlap"),
     "moe_shared_expert_overlap": (False, "shared experts overlapped with the dispatch"),
     "defer_embedding_wgrad_compute": (
@@ -317,6 +316,10 @@ def read_transformer(
     if "overlap_moe_expert_parallel_comm" in tc:
         s.layout["overlap_moe_expert_parallel_comm"] = as_bool(
             tc, "overlap_moe_expert_parallel_comm", False, where=where
+        )
+    if "moe_pad_expert_input_to_capacity" in tc:
+        s.layout["moe_pad_expert_input_to_capacity"] = as_bool(
+            tc, "moe_pad_expert_input_to_capacity", False, where=where
         )
     if "activation_func_fp8_input_store" in tc:
         s.layout["activation_func_fp8_input_store"] = as_bool(

@@ -211,7 +211,7 @@ def _model_shape(job, layout: Layout) -> dict:
             moe_ffn_hidden_size=m.expert_ffn,
             moe_grouped_gemm=True,
         )
-        d.update(_dispatcher(layout))
+        d.update(_dispatcher(layout, m.moe_capacity_factor))
         if m.num_shared_experts:
             d["moe_shared_expert_intermediate_size"] = m.num_shared_experts * m.expert_ffn
         if m.num_moe_layers != m.num_layers:
@@ -233,15 +233,18 @@ def _model_shape(job, layout: Layout) -> dict:
     return d
 
 
-def _dispatcher(layout: Layout) -> dict:
+def _dispatcher(layout: Layout, capacity: float = 1.0) -> dict:
     d = layout.moe_token_dispatcher
-    out = (
+    out: dict = (
         {"moe_token_dispatcher_type": d}
         if d in ("alltoall", "allgather")
         else {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": d}
     )
     if layout.overlap_moe_expert_parallel_comm:
         out["overlap_moe_expert_parallel_comm"] = True
+    if layout.moe_pad_expert_input_to_capacity:  # drop-and-pad: the factor is written, 1.0 too
+        out["moe_expert_capacity_factor"] = capacity
+        out["moe_pad_expert_input_to_capacity"] = True
     return out
 
 
@@ -386,7 +389,7 @@ def _config_fields(job, layout: Layout) -> list[tuple[str, object]]:
     if m.position_embedding == "rope" and m.rotary_percent != 1.0:
         out.append(("rotary_percent", m.rotary_percent))
     if m.is_moe:
-        out += list(_dispatcher(layout).items())
+        out += list(_dispatcher(layout, m.moe_capacity_factor).items())
     if layout.cuda_graphs != "none":
         out.append(
             ("cuda_graph_impl", "local" if layout.cuda_graphs == "full" else "transformer_engine")

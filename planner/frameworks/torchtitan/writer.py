@@ -157,6 +157,11 @@ def _problems(job, layout: Layout) -> list[tuple[bool, str]]:
             "MoEArgs have no capacity factor); set 1.0 or export megatron",
         ),
         (
+            m.is_moe and layout.moe_pad_expert_input_to_capacity,
+            "moe_pad_expert_input_to_capacity: torchtitan's MoE is dropless (no padding to a "
+            "capacity); turn it off or export megatron",
+        ),
+        (
             m.is_moe and (shard * layout.cp * layout.tp) % layout.ep,
             f"ep ({layout.ep}) must divide data_parallel_shard_degree*cp*tp "
             f"({shard}*{layout.cp}*{layout.tp} = {shard * layout.cp * layout.tp}): EP borrows "
