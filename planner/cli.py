@@ -1284,6 +1284,7 @@ def calibrate_cmd(
                     {
                         "fitted": list(result.fitted),
                         "at_bound": result.at_bound,
+                        "not_fitted": result.not_fitted,
                         "bandwidths": result.bandwidths,
                         "calibration": result.profile.calibration.model_dump(mode="json"),
                         "runs": [
@@ -1337,6 +1338,20 @@ def calibrate_cmd(
                     f"  {s.rule}" + "".join(f"; {n}" for n in s.notes)
                 )
             print(f"fitted from {result.base.name}: {', '.join(result.fitted) or 'none'}")
+            if result.fitted:
+                print(
+                    "  held-out gain n (loss before - after) / 0.1^2 > 2 (Akaike): "
+                    + ", ".join(f"{k} {result.gains[k]:.1f}" for k in result.fitted)
+                )
+            if result.not_fitted:
+                print(
+                    f"kept from {result.base.name} (held-out gain below Akaike's 2, or no "
+                    "more parameters for these runs): "
+                    + ", ".join(
+                        f"{k} ({why.replace('held-out gain ', '')})"
+                        for k, why in result.not_fitted.items()
+                    )
+                )
             if result.at_bound:
                 print(f"at a bound of its physical range: {', '.join(result.at_bound)}")
             if result.bandwidths:
