@@ -9,9 +9,11 @@ hardware's shares of peak first, then the software stack's overheads); the rest 
 profile's values. Every parameter is bounded to a physical range (BOUNDS). The loss is the
 mean Huber-weighted squared log error of the step time (linear beyond HUBER), each group of
 runs (a calibration file) weighted alike; the minimum is found by coordinate descent from
-several starts. `planner calibrate` also checks the base profile's bandwidths against the runs
-(`fit_bandwidths`): a base of the wrong SKU or NIC count is off by 2x, which bounded
-efficiencies cannot absorb.
+several starts. `planner calibrate` chooses among those parameters by held-out gain instead
+(`select_parameters`: forward selection by Akaike's criterion, a parameter fitted only if its
+fit lowers n x loss by more than 2 NOISE^2), and also checks the base profile's bandwidths
+against the runs (`fit_bandwidths`): a base of the wrong SKU or NIC count is off by 2x, which
+bounded efficiencies cannot absorb.
 
 A run is anything with `job` (planner.config.Job), `layout`, `measured_s` and `source_file`
 (its group); `Run` is the plain one.
@@ -279,8 +281,9 @@ def free_parameters(
     those the runs also identify (`identifiable`). Every other parameter keeps the base
     profile's value.
 
-    `identify` is what benchmarks/calibrate.py reports and would write; `planner calibrate`
-    does not use it yet: on b300's runs split in half (tests/test_calibration_split_half.py)
+    `identify` is what benchmarks/calibrate.py reports and writes; `planner calibrate` uses
+    neither rule but `select_parameters` (held-out gain). Before it, `planner calibrate` took
+    the PRIORITY order without `identify`: on b300's runs split in half (tests/test_calibration_split_half.py)
     the identified pair (fp8_matmul_efficiency, attention_efficiency, fitted on 4 runs)
     predicts the other half at 9.5% median error where the PRIORITY pair keeps 2.3%, the
     shipped profile's. Over all six GPUs of benchmarks/split_half.py (the bandwidth check of

@@ -6,11 +6,12 @@ RUNS.yaml:
       - {config: PATH, log: PATH, hardware: NAME, gpus: N}   # hardware, gpus optional;
                                                              # paths relative to RUNS.yaml
 
-`calibrate(runs, base)` fits the parameters the runs can pin (planner/calibration/fit.py:
-those they exercise, one per RUNS_PER_PARAMETER runs and at least one, within BOUNDS) starting
-from `base`; the others stay base's. Then it checks base's bandwidths against the runs
-(fit.fit_bandwidths: the ones the runs identify are refitted with those parameters, kept only
-where the gain beats chance). `profile_yaml` writes the result as a hardware profile that
+`calibrate(runs, base)` fits, starting from `base`, the parameters whose fit improves held-out
+prediction beyond its cost (planner/calibration/fit.py select_parameters: of those the runs
+exercise, forward selection by Akaike's criterion, at most one per RUNS_PER_PARAMETER runs,
+within BOUNDS); the others stay base's. It checks base's bandwidths against the runs
+(fit.fit_bandwidths: the ones the runs identify are refitted, kept only where the gain beats
+chance), before and after the selection, and keeps the order with the lower criterion. `profile_yaml` writes the result as a hardware profile that
 `--hardware PROFILE.yaml` reads.
 """
 
