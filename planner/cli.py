@@ -1343,15 +1343,15 @@ def calibrate_cmd(
                     "  held-out gain n (loss before - after) / 0.1^2 > 2 (Akaike): "
                     + ", ".join(f"{k} {result.gains[k]:.1f}" for k in result.fitted)
                 )
-            if result.not_fitted:
+            below = [k for k, w in result.not_fitted.items() if w.startswith("held-out gain")]
+            if below:
                 print(
-                    f"kept from {result.base.name} (held-out gain below Akaike's 2, or no "
-                    "more parameters for these runs): "
-                    + ", ".join(
-                        f"{k} ({why.replace('held-out gain ', '')})"
-                        for k, why in result.not_fitted.items()
-                    )
+                    f"kept from {result.base.name}, held-out gain not above Akaike's 2: "
+                    + ", ".join(f"{k} {result.gains[k]:.1f}" for k in below)
                 )
+            for w in sorted({w for k, w in result.not_fitted.items() if k not in below}):
+                names = [k for k, v in result.not_fitted.items() if v == w]
+                print(f"kept from {result.base.name}, {w}: {', '.join(names)}")
             if result.at_bound:
                 print(f"at a bound of its physical range: {', '.join(result.at_bound)}")
             if result.bandwidths:
