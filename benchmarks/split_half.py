@@ -9,8 +9,10 @@ deliberately perturbed base (HBM, NVLink and network bandwidths halved).
 Halves: each GPU's runs in file order, alternately (run 0, 2, 4 ... fit; 1, 3, 5 ... test).
 Scores on the held-out half: median |error| and the fit's mean Huber loss
 (planner/calibration/fit.py). The calibration is `planner calibrate`'s
-(planner/calibration/runs.py calibrate: the efficiencies by PRIORITY, then the bandwidths the
-runs identify, fit.fit_bandwidths); the factors it kept on the bandwidths are printed. Runs the calibration marks as another GPU's
+(planner/calibration/runs.py calibrate: the efficiencies chosen by held-out gain,
+fit.select_parameters, and the bandwidths the runs identify, fit.fit_bandwidths); what it
+fitted, the largest gains it left out (below Akaike's 2) and the factors it kept on the
+bandwidths are printed. Runs the calibration marks as another GPU's
 (accuracy.py NOT_THIS_HARDWARE) are left out.
 """
 
@@ -86,6 +88,7 @@ def split_half(gpus=None) -> dict:
             row[f"{name}_base"] = _scores(test_runs, base)
             row[name] = _scores(test_runs, got.profile)
             row[f"{name}_fitted"] = list(got.fitted)
+            row[f"{name}_gains"] = {k: round(v, 2) for k, v in got.gains.items()}
             row[f"{name}_at_bound"] = got.at_bound
             row[f"{name}_bandwidths"] = got.bandwidths
             row[f"{name}_bandwidth_note"] = got.bandwidth_note
@@ -115,11 +118,16 @@ def main(argv=None) -> int:
             f"{gpu:12s} {r['fit_runs']:3d}/{r['test_runs']:<4d}  {f(r['shipped'])} | "
             f"{f(r['calibrated'])} | {f(r['perturbed_base'])} -> {f(r['perturbed'])}"
         )
-        print(
-            f"{'':14s} fitted {', '.join(r['calibrated_fitted'])}; perturbed at a bound: "
-            f"{', '.join(r['perturbed_at_bound']) or '-'}"
-        )
         for name in ("calibrated", "perturbed"):
+            g = r[name + "_gains"]
+            top = sorted((k for k in g if k not in r[name + "_fitted"]), key=lambda k: -g[k])[:2]
+            print(
+                f"{'':14s} {name}: fitted "
+                + (", ".join(f"{k} (gain {g[k]:.1f})" for k in r[name + "_fitted"]) or "none")
+                + "; largest gains left out: "
+                + ", ".join(f"{k} {g[k]:.1f}" for k in top)
+                + f"; at a bound: {', '.join(r[name + '_at_bound']) or '-'}"
+            )
             print(f"{'':14s} {name}: {r[name + '_bandwidth_note']}")
     return 0
 

@@ -1284,6 +1284,7 @@ def calibrate_cmd(
                     {
                         "fitted": list(result.fitted),
                         "at_bound": result.at_bound,
+                        "not_fitted": result.not_fitted,
                         "bandwidths": result.bandwidths,
                         "calibration": result.profile.calibration.model_dump(mode="json"),
                         "runs": [
@@ -1337,6 +1338,20 @@ def calibrate_cmd(
                     f"  {s.rule}" + "".join(f"; {n}" for n in s.notes)
                 )
             print(f"fitted from {result.base.name}: {', '.join(result.fitted) or 'none'}")
+            if result.fitted:
+                print(
+                    "  held-out gain n (loss before - after) / 0.1^2 > 2 (Akaike): "
+                    + ", ".join(f"{k} {result.gains[k]:.1f}" for k in result.fitted)
+                )
+            below = [k for k, w in result.not_fitted.items() if w.startswith("held-out gain")]
+            if below:
+                print(
+                    f"kept from {result.base.name}, held-out gain not above Akaike's 2: "
+                    + ", ".join(f"{k} {result.gains[k]:.1f}" for k in below)
+                )
+            for w in sorted({w for k, w in result.not_fitted.items() if k not in below}):
+                names = [k for k, v in result.not_fitted.items() if v == w]
+                print(f"kept from {result.base.name}, {w}: {', '.join(names)}")
             if result.at_bound:
                 print(f"at a bound of its physical range: {', '.join(result.at_bound)}")
             if result.bandwidths:

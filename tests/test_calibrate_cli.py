@@ -55,11 +55,9 @@ def _torchtitan_log(t: float, seq: int) -> str:
 
 
 def _truth():
-    """The 'cluster': h100-sxm with a slower GEMM and attention rate than the shipped one."""
+    """The 'cluster': h100-sxm with a slower GEMM rate than the shipped one (0.62 of peak)."""
     hw = resolve_hardware("h100-sxm")
-    cal = hw.calibration.model_copy(
-        update={"matmul_efficiency": 0.62, "attention_efficiency": 0.45}
-    )
+    cal = hw.calibration.model_copy(update={"matmul_efficiency": 0.62})
     return hw.model_copy(update={"calibration": cal})
 
 
@@ -86,14 +84,17 @@ def _write_runs(tmp: Path, formats) -> Path:
     return runs
 
 
-def test_four_runs_fit_two_parameters_and_recover_the_cluster(runner, tmp_path):
+def test_four_runs_fit_the_parameter_that_differs_and_recover_the_cluster(runner, tmp_path):
     runs = _write_runs(tmp_path, ["megatron", "nemo", "torchtitan", "megatron"])
     out = tmp_path / "mine.yaml"
     result = runner.invoke(app, ["calibrate", str(runs), "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    # 4 runs, one parameter per 2 runs: the first two of PRIORITY these runs exercise
-    assert data["fitted"] == ["matmul_efficiency", "attention_efficiency"]
+    # the GEMM share is the one parameter the truth changed (the runs are ~10% off): its fit
+    # brings the loss to ~0, a gain of 4 x 0.1^2 / 0.1^2 ~ 4 > 2; no other parameter gains
+    assert data["fitted"] == ["matmul_efficiency"]
+    assert set(data["not_fitted"]) >= {"attention_efficiency", "step_overhead_ms"}
+    assert all("<= 2" in why for why in data["not_fitted"].values())
     assert [r["format"] for r in data["runs"]] == ["megatron", "nemo", "torchtitan", "megatron"]
     before = [abs(r["error_before"]) for r in data["runs"]]
     after = [abs(r["error_after"]) for r in data["runs"]]
@@ -101,8 +102,7 @@ def test_four_runs_fit_two_parameters_and_recover_the_cluster(runner, tmp_path):
     assert max(after) < 0.01  # and the fitted one is not
     cal = data["calibration"]
     assert cal["matmul_efficiency"] == pytest.approx(0.62, abs=0.01)
-    assert cal["attention_efficiency"] == pytest.approx(0.45, abs=0.02)
-    for k in ("fp8_matmul_efficiency", "network_efficiency", "step_overhead_ms"):  # not pinned
+    for k in ("attention_efficiency", "fp8_matmul_efficiency", "step_overhead_ms"):  # not fitted
         assert cal[k] == getattr(resolve_hardware("h100-sxm").calibration, k)
 
 
@@ -132,10 +132,16 @@ def test_one_run_fits_one_parameter_and_says_which_sat_at_a_bound(runner, tmp_pa
     )
     assert result.exit_code == 0, result.output
     assert "-33.3%" in result.stdout  # 1 / 1.5 - 1 under the shipped profile
-    assert "fitted from h100-sxm: matmul_efficiency" in result.stdout
-    assert "at a bound of its physical range: matmul_efficiency" in result.stdout
+    # one run, 33% off: fitting one parameter gains 1 x Huber(ln 1.5) / 0.1^2 ~ 9 > 2, so
+    # one is fitted (the one that explains most of the miss); no bounded parameter reaches
+    # a 1.5x slower step, so it sits at a bound, and the output names it
+    line = next(x for x in result.stdout.splitlines() if x.startswith("fitted from h100-sxm: "))
+    name = line.removeprefix("fitted from h100-sxm: ")
+    assert name in BOUNDS
+    assert f"at a bound of its physical range: {name}" in result.stdout
     prof = resolve_hardware(str(tmp_path / "p.yaml"))
-    assert prof.calibration.matmul_efficiency == BOUNDS["matmul_efficiency"][0]
+    assert getattr(prof.calibration, name) in BOUNDS[name]
+    assert "kept from h100-sxm" in result.stdout  # and says why the others were not fitted
 
 
 @pytest.mark.parametrize(

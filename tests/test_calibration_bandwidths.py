@@ -54,7 +54,11 @@ def test_a_slower_network_is_found_and_the_runs_fitted(tmp_path, factor):
     )
     got = calibrate(_runs(tmp_path, slow), base)
     assert max(abs(e) for e in got.before) > 0.15  # the base is far off
-    assert max(abs(e) for e in got.after) < 0.01  # the calibrated profile is not
+    # the calibrated profile is not: the factor's last grid step is 2^0.1 (fit._descend over
+    # log2 0.25-4x, three sweeps), so it lands within 2^0.05 = 3.5% of the truth, and these
+    # runs move by ~0.3 of it (d ln t / d ln bw); the network efficiency left is not refitted
+    # to the last percent (its gain, 4 x 0.01^2 / 0.1^2 = 0.04, is below Akaike's 2)
+    assert max(abs(e) for e in got.after) < 0.02
     # the achieved network rate (bandwidth x efficiency) is what the runs pin
     want = slow.network_bandwidth_gb_per_s * slow.calibration.network_efficiency
     have = got.profile.network_bandwidth_gb_per_s * got.profile.calibration.network_efficiency

@@ -9,9 +9,11 @@ hardware's shares of peak first, then the software stack's overheads); the rest 
 profile's values. Every parameter is bounded to a physical range (BOUNDS). The loss is the
 mean Huber-weighted squared log error of the step time (linear beyond HUBER), each group of
 runs (a calibration file) weighted alike; the minimum is found by coordinate descent from
-several starts. `planner calibrate` also checks the base profile's bandwidths against the runs
-(`fit_bandwidths`): a base of the wrong SKU or NIC count is off by 2x, which bounded
-efficiencies cannot absorb.
+several starts. `planner calibrate` chooses among those parameters by held-out gain instead
+(`select_parameters`: forward selection by Akaike's criterion, a parameter fitted only if its
+fit lowers n x loss by more than 2 NOISE^2), and also checks the base profile's bandwidths
+against the runs (`fit_bandwidths`): a base of the wrong SKU or NIC count is off by 2x, which
+bounded efficiencies cannot absorb.
 
 A run is anything with `job` (planner.config.Job), `layout`, `measured_s` and `source_file`
 (its group); `Run` is the plain one.
@@ -51,6 +53,9 @@ __all__ = [
     "BANDWIDTH_SCALE",
     "fit_bandwidths",
     "NOISE",
+    "AKAIKE_PENALTY",
+    "Selection",
+    "select_parameters",
 ]
 
 BOUNDS = {  # physically plausible ranges (docs/accuracy.md, 'Calibration')
@@ -276,8 +281,9 @@ def free_parameters(
     those the runs also identify (`identifiable`). Every other parameter keeps the base
     profile's value.
 
-    `identify` is what benchmarks/calibrate.py reports and would write; `planner calibrate`
-    does not use it yet: on b300's runs split in half (tests/test_calibration_split_half.py)
+    `identify` is what benchmarks/calibrate.py reports and writes; `planner calibrate` uses
+    neither rule but `select_parameters` (held-out gain). Before it, `planner calibrate` took
+    the PRIORITY order without `identify`: on b300's runs split in half (tests/test_calibration_split_half.py)
     the identified pair (fp8_matmul_efficiency, attention_efficiency, fitted on 4 runs)
     predicts the other half at 9.5% median error where the PRIORITY pair keeps 2.3%, the
     shipped profile's. Over all six GPUs of benchmarks/split_half.py (the bandwidth check of
@@ -454,3 +460,76 @@ def fit_bandwidths(
             + ", ".join(f"{k} x{f:.2f}" for k, f in factors.items())
         ),
     )
+
+
+AKAIKE_PENALTY = 2.0
+"""What a fitted parameter costs in Akaike's criterion (Akaike 1974, AIC = -2 ln L + 2 k):
+under Gaussian errors of known scatter NOISE, n (loss without - loss with) / NOISE^2 is the
+fall in -2 ln L, and a parameter whose fall is below 2 predicts new runs worse than the base
+(Mallows' Cp: the in-sample loss plus 2 k NOISE^2 / n is unbiased for the held-out loss)."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What `select_parameters` chose: the fitted profile, its loss, the parameters fitted in
+    the order they entered, and for each of them and each one left out, its gain and why."""
+
+    profile: HardwareSpec
+    loss: float
+    fitted: tuple[str, ...]
+    gains: dict[str, float]
+    """name -> n (loss before - loss after) / NOISE^2 at the step it entered, or at the last
+    step it was tried (left out)."""
+    why: dict[str, str]
+
+
+def select_parameters(
+    runs,
+    hw: HardwareSpec,
+    candidates,
+    *,
+    noise: float = NOISE,
+    penalty: float = AKAIKE_PENALTY,
+    max_parameters: int | None = None,
+) -> Selection:
+    """Forward selection by held-out gain. From `hw` (nothing fitted), each step fits every
+    remaining candidate together with those already chosen (`fit_profile`, one descent from
+    the current values) and takes the one whose fit lowers the loss most, if its gain
+    n (loss before - loss after) / noise^2 exceeds `penalty` (AKAIKE_PENALTY), up to
+    `max_parameters` (default one per RUNS_PER_PARAMETER runs, at least one); the set taken
+    is then fitted from every start of `fit_profile`. Candidates never taken keep `hw`'s
+    values; ties go to the earlier candidate (PRIORITY's order)."""
+    runs = [
+        r if r.job.hardware.name == hw.name else replace(r, job=replace(r.job, hardware=hw))
+        for r in runs
+    ]
+    n = len(runs)
+    cap = max(1, n // RUNS_PER_PARAMETER) if max_parameters is None else max_parameters
+    cur, cur_loss = hw, loss(runs, {hw.name: hw})
+    chosen: list[str] = []
+    gains: dict[str, float] = {}
+    left = list(candidates)
+    while left and len(chosen) < cap:
+        best = None
+        for c in left:
+            _, val = fit_profile(runs, cur, chosen + [c], starts=1)
+            gains[c] = n * (cur_loss - val) / noise**2
+            if best is None or val < best[1] - 1e-12:
+                best = (c, val)
+        c = best[0]
+        if gains[c] <= penalty:
+            break
+        cur, val = fit_profile(runs, cur, chosen + [c])
+        gains[c] = n * (cur_loss - val) / noise**2
+        chosen.append(c)
+        left.remove(c)
+        cur_loss = val
+    why = {}
+    for c in candidates:
+        if c in chosen:
+            why[c] = f"fitted (gain {gains[c]:.1f} > {penalty:g})"
+        elif len(chosen) >= cap:
+            why[c] = f"not tried ({n} run(s) fit at most {cap} parameter(s))"
+        else:
+            why[c] = f"held-out gain {gains[c]:.1f} <= {penalty:g}"
+    return Selection(cur, cur_loss, tuple(chosen), gains, why)

@@ -6,11 +6,12 @@ RUNS.yaml:
       - {config: PATH, log: PATH, hardware: NAME, gpus: N}   # hardware, gpus optional;
                                                              # paths relative to RUNS.yaml
 
-`calibrate(runs, base)` fits the parameters the runs can pin (planner/calibration/fit.py:
-those they exercise, one per RUNS_PER_PARAMETER runs and at least one, within BOUNDS) starting
-from `base`; the others stay base's. Then it checks base's bandwidths against the runs
-(fit.fit_bandwidths: the ones the runs identify are refitted with those parameters, kept only
-where the gain beats chance). `profile_yaml` writes the result as a hardware profile that
+`calibrate(runs, base)` fits, starting from `base`, the parameters whose fit improves held-out
+prediction beyond its cost (planner/calibration/fit.py select_parameters: of those the runs
+exercise, forward selection by Akaike's criterion, at most one per RUNS_PER_PARAMETER runs,
+within BOUNDS); the others stay base's. It checks base's bandwidths against the runs
+(fit.fit_bandwidths: the ones the runs identify are refitted, kept only where the gain beats
+chance), before and after the selection, and keeps the order with the lower criterion. `profile_yaml` writes the result as a hardware profile that
 `--hardware PROFILE.yaml` reads.
 """
 
@@ -21,10 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planner.calibration.fit import (
+    NOISE,
     at_bound,
     errors,
+    exercised,
     fit_bandwidths,
-    free_parameters,
+    select_parameters,
 )
 from planner.caveats import case_classes
 from planner.errors import SpecError, short
@@ -121,6 +124,35 @@ class Calibrated:
     bandwidths: dict[str, float] = field(default_factory=dict)
     """The base's bandwidths the runs refitted: name -> fitted / base (fit.fit_bandwidths)."""
     bandwidth_note: str = ""
+    not_fitted: dict[str, str] = field(default_factory=dict)
+    """Each exercised parameter left at the base's value, and why (its held-out gain was below
+    Akaike's 2, fit.select_parameters, or the runs fit no more parameters)."""
+    gains: dict[str, float] = field(default_factory=dict)
+    """name -> n (loss without - loss with) / NOISE^2 (fit.select_parameters)."""
+
+
+def _two_orders(runs, base: HardwareSpec):
+    """The efficiencies selected by held-out gain (fit.select_parameters) and the check of the
+    base's bandwidths (fit.fit_bandwidths), in both orders: efficiencies first (then the
+    bandwidths refitted with them where that beats chance), and bandwidths first (checked
+    under the base's efficiencies, then the efficiencies selected on top). A GEMM share 10%
+    low and an NVLink bandwidth 4x low can predict the same few runs; whichever order comes
+    first takes the error. Of the two, the one with the lower Akaike criterion
+    n loss / NOISE^2 + 2 k (k: the efficiencies and bandwidth factors it fits) is kept, the
+    first on a tie. Returns (names, profile, factors, note, why, gains)."""
+    n = len(runs)
+    out = []
+    sel = select_parameters(runs, base, exercised(runs, base))
+    prof, val, factors, note = fit_bandwidths(runs, base, sel.fitted)
+    out.append((sel, prof, val, factors, note))
+    hw, _, factors, note = fit_bandwidths(runs, base, ())
+    if factors:
+        sel = select_parameters(runs, hw, exercised(runs, hw))
+        out.append((sel, sel.profile, sel.loss, factors, note))
+    sel, prof, val, factors, note = min(
+        out, key=lambda o: n * o[2] / NOISE**2 + 2 * (len(o[0].fitted) + len(o[3]))
+    )
+    return sel.fitted, prof, factors, note, sel.why, sel.gains
 
 
 def calibrate(runs, base: HardwareSpec) -> Calibrated:
@@ -128,11 +160,11 @@ def calibrate(runs, base: HardwareSpec) -> Calibrated:
     from dataclasses import replace
 
     runs = [replace(r, job=replace(r.job, hardware=base)) for r in runs]
-    names = free_parameters(runs, base, min_runs=1)
-    fitted, _, factors, note = fit_bandwidths(runs, base, names)
-    classes = sorted({c for r in runs for c in case_classes(r.job, r.layout)}) if names else []
+    names, fitted, factors, note, why, gains = _two_orders(runs, base)
+    moved = bool(names or factors)
+    classes = sorted({c for r in runs for c in case_classes(r.job, r.layout)}) if moved else []
     recipes = (
-        sorted({r.job.training.recipe for r in runs if r.job.training.recipe}) if names else []
+        sorted({r.job.training.recipe for r in runs if r.job.training.recipe}) if moved else []
     )
     cal = fitted.calibration.model_copy(
         update={
@@ -143,7 +175,18 @@ def calibrate(runs, base: HardwareSpec) -> Calibrated:
     fitted = fitted.model_copy(update={"calibration": cal})
     before = [math.expm1(e) for e in errors(runs, {base.name: base})]
     after = [math.expm1(e) for e in errors(runs, {base.name: fitted})]
-    return Calibrated(base, fitted, names, at_bound(fitted, names), before, after, factors, note)
+    return Calibrated(
+        base,
+        fitted,
+        names,
+        at_bound(fitted, names),
+        before,
+        after,
+        factors,
+        note,
+        {k: v for k, v in why.items() if k not in names},
+        gains,
+    )
 
 
 def profile_yaml(result: Calibrated, *, runs: int, source: str) -> str:
@@ -159,7 +202,10 @@ def profile_yaml(result: Calibrated, *, runs: int, source: str) -> str:
     head = [
         f"# Hardware profile calibrated by `planner calibrate` to {runs} measured run(s) "
         f"({source}),",
-        f"# starting from {result.base.name}. Fitted: {', '.join(result.fitted) or 'none'};",
+        f"# starting from {result.base.name}. Fitted (held-out gain n (loss before - after) "
+        f"/ 0.1^2 above Akaike's 2): "
+        + (", ".join(f"{k} {result.gains[k]:.1f}" for k in result.fitted) or "none")
+        + ";",
         f"# kept from {result.base.name}: {', '.join(rest) or 'none'}.",
     ]
     if result.at_bound:
