@@ -7,12 +7,14 @@ order of the rest); the top K as `Plan`s with their warnings; time-to-train on t
 
 from __future__ import annotations
 
+import heapq
+
 from planner.config import Job
 from planner.layout import Layout
 from planner.rules import Context, check, fits
 from planner.search.result import Plan, SearchResult
 from planner.search.space import RECOMPUTE, SearchOptions, _Space, _variants_for
-from planner.search.walk import _layout
+from planner.search.walk import _bound, _layout
 from planner.seven_steps import pick_note, seven_steps
 
 
@@ -64,14 +66,23 @@ def _by_bound(
     `known` from the shares ranked alone leaves nothing to time (what is missing is timed
     here); the best of those known are estimated again (the same numbers: the estimates
     depend on the layout only)."""
-    order = sorted(range(len(cands)), key=lambda i: cands[i][0])
+    # in order of (bound, index): each contender's own bound (`_bound`) is taken when its
+    # floor (`cand[0]`, no more than it) comes up, and it goes back in line at its bound, so
+    # they come up in the order a sort of all their bounds gives, and when a floor passes
+    # the `top`-th best every bound not yet taken does too
+    line = [(cand[0], i, False) for i, cand in enumerate(cands)]
+    heapq.heapify(line)
     scored, done, here = [], {}, {}
     kth = float("inf")
     timed = 0
-    for i in order:
-        cand = cands[i]
-        if cand[0] > kth:
+    while line:
+        lb, i, exact = heapq.heappop(line)
+        if lb > kth:
             break
+        cand = cands[i]
+        if not exact:
+            heapq.heappush(line, (_bound(cand, space, cm), i, True))
+            continue
         got = known.get(i) if known else None
         timed += 1
         if got is None:

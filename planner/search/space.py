@@ -173,6 +173,8 @@ class _Space:
         self.zero_order = _zero_order(self.zero)
         self.variants = _moe_variants(m, fix)
         self.bound_sums: dict[tuple, tuple] = {}  # `_least_bound_sum`'s, for this search
+        self.floor_parts: dict[tuple, float] = {}  # `_floor`'s least sums, for this search
+        self.bounds: dict[tuple, float] = {}  # `_bound`'s, for this search
         self.act_tables: dict[tuple, dict] = {}  # `_Group.acts`, for this search
         # what the activations (`_Group.acts`) and the time bound (`_least_bound_sum`) read
         # of a saver, each class named by its first saver's key (a string: a cheap key to
