@@ -47,7 +47,7 @@ def _collector_paused():
 
 def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
     """The whole space: (counter, contenders, closest misfit, {contender index: (variant, step time,
-    memory total)} of those timed ahead).
+    memory total, bound)} of those timed ahead).
 
     On machines with two or more cores (PLANNER_SERIAL=1 turns it off), for a search of
     `POOL_MIN_WORK` leaf groups or more, this process and a forked child share the (tp, cp) pairs, each taking the next from a common queue (largest
@@ -126,7 +126,7 @@ def _work(
 
 def _ranked_ahead(got: dict, order: list[int], opts: SearchOptions, space: _Space, cm) -> dict:
     """Per pair: (counter, contenders, closest misfit, {index among those contenders:
-    (variant, step time, memory total)}), after ranking this process's contenders alone by time (`_by_bound`), in
+    (variant, step time, memory total, bound)}), after ranking this process's contenders alone by time (`_by_bound`), in
     the merge order, so the two processes time them side by side: only those that ranking
     timed are kept, with their timings.
 
