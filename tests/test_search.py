@@ -732,14 +732,20 @@ def test_framework_search_agrees_with_the_brute_force_oracle(case, fw):
     not hasattr(os, "fork") or (os.cpu_count() or 1) < 2, reason="one process: nothing to fork"
 )
 @pytest.mark.parametrize(
-    "model, gpus, forks",
-    [("llama3-70b", 2048, False), ("llama3-8b", 64, False), ("deepseek-v3", 512, True)],
-    ids=["70b-2048", "8b-64", "deepseek-v3-512"],
+    "model, gpus, filtered, forks",
+    [
+        ("llama3-70b", 2048, False, False),
+        ("llama3-8b", 64, False, False),
+        ("deepseek-v3", 512, False, True),
+        ("llama3-70b", 2048, True, True),
+    ],
+    ids=["70b-2048", "8b-64", "deepseek-v3-512", "70b-2048-framework"],
 )
-def test_the_search_forks_a_child_only_for_enough_work(model, gpus, forks, monkeypatch):
+def test_the_search_forks_a_child_only_for_enough_work(model, gpus, filtered, forks, monkeypatch):
     # the child's own CPU outweighs the wall time it saves below POOL_MIN_WORK leaf groups
     # (pool._pair_size summed: 752 for 70B x 2,048, 348 for 8B x 64, 3,150 for DeepSeek-V3
-    # x 512)
+    # x 512), unless a framework filter ranks every fitting saver (here one that runs every
+    # layout as it is)
     m = get_preset(model)
     job = Job(
         model=m, hardware=resolve_hardware("h100-sxm"), num_gpus=gpus, training=default_training(m)
@@ -753,5 +759,5 @@ def test_the_search_forks_a_child_only_for_enough_work(model, gpus, forks, monke
         return real()
 
     monkeypatch.setattr(pool.os, "fork", fork)
-    search(job)
+    search(job, SearchOptions(runs_as=(lambda job, lay: lay) if filtered else None))
     assert bool(forked) == forks

@@ -26,7 +26,9 @@ fork, its copy-on-write page faults, pickling its share, the parent ranking the 
 ~0.05 s on the 2-core development machine, some 20% of the 70B x 2,048 search (752 groups,
 ~0.2 s in one process), for ~0.1 s less wall time; a MoE search (deepseek-v3 x 1,024: 3,366
 groups, ~1 s; llama4-maverick x 256: 10,320) pays a few % of CPU for about half the wall
-time (docs/search.md)."""
+time (docs/search.md). With a framework filter (`runs_as`) every fitting saver is ranked,
+work the groups do not count (405B x 16,384 --export deepspeed: 1,008 groups, 21,862
+contenders timed): it always forks."""
 
 
 @contextmanager
@@ -50,7 +52,7 @@ def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
     memory total, bound)} of those timed ahead).
 
     On machines with two or more cores (PLANNER_SERIAL=1 turns it off), for a search of
-    `POOL_MIN_WORK` leaf groups or more, this process and a forked child share the (tp, cp) pairs, each taking the next from a common queue (largest
+    `POOL_MIN_WORK` leaf groups or more or with a framework filter, this process and a forked child share the (tp, cp) pairs, each taking the next from a common queue (largest
     first) until none is left, then rank their own contenders ahead (`_ranked_ahead`). The
     pairs' results are merged exactly, in one fixed order (`_merge`), whoever computed
     them: the same counts, contenders and closest misfit, and the ranking by time of the
@@ -64,7 +66,7 @@ def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
     ):
         return _collect(job, space, cm, opts) + ({},)
     sizes = [_pair_size(job, space, *pair) for pair in pairs]
-    if sum(sizes) < POOL_MIN_WORK:
+    if sum(sizes) < POOL_MIN_WORK and opts.runs_as is None:
         return _collect(job, space, cm, opts) + ({},)
     order = list(range(0, len(pairs), 2)) + list(range(1, len(pairs), 2))
     biggest = sorted(range(len(pairs)), key=lambda i: -sizes[i])
