@@ -27,7 +27,7 @@ fork, its copy-on-write page faults, pickling its share, the parent ranking the 
 ~0.2 s in one process), for ~0.1 s less wall time; a MoE search (deepseek-v3 x 1,024: 3,366
 groups, ~1 s; llama4-maverick x 256: 10,320) pays a few % of CPU for about half the wall
 time (docs/search.md). With a framework filter (`runs_as`) every fitting saver is ranked,
-work the groups do not count (405B x 16,384 --export deepspeed: 1,008 groups, 21,862
+work the groups do not count (405B x 16,384 --export deepspeed: 1,008 groups, 30,126
 contenders timed): it always forks."""
 
 

@@ -72,8 +72,9 @@ def _by_bound(
     # the `top`-th best every bound not yet taken does too (those timed elsewhere come with
     # their bound: no need to take it again)
     known = known or {}
+    exact = space.eager_bounds  # the contenders carry their own bound, not a floor
     line = [
-        (known[i][3], i, True) if i in known else (cand[0], i, False)
+        (known[i][3], i, True) if i in known else (cand[0], i, exact)
         for i, cand in enumerate(cands)
     ]
     heapq.heapify(line)

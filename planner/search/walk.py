@@ -451,7 +451,8 @@ def _contenders(
     only where the fp32 states need some recompute to fit; every fitting layout when ranking
     by memory. Stored as (floor, head, zero, micro-batch, saver, tail): `_layout` builds the
     Layout only for those that get timed, and the ranking takes each one's own lower bound
-    (`_bound`) only when its floor comes up (`rank._by_bound`)."""
+    (`_bound`) only when its floor comes up (`rank._by_bound`); or, where `space.eager_bounds`,
+    its own bound at once."""
     floors: dict[int, float] = {}
     head, tail, cm = group.head, group.tail, group.cm
     none = space.by_key.get("none")
@@ -462,6 +463,16 @@ def _contenders(
             lb = floors[mbs] = _floor(head, mbs, tail, space, cm)
         return lb
 
+    if space.eager_bounds:  # each its own bound (`_Space.eager_bounds`)
+
+        def lower(mbs: int, sv: Saver) -> float:
+            return _bound((None, head, 0, mbs, sv, tail), space, cm)
+
+    else:
+
+        def lower(mbs: int, sv: Saver) -> float:
+            return floor(mbs)
+
     for zero in space.zero:
         chains_z = pairs.chains[zero]
         none_fits = prefix[pairs.index[(none.key, zero)]] if none is not None else 0
@@ -469,7 +480,7 @@ def _contenders(
             roomy = i < none_fits
             if roomy and not all_fitting:
                 # every fp32 chain starts at none, which fits: it is the only contender
-                cands.append((floor(mbs), head, zero, mbs, none, tail))
+                cands.append((lower(mbs, none), head, zero, mbs, none, tail))
                 continue
             seen = set()
             for bf16, chain in chains_z:
@@ -479,7 +490,7 @@ def _contenders(
                     if i < prefix[j]:
                         if sv.key not in seen:
                             seen.add(sv.key)
-                            cands.append((floor(mbs), head, zero, mbs, sv, tail))
+                            cands.append((lower(mbs, sv), head, zero, mbs, sv, tail))
                         if not all_fitting:
                             break
 
