@@ -23,11 +23,12 @@ went from 7.2 to 4.9 s (deepseek-v3 x 1,024 --export torchtitan) and from 2.8 to
 x 16,384 --export deepspeed); docs/search.md has the table and this benchmark's last run.
 Since then contenders carry a floor under their bound and the ranking takes a bound only
 when its floor comes up (planner/search/walk.py `_floor`), and a search under 2,000 leaf
-groups runs in one process (planner/search/pool.py `POOL_MIN_WORK`): whole commands (CPU of
-both processes, best of 3, interleaved with the commit before, load average 2-5) went from
-3.13 to 2.38 s (llama4-maverick x 256), 3.28 to 2.92 s (qwen3.5-397b-a17b x 512 B200), 4.18
-to 3.09 s (deepseek-v3 x 1,024 --export torchtitan), 2.04 to 1.71 s (deepseek-v3 x 2,048),
-0.82 to 0.75 s (70b x 2,048), with the same output (benchmarks/same_output.py).
+groups without a framework filter runs in one process (planner/search/pool.py
+`POOL_MIN_WORK`): whole commands (CPU of both processes, best of 3, interleaved with the
+commit before, load average 1-2) went from 3.44 to 2.59 s (llama4-maverick x 256), 3.38 to
+2.72 s (qwen3.5-397b-a17b x 512 B200), 4.79 to 3.44 s (deepseek-v3 x 1,024 --export
+torchtitan), 2.60 to 2.25 s (deepseek-v3 x 2,048), 0.88 to 0.73 s (70b x 2,048), with the
+same output (benchmarks/same_output.py); docs/search.md has the table.
 """
 
 from __future__ import annotations
