@@ -4,7 +4,7 @@ evaluation rate of the cost model.
     python benchmarks/search_speed.py [--repeat 5]
 
 For each command (405b on 16,384 GPUs, 70b on 2,048, deepseek-v3 on 2,048 and on 1,024,
-qwen3-235b on 512 B200) it runs `python -m planner` of this checkout (PYTHONPATH set to it,
+qwen3-235b on 512 B200, llama4-maverick on 256, qwen3.5-397b-a17b on 512 B200) it runs `python -m planner` of this checkout (PYTHONPATH set to it,
 whatever `planner` is installed) as a fresh process `--repeat` times and prints the best and
 the median wall time; then, in process, the layouts the search covered, the memory estimates
 and step-time estimates it made and their rate; and the raw rate of full estimates (memory +
@@ -21,6 +21,14 @@ asked whether the framework runs it, and how): with its look-ups cached, whole c
 (CPU of both processes, best of 3, interleaved with the commit before, load average 2.5-4)
 went from 7.2 to 4.9 s (deepseek-v3 x 1,024 --export torchtitan) and from 2.8 to 1.8 s (405b
 x 16,384 --export deepspeed); docs/search.md has the table and this benchmark's last run.
+Since then contenders carry a floor under their bound and the ranking takes a bound only
+when its floor comes up (planner/search/walk.py `_floor`), and a search under 2,000 leaf
+groups without a framework filter runs in one process (planner/search/pool.py
+`POOL_MIN_WORK`): whole commands (CPU of both processes, best of 3, interleaved with the
+commit before, load average 1-2) went from 3.44 to 2.59 s (llama4-maverick x 256), 3.38 to
+2.72 s (qwen3.5-397b-a17b x 512 B200), 4.79 to 3.44 s (deepseek-v3 x 1,024 --export
+torchtitan), 2.60 to 2.25 s (deepseek-v3 x 2,048), 0.88 to 0.73 s (70b x 2,048), with the
+same output (benchmarks/same_output.py); docs/search.md has the table.
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ COMMANDS = [
     ("deepseek-v3", 2048, "h100-sxm", None),
     ("deepseek-v3", 1024, "h100-sxm", None),
     ("qwen3-235b", 512, "b200", None),
+    ("llama4-maverick", 256, "h100-sxm", None),
+    ("qwen3.5-397b-a17b", 512, "b200", None),
     # `--export F` searches what F runs (its refusals and `runs_as` on every contender)
     ("deepseek-v3", 1024, "h100-sxm", "torchtitan"),
     ("405b", 16384, "h100-sxm", "deepspeed"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import os
 
 import pytest
 
@@ -26,7 +27,7 @@ from planner.rules import (
     vpp_needs_pp,
 )
 from planner.savers import chains, savers
-from planner.search import RECOMPUTE, SearchOptions, parse_fix, search
+from planner.search import RECOMPUTE, SearchOptions, parse_fix, pool, search
 from planner.specs import ModelSpec
 from planner.units import divisors
 
@@ -582,6 +583,7 @@ def test_two_processes_give_exactly_the_one_process_result(model, gpus, monkeypa
         model=m, hardware=resolve_hardware("h100-sxm"), num_gpus=gpus, training=default_training(m)
     )
     monkeypatch.delenv("PLANNER_SERIAL", raising=False)
+    monkeypatch.setattr(pool, "POOL_MIN_WORK", 0)  # split even a search this small
     split = search(job)
     monkeypatch.setenv("PLANNER_SERIAL", "1")
     single = search(job)
@@ -724,3 +726,38 @@ def test_framework_search_agrees_with_the_brute_force_oracle(case, fw):
     assert [p.time.step_time_s for p in result.plans] == pytest.approx(
         [tm.step_time_s for _, _, tm in want], rel=1e-12
     )
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "fork") or (os.cpu_count() or 1) < 2, reason="one process: nothing to fork"
+)
+@pytest.mark.parametrize(
+    "model, gpus, filtered, forks",
+    [
+        ("llama3-70b", 2048, False, False),
+        ("llama3-8b", 64, False, False),
+        ("deepseek-v3", 512, False, True),
+        ("llama3-70b", 2048, True, True),
+    ],
+    ids=["70b-2048", "8b-64", "deepseek-v3-512", "70b-2048-framework"],
+)
+def test_the_search_forks_a_child_only_for_enough_work(model, gpus, filtered, forks, monkeypatch):
+    # the child's own CPU outweighs the wall time it saves below POOL_MIN_WORK leaf groups
+    # (pool._pair_size summed: 752 for 70B x 2,048, 348 for 8B x 64, 3,150 for DeepSeek-V3
+    # x 512), unless a framework filter ranks every fitting saver (here one that runs every
+    # layout as it is)
+    m = get_preset(model)
+    job = Job(
+        model=m, hardware=resolve_hardware("h100-sxm"), num_gpus=gpus, training=default_training(m)
+    )
+    monkeypatch.delenv("PLANNER_SERIAL", raising=False)
+    forked = []
+    real = os.fork
+
+    def fork():
+        forked.append(True)
+        return real()
+
+    monkeypatch.setattr(pool.os, "fork", fork)
+    search(job, SearchOptions(runs_as=(lambda job, lay: lay) if filtered else None))
+    assert bool(forked) == forks

@@ -12,10 +12,18 @@ import pytest
 from planner.config import Job, default_training, resolve_hardware
 from planner.cost import cost_model
 from planner.presets import get_preset
-from planner.search import SearchOptions, search
+from planner.search import SearchOptions, parse_fix, search
 from planner.search.rank import _by_bound
-from planner.search.space import _build, _head, _Space, _tail
-from planner.search.walk import _collect, _Counter, _Group, _groups, _tp_cp_pairs
+from planner.search.space import _build, _head, _Space, _tail, _variants_for
+from planner.search.walk import (
+    _bound,
+    _collect,
+    _Counter,
+    _floor,
+    _Group,
+    _groups,
+    _tp_cp_pairs,
+)
 
 
 def _job(model: str, gpus: int, hardware: str = "h100-sxm") -> Job:
@@ -212,3 +220,62 @@ def test_step_time_parts_shared_across_zero_and_dispatchers_are_exact(model, gpu
             assert warm.time(one) == fresh
             assert warm.step_seconds(one) == fresh.step_time_s
             assert warm.pipeline_seconds(one) <= fresh.step_time_s
+
+
+FLOOR_CASES = [
+    ("deepseek-v3", 256, ""),
+    ("mixtral-8x7b", 64, ""),
+    ("llama3-70b", 128, ""),
+    ("qwen3-235b-a22b", 128, "recompute=full"),
+    ("mixtral-8x7b", 128, "recompute=selective"),
+]
+
+
+@pytest.mark.parametrize(
+    "model, gpus, fix", FLOOR_CASES, ids=[f"{m}-{g}-{f or 'free'}" for m, g, f in FLOOR_CASES]
+)
+def test_floor_is_below_every_contenders_bound(model, gpus, fix):
+    # a contender's first element is its group's floor at its micro-batch (walk._floor): no
+    # more than its own bound (walk._bound), which is no more than its step time
+    job = _job(model, gpus)
+    opts = SearchOptions(fix=parse_fix(fix), sort_by="memory")  # every fitting saver
+    space, cm = _Space(job, opts), cost_model(job)
+    _, cands, _ = _collect(job, space, cm, opts)
+    assert cands
+    below = 0
+    for cand in cands:
+        bound = _bound(cand, space, cm)
+        assert cand[0] <= bound
+        below += cand[0] < bound
+    if not fix:  # the savers' recompute adds time: some floors are strictly below
+        assert below
+
+
+@pytest.mark.parametrize(
+    "model, gpus", [("deepseek-v3", 256), ("qwen3-235b-a22b", 256), ("llama3-70b", 128)]
+)
+def test_floor_is_below_the_bound_of_every_leaf(model, gpus):
+    # every saver, ZeRO stage and dispatcher variant of random leaves, contenders or not
+    job = _job(model, gpus)
+    space, cm = _Space(job, SearchOptions()), cost_model(job)
+    for head, tail, zero, mbs, sv in _leaves(job, space, 300, seed=7):
+        floor = _floor(head, mbs, tail, space, cm)
+        for v in _variants_for(space, head, sv):
+            lay = _build(head, zero, mbs, sv, tail, v)
+            assert floor <= cm.time_lower_bound(lay) <= cm.time(lay).step_time_s * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("model, gpus", [("deepseek-v3", 512), ("llama3-70b", 256)])
+def test_ranking_by_floors_times_what_ranking_by_bounds_does(model, gpus):
+    # the ranking takes a contender's own bound only when its floor comes up: the same
+    # contenders timed, in the same order, as with every bound taken up front
+    job = _job(model, gpus)
+    opts = SearchOptions()
+    space, cm = _Space(job, opts), cost_model(job)
+    _, cands, _ = _collect(job, space, cm, opts)
+    exact = [(_bound(c, space, cm),) + c[1:] for c in cands]
+    assert exact != cands  # the floors are not the bounds
+    by_floor = _by_bound(cands, opts.top, space, cm)
+    by_bound = _by_bound(exact, opts.top, space, cost_model(job))
+    assert by_floor[1] == by_bound[1] and by_floor[2] == by_bound[2]
+    assert [x[:2] for x in by_floor[0]] == [x[:2] for x in by_bound[0]]

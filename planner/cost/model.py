@@ -224,7 +224,7 @@ class CostModel:
         key = _KEY_ACTS(lay)
         got = self._acts.get(key)
         if got is None:
-            lc = self.layer_costs(lay)
+            lc = self._layer_base(lay)  # not the ep- and dispatcher-dependent layer times
             got = self._acts[key] = (
                 lc.act_d,
                 lc.act_e,

@@ -1,5 +1,5 @@
-"""Two processes for one search: on machines with two or more cores this process and a
-forked child share the (tp, cp) pairs through a queue (largest first), each walks the pairs
+"""Two processes for one search: on machines with two or more cores, for a search of enough
+work (`POOL_MIN_WORK`), this process and a forked child share the (tp, cp) pairs through a queue (largest first), each walks the pairs
 it takes and ranks its own contenders ahead (`_ranked_ahead`); the child's results come back
 pickled through a pipe, and the pairs' results are merged in one fixed order (`_merge`),
 whoever computed them. Also the cyclic garbage collector paused during a search
@@ -18,6 +18,17 @@ from planner.rules import split_options
 from planner.search.rank import _by_bound
 from planner.search.space import SearchOptions, _Space
 from planner.search.walk import _collect, _Counter, _tp_cp_pairs
+
+POOL_MIN_WORK = 2000
+"""The least work (leaf groups, `_pair_size` summed over the pairs) the search shares with a
+forked child; below it one process walks everything. The child costs CPU of its own (the
+fork, its copy-on-write page faults, pickling its share, the parent ranking the merge):
+~0.05 s on the 2-core development machine, some 20% of the 70B x 2,048 search (752 groups,
+~0.2 s in one process), for ~0.1 s less wall time; a MoE search (deepseek-v3 x 1,024: 3,366
+groups, ~1 s; llama4-maverick x 256: 10,320) pays a few % of CPU for about half the wall
+time (docs/search.md). With a framework filter (`runs_as`) every fitting saver is ranked,
+work the groups do not count (405B x 16,384 --export deepspeed: 1,008 groups, 30,126
+contenders timed): it always forks."""
 
 
 @contextmanager
@@ -38,10 +49,10 @@ def _collector_paused():
 
 def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
     """The whole space: (counter, contenders, closest misfit, {contender index: (variant, step time,
-    memory total)} of those timed ahead).
+    memory total, bound)} of those timed ahead).
 
-    On machines with two or more cores (PLANNER_SERIAL=1 turns it off) this process and a
-    forked child share the (tp, cp) pairs, each taking the next from a common queue (largest
+    On machines with two or more cores (PLANNER_SERIAL=1 turns it off), for a search of
+    `POOL_MIN_WORK` leaf groups or more or with a framework filter, this process and a forked child share the (tp, cp) pairs, each taking the next from a common queue (largest
     first) until none is left, then rank their own contenders ahead (`_ranked_ahead`). The
     pairs' results are merged exactly, in one fixed order (`_merge`), whoever computed
     them: the same counts, contenders and closest misfit, and the ranking by time of the
@@ -54,8 +65,11 @@ def _collect_all(job: Job, space: _Space, cm, opts: SearchOptions):
         or os.environ.get("PLANNER_SERIAL")
     ):
         return _collect(job, space, cm, opts) + ({},)
+    sizes = [_pair_size(job, space, *pair) for pair in pairs]
+    if sum(sizes) < POOL_MIN_WORK and opts.runs_as is None:
+        return _collect(job, space, cm, opts) + ({},)
     order = list(range(0, len(pairs), 2)) + list(range(1, len(pairs), 2))
-    biggest = sorted(range(len(pairs)), key=lambda i: -_pair_size(job, space, *pairs[i]))
+    biggest = sorted(range(len(pairs)), key=lambda i: -sizes[i])
     queue, fill = os.pipe()
     os.write(fill, b"".join(i.to_bytes(2, "big") for i in biggest))  # < 64 KiB: no block
     os.close(fill)
@@ -114,7 +128,7 @@ def _work(
 
 def _ranked_ahead(got: dict, order: list[int], opts: SearchOptions, space: _Space, cm) -> dict:
     """Per pair: (counter, contenders, closest misfit, {index among those contenders:
-    (variant, step time, memory total)}), after ranking this process's contenders alone by time (`_by_bound`), in
+    (variant, step time, memory total, bound)}), after ranking this process's contenders alone by time (`_by_bound`), in
     the merge order, so the two processes time them side by side: only those that ranking
     timed are kept, with their timings.
 

@@ -7,12 +7,14 @@ order of the rest); the top K as `Plan`s with their warnings; time-to-train on t
 
 from __future__ import annotations
 
+import heapq
+
 from planner.config import Job
 from planner.layout import Layout
 from planner.rules import Context, check, fits
 from planner.search.result import Plan, SearchResult
 from planner.search.space import RECOMPUTE, SearchOptions, _Space, _variants_for
-from planner.search.walk import _layout
+from planner.search.walk import _bound, _layout
 from planner.seven_steps import pick_note, seven_steps
 
 
@@ -50,12 +52,12 @@ def _by_bound(
 ) -> tuple[list, int, dict]:
     """Time the contenders in order of their lower bound until it passes the `top`-th best
     step time found: (the `top` best as (key, layout, memory, time), how many were timed,
-    {index in `cands`: (dispatcher variant, step time, memory total)} of those timed here,
-    not found in `known`, which holds the same for contenders timed elsewhere).
+    {index in `cands`: (dispatcher variant, step time, memory total, lower bound)} of those
+    timed here, not found in `known`, which holds the same for contenders timed elsewhere).
 
     A contender timed counts whether or not it enters: one whose pipeline time (`_fastest`)
     or step time is past the `top`-th best cannot, and is recorded as (None, that time,
-    None) without its memory or the other dispatchers' DP time.
+    None, its bound) without its memory or the other dispatchers' DP time.
 
     Ranking a subset of `cands` alone times (at least) every one of the subset that ranking
     all of them does: its order is the subset's order in the whole (a stable sort), and
@@ -64,24 +66,39 @@ def _by_bound(
     `known` from the shares ranked alone leaves nothing to time (what is missing is timed
     here); the best of those known are estimated again (the same numbers: the estimates
     depend on the layout only)."""
-    order = sorted(range(len(cands)), key=lambda i: cands[i][0])
+    # in order of (bound, index): each contender's own bound (`_bound`) is taken when its
+    # floor (`cand[0]`, no more than it) comes up, and it goes back in line at its bound, so
+    # they come up in the order a sort of all their bounds gives, and when a floor passes
+    # the `top`-th best every bound not yet taken does too (those timed elsewhere come with
+    # their bound: no need to take it again)
+    known = known or {}
+    exact = space.eager_bounds  # the contenders carry their own bound, not a floor
+    line = [
+        (known[i][3], i, True) if i in known else (cand[0], i, exact)
+        for i, cand in enumerate(cands)
+    ]
+    heapq.heapify(line)
     scored, done, here = [], {}, {}
     kth = float("inf")
     timed = 0
-    for i in order:
-        cand = cands[i]
-        if cand[0] > kth:
+    while line:
+        lb, i, exact = heapq.heappop(line)
+        if lb > kth:
             break
-        got = known.get(i) if known else None
+        cand = cands[i]
+        if not exact:
+            heapq.heappush(line, (_bound(cand, space, cm), i, True))
+            continue
+        got = known.get(i)
         timed += 1
         if got is None:
             lay, step = _fastest(cand, space, cm, kth)
             if lay is None or step > kth:  # slower than the `top`-th best: it cannot
-                done[i] = (None, step, None)  # enter, here or (its kth no better) there
+                done[i] = (None, step, None, lb)  # enter, here or (its kth no better) there
                 continue
             variant = (lay.moe_token_dispatcher, lay.overlap_moe_expert_parallel_comm)
             mem = here[i] = cm.memory(lay)
-            got = done[i] = (variant, step, mem.total)
+            got = done[i] = (variant, step, mem.total, lb)
         elif got[1] > kth or got[1] == float("inf"):
             continue  # as above (inf: refused by `runs_as`)
         else:

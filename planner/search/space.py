@@ -173,6 +173,12 @@ class _Space:
         self.zero_order = _zero_order(self.zero)
         self.variants = _moe_variants(m, fix)
         self.bound_sums: dict[tuple, tuple] = {}  # `_least_bound_sum`'s, for this search
+        self.floor_parts: dict[tuple, float] = {}  # `_floor`'s least sums, for this search
+        self.bounds: dict[tuple, float] = {}  # `_bound`'s, for this search
+        # contenders carry their own bound rather than a floor (walk._contenders): with a
+        # framework filter on a dense model, where most contenders get timed and a bound is
+        # one variant's, the floors would only add to the bounds
+        self.eager_bounds = opts.runs_as is not None and not m.is_moe
         self.act_tables: dict[tuple, dict] = {}  # `_Group.acts`, for this search
         # what the activations (`_Group.acts`) and the time bound (`_least_bound_sum`) read
         # of a saver, each class named by its first saver's key (a string: a cheap key to

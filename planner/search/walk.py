@@ -3,7 +3,9 @@ level in the seven-step order (`_groups`), the subtree below each (`_subtree`: a
 bound first, then every vpp x sp), and the leaves of one (base, vpp, sp) (`_leaves`): the
 micro-batch sizes the batch rules let through, how many of them fit per (saver, ZeRO) pair
 (`_fitting_prefixes`, narrowed by `_known_bounds`), and the contenders for ranking with a
-lower bound on their step time (`_contenders`, `_least_bound_sum`).
+floor under their step time (`_contenders`, `_floor`: one per group and micro-batch) and,
+taken by the ranking only when the floor comes up, their own lower bound (`_bound`,
+`_least_bound_sum`).
 
 `_Counter` counts what the walk covered: the layouts each rule pruned, those that fit, the
 memory estimates made. `_collect` walks some (tp, cp) pairs (default: all of them) into
@@ -444,28 +446,32 @@ def _contenders(
     all_fitting: bool,
 ) -> None:
     """Per ZeRO stage and micro-batch, the least saver of each chain that fits (along a chain
-    each step is no faster), with the lower bound on its step time (the same for every ZeRO
-    stage; the least over the dispatcher variants); bf16 states only where the fp32 states
-    need some recompute to fit; every fitting layout when ranking by memory. Stored as
-    (bound, head, zero, micro-batch, saver, tail): `_layout` builds the Layout only for those
-    that get timed."""
-    bounds: dict[tuple[int, str], float] = {}
+    each step is no faster), with a floor under its step time (`_floor`: the same for every
+    saver, ZeRO stage and dispatcher variant of the group at this micro-batch); bf16 states
+    only where the fp32 states need some recompute to fit; every fitting layout when ranking
+    by memory. Stored as (floor, head, zero, micro-batch, saver, tail): `_layout` builds the
+    Layout only for those that get timed, and the ranking takes each one's own lower bound
+    (`_bound`) only when its floor comes up (`rank._by_bound`); or, where `space.eager_bounds`,
+    its own bound at once."""
+    floors: dict[int, float] = {}
     head, tail, cm = group.head, group.tail, group.cm
-    pp, vpp, dp = head.pp, head.vpp, head.dp
     none = space.by_key.get("none")
-    time_class = space.time_class
 
-    def bound(mbs: int, sv: Saver) -> float:
-        # within the group the bound reads of a saver only what `_least_bound_sum` keys on
-        # (its time class: the fp32 and bf16 twins, and none and offload, share it)
-        key = (mbs, time_class[sv.key])
-        lb = bounds.get(key)
+    def floor(mbs: int) -> float:
+        lb = floors.get(mbs)
         if lb is None:
-            lb = bounds[key] = min(
-                cm.scale_bound(total, pp, vpp, dp, mbs, ends)
-                for total, ends in _least_bound_sum(head, mbs, sv, tail, space, cm)
-            )
+            lb = floors[mbs] = _floor(head, mbs, tail, space, cm)
         return lb
+
+    if space.eager_bounds:  # each its own bound (`_Space.eager_bounds`)
+
+        def lower(mbs: int, sv: Saver) -> float:
+            return _bound((None, head, 0, mbs, sv, tail), space, cm)
+
+    else:
+
+        def lower(mbs: int, sv: Saver) -> float:
+            return floor(mbs)
 
     for zero in space.zero:
         chains_z = pairs.chains[zero]
@@ -474,7 +480,7 @@ def _contenders(
             roomy = i < none_fits
             if roomy and not all_fitting:
                 # every fp32 chain starts at none, which fits: it is the only contender
-                cands.append((bound(mbs, none), head, zero, mbs, none, tail))
+                cands.append((lower(mbs, none), head, zero, mbs, none, tail))
                 continue
             seen = set()
             for bf16, chain in chains_z:
@@ -484,9 +490,60 @@ def _contenders(
                     if i < prefix[j]:
                         if sv.key not in seen:
                             seen.add(sv.key)
-                            cands.append((bound(mbs, sv), head, zero, mbs, sv, tail))
+                            cands.append((lower(mbs, sv), head, zero, mbs, sv, tail))
                         if not all_fitting:
                             break
+
+
+_NONE = Saver("none", "none")
+"""No saver: the floor's layout (`_floor`), whether or not the search tries it."""
+
+
+def _floor(head: _Head, mbs: int, tail: _Tail, space: _Space, cm) -> float:
+    """A lower bound on the step time of every leaf of (head, tail) at this micro-batch, for
+    every saver, ZeRO stage and dispatcher variant: no more than `_bound` of any of them.
+
+    It is `scale_bound` of the least `bound_sum` over the dispatcher variants of the leaf
+    without any saver (`_NONE`; ZeRO is not read), without the unpaired ends. A saver adds
+    to the bound and takes nothing from it: the forward and backward times do not read the
+    recompute settings, recompute adds its own time (>= 0; a share of it under block
+    recompute), full recompute and the op-SAC rerun add TP and CP traffic and recomputing
+    the MoE layer dispatches again (more EP traffic, of which the exposed part grows with
+    it); offloading and the state dtypes are not read. `scale_bound` increases in the sum
+    and in each unpaired end (>= 0), so each variant's bound of any saver is at least this
+    of that variant's sum without a saver; and the variants a saver tries are among those
+    of no saver (full recompute drops the EP overlap), so the least sum over all of them is
+    at most a saver's (`_least_bound_sum` keeps a subset of those).
+    `tests/test_search_shortcuts.py` checks it against `_bound` of every contender of
+    several searches and against the bound of random leaves. Kept per search in
+    `space.floor_parts` on what the sum reads: the head without dp and vpp (no saver: no
+    block recompute), the tail, the micro-batch. One per group and micro-batch, and one
+    scaling, where each saver class took one per variant before: the ranking takes the
+    exact bound only of the few contenders whose floor comes up."""
+    h = head
+    key = (h.tp, h.cp, h.ep, h.pp, h.etp, h.sp, tail, mbs)
+    least = space.floor_parts.get(key)
+    if least is None:
+        least = space.floor_parts[key] = min(
+            cm.bound_parts(_build(head, 0, mbs, _NONE, tail, v))[0]
+            for v in _variants_for(space, head, _NONE)
+        )
+    return cm.scale_bound(least, h.pp, h.vpp, h.dp, mbs)
+
+
+def _bound(cand: tuple, space: _Space, cm) -> float:
+    """The lower bound on the step time of a contender (the same for every ZeRO stage; the
+    least over the dispatcher variants, `_least_bound_sum`), kept per search."""
+    _, head, _zero, mbs, sv, tail = cand
+    key = (head, tail, mbs, space.time_class[sv.key])
+    lb = space.bounds.get(key)
+    if lb is None:
+        pp, vpp, dp = head.pp, head.vpp, head.dp
+        lb = space.bounds[key] = min(
+            cm.scale_bound(total, pp, vpp, dp, mbs, ends)
+            for total, ends in _least_bound_sum(head, mbs, sv, tail, space, cm)
+        )
+    return lb
 
 
 def _least_bound_sum(
