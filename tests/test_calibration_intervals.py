@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.intervals import BAR, coverage, leave_one_out  # noqa: E402
+from benchmarks.intervals import BAR, binomial_p, coverage, leave_one_out  # noqa: E402
 from planner.calibration.interval_table import TIME  # noqa: E402
 from planner.calibration.intervals import (  # noqa: E402
     MIN_RUNS,
@@ -97,6 +97,20 @@ def test_leave_one_out_coverage_is_within_the_bar(loo, cls):
     got = coverage(loo, "time", "class")[cls]
     assert got["n"] >= MIN_RUNS
     assert BAR[0] <= got["coverage"] <= BAR[1], got
+
+
+def test_the_binomial_p_value_of_a_coverage_count():
+    # under an honest 80% interval, k of n inside is Binomial(n, 0.8):
+    # 4 of 6: the counts no more likely than 4 (P(4) = 15 x 0.8^4 x 0.2^2 = 0.24576) are
+    # 0-4, i.e. 1 - P(5) - P(6) = 1 - 6 x 0.8^5 x 0.2 - 0.8^6 = 1 - 0.393216 - 0.262144
+    assert binomial_p(4, 6) == pytest.approx(1 - 0.393216 - 0.262144, abs=1e-9)
+    # 4 of 4 is the most likely count of four: nothing is less surprising
+    assert binomial_p(4, 4) == pytest.approx(1.0)
+    # 2 of 10: P(2) = 45 x 0.8^2 x 0.2^8 = 7.4e-5, and the counts 0-2 sum to 7.8e-5
+    assert binomial_p(2, 10) == pytest.approx(
+        sum(math.comb(10, k) * 0.8**k * 0.2 ** (10 - k) for k in range(3)), rel=1e-9
+    )
+    assert binomial_p(2, 10) < 1e-4
 
 
 def test_off_calibrated_ground_the_interval_widens(examples_dir):
