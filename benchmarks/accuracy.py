@@ -100,10 +100,22 @@ CORRECTIONS = Path(__file__).resolve().parent / "data" / "corrections.yaml"
 
 def corrections() -> dict[str, dict]:
     """benchmarks/data/corrections.yaml by case id: settings a case's own recipe code sets that
-    the collected case leaves out (each with its source)."""
+    the collected case leaves out (each with its source). An entry names one case (`id`) or
+    several (`ids`); a case in two entries gets both sets (one key set twice is an error)."""
     import yaml
 
-    return {e["id"]: e for e in yaml.safe_load(CORRECTIONS.read_text())["corrections"]}
+    out: dict[str, dict] = {}
+    for e in yaml.safe_load(CORRECTIONS.read_text())["corrections"]:
+        for cid in e["ids"] if "ids" in e else [e["id"]]:
+            have = out.get(cid)
+            if have is None:
+                out[cid] = e
+                continue
+            clash = set(have["set"]) & set(e["set"])
+            if clash:
+                raise ValueError(f"corrections.yaml: {cid} sets {sorted(clash)} twice")
+            out[cid] = {**have, "set": {**have["set"], **e["set"]}}
+    return out
 
 
 def _corrections_data() -> dict:

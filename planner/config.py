@@ -169,6 +169,7 @@ def config_from_data(
         fp8_param_gather=t.fp8_param_gather,
         cross_entropy=t.cross_entropy,
         loss_parallel=t.loss_parallel,
+        attention_kernel=t.attention_kernel,
         num_gpus=spec.num_gpus,
     )
     job = Job(model=model, hardware=hardware, num_gpus=spec.num_gpus, training=training)

@@ -103,6 +103,7 @@ __all__ = [
 Precision = Literal["bf16", "fp16", "fp8"]
 Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise"]
 CrossEntropy = Literal["vocab_parallel", "pytorch_fp32"]
+AttentionKernel = Literal["fused", "flash2"]
 Architecture = Literal["ampere", "hopper", "blackwell", "cdna3"]
 CaseClass = Literal["dense-bf16", "dense-fp8", "moe", "fsdp", "long-context"]
 ServeCaseClass = Literal["offline-throughput", "static-latency", "serving-latency", "disagg"]
@@ -615,6 +616,12 @@ class TrainingSpec(_Spec):
     loss_parallel: bool = True
     """The logits stay split over the TP ranks for the loss (Megatron always; torchtitan
     unless `disable_loss_parallel`); false gathers the whole vocabulary on every TP rank."""
+    attention_kernel: AttentionKernel = "fused"
+    """Which attention kernel family runs the core: fused (the GPU generation's own: Transformer
+    Engine / cuDNN fused attention, FlashAttention-3 on Hopper, FlashAttention-2 on Ampere; the
+    profile's `attention_efficiency`) or flash2 (FlashAttention-2's SM80 kernels on a newer GPU:
+    PyTorch SDPA's flash backend, which torchtitan's 2024-2025 releases ran on Hopper;
+    cost.compute.attention_kernel_share)."""
 
     @property
     def recipe(self) -> str | None:
@@ -650,6 +657,9 @@ class TrainingInput(_Spec):
     loss_parallel: bool = True
     """false: the whole vocabulary's logits on every TP rank for the loss (torchtitan
     `disable_loss_parallel`); needs cross_entropy pytorch_fp32."""
+    attention_kernel: AttentionKernel = "fused"
+    """fused (TE/cuDNN fused attention, FlashAttention-3 on Hopper) | flash2 (FlashAttention-2
+    kernels on Hopper or Blackwell: PyTorch SDPA's flash backend, torchtitan through 2025)."""
 
 
 def _parallel_spec() -> type[_Spec]:

@@ -34,9 +34,34 @@ __all__ = [
     "CE_TRAFFIC_BYTES",
     "megatron_flops_2024",
     "narayanan_flops",
+    "attention_kernel_share",
+    "FLASH2_SHARE",
 ]
 
 ATTN_BWD_FACTOR = 2.5  # flash-attention backward / forward work (recomputes P: 5 vs 2 GEMMs)
+
+FLASH2_FWD_SHARE = 329.483 / 631.338
+"""FlashAttention-2's forward rate over the Hopper-native fused kernel's on H100: PyTorch
+SDPA's flash backend 329.5 TFLOPS against cuDNN's 631.3 (FlashAttention-3: 631.8), batch 1,
+24 heads, 4,608 tokens, head dim 128 (pytorch/pytorch#142132, torch 2.6 nightly, Tritonbench)."""
+FLASH2_BWD_SHARE = 1 / 1.625
+"""FlashAttention-2's backward rate over FlashAttention-3's on H100: FA3's backward is
+1.5-1.75x FA2's (Shah et al. 2024, arXiv:2407.08608, abstract and Sec. 4.1); the middle."""
+FLASH2_SHARE = (1 + ATTN_BWD_FACTOR) / (1 / FLASH2_FWD_SHARE + ATTN_BWD_FACTOR / FLASH2_BWD_SHARE)
+"""The share of the fused rate FlashAttention-2 reaches over a forward and its backward (2.5x
+the forward's work):  r = 3.5 / (1/r_f + 2.5/r_b) = 3.5 / (1.916 + 4.063) = 0.585."""
+
+
+def attention_kernel_share(kernel: str, architecture: str | None) -> float:
+    """The attention core's rate as a share of the profile's (peak x attention_efficiency,
+    which is the GPU generation's own fused kernel: TE / cuDNN, FlashAttention-3 on Hopper,
+    FlashAttention-2 on Ampere). `flash2` on Hopper or Blackwell is FlashAttention-2's SM80
+    code (no wgmma / TMA): FLASH2_SHARE, measured on Hopper; on Blackwell, where the same code
+    runs, no measurement is published and Hopper's share is taken. Ampere (FlashAttention-2
+    is its native kernel) and anything else: 1."""
+    if kernel == "flash2" and architecture in ("hopper", "blackwell"):
+        return FLASH2_SHARE
+    return 1.0
 
 
 def model_flops_per_step(

@@ -27,6 +27,7 @@ from planner.cost.comm import (
 )
 from planner.cost.compute import (
     LayerTimes,
+    attention_kernel_share,
     gemm_efficiency,
     hardware_flops_per_step,
     layer_times,
@@ -345,7 +346,11 @@ class CostModel:
 
         full = lay.recompute == "full"
         rates = self._rates(lay, tokens)  # [0] and [2] do not depend on ep
-        attn_rate = self.bf16 * cal.attention_efficiency
+        attn_rate = (
+            self.bf16
+            * cal.attention_efficiency
+            * attention_kernel_share(self.job.training.attention_kernel, self.hw.architecture)
+        )
         host_d = host_parts(
             moe=False,
             cuda_graphs=lay.cuda_graphs,

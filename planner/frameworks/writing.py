@@ -91,6 +91,13 @@ def header_lines(
             "torchtitan's); this framework's vocab-parallel loss holds 4 B: the memory "
             "estimate is an upper bound"
         )
+    if tr.attention_kernel == "flash2":
+        lines.append(
+            "attention: the plan counts FlashAttention-2's rate (training.attention_kernel "
+            "flash2); no setting here chooses the kernel, and the framework's default on "
+            "Hopper and Blackwell is the faster fused one (cuDNN / FlashAttention-3): the time "
+            "estimate is an upper bound"
+        )
     return lines
 
 
