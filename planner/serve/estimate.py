@@ -20,6 +20,7 @@ __all__ = [
     "first_token_delay",
     "first_wave_ttft",
     "independent_ttft",
+    "lockstep_ttft",
     "requested_concurrency",
     "with_first_wave",
 ]
@@ -319,6 +320,32 @@ TensorRT-LLM and SGLang runs are 53-98 % above what out-of-step clients would se
 lock-step groups of 7 prompts)."""
 
 
+def lockstep_ttft(n: int, chunk_s: float, step_s: float, delay_steps: int = 0) -> float:
+    """Mean steady-state TTFT of a closed loop's n lock-step groups (closed_loop) whose chunk
+    steps run back to back, as they do once the clients' first wave has set them so.
+
+    The fixed point: group i's prompt takes the step after group i - 1's (a step of `chunk_s`),
+    so group i + 1, one step behind in its decode, finishes one step after group i and its
+    client's next prompt comes back one step later: the order and the one-step offsets repeat
+    every cycle. A returning prompt waits for the step running when it arrives, a whole step:
+    its client sent it as soon as its last token (the step before) came back, and the engine
+    fetches new requests before it schedules a step (TensorRT-LLM's executor loop:
+    fetch, schedule, run, respond; vLLM V1's EngineCore the same). That step is the chunk step
+    of the group before (i > 1) or, for the first group, a decode step of `step_s`. Then its
+    own chunk step, then, with an overlap scheduler (first_token_delay: `delay_steps` = 1),
+    the step during which its first token is sent: the next group's chunk step (i < n) or a
+    decode step. Over the n groups (n - 1 of them have a group before, n - 1 one after):
+
+        neighbour = ((n - 1) chunk + step) / n
+        TTFT = neighbour + chunk + delay_steps x neighbour
+
+    n = 1: step + chunk (+ step), one group alone. Large n: the prompts queue behind one
+    chunk step before (and one after with the overlap scheduler) their own: (2 + d) chunks, not
+    the (n + 1) / 2 of a burst all arriving at once (first_wave_ttft)."""
+    neighbour = ((n - 1) * chunk_s + step_s) / max(1, n)
+    return neighbour + chunk_s + delay_steps * neighbour
+
+
 def first_wave_ttft(n: int, group_s: float, delay_s: float = 0.0) -> float:
     """Mean TTFT of a closed loop's first wave: the N clients start together, so N prompts
     reach an idle engine as one burst, prefilled FCFS in n chunk steps of g prompts
@@ -383,16 +410,18 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
     of g = C/n prompts (chunk_groups: the step budget max_num_tokens less the decode tokens
     of the running requests); requests of the same chunk start decoding in the same step
     and, with the same OSL, finish in the same step and return together, so the groups
-    persist from cycle to cycle (no arrival process to randomize them; prefix caching off).
-    A returning group arrives at a random point of a running step and waits on average half
-    of it for the step boundary (FCFS behind nothing: one group per chunk). The steps are
+    persist from cycle to cycle (no arrival process to randomize them; prefix caching off),
+    their chunk steps back to back, each group one step behind the one before
+    (lockstep_ttft). The steps are
     counted one by one, not averaged: the n chunk steps of a period carry a group's g*ISL
     prompt tokens beside the other C - g decoding requests, every other step is a pure
     decode step of C sequences (a decode step touches the experts of C tokens, not of C +
     the mean prompt tokens; a pure decode step within the engine's graph batch replays its
     CUDA graph). Then, by the engine's rule (PREFILL_FIRST):
-    - mixed (vLLM, TensorRT-LLM): TTFT = step/2 + the group's chunk step(s) (with the C - g
-      others decoding); TPOT = mixed_tpot: the chunk steps of the other n - 1 groups a
+    - mixed (vLLM, TensorRT-LLM): TTFT = lockstep_ttft: the step a returning prompt waits
+      for (the previous group's chunk step), its own chunk step (with the C - g others
+      decoding) and, with the overlap scheduler, the step its first token waits for (the
+      next group's chunk step); TPOT = mixed_tpot: the chunk steps of the other n - 1 groups a
       request sits through while it decodes, the rest pure decode; throughput = C * OSL /
       the period (Little's law over the cycle of a group). For vLLM (INDEPENDENT_ARRIVALS:
       the runs show its clients out of step) TTFT is independent_ttft's instead: half a
@@ -445,7 +474,6 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
     decode, period = mixed_tpot(step.total, mix_s, n=n, steps=steps, own=own)
     tpot = decode / max(1, osl - 1) if osl > 1 else step.total / per
     count = max(float(n), steps + own)  # steps in a period: n of them chunk steps
-    mean = period / count
     delay = first_token_delay(sv.engine, step.total)
     if sv.engine in INDEPENDENT_ARRIVALS:
 
@@ -466,7 +494,7 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
             step.total, chunk_s, clients=seqs, decode_s=(osl - 1) * tpot, delay_s=delay
         )[0]
     else:
-        steady = mean / 2 + max(group, step.total) + delay
+        steady = lockstep_ttft(n, max(group, step.total), step.total, 1 if delay > 0 else 0)
     wave_n, wave_g = chunk_groups(seqs, isl, chunk * cost.pp)
     wave = first_wave_ttft(
         wave_n, cost.prefill_time(wave_g * isl, span=isl / 2, seqs=wave_g), delay
