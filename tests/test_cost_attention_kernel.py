@@ -3,9 +3,6 @@ FlashAttention-2 on Hopper against the generation's fused kernel, from the publi
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from planner.config import config_from_data
@@ -13,9 +10,6 @@ from planner.cost import estimate
 from planner.cost.compute import FLASH2_SHARE, attention_kernel_share
 from planner.cost.shape import model_shape
 from planner.frameworks.writing import header_lines
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def test_the_share_is_the_published_rates_weighted_by_the_work():
