@@ -138,6 +138,17 @@ benchmark/{trtllm,vllm}.rule; SGLang's `agg_prefill_decode max_prefill_tokens = 
 + 1500`, benchmark/sglang.rule)."""
 
 
+AIC_TRTLLM_CHUNKED_PREFILL = False
+"""TensorRT-LLM's enable_chunked_prefill in the engine configs AIConfigurator writes: its
+extra_engine_args templates (generator/config/backend_templates/trtllm/
+extra_engine_args.*.yaml.j2, 1.0.0rc3 to 1.2.0rc6.post1) write `enable_chunked_prefill: {{
+enable_chunked_prefill | default(false) }}` and its benchmark rules never set it, the
+LLM API's own default (llm_args.py: `enable_chunked_prefill: bool = Field(default=False)`):
+an aggregated worker's prompts go whole into a step (serving.chunked_prefill false,
+estimate.whole_prompt_groups). trtllm-bench's perf-overview runs of inference-calibration.yaml
+keep planner's split prompts: their commands are not in the data."""
+
+
 def aic_engine_limits(sv: dict, *, disaggregated: bool) -> dict:
     """The batch and step limits the AIConfigurator generator writes into the engine configs of
     its silicon runs (benchmark rules, AIC_PROMPT_SLACK): an aggregated worker's (and a decode
@@ -152,7 +163,10 @@ def aic_engine_limits(sv: dict, *, disaggregated: bool) -> dict:
     b, isl = int(sv["concurrency"]), int(sv["input_length"])
     if disaggregated or sv.get("engine") == "sglang":
         return {"max_batch_size": b, "max_num_tokens": isl + AIC_PROMPT_SLACK}
-    return {"max_batch_size": b, "max_num_tokens": b + isl + AIC_PROMPT_SLACK}
+    out = {"max_batch_size": b, "max_num_tokens": b + isl + AIC_PROMPT_SLACK}
+    if sv.get("engine") == "trtllm":
+        out["chunked_prefill"] = False  # AIC_TRTLLM_CHUNKED_PREFILL
+    return out
 
 
 def harness(case: dict) -> dict:

@@ -23,6 +23,7 @@ __all__ = [
     "lockstep_ttft",
     "requested_concurrency",
     "turnaround_wait",
+    "whole_prompt_groups",
     "with_first_wave",
 ]
 
@@ -410,6 +411,27 @@ def chunk_groups(seqs: float, isl: int, budget: int, q: int = 1) -> tuple[int, f
     return n, seqs / n
 
 
+def whole_prompt_groups(seqs: float, isl: int, budget: int, q: int = 1) -> tuple[int, float]:
+    """(n, g) of chunk_groups for an engine that keeps prompts whole (serving.chunked_prefill
+    false: TensorRT-LLM's MicroBatchScheduler without a context-chunking config,
+    cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp, takes a context request whole
+    and stops at the first whose tokens would pass max_num_tokens, `batchNumTokens +
+    reqNumTokens > maxNumTokensRuntime`, the running requests' decode tokens counted
+    first): a step takes the p prompts whose tokens fit the budget beside the other seqs - p
+    requests' q decode tokens each, p isl + (seqs - p) q <= budget:
+
+        p = max(1, min(seqs, floor((budget - seqs q) / (isl - q)))),  n = ceil(seqs / p)
+
+    and g = seqs / n prompts a step on average (the last step of a burst may hold fewer; a
+    prompt above the budget alone goes in a step of its own, p = 1, as the engine requires
+    max_num_tokens >= ISL)."""
+    room = budget - seqs * q
+    p = math.floor(room / max(1, isl - q)) if room > 0 else 1
+    p = max(1.0, min(seqs, float(p)))
+    n = max(1, math.ceil(seqs / p - 1e-9))
+    return n, seqs / n
+
+
 def mixed_tpot(
     dec: float, mix: float, *, n: int, steps: float, own: int = 1
 ) -> tuple[float, float]:
@@ -488,7 +510,8 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
         period = n * group + steps * step.total
         return ttft, tpot, step, conc * osl / period if period > 0 else 0.0
     k = sv.speculative.num_tokens if sv.speculative is not None else 0
-    n, g = chunk_groups(seqs, isl, chunk * cost.pp, k + 1)  # pp micro-batches, a budget each
+    groups = whole_prompt_groups if sv.chunked_prefill is False else chunk_groups
+    n, g = groups(seqs, isl, chunk * cost.pp, k + 1)  # pp micro-batches, a budget each
     others = max(0.0, seqs - g)
     own = max(1, math.ceil(isl / (chunk * cost.pp)))
     mix = (
@@ -529,7 +552,7 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
         )[0]
     else:
         steady = lockstep_ttft(n, max(group, step.total), step.total, 1 if delay > 0 else 0)
-    wave_n, wave_g = chunk_groups(seqs, isl, chunk * cost.pp)
+    wave_n, wave_g = groups(seqs, isl, chunk * cost.pp)
     wave = first_wave_ttft(
         wave_n, cost.prefill_time(wave_g * isl, span=isl / 2, seqs=wave_g), delay
     )
