@@ -67,8 +67,9 @@ METRICS = {
 AIC_REQUESTS_PER_CLIENT = 6.5
 """Requests per client of an AIConfigurator silicon run (R / N: its first wave is 1/6.5 of the
 TTFTs): fitted to the aggregated runs of inference-latency.yaml (serve_arrivals.py --fit:
-the TTFT loss over W = 1..20 in steps of 0.5, minimum at 6.5, loss 0.1362 against 0.1378 at
-6.0 and 0.1365 at 7.0; it was at 6.5 already before turnaround_wait, 0.1434 against 0.1440
+the TTFT loss over W = 1..20 in steps of 0.5, minimum at 6.5, loss 0.1420 against 0.1424 at
+6.0 and 0.1433 at 7.0 (with TensorRT-LLM's whole prompts; 0.1362, 0.1378 and 0.1365 before
+them); it was at 6.5 already before turnaround_wait, 0.1434 against 0.1440
 at 6.0, the value fitted before lockstep_ttft and the refits moved the steady states); bound
 W >= 1 (a run has at least its first wave); not a published setting (AIConfigurator's
 bench_run.sh.j2 sends 50 per client after a warm-up of 2 per client; with the steady states
