@@ -64,11 +64,16 @@ METRICS = {
 }
 
 
-AIC_REQUESTS_PER_CLIENT = 6.0
-"""Requests per client of an AIConfigurator silicon run (R / N: its first wave is 1/6 of the
+AIC_REQUESTS_PER_CLIENT = 6.5
+"""Requests per client of an AIConfigurator silicon run (R / N: its first wave is 1/6.5 of the
 TTFTs): fitted to the aggregated runs of inference-latency.yaml (serve_arrivals.py --fit:
-the TTFT loss of serve_calibrate over W = 1..20 in steps of 0.5, minimum at 6); bound W >= 1
-(a run has at least its first wave); not a published setting."""
+the TTFT loss over W = 1..20 in steps of 0.5, minimum at 6.5, loss 0.1420 against 0.1424 at
+6.0 and 0.1433 at 7.0 (with TensorRT-LLM's whole prompts; 0.1362, 0.1378 and 0.1365 before
+them); it was at 6.5 already before turnaround_wait, 0.1434 against 0.1440
+at 6.0, the value fitted before lockstep_ttft and the refits moved the steady states); bound
+W >= 1 (a run has at least its first wave); not a published setting (AIConfigurator's
+bench_run.sh.j2 sends 50 per client after a warm-up of 2 per client; with the steady states
+as modelled, W = 50 gives a TTFT median of 31 %, the wave left out 32 %, docs/serving.md)."""
 
 
 def default_path() -> Path:
@@ -134,6 +139,17 @@ benchmark/{trtllm,vllm}.rule; SGLang's `agg_prefill_decode max_prefill_tokens = 
 + 1500`, benchmark/sglang.rule)."""
 
 
+AIC_TRTLLM_CHUNKED_PREFILL = False
+"""TensorRT-LLM's enable_chunked_prefill in the engine configs AIConfigurator writes: its
+extra_engine_args templates (generator/config/backend_templates/trtllm/
+extra_engine_args.*.yaml.j2, 1.0.0rc3 to 1.2.0rc6.post1) write `enable_chunked_prefill: {{
+enable_chunked_prefill | default(false) }}` and its benchmark rules never set it, the
+LLM API's own default (llm_args.py: `enable_chunked_prefill: bool = Field(default=False)`):
+an aggregated worker's prompts go whole into a step (serving.chunked_prefill false,
+estimate.whole_prompt_groups). trtllm-bench's perf-overview runs of inference-calibration.yaml
+keep planner's split prompts: their commands are not in the data."""
+
+
 def aic_engine_limits(sv: dict, *, disaggregated: bool) -> dict:
     """The batch and step limits the AIConfigurator generator writes into the engine configs of
     its silicon runs (benchmark rules, AIC_PROMPT_SLACK): an aggregated worker's (and a decode
@@ -148,7 +164,10 @@ def aic_engine_limits(sv: dict, *, disaggregated: bool) -> dict:
     b, isl = int(sv["concurrency"]), int(sv["input_length"])
     if disaggregated or sv.get("engine") == "sglang":
         return {"max_batch_size": b, "max_num_tokens": isl + AIC_PROMPT_SLACK}
-    return {"max_batch_size": b, "max_num_tokens": b + isl + AIC_PROMPT_SLACK}
+    out = {"max_batch_size": b, "max_num_tokens": b + isl + AIC_PROMPT_SLACK}
+    if sv.get("engine") == "trtllm":
+        out["chunked_prefill"] = False  # AIC_TRTLLM_CHUNKED_PREFILL
+    return out
 
 
 def harness(case: dict) -> dict:

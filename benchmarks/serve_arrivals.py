@@ -7,7 +7,8 @@ step with each other (estimate.independent_ttft), per run, then per engine and G
 The estimate keeps the lock-step loop; this script shows where each assumption stands
 against the measurements (docs/serving.md, "Where the bars are missed"). Independent
 arrivals: a request arrives during a mean step (the instance's mean decode interval at its
-concurrency), waits half of it, and shares its chunk step with the other prompts that
+concurrency), the step that started while its client turned around, waits all of it
+(turnaround_wait), and shares its chunk step with the other prompts that
 arrived in the same step (arrivals_in_step: (N - 1) t / Z), the running requests decoding
 beside them by the engine's rule (vLLM, TensorRT-LLM: in the same step; SGLang: a prefill
 batch of its own); the first token leaves one step later with an overlap scheduler
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.serve_accuracy import load_latency_cases  # noqa: E402
 from planner.serve.estimate import (  # noqa: E402
     INDEPENDENT_ARRIVALS,
+    OVERLAP_SCHEDULER,
     PREFILL_FIRST,
     _decode,
     chunk_groups,
@@ -95,6 +97,7 @@ def independent(job, layout, est) -> tuple[float, float]:
         clients=seqs,
         decode_s=(osl - 1) * est.tpot_s,
         delay_s=first_token_delay(sv.engine, t),
+        overlap=sv.engine in OVERLAP_SCHEDULER,
     )
     return ttft + est.queue_s, k
 

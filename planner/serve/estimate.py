@@ -22,6 +22,8 @@ __all__ = [
     "independent_ttft",
     "lockstep_ttft",
     "requested_concurrency",
+    "turnaround_wait",
+    "whole_prompt_groups",
     "with_first_wave",
 ]
 
@@ -270,6 +272,27 @@ def arrivals_in_step(others: float, step_s: float, cycle_s: float) -> float:
     return min(others, others * step_s / cycle_s)
 
 
+def turnaround_wait(step_s: float, clients: float, *, overlap: bool = False) -> float:
+    """Seconds a closed-loop client's next prompt waits for the step that runs while it turns
+    around. The client sends it as soon as its last token comes back, and that token leaves
+    the engine after the step that made it, by when the engine has already started the next
+    step: vLLM V1's EngineCore.run_busy_loop drains the requests already queued without
+    blocking (`_process_input_queue()`, it blocks only with no request in the engine), then
+    runs a whole schedule-execute-update step (`_process_engine_step()`); TensorRT-LLM's
+    executor loop fetches, schedules, runs, responds; SGLang's event loop receives, schedules,
+    runs. So the prompt arrives during the step after its request's last one and waits all
+    of it, not half of a step it lands in at random: its arrival is pinned to its own
+    request's last step, whatever the other clients' phases. That step runs when other
+    clients' requests are in the engine (N >= 2) or, with an overlap scheduler (`overlap`:
+    OVERLAP_SCHEDULER), even when none are: the step after a request's last one was launched
+    before its outputs were read ("introduces one extra decoding step", TensorRT-LLM's
+    overlap-scheduler doc; SGLang's event_loop_overlap the same). Alone without one (N <= 1)
+    the engine is idle when the prompt comes and schedules it at once. With t the step:
+
+        wait = t  (N >= 2, or an overlap scheduler),  0  (otherwise)"""
+    return step_s if clients > 1 or overlap else 0.0
+
+
 def independent_ttft(
     step_s: float,
     chunk_s,
@@ -277,6 +300,7 @@ def independent_ttft(
     clients: float,
     decode_s: float,
     delay_s: float = 0.0,
+    overlap: bool = False,
     rounds: int = 50,
 ) -> tuple[float, float]:
     """(TTFT, k) of a request of a closed loop whose N clients are out of step (the
@@ -285,23 +309,27 @@ def independent_ttft(
     then the waiting prompts within max_num_batched_tokens; TensorRT-LLM's inflight batching
     within max_num_tokens; SGLang's prefill batch, decode paused).
 
-    Assumptions: the request arrives during a running step of the mean length t (`step_s`;
-    the length bias of the step it lands in is left out: with k << 1 the steps are nearly
-    alike) and waits half of it for the boundary; the k = arrivals_in_step(N - 1, t, Z)
-    other prompts that arrived in the same step share its chunk step; `chunk_s(p)` is that
-    step with p prompts (with the running requests decoding beside them, as the engine
-    schedules them); the cycle of a client is Z = TTFT + `decode_s` (its OSL - 1 later
-    tokens); `delay_s` the first token's wait after the step (first_token_delay). Then
+    Assumptions: the request's client sent it when its last request's final token came
+    back, so it waits out the step the engine started meanwhile, a whole step of the mean
+    length t (`step_s`; turnaround_wait: t with other clients or an `overlap` scheduler, 0
+    alone without one; the step's length
+    is a pure decode step's, the other clients' chunk steps being rare at k << 1); the
+    k = arrivals_in_step(N - 1, t, Z) other prompts that arrived in the same step share its
+    chunk step; `chunk_s(p)` is that step with p prompts (with the running requests decoding
+    beside them, as the engine schedules them); the cycle of a client is Z = TTFT +
+    `decode_s` (its OSL - 1 later tokens); `delay_s` the first token's wait after the step
+    (first_token_delay). Then
 
-        TTFT = t / 2 + chunk_s(1 + k) + delay,   k = (N - 1) t / (TTFT + decode_s)
+        TTFT = wait + chunk_s(1 + k) + delay,   k = (N - 1) t / (TTFT + decode_s)
 
     solved by fixed-point iteration from k = 0 (TTFT rises with k, k falls with TTFT: the
     iteration is a contraction for k <= N - 1)."""
+    wait = turnaround_wait(step_s, clients, overlap=overlap)
     k = 0.0
-    ttft = step_s / 2 + chunk_s(1.0) + delay_s
+    ttft = wait + chunk_s(1.0) + delay_s
     for _ in range(rounds):
         k_new = arrivals_in_step(clients - 1, step_s, ttft + decode_s)
-        ttft = step_s / 2 + chunk_s(1.0 + k_new) + delay_s
+        ttft = wait + chunk_s(1.0 + k_new) + delay_s
         if abs(k_new - k) < 1e-9:
             k = k_new
             break
@@ -383,6 +411,27 @@ def chunk_groups(seqs: float, isl: int, budget: int, q: int = 1) -> tuple[int, f
     return n, seqs / n
 
 
+def whole_prompt_groups(seqs: float, isl: int, budget: int, q: int = 1) -> tuple[int, float]:
+    """(n, g) of chunk_groups for an engine that keeps prompts whole (serving.chunked_prefill
+    false: TensorRT-LLM's MicroBatchScheduler without a context-chunking config,
+    cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp, takes a context request whole
+    and stops at the first whose tokens would pass max_num_tokens, `batchNumTokens +
+    reqNumTokens > maxNumTokensRuntime`, the running requests' decode tokens counted
+    first): a step takes the p prompts whose tokens fit the budget beside the other seqs - p
+    requests' q decode tokens each, p isl + (seqs - p) q <= budget:
+
+        p = max(1, min(seqs, floor((budget - seqs q) / (isl - q)))),  n = ceil(seqs / p)
+
+    and g = seqs / n prompts a step on average (the last step of a burst may hold fewer; a
+    prompt above the budget alone goes in a step of its own, p = 1, as the engine requires
+    max_num_tokens >= ISL)."""
+    room = budget - seqs * q
+    p = math.floor(room / max(1, isl - q)) if room > 0 else 1
+    p = max(1.0, min(seqs, float(p)))
+    n = max(1, math.ceil(seqs / p - 1e-9))
+    return n, seqs / n
+
+
 def mixed_tpot(
     dec: float, mix: float, *, n: int, steps: float, own: int = 1
 ) -> tuple[float, float]:
@@ -424,14 +473,15 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
       next group's chunk step); TPOT = mixed_tpot: the chunk steps of the other n - 1 groups a
       request sits through while it decodes, the rest pure decode; throughput = C * OSL /
       the period (Little's law over the cycle of a group). For vLLM (INDEPENDENT_ARRIVALS:
-      the runs show its clients out of step) TTFT is independent_ttft's instead: half a
-      pure decode step + a chunk step shared with the (C - 1) t / Z prompts that arrived in
-      the same step (TPOT and throughput keep the groups' count of chunk steps: the same
+      the runs show its clients out of step) TTFT is independent_ttft's instead: the
+      pure decode step that runs while its client turns around (turnaround_wait) + a chunk
+      step shared with the (C - 1) t / Z prompts that arrived in the same step (TPOT and throughput keep the groups' count of chunk steps: the same
       prompt tokens per period either way).
     - prefill-first (SGLang): a group's arrival pauses decoding, prefill has priority, so
       every group of the burst waits for the chunks before it and all start decoding
-      together after the last: TTFT = step/2 + (n+1)/2 chunk times (the mean over the
-      groups), the decode steps carry no prompt tokens, and the prefill time the requests
+      together after the last: TTFT = a decode step (turnaround_wait: the step the
+      overlap scheduler launched after the burst's last, which the returning burst waits
+      out) + (n+1)/2 chunk times (the mean over the groups), the decode steps carry no prompt tokens, and the prefill time the requests
       of the early chunks sit through after their first token, (n-1)/2 chunks, spreads over
       their OSL-1 tokens of TPOT; period = n chunks + the OSL-1 decode steps.
     The first token leaves one step after its prompt's last step with an overlap scheduler
@@ -455,11 +505,13 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
         g = seqs / n
         group = cost.prefill_time(g * isl, span=isl / 2, seqs=g)
         tpot = (step.total + (n - 1) / 2 * group / max(1, osl - 1)) / per
-        ttft = step.total / 2 + (n + 1) / 2 * group + first_token_delay(sv.engine, step.total)
+        wait = turnaround_wait(step.total, seqs, overlap=sv.engine in OVERLAP_SCHEDULER)
+        ttft = wait + (n + 1) / 2 * group + first_token_delay(sv.engine, step.total)
         period = n * group + steps * step.total
         return ttft, tpot, step, conc * osl / period if period > 0 else 0.0
     k = sv.speculative.num_tokens if sv.speculative is not None else 0
-    n, g = chunk_groups(seqs, isl, chunk * cost.pp, k + 1)  # pp micro-batches, a budget each
+    groups = whole_prompt_groups if sv.chunked_prefill is False else chunk_groups
+    n, g = groups(seqs, isl, chunk * cost.pp, k + 1)  # pp micro-batches, a budget each
     others = max(0.0, seqs - g)
     own = max(1, math.ceil(isl / (chunk * cost.pp)))
     mix = (
@@ -491,11 +543,16 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
             )
 
         steady = independent_ttft(
-            step.total, chunk_s, clients=seqs, decode_s=(osl - 1) * tpot, delay_s=delay
+            step.total,
+            chunk_s,
+            clients=seqs,
+            decode_s=(osl - 1) * tpot,
+            delay_s=delay,
+            overlap=sv.engine in OVERLAP_SCHEDULER,
         )[0]
     else:
         steady = lockstep_ttft(n, max(group, step.total), step.total, 1 if delay > 0 else 0)
-    wave_n, wave_g = chunk_groups(seqs, isl, chunk * cost.pp)
+    wave_n, wave_g = groups(seqs, isl, chunk * cost.pp)
     wave = first_wave_ttft(
         wave_n, cost.prefill_time(wave_g * isl, span=isl / 2, seqs=wave_g), delay
     )
