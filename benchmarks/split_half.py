@@ -4,7 +4,11 @@ and read back by planner/calibration/logs.py, as a user's logs would be), and pr
 other half; against the shipped profile (fitted to every run, both halves) and from a
 deliberately perturbed base (HBM, NVLink and network bandwidths halved).
 
-    python benchmarks/split_half.py [--gpu NAME ...] [--json]
+    python benchmarks/split_half.py [--gpu NAME ...] [--full] [--json]
+
+`--full` adds the recovery with every run of the GPU: the halved base calibrated from all its
+runs and scored on all of them, against the shipped profile on the same runs (what a half
+cannot identify, all the runs may: the check of the fit itself, apart from the sample size).
 
 Halves: each GPU's runs in file order, alternately (run 0, 2, 4 ... fit; 1, 3, 5 ... test).
 Scores on the held-out half: median |error| and the fit's mean Huber loss
@@ -74,7 +78,7 @@ def _scores(runs, hw) -> dict:
     }
 
 
-def split_half(gpus=None) -> dict:
+def split_half(gpus=None, full: bool = False) -> dict:
     cases = load_cases(paths=[DATA / "calibration-modern.yaml"])
     out = {}
     for gpu, (fit, test) in sorted(halves(cases).items()):
@@ -83,6 +87,18 @@ def split_half(gpus=None) -> dict:
         shipped = fit[0].job.hardware
         fit_runs, test_runs = as_runs(fit), as_runs(test)
         row = {"fit_runs": len(fit), "test_runs": len(test), "shipped": _scores(test_runs, shipped)}
+        if full:
+            every = fit_runs + test_runs
+            got = calibrate(every, perturbed(shipped))
+            row["full"] = {
+                "runs": len(every),
+                "shipped": _scores(every, shipped),
+                "perturbed_base": _scores(every, perturbed(shipped)),
+                "recovered": _scores(every, got.profile),
+                "fitted": list(got.fitted),
+                "at_bound": got.at_bound,
+                "bandwidths": got.bandwidths,
+            }
         for name, base in (("calibrated", shipped), ("perturbed", perturbed(shipped))):
             got = calibrate(fit_runs, base)
             row[f"{name}_base"] = _scores(test_runs, base)
@@ -99,9 +115,10 @@ def split_half(gpus=None) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", action="append", default=None)
+    ap.add_argument("--full", action="store_true", help="also recover from every run")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    res = split_half(args.gpu)
+    res = split_half(args.gpu, full=args.full)
     if args.json:
         print(json.dumps(res, indent=2))
         return 0
@@ -129,6 +146,15 @@ def main(argv=None) -> int:
                 + f"; at a bound: {', '.join(r[name + '_at_bound']) or '-'}"
             )
             print(f"{'':14s} {name}: {r[name + '_bandwidth_note']}")
+        if "full" in r:
+            a = r["full"]
+            bw = ", ".join(f"{k.split('_')[0]} x{v}" for k, v in a["bandwidths"].items()) or "-"
+            print(
+                f"{'':14s} every run ({a['runs']}): shipped {f(a['shipped'])} | halved "
+                f"{f(a['perturbed_base'])} -> {f(a['recovered'])}; fitted "
+                f"{', '.join(a['fitted']) or 'none'}; bandwidths {bw}; at a bound: "
+                f"{', '.join(a['at_bound']) or '-'}"
+            )
     return 0
 
 

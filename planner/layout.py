@@ -332,11 +332,22 @@ class Layout:
     pipeline_schedule: str = row(
         "1f1b",
         "Pipeline schedule: 1f1b (Megatron's; interleaved when vpp > 1) | interleaved | "
-        "dualpipe (DeepSeek-V3's bidirectional schedule: bubble (pp/2-1)(F&B+B-3W), two "
-        "copies of the parameters, pp+1 micro-batches of activations, EP all-to-all "
-        "overlapped; not in Megatron-LM) | dualpipev (DualPipe cut in half: one copy, "
-        "two chunks a rank; torchtitan `DualPipeV`).",
-        reads={"moe_layer", "layer", "pipeline", "states", "act_vector", "first_params", "dp"},
+        "dualpipe (DeepSeek-V3's bidirectional schedule: bubble (pp/2-1)(F&B+B-3W), rank r "
+        "holds stages r and pp-1-r (two copies of the parameters; the embedding and the "
+        "output layer on the end ranks) and runs half the micro-batches through each, "
+        "pp+1 micro-batches of activations, EP all-to-all overlapped; not in Megatron-LM) | "
+        "dualpipev (DualPipe cut in half: one copy, two chunks a rank; torchtitan "
+        "`DualPipeV`).",
+        reads={
+            "stages",
+            "moe_layer",
+            "layer",
+            "pipeline",
+            "states",
+            "act_vector",
+            "first_params",
+            "dp",
+        },
         spec_type=PipelineSchedule,
         torchtitan="parallelism.pipeline_parallel_schedule",
     )

@@ -9,7 +9,7 @@ held-out gain (planner/calibration/fit.py select_parameters, Akaike's criterion)
 profiles re-fitted with drop-and-pad MoE and the torchtitan runs read as they ran, from half
 the runs it predicts the other half no worse than shipped on five GPUs (b200 and gb200 better;
 b300, gb300 and h100-sxm fit nothing, a tie) and worse on h100-96g (it fits nvlink_efficiency,
-to a bound, on a gain of 2.5). From halved bandwidths it recovers to within the shipped loss
+to a bound, on a gain of 2.8). From halved bandwidths it recovers to within the shipped loss
 on gb300 and h100-sxm; b200, b300, gb200 and h100-96g miss, strict expected failures with
 their figures: these halves do not separate HBM from NVLink time (b300 x1.87 / x4, h100-96g
 x1.87 / x3.03 for the true x2 / x2), and on b200 and gb200 the elementwise bytes per
@@ -41,14 +41,14 @@ CALIBRATED = [
     "b200",  # 11.4% (0.0172) | 6.7% (0.0156)
     pytest.param("gb200-nvl72", marks=LONG),  # 4.4% (0.0100) | 5.2% (0.0080)
     pytest.param("h100-sxm", marks=LONG),  # 20.6% (0.0595) | 20.6% (0.0595): nothing fitted
-    pytest.param("h100-96g", marks=[LONG, _miss("5.1% (0.0084) | 5.2% (0.0090)")]),
+    pytest.param("h100-96g", marks=[LONG, _miss("5.7% (0.0080) | 5.6% (0.0084)")]),
     pytest.param("gb300-nvl72", marks=LONG),  # 2.7% (0.0014) | 2.7% (0.0014): nothing fitted
 ]
 RECOVERED = [
     pytest.param("h100-sxm", marks=LONG),  # 20.6% (0.0595) | 17.8% (0.0520)
     pytest.param("gb300-nvl72", marks=LONG),  # 2.7% (0.0014) | 2.8% (0.0012)
     pytest.param("gb200-nvl72", marks=[LONG, _miss("4.4% (0.0100) | 8.9% (0.0116)")]),
-    pytest.param("h100-96g", marks=[LONG, _miss("5.1% (0.0084) | 5.5% (0.0089)")]),
+    pytest.param("h100-96g", marks=[LONG, _miss("5.7% (0.0080) | 5.6% (0.0084)")]),
     pytest.param("b200", marks=_miss("11.4% (0.0172) | 14.5% (0.0351)")),
     pytest.param("b300", marks=_miss("4.2% (0.0022) | 13.4% (0.0208)")),
 ]
@@ -60,6 +60,40 @@ def _res(gpu: str) -> dict:
     if gpu not in _cache:
         _cache[gpu] = split_half([gpu])[gpu]
     return _cache[gpu]
+
+
+# every run of the GPU (`split_half.py --full`): shipped | halved base -> calibrated, Huber loss
+EVERY_RUN = [
+    pytest.param("b200", marks=LONG),  # 0.0161 | 0.0629 -> 0.0083
+    pytest.param("gb200-nvl72", marks=LONG),  # 0.0133 | 0.0789 -> 0.0066
+    pytest.param("gb300-nvl72", marks=LONG),  # 0.0033 | 0.0959 -> 0.0032 (HBM x2.14, NVLink x1.87)
+    pytest.param("h100-96g", marks=LONG),  # 0.0096 | 0.0449 -> 0.0079
+    pytest.param("h100-sxm", marks=LONG),  # 0.0391 | 0.0804 -> 0.0230 (HBM x0.35, NVLink x4)
+    pytest.param(
+        "b300",
+        marks=[
+            LONG,
+            pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "measured 0.0102 | 0.0439 -> 0.0106: HBM and NVLink come back x2.0 / x2.0, "
+                    "the network stays halved (no b300 run identifies it)"
+                ),
+            ),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("gpu", EVERY_RUN)
+def test_from_halved_bandwidths_every_run_recovers_the_shipped_loss(gpu):
+    # the same perturbed base calibrated from all the GPU's runs, scored on them: the fit
+    # itself recovers wherever the runs identify what was perturbed (a half of 4-12 runs
+    # does not, RECOVERED). The shipped h100-sxm is fitted to calibration.yaml's dense runs
+    # too, so on the modern runs alone a refit does better, with bandwidths no GPU has.
+    a = split_half([gpu], full=True)[gpu]["full"]
+    assert a["perturbed_base"]["huber_loss"] > 2 * a["shipped"]["huber_loss"]
+    assert a["recovered"]["huber_loss"] <= a["shipped"]["huber_loss"] + TOL
 
 
 @pytest.mark.parametrize("gpu", CALIBRATED)
@@ -83,7 +117,7 @@ def test_from_halved_bandwidths_calibration_recovers_to_the_shipped_error(gpu):
     raises=(AssertionError, KeyError),
     reason=(
         "h100-96g's half-calibration from halved bandwidths refits HBM x1.87 and NVLink x3.03 "
-        "(5.5% median, 0.0089 against the shipped 0.0084), not the network: the "
+        "(5.6% median, 0.0084 against the shipped 0.0080), not the network: the "
         "identifiability rule picks only HBM and NVLink on this half, so the halved network "
         "is not found again"
     ),

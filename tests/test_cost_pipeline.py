@@ -108,8 +108,7 @@ def _v3_job(schedule: str, vpp: int = 1):
 def test_dualpipe_in_the_step_and_the_memory():
     # The same layout under 1F1B and DualPipe: DualPipe's pipeline part is m * t_max plus
     # (p/2-1)(F&B + B - 3W) of the slowest rank (F, B in the ratio of its compute, W half of
-    # the backward), its weights, gradients and optimizer states twice 1F1B's, and its
-    # first rank holds p + 1 micro-batches of activations where 1F1B's holds p.
+    # the backward).
     from planner.cost.model import CostModel
 
     job, one = _v3_job("1f1b")
@@ -122,9 +121,28 @@ def test_dualpipe_in_the_step_and_the_memory():
     assert f + b == pytest.approx(t_slow, rel=1e-12)
     w = (b - rec) / 2
     assert pipe == pytest.approx(m * t_slow + (16 / 2 - 1) * (f + b + b - 3 * w), rel=1e-9)
-    a, b = cm.memory(one), cm.memory(dual)
-    assert b.weights == pytest.approx(2 * a.weights, rel=1e-12)
-    assert b.gradients == pytest.approx(2 * a.gradients, rel=1e-12)
-    assert b.optimizer == pytest.approx(2 * a.optimizer, rel=1e-12)
+    # DualPipe's rank r holds stages r and p-1-r (deepseek-ai/DualPipe's example:
+    # nn.Sequential(full_modules[rank], full_modules[pp_size - 1 - rank])): the end ranks the
+    # first and the last stage, a middle rank two middle ones, so its states are the two
+    # stages' 1F1B states, and it runs half the micro-batches through each: its compute per
+    # micro-batch is the mean of theirs
+    first, middle, last = cm.stages(one)
+    lc = cm.layer_costs(one)
+    states_1f1b = {st.name: (w, g, o) for st, w, g, o in cm.stage_states(one, 1)[1]}
+    pairs = cm.stages(dual)
+    assert [(st.name, st.rank, st.count) for st in pairs] == [
+        ("first", 0, 1),
+        ("middle", 1, 14),
+        ("last", 15, 1),
+    ]
+    for st, w, g, o in cm.stage_states(dual, 1)[1]:
+        halves = ("first", "last") if st.name != "middle" else ("middle", "middle")
+        for i, got in enumerate((w, g, o)):
+            assert got == pytest.approx(sum(states_1f1b[h][i] for h in halves), rel=1e-12)
+    assert pairs[0].embedding and pairs[0].output and pairs[0].layers == first.layers + last.layers
+    lc_dual = cm.layer_costs(dual)
+    for st, halves in ((pairs[0], (first, last)), (pairs[1], (middle, middle))):
+        want = sum(cm._stage_parts(one, lc, h)[0] for h in halves) / 2
+        assert cm._stage_parts(dual, lc_dual, st)[0] == pytest.approx(want, rel=1e-12)
     # the DualPipe bubble is below 1F1B's (p-1) t_max of the same stage times
     assert pipe - m * t_slow < (16 - 1) * t_slow / 3

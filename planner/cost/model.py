@@ -60,7 +60,6 @@ from planner.cost.params import padded_vocab
 from planner.cost.pipeline import (
     activations_in_flight,
     bubble_fraction,
-    parameter_copies,
     pipeline_time,
     schedule_bubble,
 )
@@ -141,6 +140,42 @@ class Stage(NamedTuple):
     embedding: bool
     output: bool
     mtp: int
+    share: float = 1.0
+    """The share of a step's micro-batches that pass through each of the group's layers: 1,
+    or 1/2 for a DualPipe rank, which holds two stages and runs half the micro-batches (one
+    direction's) through each (`dualpipe_ranks`)."""
+
+
+def dualpipe_ranks(stages: list[Stage], p: int) -> list[Stage]:
+    """DualPipe's ranks from the pipeline's p stages (groups of identical ranks): rank r holds
+    stage r and stage p-1-r (deepseek-ai/DualPipe examples/example_dualpipe.py:
+    `nn.Sequential(full_modules[rank], full_modules[pp_size - 1 - rank])`; DeepSeek-V3 report
+    arXiv:2412.19437 §3.2.3: "we deploy the shallowest layers (including the embedding layer)
+    and deepest layers (including the output head) of the model on the same PP rank"), and
+    half of a step's micro-batches enter from each end, so each of its two stages runs m/2
+    of them. A rank's parameters are its two stages' (the schedule's two copies); its time
+    per micro-batch is the mean of the two stages'. Consecutive identical ranks are grouped;
+    rank 0 and rank p-1 both hold the first and the last stage (named first and last)."""
+    per_rank = [st for st in stages for _ in range(st.count)]
+    out: list[Stage] = []
+    for r, st in enumerate(per_rank):
+        o = per_rank[p - 1 - r]
+        paired = Stage(
+            st.name,
+            r,
+            1,
+            st.layers + o.layers,
+            st.moe_layers + o.moe_layers,
+            st.embedding or o.embedding,
+            st.output or o.output,
+            st.mtp + o.mtp,
+            0.5,
+        )
+        if out and out[-1][3:] == paired[3:] and out[-1].name == paired.name:
+            out[-1] = out[-1]._replace(count=out[-1].count + 1)
+        else:
+            out.append(paired)
+    return out
 
 
 class CostModel:
@@ -554,7 +589,10 @@ class CostModel:
         key = _KEY_STAGES(lay)
         got = self._stages.get(key)
         if got is None:
-            got = self._stages[key] = self._stage_list(lay)
+            got = self._stage_list(lay)
+            if lay.pipeline_schedule == "dualpipe" and lay.pp > 1:
+                got = dualpipe_ranks(got, lay.pp)
+            self._stages[key] = got
         return got
 
     def _moe_in(self, layers: float, start: float) -> float:
@@ -656,8 +694,7 @@ class CostModel:
                 expert_shard=lay.edp,
                 dtypes=dt,
             )
-            c = parameter_copies(lay.pipeline_schedule)  # DualPipe: two stages a rank
-            stages.append((st, c * w, c * g, c * o))
+            stages.append((st, w, g, o))  # a DualPipe rank's two stages: `dualpipe_ranks`
         gather = 0.0
         if zero == 3:
             # FSDP: the gathered (unsharded) layer and the prefetched next one, and the
@@ -704,16 +741,23 @@ class CostModel:
             return logits_bytes * (1 + st.mtp) if st.output else 0.0
         moe = st.moe_layers + (st.mtp if self.shape.E else 0)
         if lay.recompute == "full":
-            r = self._recompute_share(lay, st.layers)
+            r = self._recompute_share(lay, st.layers * st.share)
             kept_d, kept_e = r * act_d + (1 - r) * work_d, r * act_e + (1 - r) * work_e
         else:  # the search's hot path: no share to take
             r, kept_d, kept_e = 0.0, act_d, act_e
         per_layer = ((layers - moe) * kept_d + moe * kept_e) / layers
         held = in_flight_layers(layers, lay.pp, lay.vpp, m, st.rank if rank is None else rank)
         if lay.pipeline_schedule in ("dualpipe", "dualpipev") and lay.pp > 1:
-            # pp + 1 micro-batches of one stage's activations (DualPipeV: 2pp + 1 of half one)
+            # pp + 1 micro-batches of one stage's activations (DualPipeV: 2pp + 1 of half one);
+            # a DualPipe rank's two stages (share 1/2) hold (pp + 1)/2 each
             p = lay.pp * (2 if lay.pipeline_schedule == "dualpipev" else 1)
-            held = min(m, activations_in_flight(lay.pipeline_schedule, p=p)) * layers * lay.pp / p
+            held = (
+                min(m, activations_in_flight(lay.pipeline_schedule, p=p))
+                * layers
+                * st.share
+                * lay.pp
+                / p
+            )
         if lay.cpu_offloading_num_layers:
             # offloaded layers leave the GPU: Transformer Engine's offload synchronizer
             # (cpu_offload.py) documents a peak of (L - N) layers
@@ -834,7 +878,7 @@ class CostModel:
         mtp_moe = st.mtp if s.E else 0
         dl = st.layers - st.moe_layers + (st.mtp - mtp_moe)
         el = st.moe_layers + mtp_moe
-        r = self._recompute_share(lay, st.layers) if lay.recompute == "full" else 1.0
+        r = self._recompute_share(lay, st.layers * st.share) if lay.recompute == "full" else 1.0
         compute = (
             dl * (lc.fwd_d + lc.bwd_d + r * lc.rec_d)
             + el * (lc.fwd_e + lc.bwd_e + r * lc.rec_e)
@@ -844,7 +888,8 @@ class CostModel:
         if m is not None and lc.ep_end > ep:
             u = unpaired_share(lay.pipeline_schedule, p=lay.pp, rank=st.rank, m=m)
             ep += u * (lc.ep_end - ep)
-        return compute, dl * lc.tp + el * lc.tp_e, el * ep, (dl + el) * lc.cp
+        k = st.share  # a DualPipe rank: each of its stages runs half the micro-batches
+        return k * compute, k * (dl * lc.tp + el * lc.tp_e), k * el * ep, k * (dl + el) * lc.cp
 
     def time_lower_bound(self, lay: Layout, *, with_ep: bool = True) -> float:
         """A cheap bound below `time(lay).step_time_s`, the same for every ZeRO stage.
@@ -887,7 +932,8 @@ class CostModel:
         delta = lc.ep_end - lc.ep
         mtp = 1 if self.shape.E else 0
         return tuple(
-            (st.rank, st.count, (st.moe_layers + mtp * st.mtp) * delta) for st in self.stages(lay)
+            (st.rank, st.count, st.share * (st.moe_layers + mtp * st.mtp) * delta)
+            for st in self.stages(lay)
         )
 
     def bound_parts(self, lay: Layout) -> tuple[float, tuple[tuple[int, int, float], ...]]:
@@ -905,7 +951,7 @@ class CostModel:
         delta = lc.ep_end - lc.ep
         mtp = 1 if self.shape.E else 0
         return total, tuple(
-            (st.rank, st.count, (st.moe_layers + mtp * st.mtp) * delta) for st in stages
+            (st.rank, st.count, st.share * (st.moe_layers + mtp * st.mtp) * delta) for st in stages
         )
 
     def scale_bound(
@@ -944,11 +990,10 @@ class CostModel:
                 vocab=padded_vocab(self.shape.V, lay.tp),
                 mtp=first.mtp,
             )
-            c = parameter_copies(lay.pipeline_schedule)  # DualPipe: two stages a rank
-            got = self._first_params[key] = (
-                c * dense_p,
-                c * linear_p,
-                c * expert_p / (lay.ep * lay.etp),
+            got = self._first_params[key] = (  # DualPipe: both stages (`dualpipe_ranks`)
+                dense_p,
+                linear_p,
+                expert_p / (lay.ep * lay.etp),
             )
         return got
 
@@ -1008,11 +1053,12 @@ class CostModel:
         mtp_moe = st.mtp if self.shape.E else 0
         dl = st.layers - st.moe_layers + (st.mtp - mtp_moe)
         el = st.moe_layers + mtp_moe
-        r = self._recompute_share(lay, st.layers) if lay.recompute == "full" else 1.0
+        r = self._recompute_share(lay, st.layers * st.share) if lay.recompute == "full" else 1.0
+        k = st.share
         return (
-            dl * lc.fwd_d + el * lc.fwd_e,
-            dl * lc.bwd_d + el * lc.bwd_e,
-            r * (dl * lc.rec_d + el * lc.rec_e),
+            k * (dl * lc.fwd_d + el * lc.fwd_e),
+            k * (dl * lc.bwd_d + el * lc.bwd_e),
+            k * r * (dl * lc.rec_d + el * lc.rec_e),
         )
 
     def _pipeline(self, lay: Layout) -> tuple[Any, ...]:
