@@ -426,7 +426,7 @@ def test_a_command_line_without_the_request_shape_is_one_error(runner, tmp_path)
     path.write_text(
         "# planner serve: isl=2048 osl=512\n"
         "vllm serve meta-llama/Meta-Llama-3-70B-Instruct --tensor-parallel-size 8 "
-        "--enable-chunked-prefill --quantization fp8\n"
+        "--enable-prefix-caching --quantization fp8\n"
     )
     result = runner.invoke(app, ["validate", str(path), "--json"])
     assert result.exit_code == 0, result.output
@@ -434,7 +434,7 @@ def test_a_command_line_without_the_request_shape_is_one_error(runner, tmp_path)
     assert out["layout"]["tp"] == 8 and out["job"]["model"] == "Llama 3 70B"
     assert out["job"]["kv_cache_dtype"] == "bf16"  # vLLM's auto: the model's dtype
     assert [w["rule"] for w in out["warnings"]] == ["vllm-flag-not-modelled"]
-    assert "--enable-chunked-prefill" in out["warnings"][0]["message"]
+    assert "--enable-prefix-caching" in out["warnings"][0]["message"]
 
 
 # ------------------------------------------------------------------------------------- CLI

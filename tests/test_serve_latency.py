@@ -904,3 +904,116 @@ def test_the_harness_gives_aic_runs_the_limits_aics_generator_writes(
     }
     sv = harness(case)["serving"]
     assert (sv["max_batch_size"], sv["max_num_tokens"]) == expected
+
+
+def test_sglang_without_chunking_prefills_whole_prompts_up_to_the_budget():
+    # SGLang with --chunked-prefill-size -1 (serving.chunked_prefill false) fills a prefill
+    # batch with whole prompts up to --max-prefill-tokens: 64 clients of 1,024 tokens in a
+    # budget of 3,000 are floor(3000 / 1024) = 2 prompts a batch, n = 32 batches (chunked:
+    # ceil(64 x 1024 / 3000) = 22 of 2.9 prompts); then the prefill-first formula of the test
+    # above: TTFT = decode + (n + 1)/2 batches + decode, TPOT = decode + (n - 1)/2 batches / 127
+    job = _llama8b_job("sglang", 64, max_num_tokens=3000, chunked_prefill=False)
+    est = estimate(job, ServeLayout(instance=Instance()))
+    cost = ServeCost(job, Instance())
+    decode = cost.interval(seqs=64, ctx=1024 + 64).total
+    group = cost.prefill_time(2 * 1024, span=512, seqs=2)
+    assert est.ttft_s == pytest.approx(decode + 33 / 2 * group + decode)
+    assert est.tpot_s == pytest.approx(decode + 31 / 2 * group / 127)
+    split = estimate(
+        _llama8b_job("sglang", 64, max_num_tokens=3000), ServeLayout(instance=Instance())
+    )
+    assert split.ttft_s != pytest.approx(est.ttft_s)
+
+
+def _export_read_back(runner, tmp_path, engine, **sv):
+    import json
+
+    from planner.cli import app
+    from planner.frameworks.engines.writer import export
+    from planner.frameworks.loading import load_any
+
+    job = _llama8b_job(engine, 16, **sv)
+    layout = ServeLayout(instance=Instance())
+    text = export(job, layout, engine, estimate=estimate(job, layout))
+    path = tmp_path / f"{engine}.sh"
+    path.write_text(text)
+    result = runner.invoke(app, ["validate", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["valid"] is True
+    return text, load_any(path)
+
+
+@pytest.mark.parametrize(
+    "engine, flag",
+    [
+        # vLLM's boolean flag (its SchedulerConfig keeps a prompt whole without it: a waiting
+        # request whose tokens pass the step budget is skipped, not split)
+        pytest.param("vllm", "--no-enable-chunked-prefill", id="vllm"),
+        # SGLang: -1 turns chunking off, the budget is then --max-prefill-tokens
+        pytest.param(
+            "sglang", "--chunked-prefill-size -1 \\\n  --max-prefill-tokens 8192", id="sglang"
+        ),
+        # TensorRT-LLM: the LLM API's enable_chunked_prefill in the options file
+        pytest.param("trtllm", "enable_chunked_prefill: false", id="trtllm"),
+    ],
+)
+def test_chunked_prefill_off_is_exported_and_read_back(runner, tmp_path, engine, flag):
+    text, got = _export_read_back(
+        runner, tmp_path, engine, chunked_prefill=False, max_num_tokens=8192
+    )
+    assert flag in text
+    assert got.job.serving.chunked_prefill is False
+    assert got.job.serving.max_num_tokens == 8192
+    assert not [v for v in got.violations if "chunked" in v.message or "prefill" in v.message]
+
+
+def test_trtllm_export_says_chunked_prefill_where_the_estimate_split_prompts(runner, tmp_path):
+    # unset, planner's estimate splits prompts at max_num_tokens; TensorRT-LLM's own default is
+    # enable_chunked_prefill false, so the export turns it on to run what was estimated
+    text, got = _export_read_back(runner, tmp_path, "trtllm")
+    assert "enable_chunked_prefill: true" in text
+    assert got.job.serving.chunked_prefill is True
+
+
+def test_vllm_without_chunking_needs_a_step_budget_of_the_model_length():
+    # vLLM's SchedulerConfig refuses max_num_batched_tokens < max_model_len with chunked
+    # prefill off: 1,024 + 128 = 1,152 tokens against a budget of 1,000
+    from planner.errors import InfeasibleError
+    from planner.frameworks.engines.writer import export
+
+    job = _llama8b_job("vllm", 16, chunked_prefill=False, max_num_tokens=1000)
+    with pytest.raises(InfeasibleError, match="max-num-batched-tokens.*1152"):
+        export(job, ServeLayout(instance=Instance()), "vllm")
+
+
+@pytest.mark.parametrize(
+    "chunk, max_prefill, chunked, want",
+    [
+        # a prefill batch is bounded by both --chunked-prefill-size and --max-prefill-tokens
+        pytest.param(8192, 4096, None, {"max_num_tokens": 4096}, id="the-smaller"),
+        pytest.param(8192, None, None, {"max_num_tokens": 8192}, id="chunk-only"),
+        # chunking off: whole prompts up to --max-prefill-tokens, 16,384 unless given
+        pytest.param(None, None, False, {"max_num_tokens": 16384}, id="off-default"),
+        pytest.param(None, 32768, False, {"max_num_tokens": 32768}, id="off-given"),
+        # --max-prefill-tokens alone: the engine's chunk size stands (and a warning says so)
+        pytest.param(None, 4096, None, {}, id="max-prefill-alone"),
+    ],
+)
+def test_sglang_step_budget_from_its_two_flags(chunk, max_prefill, chunked, want):
+    from planner.frameworks.engines.reader import _sglang_budget
+
+    assert _sglang_budget(chunk, max_prefill, chunked) == want
+
+
+def test_sglang_max_prefill_tokens_alone_is_a_warning(tmp_path):
+    from planner.frameworks.loading import load_any
+
+    path = tmp_path / "sglang.sh"
+    path.write_text(
+        "# planner serve: model=llama3-8b hardware=h100-sxm isl=1024 osl=128\n"
+        "python -m sglang.launch_server --model-path meta-llama/Meta-Llama-3-8B-Instruct "
+        "--max-prefill-tokens 4096\n"
+    )
+    got = load_any(path)
+    assert got.job.serving.max_num_tokens is None
+    assert [v.rule for v in got.violations] == ["sglang-max-prefill-not-modelled"]

@@ -479,7 +479,10 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
       prompt tokens per period either way).
     - prefill-first (SGLang): a group's arrival pauses decoding, prefill has priority, so
       every group of the burst waits for the chunks before it and all start decoding
-      together after the last: TTFT = a decode step (turnaround_wait: the step the
+      together after the last (n = ceil(C*ISL / budget) chunk steps; with
+      serving.chunked_prefill false, `--chunked-prefill-size -1`, whole prompts fill a
+      prefill batch up to the budget, `--max-prefill-tokens`: whole_prompt_groups with no
+      decode tokens beside them): TTFT = a decode step (turnaround_wait: the step the
       overlap scheduler launched after the burst's last, which the returning burst waits
       out) + (n+1)/2 chunk times (the mean over the groups), the decode steps carry no prompt tokens, and the prefill time the requests
       of the early chunks sit through after their first token, (n-1)/2 chunks, spreads over
@@ -501,8 +504,11 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
     step, per = _decode(cost, job, conc)
     steps = max(0.0, (osl - 1) / per)
     if prefill_first:
-        n = max(1, math.ceil(seqs * isl / chunk))
-        g = seqs / n
+        if sv.chunked_prefill is False:  # whole prompts, decoding paused: none beside them
+            n, g = whole_prompt_groups(seqs, isl, chunk, 0)
+        else:
+            n = max(1, math.ceil(seqs * isl / chunk))
+            g = seqs / n
         group = cost.prefill_time(g * isl, span=isl / 2, seqs=g)
         tpot = (step.total + (n - 1) / 2 * group / max(1, osl - 1)) / per
         wait = turnaround_wait(step.total, seqs, overlap=sv.engine in OVERLAP_SCHEDULER)

@@ -106,9 +106,10 @@ class ServingSpec(_Spec):
     chunked_prefill: bool | None = None
     """False: a prompt goes whole into one engine step, never split across steps
     (TensorRT-LLM with enable_chunked_prefill false: its MicroBatchScheduler stops taking
-    prompts at the first that does not fit max_num_tokens); true or unset: a prompt may be
-    split at the step budget (vLLM V1's chunked prefill, on by default; planner's estimate
-    for every engine unless told)."""
+    prompts at the first that does not fit max_num_tokens; vLLM --no-enable-chunked-prefill;
+    SGLang --chunked-prefill-size -1, whole prompts up to --max-prefill-tokens); true or
+    unset: a prompt may be split at the step budget (vLLM V1's chunked prefill, on by
+    default; planner's estimate for every engine unless told, and what its exports write)."""
     speculative: SpeculativeSpec | None = None
     """Speculative decoding (MTP or a draft model) with an acceptance rate; default none."""
     requests_per_client: float | None = Field(default=None, ge=1, le=_MAX)

@@ -125,6 +125,8 @@ _FLAGS = {
         "--max-num-seqs": ("max_batch_size", True),
         "--max-model-len": ("max_len", True),
         "--max-num-batched-tokens": ("max_num_tokens", True),
+        "--enable-chunked-prefill": ("chunked_on", False),
+        "--no-enable-chunked-prefill": ("chunked_off", False),
         "--kv-cache-dtype": ("kv", True),
         "--gpu-memory-utilization": ("memory_fraction", True),
         "--quantization": ("quant", True),
@@ -157,6 +159,7 @@ _FLAGS = {
         "--max-running-requests": ("max_batch_size", True),
         "--context-length": ("max_len", True),
         "--chunked-prefill-size": ("chunk", True),
+        "--max-prefill-tokens": ("max_prefill", True),
         "--kv-cache-dtype": ("kv", True),
         "--quantization": ("quant", True),
         "--speculative-algorithm": ("spec_alg", True),
@@ -536,8 +539,11 @@ def _serving(
         ("max_batch_size", "max_batch_size"),
         ("max_num_tokens", "max_num_tokens"),
     ]
+    chunked = _chunked_prefill(engine, vals, extra, source)
+    if chunked is not None:
+        sv["chunked_prefill"] = chunked
     if engine == "sglang":
-        keys.append(("chunk", "max_num_tokens"))
+        keys += [("chunk", "chunk"), ("max_prefill", "max_prefill")]
     for key, name in keys:
         if key in vals:
             try:
@@ -549,10 +555,57 @@ def _serving(
                     field=shown,
                     value=vals[key],
                 ) from None
+    if engine == "sglang":
+        sv.update(_sglang_budget(sv.pop("chunk", None), sv.pop("max_prefill", None), chunked))
     spec = _speculative(engine, vals, extra, head, work, source)
     if spec is not None:
         sv["speculative"] = spec
     return sv
+
+
+SGLANG_MAX_PREFILL_TOKENS = 16384
+"""SGLang's default --max-prefill-tokens (python/sglang/srt/server_args.py)."""
+
+
+def _sglang_budget(chunk: int | None, max_prefill: int | None, chunked: bool | None) -> dict:
+    """serving.max_num_tokens of an SGLang command: a prefill batch takes at most
+    --chunked-prefill-size tokens and at most --max-prefill-tokens (its PrefillAdder counts
+    both); with chunking off (-1) whole prompts up to --max-prefill-tokens (default 16,384).
+    Empty when the command sets no chunk size (the engine's defaults, engines.engine_settings;
+    a --max-prefill-tokens alone is named in an sglang-max-prefill-not-modelled warning)."""
+    if chunked is False:
+        return {"max_num_tokens": max_prefill or SGLANG_MAX_PREFILL_TOKENS}
+    if chunk is None:  # the engine's chunk size stands (a lone --max-prefill-tokens: a warning)
+        return {}
+    return {"max_num_tokens": min(chunk, max_prefill) if max_prefill is not None else chunk}
+
+
+def _chunked_prefill(engine: str, vals: dict, extra: dict, source: str) -> bool | None:
+    """serving.chunked_prefill from the command: vLLM's --enable-chunked-prefill /
+    --no-enable-chunked-prefill, SGLang's --chunked-prefill-size -1 (off), TensorRT-LLM's
+    enable_chunked_prefill in its options file; None where the command does not say."""
+    if engine == "vllm":
+        if vals.get("chunked_off") is not None and vals.get("chunked_on") is not None:
+            raise SpecError(
+                f"{source}: both --enable-chunked-prefill and --no-enable-chunked-prefill; "
+                "keep one",
+                field="--enable-chunked-prefill",
+            )
+        if vals.get("chunked_off") is not None:
+            return False
+        return True if vals.get("chunked_on") is not None else None
+    if engine == "sglang":
+        return False if str(vals.get("chunk", "")).strip() == "-1" else None
+    value = extra.get("enable_chunked_prefill")
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise SpecError(
+            f"{source}: enable_chunked_prefill in the extra options is {value!r}: true or false",
+            field="enable_chunked_prefill",
+            value=str(value),
+        )
+    return value
 
 
 def _speculative(engine: str, vals: dict, extra: dict, head: dict, work: dict, source: str):
@@ -723,6 +776,18 @@ def _warnings(
                 "warning",
             )
         )
+    if engine == "sglang" and any(
+        "max_prefill" in launch.vals and "chunk" not in launch.vals for launch in parsed
+    ):
+        out.append(
+            Violation(
+                "sglang-max-prefill-not-modelled",
+                "--max-prefill-tokens without --chunked-prefill-size: planner keeps SGLang's "
+                "default chunk size as the step budget (the smaller of the two bounds a "
+                "prefill batch); give --chunked-prefill-size to pin it",
+                "warning",
+            )
+        )
     if engine == "trtllm":
         for name in sorted({launch.vals["extra"] for launch in parsed if launch.vals.get("extra")}):
             shown = shell.display(name)
@@ -762,6 +827,7 @@ _EXTRA_READ = {
     "cp_config": None,
     "cuda_graph_config": None,
     "print_iter_log": None,
+    "enable_chunked_prefill": (),
     "kv_cache_config": ("dtype", "tokens_per_block"),
 }
 """The TRT-LLM options-file keys planner reads or assumes (None: the whole section; a tuple:

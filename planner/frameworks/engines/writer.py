@@ -169,6 +169,16 @@ def _vllm_flags(job, inst, conc: int, role: str | None) -> list[tuple[str, objec
         ("--kv-cache-dtype", "fp8" if sv.kv_dtype == "fp8" else "auto"),
         ("--gpu-memory-utilization", st.memory_fraction),
     ]
+    if sv.chunked_prefill is False:
+        # vLLM's SchedulerConfig refuses a step budget below max_model_len without chunking
+        if st.max_num_tokens < sv.input_length + sv.output_length:
+            raise InfeasibleError(
+                f"cannot export to vLLM: serving.chunked_prefill false needs "
+                f"--max-num-batched-tokens ({st.max_num_tokens}) >= --max-model-len "
+                f"({sv.input_length + sv.output_length}), as vLLM's SchedulerConfig requires; "
+                f"set serving.max_num_tokens to {sv.input_length + sv.output_length} or more"
+            )
+        f.append(("--no-enable-chunked-prefill", None))
     if sv.precision == "fp8":
         f.append(("--quantization", "fp8"))
     elif sv.precision == "fp4":
@@ -214,8 +224,14 @@ def _sglang_flags(job, inst, conc: int, role: str | None) -> list[tuple[str, obj
     f += [
         ("--max-running-requests", conc),
         ("--context-length", sv.input_length + sv.output_length),
-        ("--chunked-prefill-size", st.max_num_tokens * (inst.dp if inst.dp_attention else 1)),
     ]
+    budget = st.max_num_tokens * (inst.dp if inst.dp_attention else 1)
+    if sv.chunked_prefill is False:
+        # -1 turns chunking off; whole prompts then fill a prefill batch up to
+        # --max-prefill-tokens (SGLang server arguments)
+        f += [("--chunked-prefill-size", -1), ("--max-prefill-tokens", budget)]
+    else:
+        f.append(("--chunked-prefill-size", budget))
     if sv.kv_dtype == "fp8":
         f.append(("--kv-cache-dtype", "fp8_e4m3"))
     if sv.precision == "fp8":
@@ -258,6 +274,13 @@ def _trtllm_flags(job, inst, conc: int, role: str | None, extra: str) -> list[tu
         f.append(("--cp_size", inst.cp))
     if job.model.is_moe:
         f.append(("--ep_size", inst.ep))
+    if sv.chunked_prefill is False and st.max_num_tokens < sv.input_length:
+        raise InfeasibleError(
+            f"cannot export to TensorRT-LLM: serving.chunked_prefill false needs --max_num_tokens "
+            f"({st.max_num_tokens}) >= the prompt ({sv.input_length} tokens): without chunking "
+            f"a prompt goes whole into one step; set serving.max_num_tokens to "
+            f"{sv.input_length} or more"
+        )
     f += [
         ("--max_batch_size", max(1, conc // inst.dp)),
         ("--max_num_tokens", st.max_num_tokens),
@@ -273,6 +296,9 @@ def _trtllm_extra(job, inst, role: str | None) -> list[str]:
     lines = ["cuda_graph_config:", "  enable_padding: true"]
     if inst.dp_attention:
         lines.append("enable_attention_dp: true")
+    # the estimate splits prompts at max_num_tokens unless serving.chunked_prefill is false;
+    # the LLM API's default is false, so say it either way
+    lines.append(f"enable_chunked_prefill: {'false' if sv.chunked_prefill is False else 'true'}")
     lines += ["kv_cache_config:", f"  dtype: {'fp8' if sv.kv_dtype == 'fp8' else 'auto'}"]
     if inst.cp > 1:  # Helix (docs/source/features/helix.md): both block sizes must match
         block = engine_settings(job, inst).block_tokens
