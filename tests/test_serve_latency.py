@@ -150,6 +150,49 @@ def test_attention_dp_experts_see_every_ranks_tokens_and_pay_dispatch_and_combin
     assert step.tp_comm_s == 0.0  # attention TP 1: no all-reduce
 
 
+def test_one_prompt_alone_on_an_attention_dp_rank_routes_its_own_tokens_only():
+    # The same tp 1 x dp 4 instance (ep 4, 2 experts per GPU) prefilling one prompt of 3
+    # tokens alone on one rank (ranks=1: the other ranks take an empty pass, vLLM's
+    # DPEngineCoreProc "must execute a dummy pass"): the routed experts see those 3 tokens,
+    # 8 (1 - (3/4)^3) = 4.625 of the 8 experts touched, this GPU's share of its 2 experts
+    # streamed, and the routed activations of this GPU's quarter of the 3 x 2 pairs; with every
+    # rank prefilling as many (the default) they see 4 x 3 = 12 tokens, 8 (1 - (3/4)^12) =
+    # 7.66 touched, and 12 x 2 pairs. All efficiencies 1, no overheads: the weight stream is
+    # the whole GEMM time at these sizes (h 64: 2 FLOP x 64 x 3 tokens a parameter row, far
+    # below the H100's ridge).
+    hw = _cal(H100)
+    job = _job(ModelSpec(**TINY_MOE), hw)
+    cost = ServeCost(job, Instance(tp=1, dp=4, dp_attention=True, ep=4))
+    bw = H100.hbm_bandwidth_gb_per_s * 1e9
+
+    def weights(tokens_seen):
+        touched = 8 * (1 - 0.75**tokens_seen)
+        w = (2 * (ATTN + touched / 8 * 2 * EXPERT) + 128 * 64) * 2
+        return (w + 2 * tokens_seen * 2 * PAIR / 4) / bw
+
+    alone = cost.stage(0, seqs=0, ctx=0, prefill=3, span=1.5, last_logits=1, ranks=1)
+    every = cost.stage(0, seqs=0, ctx=0, prefill=3, span=1.5, last_logits=1)
+    assert alone.weights_s == pytest.approx(weights(3))
+    assert every.weights_s == pytest.approx(weights(12))
+    assert alone.total < every.total
+
+
+def test_a_prefill_workers_prompt_alone_is_one_ranks_prefill():
+    # prefill_pool's "one request alone" on a worker with attention DP is prefill_time with
+    # ranks = 1 (its MoE layers route that prompt's ISL tokens, not dp x ISL); the saturated
+    # chunk keeps every rank's. Without attention DP the two are the same.
+    from planner.serve.estimate import prefill_pool
+
+    hw = _cal(H100)
+    job = _job(ModelSpec(**TINY_MOE), hw, input_length=512)
+    dp = ServeCost(job, Instance(tp=1, dp=4, dp_attention=True, ep=4))
+    one, _, _ = prefill_pool(job, dp)
+    assert one == pytest.approx(dp.prefill_time(512, span=256, ranks=1))
+    assert one < dp.prefill_time(512, span=256)
+    plain = ServeCost(job, Instance(tp=1, ep=1))
+    assert prefill_pool(job, plain)[0] == pytest.approx(plain.prefill_time(512, span=256))
+
+
 # DeepSeek-V3 (deepseek-ai/DeepSeek-V3 config.json): h 7168, 61 layers of which the first 3
 # dense (ffn 18432), 58 MoE with 256 routed experts of ffn 2048, top-8, one shared expert;
 # MLA: q_lora_rank 1536, kv_lora_rank 512, 128 heads, qk_nope 128 + qk_rope 64, v 128;
@@ -559,8 +602,10 @@ def test_latency_accuracy_on_the_measured_runs():
     # steps of the groups beside it, lockstep_ttft: TensorRT-LLM 41.8 -> 19.8 %, bias -35 ->
     # +0.5 %; 21.2 -> 21.0 % with a returning prompt's whole-step wait, turnaround_wait;
     # 18.7 % with the first wave refitted to W = 6.5; docs/serving.md), disaggregated TPOT
-    # 39.8 % (48.6 before the decode batch the loop leaves), TTFT 22.1 % (46.3 before the
-    # prefill workers' budget of one prompt).
+    # 40.9 % (48.6 before the decode batch the loop leaves, 39.8 before one prompt alone on an
+    # attention-DP prefill rank, whose shorter TTFT leaves more requests on the decode
+    # worker), TTFT 19.4 % (46.3 before the prefill workers' budget of one prompt, 22.1 before
+    # one prompt alone on an attention-DP prefill rank routed its own tokens only).
     # The one run planner calls infeasible cannot run as written: Qwen3-235B-A22B in FP8 is
     # 235 GB of weights, on one 141 GB H200.
     import math
@@ -572,8 +617,8 @@ def test_latency_accuracy_on_the_measured_runs():
     rows = [r for r in rows if r["id"] not in bad]
     assert _median(rows, "serving-latency", "tpot_s") <= 0.10  # the issue's bar
     assert _median(rows, "serving-latency", "ttft_s") <= 0.20
-    assert _median(rows, "disagg", "tpot_s") <= 0.40
-    assert _median(rows, "disagg", "ttft_s") <= 0.23
+    assert _median(rows, "disagg", "tpot_s") <= 0.41
+    assert _median(rows, "disagg", "ttft_s") <= 0.20  # the issue's bar
 
 
 @pytest.mark.xfail(
@@ -601,13 +646,22 @@ def test_latency_ttft_median_meets_the_issues_bar():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="measured TPOT 39.8 %, TTFT 22.1 % on 3 runs whose worker counts the collection "
-    "guessed ('often blank in source'); vLLM's decode at 112 requests ran at 85 % of its "
-    "HBM bound, below what H100's per-layer costs allow (docs/serving.md)",
+    reason="measured TPOT 40.9 % on 3 runs whose worker counts the collection guessed "
+    "('often blank in source'): vLLM's decode workers ran at 25-43 us a layer beyond their "
+    "HBM-bound bytes where the same engine on the same GPU aggregated ran at 80-92 us "
+    "(Qwen3-32B at 107 requests: 8.75 ms, 1.22 x its pure HBM bound), SGLang's at 2.1 x its "
+    "FP8 weight stream (docs/serving.md)",
 )
-def test_disaggregated_latency_meets_the_issues_bars():
+def test_disaggregated_tpot_meets_the_issues_bar():
     rows, bad = _latency_rows()
     assert _median(rows, "disagg", "tpot_s") <= 0.10
+
+
+def test_disaggregated_ttft_median_meets_the_issues_bar():
+    # measured 19.4 % (vLLM's Qwen3-235B -19.4 %, Qwen3-32B -18.5 %, SGLang's Qwen3-32B
+    # -51.7 %) with one prompt alone on an attention-DP prefill rank routing its own tokens
+    # (prefill_pool, ranks = 1); 22.1 % before. The median of 3 is one run's error.
+    rows, bad = _latency_rows()
     assert _median(rows, "disagg", "ttft_s") <= 0.20
 
 

@@ -563,9 +563,17 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
 
 def prefill_pool(job, pcost: ServeCost) -> tuple[float, float, float]:
     """(one request's prefill seconds alone, requests per second one prefill worker completes
-    when saturated with chunks of max_num_tokens, the seconds of such a chunk)."""
+    when saturated with chunks of max_num_tokens, the seconds of such a chunk).
+
+    One prompt alone on a worker with attention DP is on one of its dp ranks: the others have
+    nothing to run and take an empty pass so that the MoE layers' collectives stay in step
+    (vLLM's DPEngineCoreProc.run_busy_loop: "We are in a running state and so must execute a
+    dummy pass if the model didn't execute any ready requests", `execute_dummy_batch`, one
+    token), so its MoE layers see that rank's ISL tokens (ranks = 1; the dummy tokens, dp - 1,
+    are left out), not dp x ISL as when every rank has a prompt. The saturated chunk keeps
+    every rank's."""
     isl = job.serving.input_length
-    one = pcost.prefill_time(isl, span=isl / 2)
+    one = pcost.prefill_time(isl, span=isl / 2, ranks=1)
     chunk = max(isl, pcost.settings.max_num_tokens)
     batch_t = pcost.prefill_time(chunk, span=isl / 2, seqs=chunk / isl)
     return one, pcost.inst.dp * chunk / isl / batch_t, batch_t
