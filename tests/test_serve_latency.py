@@ -150,6 +150,49 @@ def test_attention_dp_experts_see_every_ranks_tokens_and_pay_dispatch_and_combin
     assert step.tp_comm_s == 0.0  # attention TP 1: no all-reduce
 
 
+def test_one_prompt_alone_on_an_attention_dp_rank_routes_its_own_tokens_only():
+    # The same tp 1 x dp 4 instance (ep 4, 2 experts per GPU) prefilling one prompt of 3
+    # tokens alone on one rank (ranks=1: the other ranks take an empty pass, vLLM's
+    # DPEngineCoreProc "must execute a dummy pass"): the routed experts see those 3 tokens,
+    # 8 (1 - (3/4)^3) = 4.625 of the 8 experts touched, this GPU's share of its 2 experts
+    # streamed, and the routed activations of this GPU's quarter of the 3 x 2 pairs; with every
+    # rank prefilling as many (the default) they see 4 x 3 = 12 tokens, 8 (1 - (3/4)^12) =
+    # 7.66 touched, and 12 x 2 pairs. All efficiencies 1, no overheads: the weight stream is
+    # the whole GEMM time at these sizes (h 64: 2 FLOP x 64 x 3 tokens a parameter row, far
+    # below the H100's ridge).
+    hw = _cal(H100)
+    job = _job(ModelSpec(**TINY_MOE), hw)
+    cost = ServeCost(job, Instance(tp=1, dp=4, dp_attention=True, ep=4))
+    bw = H100.hbm_bandwidth_gb_per_s * 1e9
+
+    def weights(tokens_seen):
+        touched = 8 * (1 - 0.75**tokens_seen)
+        w = (2 * (ATTN + touched / 8 * 2 * EXPERT) + 128 * 64) * 2
+        return (w + 2 * tokens_seen * 2 * PAIR / 4) / bw
+
+    alone = cost.stage(0, seqs=0, ctx=0, prefill=3, span=1.5, last_logits=1, ranks=1)
+    every = cost.stage(0, seqs=0, ctx=0, prefill=3, span=1.5, last_logits=1)
+    assert alone.weights_s == pytest.approx(weights(3))
+    assert every.weights_s == pytest.approx(weights(12))
+    assert alone.total < every.total
+
+
+def test_a_prefill_workers_prompt_alone_is_one_ranks_prefill():
+    # prefill_pool's "one request alone" on a worker with attention DP is prefill_time with
+    # ranks = 1 (its MoE layers route that prompt's ISL tokens, not dp x ISL); the saturated
+    # chunk keeps every rank's. Without attention DP the two are the same.
+    from planner.serve.estimate import prefill_pool
+
+    hw = _cal(H100)
+    job = _job(ModelSpec(**TINY_MOE), hw, input_length=512)
+    dp = ServeCost(job, Instance(tp=1, dp=4, dp_attention=True, ep=4))
+    one, _, _ = prefill_pool(job, dp)
+    assert one == pytest.approx(dp.prefill_time(512, span=256, ranks=1))
+    assert one < dp.prefill_time(512, span=256)
+    plain = ServeCost(job, Instance(tp=1, ep=1))
+    assert prefill_pool(job, plain)[0] == pytest.approx(plain.prefill_time(512, span=256))
+
+
 # DeepSeek-V3 (deepseek-ai/DeepSeek-V3 config.json): h 7168, 61 layers of which the first 3
 # dense (ffn 18432), 58 MoE with 256 routed experts of ffn 2048, top-8, one shared expert;
 # MLA: q_lora_rank 1536, kv_lora_rank 512, 128 heads, qk_nope 128 + qk_rope 64, v 128;
@@ -559,8 +602,11 @@ def test_latency_accuracy_on_the_measured_runs():
     # steps of the groups beside it, lockstep_ttft: TensorRT-LLM 41.8 -> 19.8 %, bias -35 ->
     # +0.5 %; 21.2 -> 21.0 % with a returning prompt's whole-step wait, turnaround_wait;
     # 18.7 % with the first wave refitted to W = 6.5; docs/serving.md), disaggregated TPOT
-    # 39.8 % (48.6 before the decode batch the loop leaves), TTFT 22.1 % (46.3 before the
-    # prefill workers' budget of one prompt).
+    # 40.8 % (48.6 before the decode batch the loop leaves, 39.8 before one prompt alone on an
+    # attention-DP prefill rank, whose shorter TTFT leaves more requests on the decode
+    # worker), TTFT 15.3 % (46.3 before the prefill workers' budget of one prompt, 22.1 before
+    # one prompt alone on an attention-DP prefill rank routed its own tokens only, 19.4 before
+    # the first token's wait on the decode worker, decode_first_token).
     # The one run planner calls infeasible cannot run as written: Qwen3-235B-A22B in FP8 is
     # 235 GB of weights, on one 141 GB H200.
     import math
@@ -572,8 +618,8 @@ def test_latency_accuracy_on_the_measured_runs():
     rows = [r for r in rows if r["id"] not in bad]
     assert _median(rows, "serving-latency", "tpot_s") <= 0.10  # the issue's bar
     assert _median(rows, "serving-latency", "ttft_s") <= 0.20
-    assert _median(rows, "disagg", "tpot_s") <= 0.40
-    assert _median(rows, "disagg", "ttft_s") <= 0.23
+    assert _median(rows, "disagg", "tpot_s") <= 0.41
+    assert _median(rows, "disagg", "ttft_s") <= 0.16
 
 
 @pytest.mark.xfail(
@@ -601,13 +647,23 @@ def test_latency_ttft_median_meets_the_issues_bar():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="measured TPOT 39.8 %, TTFT 22.1 % on 3 runs whose worker counts the collection "
-    "guessed ('often blank in source'); vLLM's decode at 112 requests ran at 85 % of its "
-    "HBM bound, below what H100's per-layer costs allow (docs/serving.md)",
+    reason="measured TPOT 40.8 % on 3 runs whose worker counts the collection guessed "
+    "('often blank in source'): vLLM's decode workers ran at 25-43 us a layer beyond their "
+    "HBM-bound bytes where the same engine on the same GPU aggregated ran at 80-92 us "
+    "(Qwen3-32B at 107 requests: 8.75 ms, 1.22 x its pure HBM bound), SGLang's at 2.1 x its "
+    "FP8 weight stream (docs/serving.md)",
 )
-def test_disaggregated_latency_meets_the_issues_bars():
+def test_disaggregated_tpot_meets_the_issues_bar():
     rows, bad = _latency_rows()
     assert _median(rows, "disagg", "tpot_s") <= 0.10
+
+
+def test_disaggregated_ttft_median_meets_the_issues_bar():
+    # measured 15.3 % (vLLM's Qwen3-235B -15.3 %, Qwen3-32B -10.9 %, SGLang's Qwen3-32B
+    # -50.4 %) with one prompt alone on an attention-DP prefill rank routing its own tokens
+    # (prefill_pool, ranks = 1; 22.1 % before) and the first token's wait on the decode
+    # worker (decode_first_token; 19.4 % before). The median of 3 is one run's error.
+    rows, bad = _latency_rows()
     assert _median(rows, "disagg", "ttft_s") <= 0.20
 
 
@@ -848,6 +904,51 @@ def test_a_disaggregated_decode_worker_runs_the_batch_its_clients_leave_it():
     # the same deployment with every client counted as decoding is slower per token
     all_in = decode_pool(job, ServeCost(job, Instance()), 32)
     assert est.tpot_s < all_in[0].total / all_in[1]
+
+
+@pytest.mark.parametrize(
+    "engine, step, kv, wait",
+    [
+        # vLLM: the request reaches the decode worker mid-step, 5 ms to the next boundary; the
+        # NixlConnector's load (4 ms) ends within the next 10 ms step, reported in its output;
+        # the step after recomputes the last prompt token and samples the first: 5 + 10 + 10
+        pytest.param("vllm", 0.010, 0.004, 0.025, id="vllm-load-within-a-step"),
+        # a 30 ms load spans three steps' worth; reported with the step it ends in: 5 + 30 + 10
+        pytest.param("vllm", 0.010, 0.030, 0.045, id="vllm-load-longer-than-a-step"),
+        # SGLang streams the prefill worker's token once the KV is in: 5 + 4
+        pytest.param("sglang", 0.010, 0.004, 0.009, id="sglang-prebuilt"),
+        pytest.param("trtllm", 0.010, 0.004, 0.009, id="trtllm-context-token"),
+    ],
+)
+def test_decode_first_token_is_the_boundary_the_transfer_and_vllms_recompute(
+    engine, step, kv, wait
+):
+    from planner.serve.estimate import decode_first_token
+
+    assert decode_first_token(engine, step, kv) == pytest.approx(wait)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_disaggregated_ttft_ends_when_the_decode_worker_streams_the_first_token(engine):
+    # Llama 3 8B FP8, one prefill and one decode worker (tp 1), 32 clients: TTFT = the prefill
+    # worker's prompt at its load u + decode_first_token at the decode worker's step (the
+    # pool's at the batch the loop leaves) and the KV transfer; u = the decode pool's request
+    # rate over the prefill pool's, both at that batch (disaggregated's docstring).
+    from planner.serve.estimate import decode_first_token, decode_pool, prefill_pool
+    from planner.serve.time import kv_transfer_time
+
+    job = _llama8b_job(engine, 32)
+    lay = ServeLayout(prefill=Instance(), decode=Instance(), prefill_workers=1, decode_workers=1)
+    est = estimate(job, lay)
+    one, rate, chunk_s = prefill_pool(job, ServeCost(job, Instance()))
+    d = 127 * est.tpot_s
+    b = 32 * d / (est.ttft_s + d)
+    step, per = decode_pool(job, ServeCost(job, Instance()), b)
+    u = min(1.0, b / (step.total / per) / 128 / rate)
+    kv = kv_transfer_time(job, lay, tokens=1024)
+    first = decode_first_token(engine, step.total, kv)
+    assert est.ttft_s == pytest.approx(one + u * (chunk_s - one) + first, rel=1e-4)
+    assert first >= step.total / 2 + kv
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ __all__ = [
     "admission_wait",
     "arrivals_in_step",
     "decode_batch_reached",
+    "decode_first_token",
     "disaggregated_loop",
     "estimate",
     "first_token_delay",
@@ -569,9 +570,17 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
 
 def prefill_pool(job, pcost: ServeCost) -> tuple[float, float, float]:
     """(one request's prefill seconds alone, requests per second one prefill worker completes
-    when saturated with chunks of max_num_tokens, the seconds of such a chunk)."""
+    when saturated with chunks of max_num_tokens, the seconds of such a chunk).
+
+    One prompt alone on a worker with attention DP is on one of its dp ranks: the others have
+    nothing to run and take an empty pass so that the MoE layers' collectives stay in step
+    (vLLM's DPEngineCoreProc.run_busy_loop: "We are in a running state and so must execute a
+    dummy pass if the model didn't execute any ready requests", `execute_dummy_batch`, one
+    token), so its MoE layers see that rank's ISL tokens (ranks = 1; the dummy tokens, dp - 1,
+    are left out), not dp x ISL as when every rank has a prompt. The saturated chunk keeps
+    every rank's."""
     isl = job.serving.input_length
-    one = pcost.prefill_time(isl, span=isl / 2)
+    one = pcost.prefill_time(isl, span=isl / 2, ranks=1)
     chunk = max(isl, pcost.settings.max_num_tokens)
     batch_t = pcost.prefill_time(chunk, span=isl / 2, seqs=chunk / isl)
     return one, pcost.inst.dp * chunk / isl / batch_t, batch_t
@@ -598,8 +607,10 @@ def disaggregated(
 ) -> ServeEstimate:
     """Prefill workers hand each request's KV cache to decode workers; the deployment runs at
     the rate of the slower pool. A prefill worker at load u (the share of its capacity in use)
-    takes between one prompt alone (u -> 0) and a full chunk of prompts (u = 1): TTFT =
-    one + u * (chunk - one) + the KV transfer."""
+    takes between one prompt alone (u -> 0) and a full chunk of prompts (u = 1); the first
+    token then leaves the decode worker (decode_first_token: the step boundary it waits for,
+    the KV transfer, and with vLLM the step that recomputes the last prompt token): TTFT =
+    one + u * (chunk - one) + decode_first_token(engine, decode step, KV transfer)."""
     sv = job.serving
     isl, osl = sv.input_length, sv.output_length
     one, per_worker, chunk_s = prefill
@@ -609,7 +620,7 @@ def disaggregated(
     decode_rate = conc / tpot / osl * layout.decode_workers
     kv = kv_transfer_time(job, layout, tokens=isl)
     load = min(1.0, decode_rate / prefill_rate)
-    ttft = one + load * max(0.0, chunk_s - one) + kv
+    ttft = one + load * max(0.0, chunk_s - one) + decode_first_token(sv.engine, step.total, kv)
     e2e = ttft + (osl - 1) * tpot
     rate = min(prefill_rate, decode_rate) * osl
     return ServeEstimate(
@@ -627,6 +638,38 @@ def disaggregated(
         bottleneck="prefill" if prefill_rate < decode_rate else "decode",
         layout=layout,
     )
+
+
+RECOMPUTES_LAST_PROMPT_TOKEN = {"vllm"}
+"""Engines whose disaggregated decode worker computes the first token itself from the
+transferred KV cache: vLLM's scheduler, once the NixlConnector reports the KV received
+(`finished_recving`, from the previous step's `update_from_output`), caches the blocks and,
+when they hold every prompt token, steps `num_computed_tokens` back by one
+(`Scheduler._update_waiting_for_remote_kv`: `if num_computed_tokens == request.num_tokens:
+num_computed_tokens -= 1`), so a step recomputes the last prompt token and samples the first
+output. SGLang's decode worker streams the token the prefill worker computed and sent with
+the KV (`process_batch_result_prebuilt`: no forward pass, "Logprobs should be handled on the
+prefill engine")."""
+
+
+def decode_first_token(engine: str, step_s: float, kv_s: float) -> float:
+    """Seconds from the end of a request's prefill on a prefill worker to its first token
+    leaving the disaggregated decode worker, the KV transfer included. The client's tokens
+    stream from the decode worker (Dynamo's disaggregated flow: the prefill worker returns the
+    transfer metadata to the router, the decode worker pulls the KV over NIXL and "Decode -->>
+    Frontend: Stream tokens", ai-dynamo/dynamo docs/design_docs/disagg_serving.md), which is
+    running steps of its other requests: the request reaches it at a random point of a step
+    of t seconds and is taken up at the next step boundary, t/2 on average. Then:
+    - vLLM (RECOMPUTES_LAST_PROMPT_TOKEN): the NixlConnector loads the KV "asynchronously
+      (between scheduler steps)" and reports it received in the output of the step during
+      which the load ends, max(t, kv) after it started; the next step recomputes the last
+      prompt token and samples the first output, t:  t/2 + max(t, kv) + t.
+    - SGLang (and TensorRT-LLM, whose context server returns the first token with the KV):
+      the prefill worker's token is streamed once the transfer ends:  t/2 + kv."""
+    wait = step_s / 2
+    if engine in RECOMPUTES_LAST_PROMPT_TOKEN:
+        return wait + max(step_s, kv_s) + step_s
+    return wait + kv_s
 
 
 def decode_batch_reached(clients: float, ttft_s: float, decode_s: float) -> float:

@@ -300,11 +300,14 @@ class ServeCost:
         last_logits: float | None = None,
         requests: float = 0.0,
         eager: float | None = None,
+        ranks: float | None = None,
     ) -> StepParts:
         """One step of stage s on one GPU: `seqs` decoding sequences of mean context `ctx`
         (q tokens each), `prefill` prompt tokens attending `span` tokens on average,
         `requests` requests admitted (and as many finished) in the step; `eager` the share
-        of such steps run eagerly rather than from a CUDA graph (default: eager_share)."""
+        of such steps run eagerly rather than from a CUDA graph (default: eager_share);
+        `ranks` the attention-DP ranks whose tokens (as many as this one's) the MoE layers
+        see (default: all dp of them; 1: this rank's alone, the others idle)."""
         c = self.c
         nd, nm = self.stages[s]
         cp = self.cp
@@ -319,7 +322,7 @@ class ServeCost:
             w, cmp = w + nd * a, cmp + nd * b
         if nm:
             a, b = self._gemm(self.moe_w, self.moe_f * T, n)
-            Tg = T * self.group_tokens
+            Tg = T * (self.group_tokens if ranks is None else ranks)
             touched = touched_experts(self.E, self.k, Tg) / self.E  # share of the experts
             ne = Tg * self.k / (self.E * touched)  # tokens per touched expert
             n_e = 1.0 / (self.inst.etp / self.h + 1.0 / ne) if ne > 0 else 0.0
@@ -438,9 +441,11 @@ class ServeCost:
         seqs: float = 1.0,
         decode_seqs: float = 0.0,
         decode_ctx: float = 0.0,
+        ranks: float | None = None,
     ) -> float:
         """Time until the last of `tokens` prompt tokens (of `seqs` requests) has crossed every
-        stage: chunks of max_num_tokens, each crossing the pp stages (pipelined)."""
+        stage: chunks of max_num_tokens, each crossing the pp stages (pipelined); `ranks` as in
+        stage()."""
         chunk = max(1, self.settings.max_num_tokens)
         n_chunks = max(1, math.ceil(tokens / chunk))
         per = tokens / n_chunks
@@ -453,6 +458,7 @@ class ServeCost:
                 prefill=per,
                 span=span,
                 last_logits=logits + decode_seqs,
+                ranks=ranks,
             ).total
             for s in range(self.pp)
         ]
