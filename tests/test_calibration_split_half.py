@@ -9,9 +9,11 @@ held-out gain (planner/calibration/fit.py select_parameters, Akaike's criterion)
 profiles re-fitted with drop-and-pad MoE and the torchtitan runs read as they ran, from half
 the runs it predicts the other half no worse than shipped on five GPUs (b200 and gb200 better;
 b300, gb300 and h100-sxm fit nothing, a tie) and worse on h100-96g (it fits nvlink_efficiency,
-to a bound, on a gain of 2.5). From halved bandwidths it recovers to within the shipped loss
-on gb300 and h100-sxm; b200, b300, gb200 and h100-96g miss, strict expected failures with
-their figures: these halves do not separate HBM from NVLink time (b300 x1.87 / x4, h100-96g
+to a bound, on a gain of 2.5). Against the profiles re-fitted with FP8 quantization costed as
+C++ launches, b200 and b300 miss it (figures below) and b200 recovers from halved bandwidths;
+the `calibration_long` figures are those of the earlier profiles. From halved bandwidths it
+recovers to within the shipped loss on gb300 and h100-sxm; b300, gb200 and h100-96g miss,
+strict expected failures with their figures: these halves do not separate HBM from NVLink time (b300 x1.87 / x4, h100-96g
 x1.87 / x3.03 for the true x2 / x2), and on b200 and gb200 the elementwise bytes per
 activation, charged at the HBM bandwidth, take up the halved HBM instead (the two are
 confounded on every run whose elementwise time is HBM-bound)."""
@@ -37,8 +39,21 @@ def _miss(figures: str):
 # held-out median |error| (Huber loss): shipped | calibrated from half | from halved bandwidths
 # (measured with the shipped profiles, `python benchmarks/split_half.py`)
 CALIBRATED = [
-    "b300",  # 4.2% (0.0022) | 4.2% (0.0022): nothing fitted
-    "b200",  # 11.4% (0.0172) | 6.7% (0.0156)
+    # b300 and b200 held this bar against the profiles before FP8 quantization was costed as
+    # C++ launches (launch.CPP_LAUNCH_US): 4.2% (0.0022) | 4.2% and 11.4% (0.0172) | 6.7%
+    # (0.0156); the re-fit ships a profile that predicts the held-out halves better than the
+    # calibration from the other half does
+    pytest.param(
+        "b300",
+        marks=_miss(
+            "3.8% (0.0018) | 18.3% (0.0407): it fits no efficiency and refits NVLink x4.00 on "
+            "a gain of 4.0, the bandwidth threshold"
+        ),
+    ),
+    pytest.param(
+        "b200",
+        marks=_miss("7.3% (0.0103) | 9.4% (0.0115): it fits layer_overhead_us, to a bound"),
+    ),
     pytest.param("gb200-nvl72", marks=LONG),  # 4.4% (0.0100) | 5.2% (0.0080)
     pytest.param("h100-sxm", marks=LONG),  # 20.6% (0.0595) | 20.6% (0.0595): nothing fitted
     pytest.param("h100-96g", marks=[LONG, _miss("5.1% (0.0084) | 5.2% (0.0090)")]),
@@ -49,8 +64,8 @@ RECOVERED = [
     pytest.param("gb300-nvl72", marks=LONG),  # 2.7% (0.0014) | 2.8% (0.0012)
     pytest.param("gb200-nvl72", marks=[LONG, _miss("4.4% (0.0100) | 8.9% (0.0116)")]),
     pytest.param("h100-96g", marks=[LONG, _miss("5.1% (0.0084) | 5.5% (0.0089)")]),
-    pytest.param("b200", marks=_miss("11.4% (0.0172) | 14.5% (0.0351)")),
-    pytest.param("b300", marks=_miss("4.2% (0.0022) | 13.4% (0.0208)")),
+    "b200",  # 7.3% (0.0103) | 6.5% (0.0099): HBM and NVLink x1.87 of the halved x2
+    pytest.param("b300", marks=_miss("3.8% (0.0018) | 13.9% (0.0227)")),
 ]
 TOL = 1e-4  # the loss is printed to 4 decimals
 _cache: dict = {}
