@@ -10,10 +10,11 @@ profiles re-fitted with drop-and-pad MoE and the torchtitan runs read as they ra
 the runs it predicts the other half no worse than shipped on five GPUs (b200 and gb200 better;
 b300, gb300 and h100-sxm fit nothing, a tie) and worse on h100-96g (it fits nvlink_efficiency,
 to a bound, on a gain of 2.5). Against the profiles re-fitted with FP8 quantization costed as
-C++ launches, b200 and b300 miss it (figures below) and b200 recovers from halved bandwidths;
-the `calibration_long` figures are those of the earlier profiles. From halved bandwidths it
-recovers to within the shipped loss on gb300 and h100-sxm; b300, gb200 and h100-96g miss,
-strict expected failures with their figures: these halves do not separate HBM from NVLink time (b300 x1.87 / x4, h100-96g
+C++ launches, b200, b300 and gb200 miss it (figures below), b200 recovers from halved
+bandwidths and h100-sxm and gb300 no longer do, by 0.0007 and 0.0004 (the shipped losses fell:
+0.0595 -> 0.0459, 0.0014 -> 0.0012); before, from halved bandwidths it recovered to within
+the shipped loss on gb300 and h100-sxm. The misses are strict expected failures with their
+figures: these halves do not separate HBM from NVLink time (b300 x1.87 / x4, h100-96g
 x1.87 / x3.03 for the true x2 / x2), and on b200 and gb200 the elementwise bytes per
 activation, charged at the HBM bandwidth, take up the halved HBM instead (the two are
 confounded on every run whose elementwise time is HBM-bound)."""
@@ -54,14 +55,41 @@ CALIBRATED = [
         "b200",
         marks=_miss("7.3% (0.0103) | 9.4% (0.0115): it fits layer_overhead_us, to a bound"),
     ),
-    pytest.param("gb200-nvl72", marks=LONG),  # 4.4% (0.0100) | 5.2% (0.0080)
-    pytest.param("h100-sxm", marks=LONG),  # 20.6% (0.0595) | 20.6% (0.0595): nothing fitted
+    pytest.param(
+        "gb200-nvl72",
+        marks=[
+            LONG,
+            _miss(
+                "4.3% (0.0117) | 12.4% (0.0126): it fits step_overhead_ms, to a bound, and "
+                "refits HBM x1.41, NVLink x0.57 (4.4% (0.0100) | 5.2% (0.0080) before)"
+            ),
+        ],
+    ),
+    pytest.param("h100-sxm", marks=LONG),  # 10.4% (0.0459) | 10.4% (0.0459): nothing fitted
     pytest.param("h100-96g", marks=[LONG, _miss("5.1% (0.0084) | 5.2% (0.0090)")]),
     pytest.param("gb300-nvl72", marks=LONG),  # 2.7% (0.0014) | 2.7% (0.0014): nothing fitted
 ]
 RECOVERED = [
-    pytest.param("h100-sxm", marks=LONG),  # 20.6% (0.0595) | 17.8% (0.0520)
-    pytest.param("gb300-nvl72", marks=LONG),  # 2.7% (0.0014) | 2.8% (0.0012)
+    pytest.param(
+        "h100-sxm",
+        marks=[
+            LONG,
+            _miss(
+                "10.4% (0.0459) | 11.1% (0.0466): HBM x2.64, NVLink x1.87, network x2.00 of "
+                "the halved x2 (20.6% (0.0595) | 17.8% (0.0520) before)"
+            ),
+        ],
+    ),
+    pytest.param(
+        "gb300-nvl72",
+        marks=[
+            LONG,
+            _miss(
+                "1.8% (0.0012) | 2.2% (0.0016): HBM x2.14, NVLink x2.00 (2.7% (0.0014) | 2.8% "
+                "(0.0012) before)"
+            ),
+        ],
+    ),
     pytest.param("gb200-nvl72", marks=[LONG, _miss("4.4% (0.0100) | 8.9% (0.0116)")]),
     pytest.param("h100-96g", marks=[LONG, _miss("5.1% (0.0084) | 5.5% (0.0089)")]),
     "b200",  # 7.3% (0.0103) | 6.5% (0.0099): HBM and NVLink x1.87 of the halved x2
