@@ -9,9 +9,12 @@ held-out gain (planner/calibration/fit.py select_parameters, Akaike's criterion)
 profiles re-fitted with drop-and-pad MoE and the torchtitan runs read as they ran, from half
 the runs it predicts the other half no worse than shipped on five GPUs (b200 and gb200 better;
 b300, gb300 and h100-sxm fit nothing, a tie) and worse on h100-96g (it fits nvlink_efficiency,
-to a bound, on a gain of 2.8). From halved bandwidths it recovers to within the shipped loss
-on gb300 and h100-sxm; b200, b300, gb200 and h100-96g miss, strict expected failures with
-their figures: these halves do not separate HBM from NVLink time (b300 x1.87 / x4, h100-96g
+to a bound, on a gain of 2.8). Against the profiles re-fitted with FP8 quantization costed as
+C++ launches, b200, b300 and gb200 miss it (figures below), b200 recovers from halved
+bandwidths and h100-sxm and gb300 no longer do, by 0.0007 and 0.0004 (the shipped losses fell:
+0.0595 -> 0.0459, 0.0014 -> 0.0012); before, from halved bandwidths it recovered to within
+the shipped loss on gb300 and h100-sxm. The misses are strict expected failures with their
+figures: these halves do not separate HBM from NVLink time (b300 x1.87 / x4, h100-96g
 x1.87 / x3.03 for the true x2 / x2), and on b200 and gb200 the elementwise bytes per
 activation, charged at the HBM bandwidth, take up the halved HBM instead (the two are
 confounded on every run whose elementwise time is HBM-bound)."""
@@ -37,20 +40,60 @@ def _miss(figures: str):
 # held-out median |error| (Huber loss): shipped | calibrated from half | from halved bandwidths
 # (measured with the shipped profiles, `python benchmarks/split_half.py`)
 CALIBRATED = [
-    "b300",  # 4.2% (0.0022) | 4.2% (0.0022): nothing fitted
-    "b200",  # 11.4% (0.0172) | 6.7% (0.0156)
-    pytest.param("gb200-nvl72", marks=LONG),  # 4.4% (0.0100) | 5.2% (0.0080)
-    pytest.param("h100-sxm", marks=LONG),  # 20.6% (0.0595) | 20.6% (0.0595): nothing fitted
+    # b300 and b200 held this bar against the profiles before FP8 quantization was costed as
+    # C++ launches (launch.CPP_LAUNCH_US): 4.2% (0.0022) | 4.2% and 11.4% (0.0172) | 6.7%
+    # (0.0156); the re-fit ships a profile that predicts the held-out halves better than the
+    # calibration from the other half does
+    pytest.param(
+        "b300",
+        marks=_miss(
+            "3.8% (0.0018) | 18.3% (0.0407): it fits no efficiency and refits NVLink x4.00 on "
+            "a gain of 4.0, the bandwidth threshold"
+        ),
+    ),
+    pytest.param(
+        "b200",
+        marks=_miss("7.3% (0.0103) | 9.4% (0.0115): it fits layer_overhead_us, to a bound"),
+    ),
+    pytest.param(
+        "gb200-nvl72",
+        marks=[
+            LONG,
+            _miss(
+                "4.3% (0.0117) | 12.4% (0.0126): it fits step_overhead_ms, to a bound, and "
+                "refits HBM x1.41, NVLink x0.57 (4.4% (0.0100) | 5.2% (0.0080) before)"
+            ),
+        ],
+    ),
+    pytest.param("h100-sxm", marks=LONG),  # 10.4% (0.0459) | 10.4% (0.0459): nothing fitted
     pytest.param("h100-96g", marks=[LONG, _miss("5.7% (0.0080) | 5.6% (0.0084)")]),
     pytest.param("gb300-nvl72", marks=LONG),  # 2.7% (0.0014) | 2.7% (0.0014): nothing fitted
 ]
 RECOVERED = [
-    pytest.param("h100-sxm", marks=LONG),  # 20.6% (0.0595) | 17.8% (0.0520)
-    pytest.param("gb300-nvl72", marks=LONG),  # 2.7% (0.0014) | 2.8% (0.0012)
+    pytest.param(
+        "h100-sxm",
+        marks=[
+            LONG,
+            _miss(
+                "10.4% (0.0459) | 11.1% (0.0466): HBM x2.64, NVLink x1.87, network x2.00 of "
+                "the halved x2 (20.6% (0.0595) | 17.8% (0.0520) before)"
+            ),
+        ],
+    ),
+    pytest.param(
+        "gb300-nvl72",
+        marks=[
+            LONG,
+            _miss(
+                "1.8% (0.0012) | 2.2% (0.0016): HBM x2.14, NVLink x2.00 (2.7% (0.0014) | 2.8% "
+                "(0.0012) before)"
+            ),
+        ],
+    ),
     pytest.param("gb200-nvl72", marks=[LONG, _miss("4.4% (0.0100) | 8.9% (0.0116)")]),
     pytest.param("h100-96g", marks=[LONG, _miss("5.7% (0.0080) | 5.6% (0.0084)")]),
-    pytest.param("b200", marks=_miss("11.4% (0.0172) | 14.5% (0.0351)")),
-    pytest.param("b300", marks=_miss("4.2% (0.0022) | 13.4% (0.0208)")),
+    "b200",  # 7.3% (0.0103) | 6.5% (0.0099): HBM and NVLink x1.87 of the halved x2
+    pytest.param("b300", marks=_miss("3.8% (0.0018) | 13.9% (0.0227)")),
 ]
 TOL = 1e-4  # the loss is printed to 4 decimals
 _cache: dict = {}
@@ -64,11 +107,11 @@ def _res(gpu: str) -> dict:
 
 # every run of the GPU (`split_half.py --full`): shipped | halved base -> calibrated, Huber loss
 EVERY_RUN = [
-    pytest.param("b200", marks=LONG),  # 0.0161 | 0.0629 -> 0.0083
-    pytest.param("gb200-nvl72", marks=LONG),  # 0.0133 | 0.0789 -> 0.0066
-    pytest.param("gb300-nvl72", marks=LONG),  # 0.0033 | 0.0959 -> 0.0032 (HBM x2.14, NVLink x1.87)
+    pytest.param("b200", marks=LONG),  # 0.0133 | 0.0587 -> 0.0065
+    pytest.param("gb200-nvl72", marks=LONG),  # 0.0139 | 0.0824 -> 0.0066
+    pytest.param("gb300-nvl72", marks=LONG),  # 0.0031 | 0.0944 -> 0.0031 (HBM x2.14, NVLink x1.87)
     pytest.param("h100-96g", marks=LONG),  # 0.0096 | 0.0449 -> 0.0079
-    pytest.param("h100-sxm", marks=LONG),  # 0.0391 | 0.0804 -> 0.0230 (HBM x0.35, NVLink x4)
+    pytest.param("h100-sxm", marks=LONG),  # 0.0253 | 0.0665 -> 0.0206 (HBM x0.57, NVLink x2.64)
     pytest.param(
         "b300",
         marks=[
@@ -76,7 +119,7 @@ EVERY_RUN = [
             pytest.mark.xfail(
                 strict=True,
                 reason=(
-                    "measured 0.0102 | 0.0439 -> 0.0106: HBM and NVLink come back x2.0 / x2.0, "
+                    "measured 0.0096 | 0.0552 -> 0.0099: HBM and NVLink come back x2.30 / x2.0, "
                     "the network stays halved (no b300 run identifies it)"
                 ),
             ),

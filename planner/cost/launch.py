@@ -10,7 +10,8 @@ layer's expert block 30 (router GEMM, softmax / top-k, auxiliary-loss terms, per
 unpermute, the dispatcher's collectives and its token-count exchange) plus one GEMM per
 local expert for fc1 and one for fc2 (Transformer Engine's GroupedLinear issues a GEMM per
 expert); with an FP8 recipe each GEMM input is quantized by a kernel of its own (the
-attention block's 4, the experts' 2 per expert; current scaling adds its amax pass);
+attention block's 4, the experts' 2 per expert; current scaling adds its amax pass), launched
+from C++ inside the module's call at CPP_LAUNCH_US each, not at an op's launch_overhead_us;
 backward issues twice as many (dgrad and wgrad).
 While the host runs ahead of the device its time is hidden: a part takes max(device, host).
 An MoE layer reads its tokens per expert on the host (`host_mode`) between the attention
@@ -43,6 +44,16 @@ the `moe` graph scope "is only supported with drop-padding MoE", the alltoall di
 capacity factor and `--moe-pad-expert-input-to-capacity`; Megatron-Bridge 25.09's performance
 recipes turn on `enable_cuda_graph`, Megatron-Core's per-layer graphs of the whole layer); full
 (the whole iteration captured, which needs a sync-free, fixed-capacity dispatch) leaves none.
+Multi-latent attention (`attention_kernels`) issues more kernels than a fused QKV projection:
+Megatron-Core's MLASelfAttention runs linear_q_proj (or linear_q_down_proj, q_layernorm and
+linear_q_up_proj with a q_lora_rank), linear_kv_down_proj, kv_layernorm and linear_kv_up_proj
+where GQA runs one linear_qkv, RoPE on the query and on the shared rope key apart
+(fused_apply_mla_rope_for_q / _for_kv), and under sequence parallelism an all-gather of that
+rope key (gather_from_sequence_parallel_region; megatron/core/transformer/
+multi_latent_attention.py). Shared experts (`SHARED_EXPERT_KERNELS`) are Megatron's MLP
+module run beside the routed experts (megatron/core/transformer/moe/shared_experts.py
+SharedExpertMLP): a dense MLP's kernels in the expert block, outside the router and
+preprocessing graph scopes.
 """
 
 from __future__ import annotations
@@ -51,6 +62,11 @@ __all__ = [
     "ATTENTION_KERNELS",
     "MLP_KERNELS",
     "EXPERT_BLOCK_KERNELS",
+    "SHARED_EXPERT_KERNELS",
+    "MLA_EXTRA_KERNELS",
+    "attention_kernels",
+    "gemm_inputs",
+    "CPP_LAUNCH_US",
     "HOST_MODES",
     "host_parts",
     "host_mode",
@@ -60,7 +76,44 @@ __all__ = [
 ATTENTION_KERNELS = 20
 MLP_KERNELS = 6
 EXPERT_BLOCK_KERNELS = 30
+SHARED_EXPERT_KERNELS = MLP_KERNELS
+"""Shared experts: Megatron's SharedExpertMLP is its MLP module (fc1, the activation, fc2 and
+their collectives), the dense MLP's count; 2 GEMM inputs quantized under FP8."""
+MLA_EXTRA_KERNELS = 4
+"""MLA beyond a fused-QKV attention block, without a query down-projection: linear_q_proj,
+linear_kv_down_proj and linear_kv_up_proj are 2 GEMMs more than one linear_qkv, plus
+kv_layernorm and the second RoPE kernel (query and rope key apart): 4 (2 GEMM inputs more to
+quantize under FP8). A q_lora_rank adds linear_q_down_proj and q_layernorm (2, 1 GEMM input);
+sequence parallelism the rope key's all-gather (1)."""
+CPP_LAUNCH_US = 5.0
+"""Host microseconds of a kernel launched from C++ inside one op (no Python dispatch): the CUDA
+driver and runtime calls of one launch, 4-6 us measured (a chain of short kernels launched
+back to back, RTX 5070 Ti, CUDA 13: susun-blog.com 'pegainfer (3): From Launch Overhead to CUDA
+Graph', code github.com/xiaguan/cuda-kernel-launch-lab); the middle, 5. Transformer Engine
+quantizes a GEMM's FP8 inputs inside the module's C++ call (`tex.quantize`; current scaling:
+the amax, scale and cast kernels one after the other) and a grouped GEMM's per expert in one
+`tex.split_quantize` call (transformer_engine/pytorch/module/grouped_linear.py), so those
+kernels cost a launch each, not an op's dispatch."""
 _SYNC_LAUNCHES = 2
+
+
+def attention_kernels(*, mla: bool = False, q_lora: bool = False, tp: int = 1) -> int:
+    """Kernels an attention block's forward issues as ops (each at the launch overhead):
+        GQA:  ATTENTION_KERNELS
+        MLA:  + MLA_EXTRA_KERNELS  [+ 2 with q_lora]  [+ 1 if tp > 1]
+    e.g. MLA, TP 2, no q_lora (Moonlight-16B-A3B): 20 + 4 + 1 = 25; DeepSeek-V3's (q_lora,
+    TP 1): 20 + 4 + 2 = 26."""
+    n = ATTENTION_KERNELS
+    if mla:
+        n += MLA_EXTRA_KERNELS + (2 if q_lora else 0) + (1 if tp > 1 else 0)
+    return n
+
+
+def gemm_inputs(*, mla: bool = False, q_lora: bool = False, mlp: bool = False) -> int:
+    """FP8 quantization passes of an attention block's forward (+ a dense MLP's), each
+    `per_input` kernels: the attention block's 4, MLA's 2 more GEMMs 1 each (+1 with q_lora),
+    a dense MLP's 2."""
+    return 4 + ((2 + (1 if q_lora else 0)) if mla else 0) + (2 if mlp else 0)
 
 
 def host_parts(
@@ -71,27 +124,46 @@ def host_parts(
     local_experts: int = 0,
     recipe: str | None = None,
     padded: bool = False,
+    mla: bool = False,
+    q_lora: bool = False,
+    tp: int = 1,
+    shared: bool = False,
 ) -> tuple[float, float]:
     """Host seconds of one layer's forward: (the attention block (+ a dense MLP), the expert
     block); backward: twice each. Per-layer graphs of a padded MoE layer (`padded`) capture
-    its expert block too: one launch each."""
+    its expert block too: one launch each. Op launches at `launch_us`: the attention block's
+    `attention_kernels` (MLA: `mla`, `q_lora`, `tp`; + MLP_KERNELS for a dense MLP), the
+    expert block's EXPERT_BLOCK_KERNELS + 2 GEMMs per local expert (+ SHARED_EXPERT_KERNELS
+    with `shared` experts); FP8 quantization at CPP_LAUNCH_US: `per_input` kernels per GEMM
+    input, `gemm_inputs` of them in the attention block, 2 per local expert (+ 2 for the shared
+    experts) in the expert block:
+        attention = A·c + per_input·I·q,   experts = (30 + 2·E_l + 6·s)·c + per_input·(2·E_l + 2·s)·q
+    (c = launch_us, q = CPP_LAUNCH_US; partial graphs: the attention block 1 launch, the expert
+    block 4 op launches fewer, a padded one 1)."""
     if cuda_graphs == "full":
         return 0.0, 0.0
-    c = launch_us * 1e-6
+    c, q = launch_us * 1e-6, CPP_LAUNCH_US * 1e-6
     per_input = 0 if recipe is None else (1 if recipe in ("delayed", "mxfp8") else 2)
-    expert_kernels = EXPERT_BLOCK_KERNELS + 2 * local_experts * (1 + per_input) if moe else 0
+    # (kernels at the op's launch cost, quantization kernels launched from C++)
+    expert = (
+        (EXPERT_BLOCK_KERNELS + 2 * local_experts, 2 * local_experts * per_input) if moe else (0, 0)
+    )
+    if moe and shared:
+        expert = (expert[0] + SHARED_EXPERT_KERNELS, expert[1] + 2 * per_input)
     if cuda_graphs == "partial":
-        attention = 1
+        attention = (1, 0)
         if not moe:
-            experts = 0
+            expert = (0, 0)
         elif padded:  # static shapes: the whole MoE layer is in the layer's graph
-            experts = 1
+            expert = (1, 0)
         else:  # the router and preprocessing graphed
-            experts = expert_kernels - 4
+            expert = (expert[0] - 4, expert[1])
     else:
-        attention = ATTENTION_KERNELS + 4 * per_input + (0 if moe else MLP_KERNELS + 2 * per_input)
-        experts = expert_kernels
-    return attention * c, experts * c
+        attention = (
+            attention_kernels(mla=mla, q_lora=q_lora, tp=tp) + (0 if moe else MLP_KERNELS),
+            per_input * gemm_inputs(mla=mla, q_lora=q_lora, mlp=not moe),
+        )
+    return attention[0] * c + attention[1] * q, expert[0] * c + expert[1] * q
 
 
 HOST_MODES = ("ahead", "sync", "serial")

@@ -391,6 +391,9 @@ class CostModel:
             cuda_graphs=lay.cuda_graphs,
             launch_us=cal.launch_overhead_us,
             recipe=self.recipe,
+            mla=s.mla,
+            q_lora=s.q_lora,
+            tp=t,
         )
         kw = dict(
             tokens=tokens,
@@ -526,6 +529,10 @@ class CostModel:
                 local_experts=max(1, s.E // lay.ep),
                 recipe=self.recipe,
                 padded=lay.moe_pad_expert_input_to_capacity,
+                mla=s.mla,
+                q_lora=s.q_lora,
+                tp=t,
+                shared=s.f_s > 0,
             ),
             host_mode=mode,
             launch_s=cal.launch_overhead_us * 1e-6,

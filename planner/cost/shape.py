@@ -74,6 +74,7 @@ class ModelShape:
     topk: int = 0  # DSA keys per query
     indexer_flops_per_s: float = 0.0  # DSA indexer: 2*H_I*d_I per key (causal: all keys)
     linear_core_flops: float = 0.0  # Gated DeltaNet core per token (no s dependence)
+    q_lora: bool = False  # MLA with a query down-projection (q_lora_rank set)
 
     def mean_keys(self, kind: str, seq: int) -> float:
         """Mean keys a query attends to, over the s positions of a causal sequence (the
@@ -194,6 +195,7 @@ def model_shape(m: ModelSpec) -> ModelShape:
         act_qkv=float(act_qkv),
         act_latent=float(act_latent),
         attn_out=a * d,
+        q_lora=bool(m.is_mla and m.q_lora_rank),
         **(pattern or {}),
     )
 

@@ -26,6 +26,7 @@ __all__ = [
     "StepTime",
     "dp_exposed",
     "dp_buckets",
+    "overlapped",
     "OPTIMIZER_BYTES_PER_PARAM",
     "STREAM_HBM_EFFICIENCY",
     "adam_update_bytes",
@@ -236,11 +237,26 @@ def dp_exposed(
         ag = _bucketed(all_gather_time, param_bytes * P, n, link, buckets)
         if zero == 0:
             ar = _bucketed(all_reduce_time, grad_bytes * P, n, link, buckets)
-            total += max(0.0, ar - hide * window_bwd) if overlap_grad_reduce else ar
+            total += overlapped(ar, buckets, window_bwd, hide) if overlap_grad_reduce else ar
         elif zero == 1:
-            total += max(0.0, rs - hide * window_bwd) if overlap_grad_reduce else rs
-            total += max(0.0, ag - hide * window_fwd) if overlap_param_gather else ag
+            total += overlapped(rs, buckets, window_bwd, hide) if overlap_grad_reduce else rs
+            total += overlapped(ag, buckets, window_fwd, hide) if overlap_param_gather else ag
         else:
-            total += m * max(0.0, rs - hide * window_bwd)
-            total += max(0.0, ag - hide * window_fwd) if overlap_param_gather else ag
+            total += m * overlapped(rs, buckets, window_bwd, hide)
+            total += overlapped(ag, buckets, window_fwd, hide) if overlap_param_gather else ag
     return total
+
+
+def overlapped(comm: float, buckets: int, window: float, hide: float) -> float:
+    """Exposed seconds of a bucketed DP collective of `comm` seconds in all, overlapped with a
+    compute window:
+        max(comm / buckets, comm - hide·window)
+    One bucket's share is never hidden: Megatron's DDP starts a bucket's gradient
+    reduce-scatter (all-reduce) when the last gradient of the bucket is ready in the backward
+    (`register_grad_ready`), and the bucket holding the first layers' parameters is ready only
+    when the backward ends; the forward pre-hook waits for a bucket's parameter all-gather
+    before its first module runs and only then dispatches the next one (`finish_param_sync`),
+    so the first bucket's all-gather has no compute before it (megatron/core/distributed/
+    distributed_data_parallel.py, param_and_grad_buffer.py). A model of one bucket (fewer
+    parameters than the bucket size) exposes its whole collective."""
+    return max(comm / buckets, comm - hide * window)
