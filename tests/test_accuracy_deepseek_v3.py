@@ -1,8 +1,9 @@
 """DeepSeek-V3's published pre-training recipe (examples/deepseek-v3-2048xh800.yaml) against the
 report's cost: DeepSeek-V3 report (arXiv:2412.19437) Table 1 / §1, 180K H800 GPU-hours per
 trillion training tokens, on 2,048 H800 with PP 16 DualPipe, one MTP layer (§4.2), EP 64
-over 8 nodes (at most 4 nodes a token), FP8 blockwise, recompute of RMSNorm and the MLA up-projections (§3.2.3; the
-FP8 inputs of the Linears after a norm regenerated in the backward), the SwiGLU output
+over 8 nodes (at most 4 nodes a token), FP8 blockwise, recompute of RMSNorm and the MLA
+up-projections (§3.2.3; the FP8 inputs of the Linears after a norm regenerated in the
+backward), the SwiGLU output
 recomputed from its FP8-cached input and the attention output cached in E5M6 (§3.3.3), BF16
 AdamW moments (§3.3.3), 4,096-token sequences and batches of 15,360 (§4.2).
 """

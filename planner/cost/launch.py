@@ -137,7 +137,8 @@ def host_parts(
     with `shared` experts); FP8 quantization at CPP_LAUNCH_US: `per_input` kernels per GEMM
     input, `gemm_inputs` of them in the attention block, 2 per local expert (+ 2 for the shared
     experts) in the expert block:
-        attention = A·c + per_input·I·q,   experts = (30 + 2·E_l + 6·s)·c + per_input·(2·E_l + 2·s)·q
+        attention = A·c + per_input·I·q
+        experts   = (30 + 2·E_l + 6·s)·c + per_input·(2·E_l + 2·s)·q
     (c = launch_us, q = CPP_LAUNCH_US; partial graphs: the attention block 1 launch, the expert
     block 4 op launches fewer, a padded one 1)."""
     if cuda_graphs == "full":

@@ -476,8 +476,9 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
       the period (Little's law over the cycle of a group). For vLLM (INDEPENDENT_ARRIVALS:
       the runs show its clients out of step) TTFT is independent_ttft's instead: the
       pure decode step that runs while its client turns around (turnaround_wait) + a chunk
-      step shared with the (C - 1) t / Z prompts that arrived in the same step (TPOT and throughput keep the groups' count of chunk steps: the same
-      prompt tokens per period either way).
+      step shared with the (C - 1) t / Z prompts that arrived in the same step (TPOT and
+      throughput keep the groups' count of chunk steps: the same prompt tokens per period
+      either way).
     - prefill-first (SGLang): a group's arrival pauses decoding, prefill has priority, so
       every group of the burst waits for the chunks before it and all start decoding
       together after the last (n = ceil(C*ISL / budget) chunk steps; with
@@ -485,9 +486,10 @@ def closed_loop(cost: ServeCost, job, conc: int) -> tuple[float, float, StepPart
       prefill batch up to the budget, `--max-prefill-tokens`: whole_prompt_groups with no
       decode tokens beside them): TTFT = a decode step (turnaround_wait: the step the
       overlap scheduler launched after the burst's last, which the returning burst waits
-      out) + (n+1)/2 chunk times (the mean over the groups), the decode steps carry no prompt tokens, and the prefill time the requests
-      of the early chunks sit through after their first token, (n-1)/2 chunks, spreads over
-      their OSL-1 tokens of TPOT; period = n chunks + the OSL-1 decode steps.
+      out) + (n+1)/2 chunk times (the mean over the groups), the decode steps carry no
+      prompt tokens, and the prefill time the requests of the early chunks sit through
+      after their first token, (n-1)/2 chunks, spreads over their OSL-1 tokens of TPOT;
+      period = n chunks + the OSL-1 decode steps.
     The first token leaves one step after its prompt's last step with an overlap scheduler
     (first_token_delay: TensorRT-LLM, SGLang). A benchmark run (serving.requests_per_client
     W) also holds its first wave, the N prompts of the clients' start at an idle engine
