@@ -19,8 +19,12 @@ Harness settings (not per case; each from the tool's own source or docs):
   max batch size / max num tokens of its tuning heuristic (tensorrt_llm/bench/build/tuning.py:
   KV requests from its own engine-size estimate, batch capped at 4096 / pp, tokens at
   min(batch * (1 + ISL/OSL), 32768), rounded as it rounds).
-- vLLM in rocm/vllm-dev:20250112 (vLLM 0.6.7, the V0 engine): max_num_seqs 256 (the V0
-  default, vllm/engine/arg_utils.py of that series).
+- vLLM in rocm/vllm-dev:20250112 (vLLM 0.6.7, the V0 engine), the ROCm blog's offline runs:
+  the throughput command of ROCm/vllm docs/dev-docker/README.md, whose table has the blog's
+  four ISL/OSL pairs (rocm_throughput_command: --max-num-seqs = --num-prompts, 1,500-3,200,
+  chunked prefill off, 131,072 tokens a step); elsewhere V0's default of 256 sequences
+  (vllm/engine/arg_utils.py of that series). Its latency command (benchmark_latency) sets
+  --kv-cache-dtype fp8 as the case's precision implies, nothing to add.
 - TensorRT-LLM MoE runs whose notes say attention DP was enabled (`enable_attention_dp` in
   the perf-overview's MoE options): TRT-LLM's tp_size then counts the attention-DP ranks
   (attention TP 1, experts over EP), i.e. planner's tp 1, dp = tp_size, dp_attention, same ep.
@@ -170,6 +174,33 @@ def aic_engine_limits(sv: dict, *, disaggregated: bool) -> dict:
     return out
 
 
+ROCM_PROMPTS = {(128, 2048): 3200, (128, 4096): 1500, (500, 2000): 2000, (2048, 2048): 1500}
+"""--num-prompts (= --max-num-seqs) of the throughput command of ROCm/vllm docs/dev-docker/
+README.md for Llama 3.1 70B FP8 at each of the blog's four ISL/OSL pairs."""
+
+
+def rocm_throughput_command(sv: dict) -> dict:
+    """The engine limits of the ROCm dev-docker throughput command for the ROCm blog's offline
+    vLLM runs (ROCm/vllm docs/dev-docker/README.md, its vLLM 0.7.3 / ROCm 6.3.1 edition:
+    benchmark_throughput.py --num-prompts P --max-num-seqs P --enable-chunked-prefill False
+    --max-num-batched-tokens 131072 --num-scheduler-steps 10 --kv-cache-dtype fp8). Its table
+    is the blog's four ISL/OSL pairs of Llama 3.1 70B FP8 at TP 8 (15,919 / 12,053 / 13,089 /
+    8,352 tokens/s against the blog's 15,105 / 10,505 / 12,664 / 8,239 a container later):
+
+        max_batch_size = P = ROCM_PROMPTS[(ISL, OSL)]   (every prompt admitted at once, as
+                                                          far as the KV cache holds them)
+        chunked_prefill = False, max_num_tokens = 131,072   (whole prompts)
+
+    and V0's default of 256 sequences for a pair the table does not have. Not modelled:
+    --num-scheduler-steps 10 (V0's multi-step scheduling runs the scheduler and its
+    per-sequence host work once every 10 forward passes) and V0's prefill-only steps when
+    chunked prefill is off (planner's vLLM steps mix the prompts into the decode steps)."""
+    n = ROCM_PROMPTS.get((int(sv["input_length"]), int(sv["output_length"])))
+    if n is None:
+        return {"max_batch_size": 256}
+    return {"max_batch_size": n, "chunked_prefill": False, "max_num_tokens": 131072}
+
+
 def harness(case: dict) -> dict:
     """The serving config of a case with its benchmark harness's settings (module docstring)."""
     sv = dict(case["serving"])
@@ -181,7 +212,8 @@ def harness(case: dict) -> dict:
         for k, v in _trtllm_bench(case).items():
             sv.setdefault(k, v)
     elif sv["engine"] == "vllm" and "vllm-dev:2025" in notes:
-        sv.setdefault("max_batch_size", 256)
+        for k, v in rocm_throughput_command(sv).items():
+            sv.setdefault(k, v)
     par = dict(case.get("parallel", {}))
     if "attention DP enabled" in notes and par.get("tp", 1) > 1:
         par.update(dp=par["tp"], tp=1, dp_attention=True)

@@ -662,6 +662,32 @@ def test_accuracy_on_the_measured_serving_runs():
     assert not any(math.isnan(r["error"]) for r in rows)
 
 
+def test_the_rocm_blogs_offline_vllm_runs_admit_every_prompt_of_the_dev_docker_command():
+    # ROCm/vllm docs/dev-docker/README.md (vLLM 0.7.3 edition) runs benchmark_throughput.py
+    # with --max-num-seqs = --num-prompts (3,200 at 128/2048, 1,500 at 128/4096, 2,000 at
+    # 500/2000, 1,500 at 2048/2048), chunked prefill off and 131,072 tokens a step.
+    # Whether all 3,200 fit at 128/2048 on 8 MI300X, by hand: FP8 KV per token per GPU is
+    # 80 layers x 2 (K, V) x 1 KV head (8 heads / tp 8) x 128 x 1 B = 20,480 B; a request
+    # holds 128 + 2,048 = 2,176 tokens (136 blocks of 16), 44.6 MB; 3,200 of them 142.6 GB
+    # (132.8 GiB), where vLLM leaves 0.9 x 191.69 = 172.5 GiB less 8.5 GiB of weights (FP8
+    # linear layers, bf16 embedding and output layer, over 8 GPUs), 6.3 GiB of activations
+    # (a 131,072-token step) and 2.5 GiB of context, RCCL buffers and graphs: 155.3 GiB,
+    # 8.14 M tokens, 3,742 requests >= 3,200. So the batch is the command's.
+    from benchmarks.serve_accuracy import load_cases, predict, rocm_throughput_command
+
+    assert rocm_throughput_command({"input_length": 128, "output_length": 2048}) == {
+        "max_batch_size": 3200,
+        "chunked_prefill": False,
+        "max_num_tokens": 131072,
+    }
+    assert rocm_throughput_command({"input_length": 1000, "output_length": 1000}) == {
+        "max_batch_size": 256
+    }  # a pair the README's table does not have: V0's default
+    rocm = [c for c in load_cases() if c.id.startswith("rocm-tput") and c.hardware == "mi300x"]
+    conc = {c.id.rsplit("-", 1)[1]: predict(c)["concurrency"] for c in rocm}
+    assert conc == {"128x2048": 3200, "128x4096": 1500, "500x2000": 2000, "2048x2048": 1500}
+
+
 def test_validate_a_disaggregated_yaml(runner, tmp_path):
     path = tmp_path / "pd.yaml"
     path.write_text(

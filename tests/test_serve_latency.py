@@ -622,6 +622,19 @@ def test_latency_accuracy_on_the_measured_runs():
     assert _median(rows, "disagg", "ttft_s") <= 0.16
 
 
+def test_calibration_file_medians_stay_within_the_issues_bars():
+    # issue 18: inference-calibration.yaml stays within offline 6.0 % and static 5.7 %.
+    # Measured 5.7 % offline and 4.6 % static (6.3 % before the ROCm blog's offline MI300X
+    # runs were read under the dev-docker throughput command, every prompt admitted, and
+    # MI300X refitted on them: its static batches 7.9 -> 4.0 %, H100's 4.9 % unchanged;
+    # docs/serving.md, "The ROCm blog's MI300X runs").
+    from benchmarks.serve_accuracy import evaluate, load_cases
+
+    rows = evaluate(load_cases())
+    assert _median(rows, "offline-throughput", "output_tokens_per_s") <= 0.060
+    assert _median(rows, "static-latency", "e2e_s") <= 0.057
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="measured 69.5 %: Qwen3-32B BF16 on 2 GB200 at 16 clients (TPOT 38 ms where the "
