@@ -85,7 +85,7 @@ def parts_ms(job, lay) -> dict[str, float]:
 
 
 def rows(profile: str) -> list[dict]:
-    cases = [c for c in fit_cases(default_paths(), log=lambda *a: None)]
+    cases = fit_cases(default_paths(), log=lambda *a: None)
     out = []
     for c in cases:
         if c.job.hardware.name != profile:
