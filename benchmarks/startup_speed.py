@@ -8,8 +8,8 @@ whatever `planner` is installed) `--repeat` times, interleaved with the referenc
 `python -c "sum(i*i for i in range(3_000_000))"` (so a change of load hits both alike); the
 CPU time of each child comes from resource.getrusage(RUSAGE_CHILDREN), which counts the
 search's forked worker too (PLANNER_SERIAL unset: two processes on two or more cores for a
-search of 2,000 leaf groups or more, planner/search/pool.py POOL_MIN_WORK; the 70B plan's
-752 run in one). It
+search of 100 leaf groups or more, planner/search/pool.py POOL_MIN_WORK; the 70B plan's 752
+run in two). It
 prints the median CPU seconds of each and the ratio of the medians, and the targets:
 
     planner --version                               <= 0.3 x the reference

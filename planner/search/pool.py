@@ -19,16 +19,24 @@ from planner.search.rank import _by_bound
 from planner.search.space import SearchOptions, _Space
 from planner.search.walk import _collect, _Counter, _tp_cp_pairs
 
-POOL_MIN_WORK = 2000
+POOL_MIN_WORK = 100
 """The least work (leaf groups, `_pair_size` summed over the pairs) the search shares with a
 forked child; below it one process walks everything. The child costs CPU of its own (the
-fork, its copy-on-write page faults, pickling its share, the parent ranking the merge):
-~0.05 s on the 2-core development machine, some 20% of the 70B x 2,048 search (752 groups,
-~0.2 s in one process), for ~0.1 s less wall time; a MoE search (deepseek-v3 x 1,024: 3,366
-groups, ~1 s; llama4-maverick x 256: 10,320) pays a few % of CPU for about half the wall
-time (docs/search.md). With a framework filter (`runs_as`) every fitting saver is ranked,
-work the groups do not count (405B x 16,384 --export deepspeed: 1,008 groups, 30,126
-contenders timed): it always forks."""
+fork, its copy-on-write page faults, pickling its share, the parent ranking the merge), and
+saves wall time, which is what the user waits for. On the 2-core development machine, idle,
+the search alone (`search()` in process, best of 3, h100-sxm, default training):
+
+    job                 groups   one process: wall = CPU   forked: wall    CPU
+    llama3-8b x 8           80                   0.076 s           0.052   0.092
+    llama3-8b x 64         348                   0.179 s           0.110   0.207
+    llama3-8b x 512        603                   0.249 s           0.146   0.277
+    llama3-70b x 2,048     752                   0.499 s           0.280   0.541
+    llama3-405b x 16,384 1,008                   0.664 s           0.364   0.703
+
+So forking takes 30-45% off the wall time for 6-20% more CPU from 80 groups on; below 100
+groups (a search of a few tens of milliseconds) one process is kept. Under other sessions'
+load the child waits for a core and saves less (docs/search.md). With a framework filter
+(`runs_as`) every fitting saver is ranked, work the groups do not count: it always forks."""
 
 
 @contextmanager
