@@ -17,7 +17,15 @@ and NAME says what fills it (GENERATORS below):
 - config-schema: the config file's JSON schema (`ConfigSpec.model_json_schema()`);
 - accuracy-*: the accuracy tables, from benchmarks/accuracy.py's functions run on the
   calibration files kept in benchmarks/ (so the figures do not depend on anything outside
-  the repository).
+  the repository);
+- readme-first-plan, serving-example: a command's output, README's first plan (`planner plan
+  --model 70b --gpus 2048 --top 3` at 100 columns) and docs/serving.md's example (`planner
+  serve --model 70b --gpus 8 --objective throughput` at 80, and the `--export vllm` script
+  of that plan, serving-export-vllm) and docs/commands.md's schedule picture
+  (commands-schedule), trailing blanks cut. The
+  search's elapsed time (`... timed, 0.42 s)`) is the one part that differs between runs:
+  `--check` masks it, and compares white space as one space (the summary line wraps where
+  the time's digits put it).
 
 Only the text between the markers changes; everything else in a page is written by hand.
 """
@@ -250,6 +258,76 @@ def accuracy_bars() -> str:
     return "\n".join(out) + "\n"
 
 
+_ELAPSED = re.compile(r"(timed, |; )[0-9.]+ s\)")
+"""The search's elapsed time in a plan's or serve's summary line (`... timed, 0.42 s)`,
+`...; no SLO; 0.04 s)`)."""
+
+
+def _command_block(args: list[str], columns: int) -> str:
+    """What `planner ARGS` prints on stdout at `columns` columns, in a fenced block, each
+    line's trailing blanks cut."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "COLUMNS": str(columns), "PYTHONPATH": str(ROOT)}
+    for var in ("NO_COLOR", "FORCE_COLOR", "TERM"):
+        env.pop(var, None)
+    out = subprocess.run(
+        [sys.executable, "-m", "planner", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=True,
+    ).stdout
+    lines = [line.rstrip() for line in out.rstrip("\n").split("\n")]
+    return "```\n" + "\n".join(lines) + "\n```\n"
+
+
+def readme_first_plan() -> str:
+    return _command_block(["plan", "--model", "70b", "--gpus", "2048", "--top", "3"], 100)
+
+
+def serving_example() -> str:
+    return _command_block(
+        ["serve", "--model", "70b", "--gpus", "8", "--objective", "throughput"], 80
+    )
+
+
+def serving_export_vllm() -> str:
+    """The export `serving_example`'s plan gets (`--export vllm`), from its JSON."""
+    out = _command_block(
+        ["serve", "--model", "70b", "--gpus", "8", "--objective", "throughput", "--export", "vllm"]
+        + ["--json"],
+        80,
+    )
+    text = json.loads(out.removeprefix("```\n").removesuffix("```\n"))["export"]["text"]
+    return "```bash\n" + text.rstrip("\n") + "\n```\n"
+
+
+SCHEDULE = ["validate", "examples/llama3-70b-2048xh100.yaml", "--show", "schedule"]
+
+
+def commands_schedule() -> str:
+    """docs/commands.md's schedule picture: `planner validate ... --show schedule` at 80
+    columns from its `Pipeline schedule` line on (the breakdown above it elided)."""
+    body = _command_block(SCHEDULE, 80).removeprefix("```\n").removesuffix("```\n")
+    picture = body[body.index("Pipeline schedule") :]
+    return f"```\n$ COLUMNS=80 planner {' '.join(SCHEDULE)}\n...\n{picture}```\n"
+
+
+COMMAND_BLOCKS = {"readme-first-plan", "serving-example", "serving-export-vllm"}
+"""The blocks that are a command's output: their elapsed time may differ (`_same`)."""
+
+
+def _same(a: str, b: str) -> bool:
+    """The same text but for the elapsed time and how white space falls (the summary line
+    wraps where the time's digits put it)."""
+    return " ".join(_ELAPSED.sub(r"\1T s)", a).split()) == " ".join(
+        _ELAPSED.sub(r"\1T s)", b).split()
+    )
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "config-keys-top": _spec("top"),
     "config-keys-training": _spec("training"),
@@ -263,6 +341,10 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "accuracy-bars": accuracy_bars,
     "accuracy-modern-cases": accuracy_modern_cases,
     "accuracy-memory": accuracy_memory,
+    "readme-first-plan": readme_first_plan,
+    "serving-example": serving_example,
+    "serving-export-vllm": serving_export_vllm,
+    "commands-schedule": commands_schedule,
 }
 
 
@@ -270,7 +352,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
 
 
 def pages() -> list[Path]:
-    return sorted(DOCS.rglob("*.md"))
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 
 
 def render(text: str, where: str) -> tuple[str, list[str]]:
@@ -282,8 +364,11 @@ def render(text: str, where: str) -> tuple[str, list[str]]:
         if name not in GENERATORS:
             raise SystemExit(f"{where}: unknown generated block {name!r}")
         body = GENERATORS[name]()
-        if body != m.group("body"):
-            stale.append(name)
+        if body == m.group("body"):
+            return m.group(0)
+        if name in COMMAND_BLOCKS and _same(body, m.group("body")):
+            return m.group(0)  # only the elapsed time differs: keep the page as it is
+        stale.append(name)
         return m.group(1) + body + m.group(4)
 
     return BLOCK.sub(one, text), stale
