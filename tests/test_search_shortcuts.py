@@ -3,7 +3,9 @@ plain composition gives, bit for bit."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import pickle
 import random
 from dataclasses import fields
 
@@ -11,6 +13,7 @@ import pytest
 
 from planner.config import Job, default_training, resolve_hardware
 from planner.cost import cost_model
+from planner.layout import Layout
 from planner.presets import get_preset
 from planner.search import SearchOptions, parse_fix, search
 from planner.search.rank import _by_bound
@@ -86,9 +89,15 @@ def test_built_leaves_are_the_base_with_each_piece_in_its_field(model, gpus):
             moe_token_dispatcher=d,
             overlap_moe_expert_parallel_comm=o,
         )
-        # set slot by slot (space._layout_maker): the same object as Layout's own __init__ makes
-        rebuilt = type(built)(**{f.name: getattr(built, f.name) for f in fields(built)})
+        # filled as a twin of Layout's slots, then made a Layout (space._layout_maker): the
+        # same object as Layout's own __init__ makes, as frozen, and it pickles (the forked
+        # search sends Layouts through a pipe)
+        rebuilt = Layout(**{f.name: getattr(built, f.name) for f in fields(built)})
+        assert type(built) is Layout
         assert hash(built) == hash(rebuilt) and repr(built) == repr(rebuilt)
+        assert pickle.loads(pickle.dumps(built)) == rebuilt
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            built.tp = 3  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("qwen3-235b-a22b", 128)])

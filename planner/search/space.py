@@ -362,13 +362,18 @@ variant), in the order it gives them."""
 
 def _layout_maker(named: tuple[str, ...]) -> Callable[[tuple], Layout]:
     """How `_build` makes a Layout from values in the order of `named`, every other field at
-    its default, at a third of the cost of `Layout(...)` (a frozen dataclass's __init__ sets
-    each of its ~30 fields through object.__setattr__; building Layouts was some 15 % of a
-    search): a function, generated once from `dataclasses.fields(Layout)`, that sets each
-    slot through its own descriptor, as `Layout.__init__` would without a `__post_init__`.
-    A field inserted in Layout takes its default; a name Layout lacks, an unnamed field
-    without a plain default, a Layout with `__post_init__` or without slots fails at import
-    (tests/test_search_shortcuts.py checks the result equals `Layout(**fields)`)."""
+    its default, at a tenth of the cost of `Layout(...)` (a frozen dataclass's __init__ sets
+    each of its ~30 fields through object.__setattr__; building Layouts was some 15-25 % of
+    a search): a function, generated once from `dataclasses.fields(Layout)`, that fills an
+    instance of `_Twin` (a plain class with Layout's very slots, so its attribute stores are
+    the interpreter's plain slot stores, ~3x cheaper than calling each slot's descriptor)
+    and then makes it a Layout by assigning `__class__`, which Python allows between two
+    classes of the same slots and base (the Data model, "__class__ assignment"); from then on
+    it is a frozen Layout like any other. This is what `Layout.__init__` does without a
+    `__post_init__`. A field inserted in Layout takes its default; a name Layout lacks, an
+    unnamed field without a plain default, a Layout with `__post_init__`, without slots or
+    with a base of its own fails at import (tests/test_search_shortcuts.py checks the result
+    equals `Layout(**fields)`)."""
     init = [f for f in fields(Layout) if f.init]
     unknown = set(named) - {f.name for f in init}
     if unknown:
@@ -376,24 +381,25 @@ def _layout_maker(named: tuple[str, ...]) -> Callable[[tuple], Layout]:
     if (
         hasattr(Layout, "__post_init__")
         or len(init) != len(fields(Layout))
-        or not hasattr(Layout, "__slots__")
+        or "__slots__" not in vars(Layout)
+        or Layout.__bases__ != (object,)
     ):
         raise TypeError(
-            "Layout gained a __post_init__, a non-init field or lost its slots: "
+            "Layout gained a __post_init__, a non-init field, a base or lost its slots: "
             "_layout_maker would skip it"
         )
-    scope: dict = {"_new": object.__new__, "_Layout": Layout}
-    lines = ["def _make(v):", "    o = _new(_Layout)"]
+    twin = type("_Twin", (), {"__slots__": tuple(vars(Layout)["__slots__"])})
+    scope: dict = {"_new": object.__new__, "_Twin": twin, "_Layout": Layout}
+    lines = ["def _make(v):", "    o = _new(_Twin)"]
     for i, f in enumerate(init):
-        scope[f"_set{i}"] = getattr(Layout, f.name).__set__  # the slot's descriptor
         if f.name in named:
-            lines.append(f"    _set{i}(o, v[{named.index(f.name)}])")
+            lines.append(f"    o.{f.name} = v[{named.index(f.name)}]")
         elif f.default is MISSING:
             raise TypeError(f"Layout.{f.name} has no plain default for the search to give")
         else:
             scope[f"_default{i}"] = f.default
-            lines.append(f"    _set{i}(o, _default{i})")
-    lines.append("    return o")
+            lines.append(f"    o.{f.name} = _default{i}")
+    lines += ["    o.__class__ = _Layout", "    return o"]
     exec("\n".join(lines), scope)  # our own field names, generated once at import
     return cast(Callable[[tuple], Layout], scope["_make"])
 
