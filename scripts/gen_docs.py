@@ -1,4 +1,4 @@
-"""Regenerate the generated blocks of docs/ from the code.
+"""Regenerate the generated blocks of docs/ and README from the code.
 
     python scripts/gen_docs.py            rewrite every stale block
     python scripts/gen_docs.py --check    exit 1 naming each stale block, change nothing
@@ -18,14 +18,14 @@ and NAME says what fills it (GENERATORS below):
 - accuracy-*: the accuracy tables, from benchmarks/accuracy.py's functions run on the
   calibration files kept in benchmarks/ (so the figures do not depend on anything outside
   the repository);
-- readme-first-plan, serving-example: a command's output, README's first plan (`planner plan
-  --model 70b --gpus 2048 --top 3` at 100 columns) and docs/serving.md's example (`planner
-  serve --model 70b --gpus 8 --objective throughput` at 80, and the `--export vllm` script
-  of that plan, serving-export-vllm) and docs/commands.md's schedule picture
-  (commands-schedule), trailing blanks cut. The
-  search's elapsed time (`... timed, 0.42 s)`) is the one part that differs between runs:
-  `--check` masks it, and compares white space as one space (the summary line wraps where
-  the time's digits put it).
+- readme-first-plan, serving-example, serving-export-vllm, commands-schedule: what a command
+  prints, trailing blanks cut: README's first plan (`planner plan --model 70b --gpus 2048
+  --top 3` at 100 columns), docs/serving.md's example (`planner serve --model 70b --gpus 8
+  --objective throughput` at 80) and its `--export vllm` script, and docs/commands.md's
+  schedule picture (`planner validate examples/llama3-70b-2048xh100.yaml --show schedule`
+  at 80). The search's elapsed time (`... timed, 0.42 s)`) is the one part that differs
+  between runs: `--check` masks it, and compares white space as one space (the summary line
+  wraps where the time's digits put it).
 
 Only the text between the markers changes; everything else in a page is written by hand.
 """
