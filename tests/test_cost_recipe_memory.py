@@ -369,16 +369,6 @@ MLA_QKV = 2 * (A * (QK + ROPE) + A * (QK + ROPE) + A * VD)  # query, key, value:
 NORMED_LATENTS = 2 * (QL + KVL)  # q and kv latents after their norms = 128
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "mla_up_proj also frees the normed q and kv latents (2(q_lora + kv_lora) a token): with "
-        "qk_layernorm (DeepSeek's latent norms) linear_q_up_proj and linear_kv_up_proj are "
-        "TELayerNormColumnParallelLinear and keep their norm outputs for the weight gradient; under "
-        "the CheckpointWithoutOutput the up-projections run without autograd and keep nothing. The "
-        "model's no-recompute count also leaves those normed latents out"
-    ),
-)
 def test_mla_up_proj_frees_query_key_value_and_the_normed_latents():
     # mla_up_proj: CheckpointWithoutOutput(qkv_up_proj_and_rope_apply, q_compressed,
     # kv_compressed, k_pos_emb, ...): the inputs (the down-projection outputs, before the latent
@@ -428,14 +418,6 @@ def test_the_recompute_working_set_comes_after_the_logits_are_freed():
     assert n2.activations == S * (2 * RESIDUAL_IN + max(LOGITS, LAYER))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a selective recompute's working set is not counted: on a rank without logits the first "
-        "backward re-runs the last module of the last layer (here the MLP) on top of everything "
-        "the rank holds (and the model's mlp frees 6f where 2h + 6f are freed, see the mlp test)"
-    ),
-)
 def test_selective_recompute_adds_one_layers_recomputed_module_on_a_first_stage():
     # pp 2, rank 0 (one layer, no logits), 1F1B: it holds min(m, p) = 2 micro-batches of its
     # layer when its first backward starts; that backward begins with the MLP, whose checkpoint
@@ -484,14 +466,6 @@ def test_mtp_on_a_later_stage_needs_its_own_embedding():
     assert after.weights - before.weights == 2 * (MTP_PARAMS + EMBED)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "an MTP layer keeps 8h a token more than one layer + its logits: its enorm input (the "
-        "shifted tokens' embedding, 2h), eh_proj's input (the 4h concatenation of the two norm "
-        "outputs) and its final norm's input (2h); the model counts one layer + 4V + 2h"
-    ),
-)
 def test_an_mtp_layer_adds_its_activations():
     # Per token, beside its transformer layer (LAYER; its input, eh_proj's output, is that
     # layer's residual):
@@ -622,11 +596,12 @@ MLA_MOE = dict(MOE_SHARED, **{k: MLA[k] for k in MLA if k not in DENSE})
         # FP8 copy (BLOCKWISE*h) stays; the pre-MLP norm's bf16 output (the router's input, 2h)
         # goes, the shared fc1's FP8 copy (BLOCKWISE*h) stays
         (MLA_MOE, FP8, "te", MLP_NORM_OUT),
-        # DeepSeek's framework: the two FP8 copies are regenerated too
-        (MLA_MOE, FP8, "deepseek", MLP_NORM_OUT + 2 * BLOCKWISE * H),
+        # DeepSeek's framework: the two FP8 copies are regenerated too, and so are the latent
+        # norms' outputs (the up-projections' FP8 inputs; TE's LayerNormLinear keeps them)
+        (MLA_MOE, FP8, "deepseek", MLP_NORM_OUT + 2 * BLOCKWISE * H + BLOCKWISE * (QL + KVL)),
         # bf16: the down-projection's input is the norm's bf16 output, freed in both
         (MLA_MOE, None, "te", QKV_NORM_OUT + MLP_NORM_OUT),
-        (MLA_MOE, None, "deepseek", QKV_NORM_OUT + MLP_NORM_OUT),
+        (MLA_MOE, None, "deepseek", QKV_NORM_OUT + MLP_NORM_OUT + NORMED_LATENTS),
         # a dense layer: TE fuses both norms into linear_qkv / linear_fc1, which keep their
         # inputs (nothing recomputes); DeepSeek reruns every RMSNorm and regenerates both inputs
         (DENSE, FP8, "te", 0.0),

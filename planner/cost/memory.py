@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 from planner.cost.shape import ModelShape
 
@@ -49,6 +50,8 @@ __all__ = [
     "in_flight_layers",
     "LOSS_PEAK_BYTES",
     "loss_bytes",
+    "mtp_extra_bytes",
+    "recompute_working_set",
     "op_sac_matmuls",
     "op_sac_on",
     "op_sac_bytes",
@@ -236,7 +239,9 @@ def layer_activation_bytes(
       outside the TP region (÷t with SP): the two norm inputs (the residual stream) 4h and
         the two norm outputs the next GEMMs keep, 2h each in bf16; with FP8 the GEMM keeps
         its own x*h copy instead, except the MoE router (a bf16 GEMM), which keeps 2h
-      attention (÷t): Q, K, V 2(q + 2gd) (MLA: the latents and the up-projected Q, K, V);
+      attention (÷t): Q, K, V 2(q + 2gd) (MLA: the latents 2(q_lora + kv_lora + rope),
+        the normed latents the up-projections keep, x(q_lora + kv_lora), and the
+        up-projected Q, K, V);
         the output 2a*d (+ x*a*d for the FP8 projection's own copy); softmax stats 4a
         (fp32), or without flash the scores, softmax and dropout 5*a*s instead
       dense MLP (÷t): fc1 output 2f (gelu) or 4f (gate and up), activation output x*f
@@ -263,8 +268,9 @@ def layer_activation_bytes(
         "in FP8 format for the backward pass of the Linear operator" (sec. 3.3.3): the FP8
         input a Linear keeps after a norm is that norm's output, so it is not kept but
         regenerated in the backward (the norm rerun from the kept residual, its output
-        quantized again), in every layer: the q/kv down-projection's (QKV's) x*h, the router's
-        2h, the shared expert's (a dense fc1's) x*h. The routed copies' fc1 input x*h*etp
+        quantized again), in every layer: the q/kv down-projection's (QKV's) x*h, MLA's
+        up-projections' x(q_lora + kv_lora), the router's 2h, the shared expert's (a dense
+        fc1's) x*h. The routed copies' fc1 input x*h*etp
         stays: it is the dispatched copy, which only a second dispatch could regenerate (the
         report recomputes none). Transformer Engine (cache te) keeps its FP8 copies.
     MHA + 4h GELU in bf16 + the two 1-byte dropout masks gives back Korthikanti's 34h (+5as).
@@ -272,7 +278,9 @@ def layer_activation_bytes(
       core_attn the softmax stats (and the scores without flash); layernorm the bf16 outputs
       of the norms that are modules of their own (MLA's input norm, an MoE layer's pre-MLP
       norm; the others are fused into their GEMMs; cache deepseek: every norm's output and
-      the FP8 copies of it, above); mla_up_proj the up-projected Q, K, V; mlp
+      the FP8 copies of it, above); mla_up_proj the up-projected Q, K, V and the normed
+      latents (Megatron-Core's CheckpointWithoutOutput reruns the up-projections without
+      autograd); mlp
       the dense MLP's fc1 input, fc1 and activation outputs; moe_act the experts' activation
       outputs; moe every routed copy, the router state and the shared experts; shared_experts
       the shared experts' MLP. torchtitan_op (torchtitan's op-level SAC) keeps what
@@ -310,9 +318,14 @@ def layer_activation_bytes(
         # `mlp` checkpoints the MLP from the residual: the fused norm's output goes too
         ln_mlp = 0.0 if "mlp" in mods or regen else (x * h if fp8 else 2.0 * h)
     outside = 4.0 * h + ln_gemm + ln_mlp
-    qkv = shape.act_qkv if not (shape.mla and "mla_up_proj" in mods) else 0.0
+    up_proj = shape.mla and "mla_up_proj" in mods
+    qkv = 0.0 if up_proj else shape.act_qkv
+    # the normed latents the up-projections keep (x each: Transformer Engine's LayerNormLinear
+    # keeps its own FP8 copy of ln_out); gone with mla_up_proj (the up-projections rerun
+    # without autograd inside the checkpoint) and with DeepSeek's norm regeneration
+    latents = 0.0 if up_proj or regen else (x if fp8 else 2.0) * shape.latent_norm
     out_b = E5M6_STORE_BYTES if deepseek else 2.0 + (x if fp8 else 0.0)
-    attn = shape.act_latent + qkv + out_b * shape.attn_out
+    attn = shape.act_latent + latents + qkv + out_b * shape.attn_out
     if "core_attn" not in mods:
         attn += 4.0 * shape.a if flash else 5.0 * shape.a * seq
     per_token = outside / sp_div + attn / t
@@ -430,6 +443,44 @@ def loss_bytes(
     2 * tokens * h (/t with sequence parallelism)."""
     share = vocab / t if loss_parallel else vocab
     return LOSS_PEAK_BYTES[cross_entropy] * tokens * share + 2.0 * tokens * h / (t if sp else 1)
+
+
+def mtp_extra_bytes(
+    *, tokens: float, h: int, t: int, sp: bool, recipe: str | None, recompute: str
+) -> float:
+    """Bytes an MTP layer keeps for one micro-batch beside its transformer layer and its loss
+    (Megatron-Core `MultiTokenPredictionLayer`; DeepSeek-V3 sec. 2.2), per token:
+        enorm's input, the embedding of the shifted tokens         2h
+        eh_proj's input, the concatenation of the enorm and hnorm
+          outputs (a TE column-parallel Linear: its FP8 copy)     x*2h   (2 * 2h in bf16)
+        final_layernorm's input, the layer's output                 2h
+    all ÷t with sequence parallelism (the concatenation is of the sequence-parallel
+    shards; eh_proj all-gathers its input again in the backward). hnorm's input is the main
+    model's output, kept by the main final norm; the norm outputs are consumed by the
+    concatenation, not saved; the final norm's output is the output layer's input, counted
+    with the MTP layer's loss (loss_bytes). Full recompute checkpoints the whole of
+    `_proj_and_transformer_layer`, which keeps only its inputs: the embedding, which the
+    layer's kept 2h stands for, so nothing is added."""
+    if recompute == "full":
+        return 0.0
+    x = GEMM_INPUT_BYTES[recipe]
+    return tokens * (2.0 * h + x * 2.0 * h + 2.0 * h) / (t if sp else 1)
+
+
+def recompute_working_set(
+    shape: ModelShape, *, moe: bool, modules: tuple[str, ...], **kw: Any
+) -> float:
+    """Bytes a selective recompute regenerates at once in a layer's backward: the most any
+    one of its modules regenerates, layer_activation_bytes without recompute less with that
+    module alone (each checkpointed module reruns when the backward reaches it and its
+    outputs are freed by its own backward, before the next module's rerun). On a rank
+    without the loss the first backward reruns it on top of everything the rank holds;
+    `kw` are layer_activation_bytes' keywords."""
+    whole = layer_activation_bytes(shape, moe=moe, recompute="none", **kw)
+    return max(
+        whole - layer_activation_bytes(shape, moe=moe, recompute="selective", modules=(m,), **kw)
+        for m in modules or ("core_attn",)
+    )
 
 
 def stage_params(

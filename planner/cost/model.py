@@ -41,7 +41,9 @@ from planner.cost.memory import (
     in_flight_layers,
     layer_activation_bytes,
     loss_bytes,
+    mtp_extra_bytes,
     op_sac_on,
+    recompute_working_set,
     routed_activation_bytes,
     stage_params,
     state_bytes,
@@ -126,6 +128,9 @@ class _LayerBase(NamedTuple):
     logits: float
     logits_bytes: float
     transient: float
+    mtp_bytes: float  # an MTP layer's activations beside its layer and loss (mtp_extra_bytes)
+    ws_d: float  # a selective recompute's working set, dense layer (recompute_working_set)
+    ws_e: float  # the same, MoE layer
 
 
 class Stage(NamedTuple):
@@ -255,8 +260,9 @@ class CostModel:
         return got
 
     def act_costs(self, lay: Layout) -> tuple[Any, ...]:
-        """(act_d, act_e, work_d, work_e, logits_bytes, transient) per layer and micro-batch:
-        the memory side of `layer_costs`, cached on what activations depend on only."""
+        """(act_d, act_e, work_d, work_e, logits_bytes, transient, mtp_bytes, ws_d, ws_e) per
+        layer and micro-batch: the memory side of `layer_costs`, cached on what activations
+        depend on only."""
         key = _KEY_ACTS(lay)
         got = self._acts.get(key)
         if got is None:
@@ -268,6 +274,9 @@ class CostModel:
                 lc.work_e,
                 lc.logits_bytes,
                 lc.transient,
+                lc.mtp_bytes,
+                lc.ws_d,
+                lc.ws_e,
             )
         return got
 
@@ -378,6 +387,17 @@ class CostModel:
             else 0.0
         )
         work_e = layer_activation_bytes(s, moe=True, recompute="none", **akw) if s.E else 0.0
+        ws_d = ws_e = 0.0
+        if lay.recompute == "selective":
+            ws_d = recompute_working_set(s, moe=False, modules=mods, **akw)
+            ws_e = recompute_working_set(s, moe=True, modules=mods, **akw) if s.E else 0.0
+        mtp_bytes = (
+            mtp_extra_bytes(
+                tokens=tokens, h=s.h, t=t, sp=lay.sp, recipe=self.recipe, recompute=lay.recompute
+            )
+            if s.mtp
+            else 0.0
+        )
 
         full = lay.recompute == "full"
         rates = self._rates(lay, tokens)  # [0] and [2] do not depend on ep
@@ -475,6 +495,9 @@ class CostModel:
             logits,
             logits_bytes,
             transient,
+            mtp_bytes,
+            ws_d,
+            ws_e,
         )
 
     def _moe_layer(self, lay: Layout, b: _LayerBase) -> LayerTimes:
@@ -742,7 +765,7 @@ class CostModel:
         """Activation bytes a rank of this stage group holds at its peak (`ac`: act_costs);
         the group's lowest rank (which holds the most micro-batches in flight) unless
         `rank` is given."""
-        act_d, act_e, work_d, work_e, logits_bytes, _ = ac
+        act_d, act_e, work_d, work_e, logits_bytes, _, mtp_bytes, ws_d, ws_e = ac
         layers = st.layers + st.mtp
         if not layers:
             return logits_bytes * (1 + st.mtp) if st.output else 0.0
@@ -770,12 +793,18 @@ class CostModel:
             # (cpu_offload.py) documents a peak of (L - N) layers
             held = max(0.0, held - min(lay.cpu_offloading_num_layers, layers))
         acts = per_layer * held
+        if st.mtp:  # what an MTP layer keeps beside its layer, per micro-batch it holds
+            acts += st.mtp * mtp_bytes * held / layers
         logits = logits_bytes * (1 + st.mtp) if st.output else 0.0  # each MTP layer: a loss
         if r >= 1.0:
             # the working set of a recomputed layer; with block recompute (some layers keep
             # theirs) the layers backwarded before it have freed more than it needs. The loss
             # backward frees the logits before the last layer recomputes: the larger counts
             acts += max(work_e if moe else work_d, logits)
+        elif lay.recompute == "selective":
+            # the first backward reruns the last layer's checkpointed module on top of what
+            # the rank holds (recompute_working_set), after the loss backward freed the logits
+            acts += max(ws_e if moe else ws_d, logits)
         else:
             acts += logits
         return cast(float, acts)

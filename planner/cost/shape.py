@@ -65,6 +65,7 @@ class ModelShape:
     # per-token activation widths of one layer (memory.py turns them into bytes)
     act_qkv: float  # bytes: Q, K, V as flash attention keeps them (MLA: after up-proj)
     act_latent: float  # bytes: MLA latents (q and kv down-projections); 0 otherwise
+    latent_norm: float  # elements: MLA's normed latents (q_lora + kv_lora) the up-projections keep
     attn_out: int  # width of the attention output (a*d)
     # the layer pattern (docs/cost-model.md "Layer kinds"); defaults = every layer full, MoE last
     moe_prefix: tuple[int, ...] | None = None  # MoE layers before index i (None: dense first)
@@ -138,6 +139,11 @@ def model_shape(m: ModelSpec) -> ModelShape:
         attn_params_nobias = attention_projections(m)
         # stored: latents (q_lora, kv_lora + rope), q, k (a*qk each), v (a*v)
         act_latent = 2 * ((m.q_lora_rank or 0) + kv_rank + qk - qk_head)
+        # the q and kv latents after their norms (q_a_layernorm, kv_a_layernorm), which the
+        # up-projections keep as their inputs: Megatron-Core builds linear_q_up_proj and
+        # linear_kv_up_proj as TELayerNormColumnParallelLinear with qk_layernorm (the DeepSeek
+        # and Kimi recipes), whose ln_out is saved for the weight gradient
+        latent_norm = (m.q_lora_rank or 0) + kv_rank
         act_qkv = 2 * (2 * a * qk + a * d)
         up = (m.q_lora_rank * a * qk if m.q_lora_rank else 0) + kv_rank * a * (qk_head + v_head)
         core_q = a * (qk + d) / 2  # QK^T uses qk dims, PV uses v dims
@@ -145,11 +151,11 @@ def model_shape(m: ModelSpec) -> ModelShape:
         d = m.head_dim
         q = a * d
         attn_params_nobias = h * (q + 2 * d * g) + q * h
-        act_latent, act_qkv, up = 0, 2 * (q + 2 * g * d), 0
+        act_latent, act_qkv, up, latent_norm = 0, 2 * (q + 2 * g * d), 0, 0
         core_q = q
-    pattern = _pattern(m, attn_params_nobias, act_qkv, act_latent)
+    pattern = _pattern(m, attn_params_nobias, act_qkv, act_latent, latent_norm)
     if pattern is not None:
-        attn_params_nobias, act_qkv, act_latent = pattern.pop("_avg")
+        attn_params_nobias, act_qkv, act_latent, latent_norm = pattern.pop("_avg")
     mats = 3 if m.gated else 2
     f, f_e = m.ffn, m.expert_ffn
     f_s = m.num_shared_experts * f_e
@@ -194,15 +200,19 @@ def model_shape(m: ModelSpec) -> ModelShape:
         mtp_own_embedding=m.mtp_dedicated_embeddings,
         act_qkv=float(act_qkv),
         act_latent=float(act_latent),
+        latent_norm=float(latent_norm),
         attn_out=a * d,
         q_lora=bool(m.is_mla and m.q_lora_rank),
         **(pattern or {}),
     )
 
 
-def _pattern(m: ModelSpec, proj: float, act_qkv: float, act_latent: float) -> dict[str, Any] | None:
+def _pattern(
+    m: ModelSpec, proj: float, act_qkv: float, act_latent: float, latent_norm: float
+) -> dict[str, Any] | None:
     """The layer-pattern fields of ModelShape, and the mean layer's (projection params,
-    act_qkv, act_latent) under "_avg"; None for a model of full causal layers, MoE last.
+    act_qkv, act_latent, latent_norm) under "_avg"; None for a model of full causal layers,
+    MoE last.
 
     Per kind, beside full causal: sliding / chunked / dsa keep the projections of a full
     layer (dsa adds the indexer: q_in x H_I*d_I, h x d_I, h x H_I; its stored activations
@@ -230,18 +240,19 @@ def _pattern(m: ModelSpec, proj: float, act_qkv: float, act_latent: float) -> di
         out["moe_prefix"] = tuple(pre)
     h, L = m.hidden_size, m.num_layers
     gate = h * m.num_attention_heads * m.head_dim if m.attention_output_gate else 0
-    per_kind: dict[str, tuple[float, float, float]] = {}
+    per_kind: dict[str, tuple[float, float, float, float]] = {}
     base = (
         float(proj + gate),
         float(act_qkv + (2 * m.num_attention_heads * m.head_dim if gate else 0)),
         float(act_latent),
+        float(latent_norm),
     )
     for kind in set(kinds):
         if kind == "linear":
             nk, nv, dk, dv = linear_attention_dims(m)
             conv = 2 * nk * dk + nv * dv
             lin = attention_params(m, "linear") - (2 * nv + dv)  # less A_log, dt_bias, norm
-            per_kind[kind] = (float(lin), float(2 * (2 * conv + 2 * nv * dv + 2 * nv)), 0.0)
+            per_kind[kind] = (float(lin), float(2 * (2 * conv + 2 * nv * dv + 2 * nv)), 0.0, 0.0)
             out["linear_core_flops"] = 2.0 * nv * (3 * dk * dv + (dk + dv) * 64 / 2)
         elif kind == "dsa":
             hi, di = m.dsa_index_heads or 0, m.dsa_index_head_dim or 0
@@ -251,6 +262,7 @@ def _pattern(m: ModelSpec, proj: float, act_qkv: float, act_latent: float) -> di
                 base[0] + idx,
                 base[1] + 2 * (hi * di + di) + 4 * (m.dsa_index_topk or 0),
                 base[2],
+                base[3],
             )
             out["topk"] = m.dsa_index_topk or 0
             out["indexer_flops_per_s"] = 2.0 * hi * di / 2  # causal: s/2 keys, 2 FLOPs a MAC
@@ -259,10 +271,10 @@ def _pattern(m: ModelSpec, proj: float, act_qkv: float, act_latent: float) -> di
     out["window"] = m.window_size or 0
     out["chunk"] = m.attention_chunk_size or 0
     out["kinds"] = tuple(sorted((k, n) for k, n in special.items()))
-    avg = tuple(sum(per_kind[k][i] for k in kinds) / L for i in range(3))
+    avg = tuple(sum(per_kind[k][i] for k in kinds) / L for i in range(4))
     out["_avg"] = (
         avg
         if len(set(kinds)) > 1 or not plain_attention or special
-        else (proj, act_qkv, act_latent)
+        else (proj, act_qkv, act_latent, latent_norm)
     )
     return out
