@@ -35,6 +35,7 @@ __all__ = [
     "stage_layer_counts",
     "AUTO_FIELDS",
     "bubble_fraction",
+    "bubble_formula",
     "LAYOUT_FIELDS",
     "layout_key_for",
 ]
@@ -565,8 +566,29 @@ def stage_layer_counts(num_layers: int, layout: Layout) -> tuple[int, float, int
     return first, middle, last
 
 
-def bubble_fraction(p: int, m: int, v: int = 1) -> float:
-    """(p-1)/(v*m): idle time as a fraction of the ideal (bubble-free) time."""
+def bubble_fraction(p: int, m: int, v: int = 1, schedule: str = "1f1b") -> float:
+    """Idle time as a fraction of the ideal (bubble-free) time, for equal stages:
+    (p-1)/(v*m) for 1F1B (v = 1) and interleaved 1F1B; for DualPipe its bubble
+    (p/2-1)(F&B + B - 3W) (arXiv:2412.19437 Table 2) over the ideal m(F + B), with the
+    backward twice the forward (B = 2F), its weight-gradient half W = F and F&B = F + B:
+        dualpipe    (p/2-1)(F + 2B - 3W) / (m(F + B)) = (p/2-1) * 2F / (3Fm) = (p-2)/(3m)
+        dualpipev   its 2p chunks of half a rank's layers: (p-1)F / (3Fm)    = (p-1)/(3m)
+    (the time model takes F, B and W from each stage's own compute: pipeline.schedule_bubble)."""
     if p <= 1:
         return 0.0
+    if schedule == "dualpipe":
+        return (p - 2) / (3 * max(m, 1))
+    if schedule == "dualpipev":
+        return (p - 1) / (3 * max(m, 1))
     return (p - 1) / (v * max(m, 1))
+
+
+def bubble_formula(p: int, m: int, v: int = 1, schedule: str = "1f1b") -> str:
+    """`bubble_fraction`'s closed form with the numbers in it, for messages."""
+    if schedule == "dualpipe":
+        return f"(pp-2)/(3m) = ({p}-2)/(3*{m})"
+    if schedule == "dualpipev":
+        return f"(pp-1)/(3m) = ({p}-1)/(3*{m})"
+    if v > 1:
+        return f"(pp-1)/(vpp*m) = ({p}-1)/({v}*{m})"
+    return f"(pp-1)/m = ({p}-1)/{m}"

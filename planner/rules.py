@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from planner.errors import Violation
-from planner.layout import Layout, bubble_fraction, stage_layer_counts
+from planner.layout import Layout, bubble_formula, bubble_fraction, stage_layer_counts
 from planner.specs import HardwareSpec, ModelSpec, TrainingSpec
 from planner.units import GiB, divisors
 
@@ -677,7 +677,8 @@ def microbatches_4p(c: Context) -> str | None:
     if p > 1 and 0 < m < 4 * p:  # m = 0: batch-divisible reports the batch itself
         return (
             f"num_microbatches ({m}) < 4*pp ({4 * p}): pipeline bubble "
-            f"{bubble_fraction(p, m, c.layout.vpp):.0%}; raise global_batch_size, lower "
+            f"{bubble_fraction(p, m, c.layout.vpp, c.layout.pipeline_schedule):.0%}; raise "
+            "global_batch_size, lower "
             "micro_batch_size or dp, or use vpp"
         )
     return None
@@ -685,11 +686,16 @@ def microbatches_4p(c: Context) -> str | None:
 
 def bubble_above_20(c: Context) -> str | None:
     lay = c.layout
-    bub = bubble_fraction(lay.pp, c.m, lay.vpp)
+    bub = bubble_fraction(lay.pp, c.m, lay.vpp, lay.pipeline_schedule)
     if bub > 0.20 and c.m > 0:
+        form = (
+            bubble_formula(lay.pp, c.m, lay.vpp, lay.pipeline_schedule)
+            if lay.pipeline_schedule in ("dualpipe", "dualpipev")
+            else f"(pp-1)/(vpp*m) = ({lay.pp}-1)/({lay.vpp}*{c.m})"
+        )
         return (
-            f"pipeline bubble (pp-1)/(vpp*m) = ({lay.pp}-1)/({lay.vpp}*{c.m}) = {bub:.0%} "
-            "> 20%; more micro-batches or virtual stages shrink it"
+            f"pipeline bubble {form} = {bub:.0%} > 20%; more micro-batches or virtual "
+            "stages shrink it"
         )
     return None
 

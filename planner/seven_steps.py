@@ -312,7 +312,8 @@ def _trace(job, pick: Layout, mem, how: str, usable: float, fix) -> list[dict]:
             f"{mb} micro-batches of {pick.micro_batch_size}"
             f"{_pinned(fix, 'micro_batch_size', pick.micro_batch_size)} per step (gradient "
             f"accumulation), vpp {pick.vpp}{_pinned(fix, 'vpp', pick.vpp)} -> bubble "
-            f"{bubble_fraction(pick.pp, mb, pick.vpp):.0%}; recompute {pick.recompute}"
+            f"{bubble_fraction(pick.pp, mb, pick.vpp, pick.pipeline_schedule):.0%}; recompute "
+            f"{pick.recompute}"
             f"{_pinned(fix, 'recompute', pick.recompute)}; DP reduce-scatter overlapped with "
             "backward"
             + (

@@ -15,6 +15,7 @@ from planner.cost.pipeline import (
     schedule_bubble,
 )
 from planner.cost.schedule import build_schedule
+from planner.layout import bubble_fraction
 
 # a chunk: forward 1, backward 2 (input 1 + weight 1): the usual 1:2 forward:backward FLOPs
 F, B, W = 1.0, 2.0, 1.0
@@ -146,3 +147,37 @@ def test_dualpipe_in_the_step_and_the_memory():
         assert cm._stage_parts(dual, lc_dual, st)[0] == pytest.approx(want, rel=1e-12)
     # the DualPipe bubble is below 1F1B's (p-1) t_max of the same stage times
     assert pipe - m * t_slow < (16 - 1) * t_slow / 3
+
+
+@pytest.mark.parametrize("p, m", [(4, 8), (8, 20), (16, 120)])
+def test_dualpipe_bubble_fractions_are_table_2_over_the_ideal_step(p, m):
+    # Table 2's bubbles with B = 2F, W = F (the chunk above), over the ideal m(F + B):
+    #   DualPipe  (p/2-1)(F + 2B - 3W) / (3m) = (p/2-1) * 2 / (3m) = (p-2)/(3m)
+    #   DualPipeV its 2p chunks of half a rank (F/2, B/2, W/2): (p-1) * 1 / (3m) = (p-1)/(3m)
+    ideal = m * (F + B)
+    dual = schedule_bubble("dualpipe", p=p, f=F, b=B, w=W) / ideal
+    v = schedule_bubble("dualpipev", p=2 * p, f=F / 2, b=B / 2, w=W / 2) / ideal
+    assert bubble_fraction(p, m, schedule="dualpipe") == pytest.approx(dual, rel=1e-12)
+    assert bubble_fraction(p, m, schedule="dualpipe") == pytest.approx((p - 2) / (3 * m))
+    assert bubble_fraction(p, m, schedule="dualpipev") == pytest.approx(v, rel=1e-12)
+    assert bubble_fraction(p, m, schedule="dualpipev") == pytest.approx((p - 1) / (3 * m))
+
+
+def test_a_dualpipe_layout_reports_dualpipes_bubble_not_1f1bs():
+    # DeepSeek-V3's recipe (examples/deepseek-v3-2048xh800.yaml): pp 16, dp 128, batch 15,360
+    # of micro-batch 1: m = 15,360 / 128 = 120; DualPipe (16-2)/(3*120) = 3.9%, where 1F1B's
+    # (16-1)/120 = 12.5% is what the step table and the schedule picture used to print
+    from pathlib import Path
+
+    from planner.config import load_config
+    from planner.cost import estimate
+    from planner.views.pictures import schedule_picture
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "deepseek-v3-2048xh800.yaml"
+    job, lay = load_config(example)[:2]
+    assert (lay.pp, lay.pipeline_schedule, lay.num_microbatches(15360)) == (16, "dualpipe", 120)
+    tm = estimate(job, lay).time
+    assert tm.bubble_fraction == pytest.approx(14 / 360, rel=1e-12)
+    caption = schedule_picture(job, lay).caption()
+    assert caption.startswith("DualPipe, 16 stages, 120 micro-batches: bubble (pp-2)/(3m)")
+    assert "does not draw DualPipe's two-way schedule" in caption

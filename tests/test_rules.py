@@ -474,6 +474,14 @@ TRIGGERED = [
         ["(pp-1)/(vpp*m) = (4-1)/(1*14) = 21%"],
         id="bubble/m-14",
     ),
+    # DualPipe's own closed form (layout.bubble_fraction): (8-2)/(3*8) = 25%; 1F1B's (8-1)/8
+    # would be 88%
+    pytest.param(
+        "bubble-above-20pct",
+        dict(tp=8, pp=8, pipeline_schedule="dualpipe", global_batch_size=8),
+        ["(pp-2)/(3m) = (8-2)/(3*8) = 25%"],
+        id="bubble/dualpipe-m-8",
+    ),
     pytest.param(
         "zero3-with-tp-pp", dict(tp=8, zero=3), ["zero_stage 3 with tp 8 / pp 1"], id="zero3/tp-8"
     ),
@@ -636,6 +644,12 @@ CLEAN = [
     ),
     # (4-1)/(1*15) = 20% exactly: not above
     pytest.param("bubble-above-20pct", dict(tp=8, pp=4, global_batch_size=30), id="bubble/m-15"),
+    # DualPipe at m 14: (8-2)/(3*14) = 14%, where 1F1B's (8-1)/14 = 50% would fire
+    pytest.param(
+        "bubble-above-20pct",
+        dict(tp=8, pp=8, pipeline_schedule="dualpipe", global_batch_size=14),
+        id="bubble/dualpipe-m-14",
+    ),
     # (4-1)/(2*8) = 18.75%
     pytest.param(
         "bubble-above-20pct", dict(tp=8, pp=4, vpp=2, global_batch_size=16), id="bubble/vpp-2"

@@ -1247,7 +1247,7 @@ class CostModel:
             optimizer_update_s=opt[0],
             grad_clip_s=opt[1],
             step_overhead_s=opt[2],
-            bubble_fraction=bubble_fraction(p, m, v),
+            bubble_fraction=bubble_fraction(p, m, v, lay.pipeline_schedule),
             tokens_per_s=tokens / step,
             tokens_per_s_per_gpu=tokens / step / world,
             model_tflops_per_gpu=F / step / world / 1e12,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from planner.cost import cost_model
 from planner.cost.pipeline import bubble_fraction
 from planner.cost.schedule import Schedule, build_schedule
+from planner.layout import bubble_formula
 from planner.units import GiB
 
 __all__ = [
@@ -87,8 +88,9 @@ class SchedulePicture:
     p: int
     m: int
     v: int
-    bubble_formula: float  # (p-1)/(v*m), what the time model charges
+    bubble_formula: float  # the schedule's closed form (layout.bubble_fraction)
     recompute: bool
+    pipeline_schedule: str = "1f1b"  # the layout's; DualPipe is priced, not drawn
 
     @property
     def bubble_drawn(self) -> float:
@@ -102,6 +104,16 @@ class SchedulePicture:
         p, m, v = self.p, self.m, self.v
         if p == 1:
             return f"no pipeline (pp 1): {m} micro-batches back to back, no bubble"
+        if self.pipeline_schedule in ("dualpipe", "dualpipev"):
+            dual = "DualPipe" if self.pipeline_schedule == "dualpipe" else "DualPipeV"
+            formula = bubble_formula(p, m, v, self.pipeline_schedule)
+            return (
+                f"{dual}, {p} stages, {m} micro-batches: bubble {formula} = "
+                f"{_share(self.bubble_formula)} of the ideal step (DeepSeek-V3 Table 2 with "
+                "B = 2F and W = F; the time model takes F, B and W from each stage). Drawn: "
+                f"the same stage times in 1F1B order, which idles {_share(self.bubble_drawn)}; "
+                f"planner does not draw {dual}'s two-way schedule"
+            )
         formula = f"(p-1)/(v*m) = ({p}-1)/({v}*{m})" if v > 1 else f"(p-1)/m = ({p}-1)/{m}"
         text = (
             f"{self.name}, {p} stages, {m} micro-batches"
@@ -141,7 +153,13 @@ def schedule_picture(job, lay, cm=None) -> SchedulePicture:
         v=lay.vpp,
     )
     return SchedulePicture(
-        sched, lay.pp, m, lay.vpp, bubble_fraction(lay.pp, m, lay.vpp), lay.recompute != "none"
+        sched,
+        lay.pp,
+        m,
+        lay.vpp,
+        bubble_fraction(lay.pp, m, lay.vpp, lay.pipeline_schedule),
+        lay.recompute != "none",
+        lay.pipeline_schedule,
     )
 
 
