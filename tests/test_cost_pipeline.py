@@ -14,7 +14,7 @@ from planner.cost.pipeline import (
     parameter_copies,
     schedule_bubble,
 )
-from planner.cost.schedule import build_schedule
+from planner.cost.schedule import build_dualpipe_schedule, build_schedule, dualpipe_fits
 from planner.layout import bubble_fraction
 
 # a chunk: forward 1, backward 2 (input 1 + weight 1): the usual 1:2 forward:backward FLOPs
@@ -178,6 +178,76 @@ def test_a_dualpipe_layout_reports_dualpipes_bubble_not_1f1bs():
     assert (lay.pp, lay.pipeline_schedule, lay.num_microbatches(15360)) == (16, "dualpipe", 120)
     tm = estimate(job, lay).time
     assert tm.bubble_fraction == pytest.approx(14 / 360, rel=1e-12)
-    caption = schedule_picture(job, lay).caption()
-    assert caption.startswith("DualPipe, 16 stages, 120 micro-batches: bubble (pp-2)/(3m)")
-    assert "does not draw DualPipe's two-way schedule" in caption
+    pic = schedule_picture(job, lay)
+    assert pic.caption().startswith(
+        "DualPipe, 16 stages, 120 micro-batches (60 from each end): bubble (pp-2)/(3m)"
+    )
+    # the picture is DualPipe's own schedule (below), whose idle share is close to the closed
+    # form: the stages are not equal (the embedding, the loss and MTP on the outer ranks)
+    assert pic.drawn_dualpipe and "drawn in DualPipe's own order" in pic.caption()
+    assert {b.kind for b in pic.schedule.blocks} == {"F", "B", "W"}
+    assert pic.bubble_drawn == pytest.approx(14 / 360, abs=0.01)
+
+
+def test_a_dualpipev_layout_is_drawn_in_1f1b_order_and_says_so():
+    from pathlib import Path
+
+    from planner.config import load_config
+    from planner.views.pictures import schedule_picture
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "deepseek-v3-2048xh800.yaml"
+    job, lay = load_config(example)[:2]
+    pic = schedule_picture(job, lay.with_(pipeline_schedule="dualpipev", vpp=2))
+    assert not pic.drawn_dualpipe
+    assert "in 1F1B order" in pic.caption()
+    assert "planner does not draw DualPipeV's schedule" in pic.caption()
+
+
+# ------------------------------------------------------------------ DualPipe's own schedule
+
+
+@pytest.mark.parametrize("p, m", [(2, 4), (4, 8), (8, 16), (8, 20), (16, 32), (16, 120)])
+def test_dualpipes_simulated_order_idles_table_2s_bubble(p, m):
+    # deepseek-ai/DualPipe's eight steps with its held-back sends (dualpipe_order), equal
+    # stages F 1, B 2 of which W 1: the busiest rank idles exactly Table 2's
+    # (p/2-1)(F&B + B - 3W) with F&B = F + B, (p/2-1) * 2 seconds
+    sched = build_dualpipe_schedule(forward=[F] * p, backward=[B] * p, weight=[W] * p, m=m)
+    assert sched.ideal == pytest.approx(m * (F + B))
+    assert sched.makespan - sched.ideal == pytest.approx(
+        schedule_bubble("dualpipe", p=p, f=F, b=B, w=W), abs=1e-9
+    )
+
+
+def test_dualpipes_simulated_order_runs_every_micro_batch_once_each_way():
+    # m/2 micro-batches enter at each end; each passes every stage once forward and once
+    # backward, in dependency order, and each zero-bubble backward's W comes after it
+    p, m = 8, 20
+    sched = build_dualpipe_schedule(forward=[F] * p, backward=[B] * p, weight=[W] * p, m=m)
+    at = {}
+    for b in sched.blocks:
+        stage = b.rank if b.chunk == 0 else p - 1 - b.rank
+        if b.kind in "FB":
+            assert (b.kind, b.chunk, b.micro_batch, stage) not in at
+            at[(b.kind, b.chunk, b.micro_batch, stage)] = b
+    assert len(at) == 2 * 2 * (m // 2) * p
+    for (kind, d, mb, s), b in at.items():
+        if kind == "F" and s > 0:
+            assert b.start >= at[("F", d, mb, s - 1)].end
+        if kind == "B":
+            before = at[("B", d, mb, s + 1)] if s < p - 1 else at[("F", d, mb, s)]
+            assert b.start >= before.end
+    for r in range(p):
+        row = sched.rank_blocks(r)
+        assert all(x.end <= y.start + 1e-12 for x, y in zip(row, row[1:]))  # one at a time
+        assert sum(b.end - b.start for b in row) == pytest.approx(m * (F + B))
+
+
+@pytest.mark.parametrize(
+    "p, m, why",
+    [(3, 8, "even pp"), (4, 6, "at least 2*pp = 8"), (4, 9, "even number of micro-batches")],
+)
+def test_dualpipe_refuses_what_its_step_asserts(p, m, why):
+    # DualPipe.step: assert num_ranks % 2 == 0; num_chunks % 2 == 0 and >= num_ranks * 2
+    assert why in dualpipe_fits(p, m)
+    with pytest.raises(ValueError, match="DualPipe needs"):
+        build_dualpipe_schedule(forward=[F] * p, backward=[B] * p, weight=[W] * p, m=m)

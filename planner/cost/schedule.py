@@ -16,13 +16,28 @@ picture can show it and a test can check that its idle time is the formula's:
 
 Chunk c of rank r holds the model's virtual stage c*p + r (Megatron's interleaving), so a
 forward leaves the last rank's chunk c for the first rank's chunk c + 1.
+
+DualPipe (`build_dualpipe_schedule`) is simulated from deepseek-ai/DualPipe's own order
+(`DualPipe.step`'s eight steps, `dualpipe_order`): m/2 micro-batches enter at each end, each
+rank holds stage r of one direction and stage p - 1 - r of the other, zero-bubble backwards
+leave their weight gradients to later W blocks, and the outputs the code sends only after a
+later chunk has run become available then. With equal stages (F 1, B 2, W 1) its busiest rank
+idles exactly the report's (p/2 - 1)(F&B + B - 3W) (arXiv:2412.19437 Table 2; tested).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Block", "Schedule", "rank_order", "build_schedule"]
+__all__ = [
+    "Block",
+    "Schedule",
+    "rank_order",
+    "build_schedule",
+    "dualpipe_order",
+    "dualpipe_fits",
+    "build_dualpipe_schedule",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +45,11 @@ class Block:
     """One forward or backward of one micro-batch through one virtual stage of one rank."""
 
     rank: int
-    kind: str  # "F" forward, "B" backward (its recompute, if any, runs first)
+    kind: str  # "F" forward, "B" backward (its recompute, if any, runs first), "W" a
+    # deferred weight gradient (DualPipe's zero-bubble split: its "B" then computes the
+    # input gradient only)
     micro_batch: int
-    chunk: int  # virtual stage on this rank, 0..v-1
+    chunk: int  # virtual stage on this rank, 0..v-1 (DualPipe: the direction, 0 or 1)
     start: float
     end: float
     recompute: float = 0.0  # seconds at the start of a backward block spent recomputing
@@ -165,3 +182,157 @@ def build_schedule(
         if not progressed:  # cannot happen for the orders above; guards a future edit
             raise RuntimeError(f"pipeline schedule p={p} m={m} v={v} deadlocks")
     return Schedule(p, m, v, tuple(blocks))
+
+
+# ----------------------------------------------------------------------------- DualPipe
+
+
+def dualpipe_fits(p: int, m: int) -> str | None:
+    """Why DualPipe cannot run p ranks and m micro-batches, or None: deepseek-ai/DualPipe
+    `DualPipe.step` asserts an even number of ranks and `num_chunks % 2 == 0 and
+    num_chunks >= num_ranks * 2`."""
+    if p < 2 or p % 2:
+        return f"DualPipe needs an even pp of 2 or more (pp {p})"
+    if m % 2 or m < 2 * p:
+        return f"DualPipe needs an even number of micro-batches of at least 2*pp = {2 * p} (m {m})"
+    return None
+
+
+def dualpipe_order(p: int, m: int, rank: int) -> list[tuple]:
+    """The operations rank `rank` of `p` runs in one DualPipe step of m micro-batches, m/2
+    fed from each end: the eight steps of deepseek-ai/DualPipe `DualPipe.step` (h = p/2,
+    k = min(rank, p - 1 - rank), n = m/2):
+        1  nF0       2(h - k - 1) x  F0
+        2  nF0F1     (k + 1)      x  F0 F1
+        3  nB1W1F1   (h - k - 1)  x  B1(zb) W F1
+        4  nF0B1F1B0 (n - p + k + 1) x [F0 B1] [F1 B0]   (a forward and a backward in one
+                                                          overlapped operation)
+        5  nB1F1B0   (h - k - 1)  x  B1 [F1 B0]
+        6  nB1B0     (k + 1)      x  B1 B0 (zero-bubble from the middle iteration on)
+        7  nWB0      (h - k - 1)  x  W B0(zb)
+        8  nW        (k + 1)      x  W
+    Each item is ("C", ((kind, phase, zero_bubble, sent), ...)) for one compute operation
+    (`sent`: its output goes out when the operation ends), ("S", kind, phase) for a send the
+    code makes later (step 2 holds a forward's output back until the next forward of the
+    other phase has run; the middle ranks' first step-4 iteration runs F0 and B1 apart and
+    sends after both), or ("W",) for a weight gradient. Phase 0 is the forward direction
+    (rank 0 towards rank p - 1) on the first half of the ranks and the reverse direction on
+    the second half; a zero-bubble backward computes the input gradient and queues its weight
+    gradient, which the next W runs (first in, first out)."""
+    h, k, n = p // 2, min(rank, p - 1 - rank), m // 2
+    middle = k == h - 1
+    out: list[tuple] = []
+    out += [("C", (("F", 0, False, True),))] * (2 * (h - k - 1))
+    for i in range(k + 1):
+        out.append(("C", (("F", 0, False, middle),)))
+        out.append(("C", (("F", 1, False, not middle or i < k),)))
+        if not middle:
+            out.append(("S", "F", 0))
+    out += [("C", (("B", 1, True, True),)), ("W",), ("C", (("F", 1, False, True),))] * (h - k - 1)
+    both = ("C", (("F", 1, False, True), ("B", 0, False, True)))
+    for i in range(n - p + k + 1):
+        if i == 0 and middle:
+            out += [("C", (("F", 0, False, False),)), ("S", "F", 1)]
+            out += [("C", (("B", 1, False, False),)), ("S", "F", 0), ("S", "B", 1)]
+        else:
+            out.append(("C", (("F", 0, False, True), ("B", 1, False, True))))
+        out.append(both)
+    out += [("C", (("B", 1, False, True),)), both] * (h - k - 1)
+    zb = False
+    for i in range(k + 1):
+        if i == (k + 1) // 2 and k % 2 == 1:
+            zb = True
+        out.append(("C", (("B", 1, zb, True),)))
+        if i == (k + 1) // 2 and k % 2 == 0:
+            zb = True
+        out.append(("C", (("B", 0, zb, True),)))
+    out += [("W",), ("C", (("B", 0, True, True),))] * (h - k - 1)
+    out += [("W",)] * (k + 1)
+    return out
+
+
+def build_dualpipe_schedule(
+    *,
+    forward: list[float],
+    backward: list[float],
+    weight: list[float],
+    m: int,
+    recompute: list[float] | None = None,
+) -> Schedule:
+    """Simulate one DualPipe step (`dualpipe_order`): `forward[r]`, `backward[r]` are rank
+    r's seconds per micro-batch (backward including `recompute[r]`), `weight[r]` the
+    weight-gradient part of its backward, which a zero-bubble backward leaves to a later W
+    block. Rank r holds stage r of the forward direction (direction 0: rank 0 to p - 1) and
+    stage p - 1 - r of the reverse one; a forward waits for the previous stage's forward of
+    the same micro-batch and direction, a backward for the next stage's backward (the last
+    stage's for its own forward: the loss), transfers free, as `build_schedule`. A block's
+    `chunk` is its direction."""
+    p = len(forward)
+    why = dualpipe_fits(p, m)
+    if why is not None or len(backward) != p or len(weight) != p:
+        raise ValueError(why or "build_dualpipe_schedule needs one time per rank")
+    rec = recompute or [0.0] * p
+    orders = [dualpipe_order(p, m, r) for r in range(p)]
+    # (kind, direction, micro-batch, stage) -> when the next stage can have it; and when it
+    # ended on its own rank (the last stage's backward waits for its own forward: the loss)
+    sent: dict[tuple[str, int, int, int], float] = {}
+    ended: dict[tuple[str, int, int, int], float] = {}
+    counts = [{(k, d): 0 for k in "FB" for d in (0, 1)} for _ in range(p)]
+    held: list[dict[tuple[str, int], list]] = [{} for _ in range(p)]  # outputs sent later
+    queued: list[list[tuple[int, int]]] = [[] for _ in range(p)]  # zero-bubble weight grads
+    free = [0.0] * p
+    pos = [0] * p
+    blocks: list[Block] = []
+    remaining = sum(len(o) for o in orders)
+
+    def key(r: int, kind: str, d: int) -> tuple[str, int, int, int]:
+        s = r if d == 0 else p - 1 - r  # rank r's stage in direction d
+        return (kind, d, counts[r][(kind, d)], s)
+
+    def needs(kind: str, d: int, mb: int, s: int) -> tuple[dict, tuple] | None:
+        if kind == "F":
+            return (sent, ("F", d, mb, s - 1)) if s > 0 else None
+        return (sent, ("B", d, mb, s + 1)) if s < p - 1 else (ended, ("F", d, mb, s))
+
+    while remaining:
+        progressed = False
+        for r in range(p):
+            second = int(r >= p // 2)
+            while pos[r] < len(orders[r]):
+                op = orders[r][pos[r]]
+                if op[0] == "S":  # a held-back output goes out as the rank moves on
+                    _, kind, phase = op
+                    sent[held[r][(kind, phase ^ second)].pop(0)] = free[r]
+                elif op[0] == "W":
+                    d, mb = queued[r].pop(0)
+                    blocks.append(Block(r, "W", mb, d, free[r], free[r] + weight[r]))
+                    free[r] += weight[r]
+                else:
+                    comps = [(kind, phase ^ second, zb, out) for kind, phase, zb, out in op[1]]
+                    keys = [key(r, kind, d) for kind, d, _, _ in comps]
+                    deps = [needs(*k) for k in keys]
+                    if any(dep is not None and dep[1] not in dep[0] for dep in deps):
+                        break
+                    t = max([free[r]] + [dep[0][dep[1]] for dep in deps if dep is not None])
+                    for (kind, d, zb, _), k in zip(comps, keys):
+                        dur = forward[r] if kind == "F" else backward[r] - weight[r] * zb
+                        blocks.append(
+                            Block(r, kind, k[2], d, t, t + dur, rec[r] if kind == "B" else 0.0)
+                        )
+                        t += dur
+                        ended[k] = t
+                        counts[r][(kind, d)] += 1
+                        if zb:
+                            queued[r].append((d, k[2]))
+                    for (kind, d, _, out), k in zip(comps, keys):
+                        if out:
+                            sent[k] = t
+                        else:
+                            held[r].setdefault((kind, d), []).append(k)
+                    free[r] = t
+                pos[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:  # cannot happen for DualPipe's order; guards a future edit
+            raise RuntimeError(f"DualPipe schedule p={p} m={m} deadlocks")
+    return Schedule(p, m, 1, tuple(blocks))

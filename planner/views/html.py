@@ -84,7 +84,7 @@ def svg_schedule(pic: pics.SchedulePicture) -> str:
         for b in sched.blocks:
             y = 10 + b.rank * (row_h + gap)
             x, w = LABEL + b.start * k, (b.end - b.start) * k
-            what = "forward" if b.kind == "F" else "backward"
+            what = {"F": "forward", "B": "backward", "W": "weight gradient"}[b.kind]
             tip = (
                 f"{what} mb {b.micro_batch + 1}"
                 + (f" stage {b.chunk * pic.p + b.rank}" if pic.v > 1 else "")
@@ -127,8 +127,7 @@ def svg_schedule(pic: pics.SchedulePicture) -> str:
     y_axis = 10 + pic.p * (row_h + gap) + 12
     body.append(_text(LABEL, y_axis, "0 s"))
     body.append(_text(LABEL + inner, y_axis, f"{sched.makespan:.2f} s", "end"))
-    items = [("F", "forward"), ("B", "backward")] + ([("R", "recompute")] if pic.recompute else [])
-    body += _legend(items + [("idle", "idle (bubble)")], y_axis + 22)
+    body += _legend(pic.legend, y_axis + 22)
     return _svg(W, y_axis + 32, body, "pipeline schedule")
 
 

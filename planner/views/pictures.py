@@ -14,7 +14,12 @@ from dataclasses import dataclass
 
 from planner.cost import cost_model
 from planner.cost.pipeline import bubble_fraction
-from planner.cost.schedule import Schedule, build_schedule
+from planner.cost.schedule import (
+    Schedule,
+    build_dualpipe_schedule,
+    build_schedule,
+    dualpipe_fits,
+)
 from planner.layout import bubble_formula
 from planner.units import GiB
 
@@ -48,6 +53,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "F": ("#3b7dd8", "F"),  # forward (colours used by no other picture)
     "B": ("#3aa35b", "B"),  # backward
     "R": ("#f2c14e", "r"),  # recompute (the start of a backward)
+    "W": ("#8cd17d", "W"),  # a deferred weight gradient (DualPipe's zero-bubble backwards)
     "idle": ("#e8e8e8", "·"),  # pipeline bubble
     "weights": ("#4c78a8", "W"),
     "gradients": ("#f28e2b", "G"),
@@ -98,7 +104,42 @@ class SchedulePicture:
 
     @property
     def name(self) -> str:
+        if self.drawn_dualpipe:
+            return "DualPipe"
         return "interleaved 1F1B" if self.v > 1 else "1F1B"
+
+    @property
+    def drawn_dualpipe(self) -> bool:
+        """The blocks are DualPipe's own schedule (cost.schedule.build_dualpipe_schedule)."""
+        return any(b.kind == "W" for b in self.schedule.blocks) or (
+            self.pipeline_schedule == "dualpipe" and self.p > 1 and self.why_not_drawn is None
+        )
+
+    @property
+    def why_not_drawn(self) -> str | None:
+        """Why a DualPipe or DualPipeV layout is drawn in 1F1B order, or None."""
+        if self.pipeline_schedule == "dualpipev":
+            return "planner does not draw DualPipeV's schedule"
+        if self.pipeline_schedule == "dualpipe":
+            return dualpipe_fits(self.p, self.m)
+        return None
+
+    @property
+    def legend(self) -> list[tuple[str, str]]:
+        """(kind, words) of what the rows show, idle last."""
+        items = [("F", "forward"), ("B", "backward")]
+        items += [("R", "recompute")] if self.recompute else []
+        if self.drawn_dualpipe:
+            items[1] = ("B", "backward (its input gradient, where a W follows)")
+            items.append(("W", "weight gradient left for later (zero bubble)"))
+        return items + [("idle", "idle (bubble)")]
+
+    @property
+    def odd_note(self) -> str | None:
+        """What the lower-case blocks are, or None."""
+        if self.drawn_dualpipe:
+            return "f b w the micro-batches fed from the last rank (the reverse direction)"
+        return "f b the odd virtual stages" if self.v > 1 else None
 
     def caption(self) -> str:
         p, m, v = self.p, self.m, self.v
@@ -107,12 +148,20 @@ class SchedulePicture:
         if self.pipeline_schedule in ("dualpipe", "dualpipev"):
             dual = "DualPipe" if self.pipeline_schedule == "dualpipe" else "DualPipeV"
             formula = bubble_formula(p, m, v, self.pipeline_schedule)
+            head = (
+                f"{dual}, {p} stages, {m} micro-batches ({m // 2} from each end): bubble "
+                f"{formula} = {_share(self.bubble_formula)} of the ideal step (DeepSeek-V3 "
+                "Table 2 with B = 2F and W = F; the time model takes F, B and W from each "
+                "stage)"
+            )
+            if self.drawn_dualpipe:
+                return (
+                    head + f"; drawn in DualPipe's own order (deepseek-ai/DualPipe), which "
+                    f"idles {_share(self.bubble_drawn)}"
+                )
             return (
-                f"{dual}, {p} stages, {m} micro-batches: bubble {formula} = "
-                f"{_share(self.bubble_formula)} of the ideal step (DeepSeek-V3 Table 2 with "
-                "B = 2F and W = F; the time model takes F, B and W from each stage). Drawn: "
-                f"the same stage times in 1F1B order, which idles {_share(self.bubble_drawn)}; "
-                f"planner does not draw {dual}'s two-way schedule"
+                head + f". Drawn: the same stage times in 1F1B order, which idles "
+                f"{_share(self.bubble_drawn)} ({self.why_not_drawn})"
             )
         formula = f"(p-1)/(v*m) = ({p}-1)/({v}*{m})" if v > 1 else f"(p-1)/m = ({p}-1)/{m}"
         text = (
@@ -145,13 +194,19 @@ def schedule_picture(job, lay, cm=None) -> SchedulePicture:
     cm = cm or cost_model(job)
     stages = cm.stage_times(lay)
     m = max(1, lay.num_microbatches(job.training.global_batch_size))
-    sched = build_schedule(
+    times = dict(
         forward=[f for f, _, _ in stages],
         backward=[b for _, b, _ in stages],
         recompute=[r for _, _, r in stages],
         m=m,
-        v=lay.vpp,
     )
+    if lay.pipeline_schedule == "dualpipe" and lay.pp > 1 and dualpipe_fits(lay.pp, m) is None:
+        # W: half the backward without its recompute (the weight-gradient GEMMs match the
+        # input-gradient ones), as the time model's DualPipe bubble takes it
+        weight = [(b - r) / 2 for _, b, r in stages]
+        sched = build_dualpipe_schedule(weight=weight, **times)
+    else:
+        sched = build_schedule(v=lay.vpp, **times)
     return SchedulePicture(
         sched,
         lay.pp,

@@ -838,11 +838,9 @@ def schedule_view(pic) -> Group:
         lines.append(Text(" " * label_w + axis, style="dim"))
         return lines
 
-    legend = [("F", "forward"), ("B", "backward")] + ([("R", "recompute")] if pic.recompute else [])
-    legend.append(("idle", "idle (bubble)"))
-    key = _legend(legend)
-    if pic.v > 1:
-        key.append("f b the odd virtual stages")
+    key = _legend(pic.legend)
+    if pic.odd_note:
+        key.append(pic.odd_note)
     return Group(
         head,
         _Drawn(draw),
