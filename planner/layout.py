@@ -36,6 +36,7 @@ __all__ = [
     "AUTO_FIELDS",
     "bubble_fraction",
     "bubble_formula",
+    "dualpipe_fits",
     "LAYOUT_FIELDS",
     "layout_key_for",
 ]
@@ -581,6 +582,17 @@ def bubble_fraction(p: int, m: int, v: int = 1, schedule: str = "1f1b") -> float
     if schedule == "dualpipev":
         return (p - 1) / (3 * max(m, 1))
     return (p - 1) / (v * max(m, 1))
+
+
+def dualpipe_fits(p: int, m: int) -> str | None:
+    """Why DualPipe cannot run p ranks and m micro-batches, or None: deepseek-ai/DualPipe
+    `DualPipe.step` asserts an even number of ranks and `num_chunks % 2 == 0 and
+    num_chunks >= num_ranks * 2`."""
+    if p < 2 or p % 2:
+        return f"DualPipe needs an even pp of 2 or more (pp {p})"
+    if m % 2 or m < 2 * p:
+        return f"DualPipe needs an even number of micro-batches of at least 2*pp = {2 * p} (m {m})"
+    return None
 
 
 def bubble_formula(p: int, m: int, v: int = 1, schedule: str = "1f1b") -> str:

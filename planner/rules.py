@@ -14,7 +14,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from planner.errors import Violation
-from planner.layout import Layout, bubble_formula, bubble_fraction, stage_layer_counts
+from planner.layout import (
+    Layout,
+    bubble_formula,
+    bubble_fraction,
+    dualpipe_fits,
+    stage_layer_counts,
+)
 from planner.specs import HardwareSpec, ModelSpec, TrainingSpec
 from planner.units import GiB, divisors
 
@@ -353,6 +359,21 @@ def vpp_needs_microbatches(c: Context) -> str | None:
             f"({lay.pp}); raise global_batch_size or lower micro_batch_size, or set vpp 1"
         )
     return None
+
+
+def dualpipe_shape(c: Context) -> str | None:
+    """deepseek-ai/DualPipe `DualPipe.step` asserts an even number of pipeline ranks and an
+    even number of micro-batches of at least twice that (m/2 enter at each end)."""
+    lay = c.layout
+    if lay.pipeline_schedule != "dualpipe" or lay.pp <= 1 or c.m <= 0:
+        return None
+    why = dualpipe_fits(lay.pp, c.m)
+    if why is None:
+        return None
+    return (
+        f"pipeline_schedule dualpipe: {why}; use an even pp and raise global_batch_size or "
+        "lower micro_batch_size or dp to an even m >= 2*pp, or use 1f1b"
+    )
 
 
 def seq_divisible_by_cp(c: Context) -> str | None:
@@ -769,6 +790,7 @@ RULES: list[tuple[str, Rule]] = [
     ("vpp-needs-pp", vpp_needs_pp),
     ("batch-divisible", batch_divisible),
     ("vpp-needs-microbatches", vpp_needs_microbatches),
+    ("dualpipe-shape", dualpipe_shape),
     ("seq-divisible-by-cp", seq_divisible_by_cp),
     ("seq-divisible-by-tp", seq_divisible_by_tp),
     ("overlap-flags", overlap_flags),

@@ -14,8 +14,8 @@ from planner.cost.pipeline import (
     parameter_copies,
     schedule_bubble,
 )
-from planner.cost.schedule import build_dualpipe_schedule, build_schedule, dualpipe_fits
-from planner.layout import bubble_fraction
+from planner.cost.schedule import build_dualpipe_schedule, build_schedule
+from planner.layout import bubble_fraction, dualpipe_fits
 
 # a chunk: forward 1, backward 2 (input 1 + weight 1): the usual 1:2 forward:backward FLOPs
 F, B, W = 1.0, 2.0, 1.0

@@ -467,6 +467,14 @@ TRIGGERED = [
         ["num_microbatches (15) < 4*pp (16)"],
         id="m/15-for-pp4",
     ),
+    # deepseek-ai/DualPipe DualPipe.step: num_chunks % 2 == 0 and num_chunks >= num_ranks * 2;
+    # pp 8 at dp 1 with a batch of 14: m = 14 < 16
+    pytest.param(
+        "dualpipe-shape",
+        dict(tp=8, pp=8, pipeline_schedule="dualpipe", global_batch_size=14),
+        ["pipeline_schedule dualpipe", "at least 2*pp = 16 (m 14)"],
+        id="dualpipe/m-14-on-pp-8",
+    ),
     # (4-1)/(1*14) = 21.4%
     pytest.param(
         "bubble-above-20pct",
@@ -644,6 +652,13 @@ CLEAN = [
     ),
     # (4-1)/(1*15) = 20% exactly: not above
     pytest.param("bubble-above-20pct", dict(tp=8, pp=4, global_batch_size=30), id="bubble/m-15"),
+    # m = 16 = 2*pp, even: what DualPipe.step accepts; a 1f1b layout is not its business
+    pytest.param(
+        "dualpipe-shape",
+        dict(tp=8, pp=8, pipeline_schedule="dualpipe", global_batch_size=16),
+        id="dualpipe/m-16-on-pp-8",
+    ),
+    pytest.param("dualpipe-shape", dict(tp=8, pp=8, global_batch_size=14), id="dualpipe/1f1b"),
     # DualPipe at m 14: (8-2)/(3*14) = 14%, where 1F1B's (8-1)/14 = 50% would fire
     pytest.param(
         "bubble-above-20pct",

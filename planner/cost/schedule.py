@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.layout import dualpipe_fits
+
 __all__ = [
     "Block",
     "Schedule",
@@ -185,17 +187,6 @@ def build_schedule(
 
 
 # ----------------------------------------------------------------------------- DualPipe
-
-
-def dualpipe_fits(p: int, m: int) -> str | None:
-    """Why DualPipe cannot run p ranks and m micro-batches, or None: deepseek-ai/DualPipe
-    `DualPipe.step` asserts an even number of ranks and `num_chunks % 2 == 0 and
-    num_chunks >= num_ranks * 2`."""
-    if p < 2 or p % 2:
-        return f"DualPipe needs an even pp of 2 or more (pp {p})"
-    if m % 2 or m < 2 * p:
-        return f"DualPipe needs an even number of micro-batches of at least 2*pp = {2 * p} (m {m})"
-    return None
 
 
 def dualpipe_order(p: int, m: int, rank: int) -> list[tuple]:

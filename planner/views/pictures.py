@@ -14,13 +14,8 @@ from dataclasses import dataclass
 
 from planner.cost import cost_model
 from planner.cost.pipeline import bubble_fraction
-from planner.cost.schedule import (
-    Schedule,
-    build_dualpipe_schedule,
-    build_schedule,
-    dualpipe_fits,
-)
-from planner.layout import bubble_formula
+from planner.cost.schedule import Schedule, build_dualpipe_schedule, build_schedule
+from planner.layout import bubble_formula, dualpipe_fits
 from planner.units import GiB
 
 __all__ = [
