@@ -699,8 +699,7 @@ def microbatches_4p(c: Context) -> str | None:
         return (
             f"num_microbatches ({m}) < 4*pp ({4 * p}): pipeline bubble "
             f"{bubble_fraction(p, m, c.layout.vpp, c.layout.pipeline_schedule):.0%}; raise "
-            "global_batch_size, lower "
-            "micro_batch_size or dp, or use vpp"
+            "global_batch_size, lower micro_batch_size or dp, or use vpp"
         )
     return None
 

@@ -91,7 +91,7 @@ class SchedulePicture:
     v: int
     bubble_formula: float  # the schedule's closed form (layout.bubble_fraction)
     recompute: bool
-    pipeline_schedule: str = "1f1b"  # the layout's; DualPipe is priced, not drawn
+    pipeline_schedule: str = "1f1b"  # the layout's (DualPipe drawn in its own order)
 
     @property
     def bubble_drawn(self) -> float:
@@ -106,9 +106,7 @@ class SchedulePicture:
     @property
     def drawn_dualpipe(self) -> bool:
         """The blocks are DualPipe's own schedule (cost.schedule.build_dualpipe_schedule)."""
-        return any(b.kind == "W" for b in self.schedule.blocks) or (
-            self.pipeline_schedule == "dualpipe" and self.p > 1 and self.why_not_drawn is None
-        )
+        return self.pipeline_schedule == "dualpipe" and self.p > 1 and self.why_not_drawn is None
 
     @property
     def why_not_drawn(self) -> str | None:
@@ -143,11 +141,11 @@ class SchedulePicture:
         if self.pipeline_schedule in ("dualpipe", "dualpipev"):
             dual = "DualPipe" if self.pipeline_schedule == "dualpipe" else "DualPipeV"
             formula = bubble_formula(p, m, v, self.pipeline_schedule)
+            ends = f" ({m // 2} from each end)" if dual == "DualPipe" else ""
             head = (
-                f"{dual}, {p} stages, {m} micro-batches ({m // 2} from each end): bubble "
-                f"{formula} = {_share(self.bubble_formula)} of the ideal step (DeepSeek-V3 "
-                "Table 2 with B = 2F and W = F; the time model takes F, B and W from each "
-                "stage)"
+                f"{dual}, {p} stages, {m} micro-batches{ends}: bubble {formula} = "
+                f"{_share(self.bubble_formula)} of the ideal step (DeepSeek-V3 Table 2 with "
+                "B = 2F and W = F; the time model takes F, B and W from each stage)"
             )
             if self.drawn_dualpipe:
                 return (
