@@ -28,6 +28,7 @@ idles exactly the report's (p/2 - 1)(F&B + B - 3W) (arXiv:2412.19437 Table 2; te
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from planner.layout import dualpipe_fits
 
@@ -188,8 +189,12 @@ def build_schedule(
 
 # ----------------------------------------------------------------------------- DualPipe
 
+DualPipeOp = tuple[Any, ...]
+"""One item of `dualpipe_order`: ("C", comps), ("S", kind, phase) or ("W",)."""
+_Key = tuple[str, int, int, int]  # (kind, direction, micro-batch, stage)
 
-def dualpipe_order(p: int, m: int, rank: int) -> list[tuple]:
+
+def dualpipe_order(p: int, m: int, rank: int) -> list[DualPipeOp]:
     """The operations rank `rank` of `p` runs in one DualPipe step of m micro-batches, m/2
     fed from each end: the eight steps of deepseek-ai/DualPipe `DualPipe.step` (h = p/2,
     k = min(rank, p - 1 - rank), n = m/2):
@@ -212,7 +217,7 @@ def dualpipe_order(p: int, m: int, rank: int) -> list[tuple]:
     gradient, which the next W runs (first in, first out)."""
     h, k, n = p // 2, min(rank, p - 1 - rank), m // 2
     middle = k == h - 1
-    out: list[tuple] = []
+    out: list[DualPipeOp] = []
     out += [("C", (("F", 0, False, True),))] * (2 * (h - k - 1))
     for i in range(k + 1):
         out.append(("C", (("F", 0, False, middle),)))
@@ -266,21 +271,21 @@ def build_dualpipe_schedule(
     orders = [dualpipe_order(p, m, r) for r in range(p)]
     # (kind, direction, micro-batch, stage) -> when the next stage can have it; and when it
     # ended on its own rank (the last stage's backward waits for its own forward: the loss)
-    sent: dict[tuple[str, int, int, int], float] = {}
-    ended: dict[tuple[str, int, int, int], float] = {}
+    sent: dict[_Key, float] = {}
+    ended: dict[_Key, float] = {}
     counts = [{(k, d): 0 for k in "FB" for d in (0, 1)} for _ in range(p)]
-    held: list[dict[tuple[str, int], list]] = [{} for _ in range(p)]  # outputs sent later
+    held: list[dict[tuple[str, int], list[_Key]]] = [{} for _ in range(p)]  # sent later
     queued: list[list[tuple[int, int]]] = [[] for _ in range(p)]  # zero-bubble weight grads
     free = [0.0] * p
     pos = [0] * p
     blocks: list[Block] = []
     remaining = sum(len(o) for o in orders)
 
-    def key(r: int, kind: str, d: int) -> tuple[str, int, int, int]:
+    def key(r: int, kind: str, d: int) -> _Key:
         s = r if d == 0 else p - 1 - r  # rank r's stage in direction d
         return (kind, d, counts[r][(kind, d)], s)
 
-    def needs(kind: str, d: int, mb: int, s: int) -> tuple[dict, tuple] | None:
+    def needs(kind: str, d: int, mb: int, s: int) -> tuple[dict[_Key, float], _Key] | None:
         if kind == "F":
             return (sent, ("F", d, mb, s - 1)) if s > 0 else None
         return (sent, ("B", d, mb, s + 1)) if s < p - 1 else (ended, ("F", d, mb, s))
