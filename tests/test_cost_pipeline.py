@@ -199,7 +199,7 @@ def test_a_dualpipev_layout_is_drawn_in_1f1b_order_and_says_so():
     job, lay = load_config(example)[:2]
     pic = schedule_picture(job, lay.with_(pipeline_schedule="dualpipev", vpp=2))
     assert not pic.drawn_dualpipe
-    assert "in 1F1B order" in pic.caption()
+    assert "in interleaved 1F1B order" in pic.caption()  # vpp 2: the two chunks a rank
     assert "planner does not draw DualPipeV's schedule" in pic.caption()
 
 

@@ -153,7 +153,7 @@ class SchedulePicture:
                     f"idles {_share(self.bubble_drawn)}"
                 )
             return (
-                head + f". Drawn: the same stage times in 1F1B order, which idles "
+                head + f". Drawn: the same stage times in {self.name} order, which idles "
                 f"{_share(self.bubble_drawn)} ({self.why_not_drawn})"
             )
         formula = f"(p-1)/(v*m) = ({p}-1)/({v}*{m})" if v > 1 else f"(p-1)/m = ({p}-1)/{m}"
