@@ -124,3 +124,22 @@ def test_every_example_renders(tmp_path, example):
     r = _invoke("validate", str(EXAMPLES / example), "--html", str(out))
     assert r.exit_code == 0, r.output
     _self_contained(out.read_text(encoding="utf-8"))
+
+
+def test_a_small_dualpipe_schedule_is_drawn_block_by_block_with_its_weight_gradients():
+    # the 70B example on pp 4 with DualPipe: m = 16 micro-batches (8 from each end), each
+    # passing each rank once forward and once backward; DualPipe.step's zero-bubble
+    # backwards leave W blocks: (h - k - 1) in step 3, (h - k - 1) in step 7 and k + 1 in
+    # step 8, 2h - k - 1 on a rank (h = pp/2, k its distance from the nearer end): 3 on ranks
+    # 0 and 3, 2 on ranks 1 and 2 (dualpipe_order)
+    from planner.views.html import svg_schedule
+
+    job, lay = load_config(EXAMPLE_70B)
+    lay = lay.with_(pipeline_schedule="dualpipe")
+    assert (lay.pp, lay.num_microbatches(job.training.global_batch_size)) == (4, 16)
+    pic = schedule_picture(job, lay)
+    assert pic.drawn_dualpipe
+    svg = svg_schedule(pic)
+    assert svg.count('data-kind="F"') == 4 * 16 and svg.count('data-kind="B"') == 4 * 16
+    assert svg.count('data-kind="W"') == 3 + 2 + 2 + 3
+    assert "weight gradient mb" in svg and "weight gradient left for later" in svg
