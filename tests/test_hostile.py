@@ -25,10 +25,11 @@ from planner.io import MAX_DEPTH, MAX_FILE_BYTES
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "limited_worker.py"
 GIB = 2**30
-# CPU seconds per example, with the worker's imports already done (wall-clock time grows with
-# machine load, CPU time barely: tests/work_budget.py). Idle, every example but one costs at
-# most 0.6 s (20,000 unknown flags); a bomb or a deep file that were expanded, or a did-you-mean
-# per unknown key or flag, would cost minutes.
+# CPU seconds per example, with every planner module imported before the first one
+# (tests/limited_worker.py; wall-clock time grows with machine load, CPU time barely:
+# tests/work_budget.py). Idle on the 2-core machine of 2026-12, every example but one costs at
+# most 0.6 s and 20,000 unknown flags about 0.9 s; a bomb or a deep file that were expanded,
+# or a did-you-mean per unknown key or flag, would cost minutes.
 CPU_SECONDS = 2.0
 # the 150,000-key ds_config costs 1.3 s idle (reading, then one warning that counts the keys);
 # a pass per key over the others, or a suggestion per key, would cost far more than this
