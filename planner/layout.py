@@ -601,6 +601,4 @@ def bubble_formula(p: int, m: int, v: int = 1, schedule: str = "1f1b") -> str:
         return f"(pp-2)/(3m) = ({p}-2)/(3*{m})"
     if schedule == "dualpipev":
         return f"(pp-1)/(3m) = ({p}-1)/(3*{m})"
-    if v > 1:
-        return f"(pp-1)/(vpp*m) = ({p}-1)/({v}*{m})"
-    return f"(pp-1)/m = ({p}-1)/{m}"
+    return f"(pp-1)/(vpp*m) = ({p}-1)/({v}*{m})"

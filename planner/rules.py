@@ -708,11 +708,7 @@ def bubble_above_20(c: Context) -> str | None:
     lay = c.layout
     bub = bubble_fraction(lay.pp, c.m, lay.vpp, lay.pipeline_schedule)
     if bub > 0.20 and c.m > 0:
-        form = (
-            bubble_formula(lay.pp, c.m, lay.vpp, lay.pipeline_schedule)
-            if lay.pipeline_schedule in ("dualpipe", "dualpipev")
-            else f"(pp-1)/(vpp*m) = ({lay.pp}-1)/({lay.vpp}*{c.m})"
-        )
+        form = bubble_formula(lay.pp, c.m, lay.vpp, lay.pipeline_schedule)
         return (
             f"pipeline bubble {form} = {bub:.0%} > 20%; more micro-batches or virtual "
             "stages shrink it"

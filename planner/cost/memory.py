@@ -468,15 +468,21 @@ def mtp_extra_bytes(
 
 
 def recompute_working_set(
-    shape: ModelShape, *, moe: bool, modules: tuple[str, ...], **kw: Any
+    shape: ModelShape,
+    *,
+    moe: bool,
+    modules: tuple[str, ...],
+    whole: float | None = None,
+    **kw: Any,
 ) -> float:
     """Bytes a selective recompute regenerates at once in a layer's backward: the most any
-    one of its modules regenerates, layer_activation_bytes without recompute less with that
-    module alone (each checkpointed module reruns when the backward reaches it and its
-    outputs are freed by its own backward, before the next module's rerun). On a rank
-    without the loss the first backward reruns it on top of everything the rank holds;
-    `kw` are layer_activation_bytes' keywords."""
-    whole = layer_activation_bytes(shape, moe=moe, recompute="none", **kw)
+    one of its modules regenerates, layer_activation_bytes without recompute (`whole`, when
+    the caller has it) less with that module alone (each checkpointed module reruns when the
+    backward reaches it and its outputs are freed by its own backward, before the next
+    module's rerun). On a rank without the loss the first backward reruns it on top of
+    everything the rank holds; `kw` are layer_activation_bytes' keywords."""
+    if whole is None:
+        whole = layer_activation_bytes(shape, moe=moe, recompute="none", **kw)
     return max(
         whole - layer_activation_bytes(shape, moe=moe, recompute="selective", modules=(m,), **kw)
         for m in modules or ("core_attn",)

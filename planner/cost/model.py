@@ -389,8 +389,12 @@ class CostModel:
         work_e = layer_activation_bytes(s, moe=True, recompute="none", **akw) if s.E else 0.0
         ws_d = ws_e = 0.0
         if lay.recompute == "selective":
-            ws_d = recompute_working_set(s, moe=False, modules=mods, **akw)
-            ws_e = recompute_working_set(s, moe=True, modules=mods, **akw) if s.E else 0.0
+            ws_d = recompute_working_set(s, moe=False, modules=mods, whole=work_d, **akw)
+            ws_e = (
+                recompute_working_set(s, moe=True, modules=mods, whole=work_e, **akw)
+                if s.E
+                else 0.0
+            )
         mtp_bytes = (
             mtp_extra_bytes(
                 tokens=tokens, h=s.h, t=t, sp=lay.sp, recipe=self.recipe, recompute=lay.recompute

@@ -38,7 +38,6 @@ __all__ = [
     "rank_order",
     "build_schedule",
     "dualpipe_order",
-    "dualpipe_fits",
     "build_dualpipe_schedule",
 ]
 

@@ -106,7 +106,7 @@ class SchedulePicture:
     @property
     def drawn_dualpipe(self) -> bool:
         """The blocks are DualPipe's own schedule (cost.schedule.build_dualpipe_schedule)."""
-        return self.pipeline_schedule == "dualpipe" and self.p > 1 and self.why_not_drawn is None
+        return _draws_dualpipe(self.pipeline_schedule, self.p, self.m)
 
     @property
     def why_not_drawn(self) -> str | None:
@@ -177,6 +177,11 @@ class SchedulePicture:
         return text
 
 
+def _draws_dualpipe(schedule: str, p: int, m: int) -> bool:
+    """A DualPipe layout that DualPipe's step accepts is drawn in DualPipe's own order."""
+    return schedule == "dualpipe" and p > 1 and dualpipe_fits(p, m) is None
+
+
 def _share(x: float) -> str:
     """19% or 0.4%: a whole percent unless that would round a small bubble to 0%."""
     return f"{x:.1%}" if 0 < x < 0.095 else f"{x:.0%}"
@@ -193,7 +198,7 @@ def schedule_picture(job, lay, cm=None) -> SchedulePicture:
         recompute=[r for _, _, r in stages],
         m=m,
     )
-    if lay.pipeline_schedule == "dualpipe" and lay.pp > 1 and dualpipe_fits(lay.pp, m) is None:
+    if _draws_dualpipe(lay.pipeline_schedule, lay.pp, m):
         # W: half the backward without its recompute (the weight-gradient GEMMs match the
         # input-gradient ones), as the time model's DualPipe bubble takes it
         weight = [(b - r) / 2 for _, b, r in stages]
