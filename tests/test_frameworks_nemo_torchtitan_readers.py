@@ -545,6 +545,31 @@ def test_nemo2_reads_plugins_strategy_ddp_fsdp_and_optimizer(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "aware, remainders, warned", [(True, True, True), (True, False, False), (False, True, False)]
+)
+def test_nemo2_reports_the_optimizers_parameter_remainders_as_not_modelled(
+    tmp_path, aware, remainders, warned
+):
+    # Megatron-Core OptimizerConfig.store_param_remainders: with the precision-aware optimizer
+    # the fp32 master weight takes 2 bytes a parameter, not the 4 planner counts (True by
+    # default: None leaves the key out); without that optimizer the key does nothing
+    optim = {"use_precision_aware_optimizer": aware}
+    if remainders is not None:
+        optim["store_param_remainders"] = remainders
+    if aware:
+        optim.update(exp_avg_dtype="torch.bfloat16", exp_avg_sq_dtype="torch.bfloat16")
+    imported = load_any(_write(tmp_path, _nemo2(optim=optim)), hardware="h100-sxm")
+    found = [
+        v.message
+        for v in imported.violations
+        if v.severity == "warning" and "store_param_remainders" in v.message
+    ]
+    assert bool(found) == warned
+    if warned:
+        assert "planner does not model it" in found[0] and "2 bytes a parameter" in found[0]
+
+
+@pytest.mark.parametrize(
     "recipe,precision,fp8_recipe,gather",
     [
         # nemo/collections/llm/recipes/precision/mixed_precision.py (NeMo 2.4.0)

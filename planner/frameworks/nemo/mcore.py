@@ -681,6 +681,24 @@ def read_optimizer(opt: dict, *, where: str, prefix: str, out: list[Violation]) 
                 "error",
             )
         )
+    if as_bool(opt, "use_precision_aware_optimizer", False, where=where) and as_bool(
+        opt, "store_param_remainders", True, where=where
+    ):
+        # Megatron-Core OptimizerConfig: "Store the 16-bit FP32 parameter remainders in the
+        # optimizer state ... lowers GPU memory usage by 2 bytes per parameter" (precision-
+        # aware optimizer, fp32 main params), True by default; planner counts a 4-byte
+        # master weight
+        out.append(
+            Violation(
+                f"{prefix}-not-modelled",
+                f"{where}.store_param_remainders = True (Megatron-Core's default with "
+                "use_precision_aware_optimizer): planner does not model it (the "
+                "fp32 master weights kept as the bf16 parameters plus 16-bit remainders: 2 "
+                "bytes a parameter where planner counts 4, so the optimizer states are "
+                "estimated high)",
+                "warning",
+            )
+        )
     if as_bool(opt, "optimizer_cpu_offload", False, where=where):
         out.append(
             Violation(
