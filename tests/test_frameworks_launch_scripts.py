@@ -512,6 +512,9 @@ MEGATRON_RECIPE_RULES = [
         "error",
     ),
     ("--recompute-modules mlp", "megatron-recompute-modules", "warning"),
+    # Megatron-Core OptimizerConfig.store_param_remainders, on by default (no Megatron-LM
+    # flag): 2 bytes of master weight a parameter where planner counts 4
+    ("--use-precision-aware-optimizer", "megatron-param-remainders", "warning"),
     (MOE + "--overlap-moe-expert-parallel-comm", "megatron-moe-ep-overlap", "error"),
     (
         MOE + "--moe-token-dispatcher-type alltoall --moe-pad-expert-input-to-capacity",

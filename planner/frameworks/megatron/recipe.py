@@ -190,6 +190,18 @@ def _fp8(flags, zero: int, out: list[Violation]) -> tuple[bool, dict]:
 
 def _moments(flags, out: list[Violation]) -> tuple[str, str]:
     aware = flags.has("--use-precision-aware-optimizer")
+    if aware and flags.choice("--main-params-dtype", _DTYPES, "fp32") == "fp32":
+        # Megatron-Core OptimizerConfig.store_param_remainders (True; Megatron-LM has no flag
+        # for it): the fp32 master weights kept as the bf16 parameters + 16-bit remainders
+        out.append(
+            _warn(
+                "megatron-param-remainders",
+                "--use-precision-aware-optimizer: Megatron-Core keeps the fp32 master weights "
+                "as the bf16 parameters plus 16-bit remainders (store_param_remainders, on by "
+                "default), 2 bytes a parameter where planner counts 4: the optimizer states "
+                "are estimated high",
+            )
+        )
     dtypes = []
     for flag in ("--exp-avg-dtype", "--exp-avg-sq-dtype"):
         d = flags.choice(flag, _DTYPES, "fp32")

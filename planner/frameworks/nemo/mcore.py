@@ -690,7 +690,7 @@ def read_optimizer(opt: dict, *, where: str, prefix: str, out: list[Violation]) 
         # master weight
         out.append(
             Violation(
-                f"{prefix}-not-modelled",
+                f"{prefix}-param-remainders",
                 f"{where}.store_param_remainders = True (Megatron-Core's default with "
                 "use_precision_aware_optimizer): planner does not model it (the "
                 "fp32 master weights kept as the bf16 parameters plus 16-bit remainders: 2 "
