@@ -15,7 +15,13 @@ if TYPE_CHECKING:
     from planner.specs import JobLike as _Job  # what caveats read of a job
     from planner.specs import ModelSpec
 
-__all__ = ["case_classes", "caveats", "layer_kind_caveats", "LONG_CONTEXT_TOKENS"]
+__all__ = [
+    "case_classes",
+    "caveats",
+    "dispatcher_caveats",
+    "layer_kind_caveats",
+    "LONG_CONTEXT_TOKENS",
+]
 
 LONG_CONTEXT_TOKENS = 32768
 """Sequences from this length on are the long-context class (calibration-modern.yaml)."""
@@ -59,6 +65,30 @@ def layer_kind_caveats(model: ModelSpec) -> list[str]:
     ]
 
 
+def dispatcher_caveats(job: _Job, layout: Layout | None) -> list[str]:
+    """DeepEP's internode kernels on Hopper: the model costs them at the RDMA and NVLink
+    bandwidths DeepSeek measured on its H800 cluster (deepseek-ai/DeepEP README, normal
+    kernels, 43-51 GB/s RDMA) with the overlap law of `cost/moe.py`. The calibration runs
+    with DeepEP across nodes on Hopper measured slower than that (Kimi K2 on 256 H100 under
+    NeMo AutoModel; Qwen3-235B-A22B on 256 H100 under Megatron-Bridge 26.02.01, where the
+    alltoall runs of the same layout are on the mark: docs/accuracy.md), and users report it no
+    faster than NCCL's all-to-all on H100 clusters (deepseek-ai/DeepEP#59: dispatch slower,
+    its notify step as long as the combine; #155: 25 of 47 GB/s RDMA). One sentence where an
+    estimate rests on it: EP all-to-all across nodes, `moe_token_dispatcher: deepep`, Hopper."""
+    if layout is None or layout.ep <= 1 or layout.moe_token_dispatcher != "deepep":
+        return []
+    hw = job.hardware
+    if hw.architecture != "hopper" or layout.ep * layout.etp <= hw.nvlink_domain_size:
+        return []
+    return [
+        "DeepEP across nodes on Hopper is costed at the bandwidth DeepSeek measured on H800 "
+        "(deepseek-ai/DeepEP README); the published Hopper runs with it measured slower "
+        "than this model says, and users report it no faster than NCCL's all-to-all on H100 "
+        "clusters (deepseek-ai/DeepEP#59): its EP time may be optimistic; compare with "
+        "moe_token_dispatcher alltoall"
+    ]
+
+
 def caveats(job: _Job, layout: Layout | None) -> list[str]:
     """One sentence per way this estimate leaves calibrated ground (empty: on it)."""
     hw = job.hardware
@@ -82,4 +112,4 @@ def caveats(job: _Job, layout: Layout | None) -> list[str]:
             f"no FP8 {recipe} runs on {hw.name} in the calibration data (FP8 recipes "
             f"fitted: {seen}): its FP8 GEMM rate is extrapolated"
         )
-    return out + layer_kind_caveats(job.model)
+    return out + dispatcher_caveats(job, layout) + layer_kind_caveats(job.model)
