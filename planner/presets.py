@@ -179,6 +179,40 @@ PRESETS: dict[str, dict[str, Any]] = {
         moe_router_group_topk=4,
         **_LLAMA,
     ),
+    # Qwen/Qwen3-30B-A3B config.json (tests/data/hf/Qwen3-30B-A3B): 48 layers of 2048, 32
+    # heads of 128, 4 KV heads, 128 experts of 768 top-8 on every layer; 4k stage-1
+    # pre-training as the 235B (Qwen3 report, arXiv:2505.09388)
+    "qwen3-30b-a3b": dict(
+        name="Qwen3-30B-A3B",
+        num_layers=48,
+        hidden_size=2048,
+        ffn_hidden_size=6144,
+        num_attention_heads=32,
+        num_kv_heads=4,
+        kv_channels=128,
+        vocab_size=151936,
+        seq_length=4096,
+        num_experts=128,
+        moe_top_k=8,
+        moe_ffn_hidden_size=768,
+        rotary_base=1e6,
+        **_LLAMA,
+    ),
+    # Qwen/Qwen3-32B config.json (tests/data/hf/Qwen3-32B): 64 layers of 5120, 64 heads of 128,
+    # 8 KV heads, MLP 25600
+    "qwen3-32b": dict(
+        name="Qwen3-32B",
+        num_layers=64,
+        hidden_size=5120,
+        ffn_hidden_size=25600,
+        num_attention_heads=64,
+        num_kv_heads=8,
+        kv_channels=128,
+        vocab_size=151936,
+        seq_length=4096,
+        rotary_base=1e6,
+        **_LLAMA,
+    ),
     # Qwen/Qwen3-235B-A22B config.json; Qwen3 report (arXiv:2505.09388): 4k stage-1 pre-training
     "qwen3-235b-a22b": dict(
         name="Qwen3-235B-A22B",
@@ -343,6 +377,40 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     "glm-4.5": dict(_GLM, name="GLM-4.5"),
     # zai-org/GLM-4.6 config.json: GLM-4.5's shape (a longer context window)
     "glm-4.6": dict(_GLM, name="GLM-4.6"),
+    # zai-org/GLM-4.5-Air config.json (tests/data/hf/GLM-4.5-Air): 46 layers of 4096, 1 dense
+    # (MLP 10944), 128 experts of 1408 top-8 + 1 shared, 96 heads of 128, 8 KV heads
+    "glm-4.5-air": dict(
+        _GLM,
+        name="GLM-4.5-Air",
+        num_layers=46,
+        hidden_size=4096,
+        ffn_hidden_size=10944,
+        num_experts=128,
+        moe_ffn_hidden_size=1408,
+        num_dense_layers=1,
+    ),
+    # MiniMaxAI/MiniMax-M2 config.json (model_type minimax_m2; tests/data/hf/MiniMax-M2): 62
+    # layers of 3072, softmax attention on every layer (48 heads of 128, 8 KV heads, RoPE on 64
+    # of each head's 128), 256 experts of 1536 top-8, no shared expert, vocabulary 200,064. As
+    # the DeepSeek-V3 preset, the preset plans the main model; its config.json reads the three
+    # MTP modules (use_mtp).
+    "minimax-m2": dict(
+        name="MiniMax-M2",
+        num_layers=62,
+        hidden_size=3072,
+        ffn_hidden_size=1536,
+        num_attention_heads=48,
+        num_kv_heads=8,
+        kv_channels=128,
+        vocab_size=200064,
+        seq_length=4096,
+        num_experts=256,
+        moe_top_k=8,
+        moe_ffn_hidden_size=1536,
+        rotary_base=5e6,
+        rotary_percent=0.5,
+        **_LLAMA,
+    ),
     # Qwen/Qwen3-Next-80B-A3B-Instruct config.json (model_type qwen3_next): 48 layers, three
     # Gated DeltaNet layers (16 QK / 32 V heads of 128) then one gated full-attention layer
     # (16 heads of 256, 2 KV heads); 512 experts top-10 + 1 shared of 512
@@ -412,6 +480,7 @@ ALIASES = {
     "llama3.1-70b": "llama3-70b",
     "gpt3": "gpt3-175b",
     "qwen3-235b": "qwen3-235b-a22b",
+    "qwen3-30b": "qwen3-30b-a3b",
 }
 FAMILY_ALIASES = {
     "kimi-k2-instruct": "kimi-k2",
@@ -421,6 +490,8 @@ FAMILY_ALIASES = {
     "qwen3-next": "qwen3-next-80b-a3b",
     "glm4.5": "glm-4.5",
     "glm4.6": "glm-4.6",
+    "glm4.5-air": "glm-4.5-air",
+    "minimax-m2.1": "minimax-m2",
     "qwen3.5": "qwen3.5-397b-a17b",
     "qwen3.5-397b": "qwen3.5-397b-a17b",
     "qwen3.5-35b": "qwen3.5-35b-a3b",
@@ -438,6 +509,8 @@ PUBLISHED_PARAMS = {
     "mixtral-8x7b": 46.7e9,
     "mixtral-8x22b": 141e9,
     "deepseek-v3": 671e9,
+    "qwen3-30b-a3b": 30.5e9,
+    "qwen3-32b": 32.8e9,
     "qwen3-235b-a22b": 235e9,
     # the 2026 families (sources and the two documented gaps: tests/test_families.py FAMILIES)
     "gpt-oss-120b": 116.83e9,
@@ -446,6 +519,8 @@ PUBLISHED_PARAMS = {
     "llama4-scout": 109e9,
     "glm-4.5": 355e9,
     "glm-4.6": 355e9,
+    "glm-4.5-air": 106e9,
+    "minimax-m2": 230e9,
     "qwen3-next-80b-a3b": 80e9,
     "deepseek-v3.2": 671e9,
     "kimi-k2": 1.04e12,
@@ -521,6 +596,7 @@ _HF_TYPES = {
     "glm_moe_dsa",
     "qwen3_next",
     "qwen3_5_moe",
+    "minimax_m2",
 }
 _DEEPSEEK_LIKE = {"deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32"}
 _NESTED = {"llama4", "qwen3_5_moe"}  # the language model's keys under text_config
@@ -828,6 +904,47 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
             num_shared_experts=need("n_shared_experts", minimum=0, required=False) or 0,
             num_dense_layers=need("first_k_dense_replace", minimum=0, required=False) or 0,
         )
+    elif mtype == "minimax_m2":
+        # MiniMax-M2 (MiniMaxAI/MiniMax-M2 config.json, transformers' MiniMaxM2Config): every
+        # layer MoE, intermediate_size the experts' width, attn_type_list 1 = softmax attention
+        # on every layer (0 is MiniMax-01's lightning attention, which M2 has none of), the MTP
+        # modules num_mtp_modules x mtp_transformer_layers where use_mtp, RoPE on rotary_dim of
+        # each head
+        kinds = cfg.get("attn_type_list")
+        if kinds is not None:
+            if (
+                not isinstance(kinds, list)
+                or len(kinds) != L
+                or any(k not in (0, 1) for k in kinds)
+            ):
+                raise hf._bad("attn_type_list", kinds, f"a 0/1 list of {L} entries")
+            if 0 in kinds:
+                lightning = [i for i, k in enumerate(kinds) if k == 0]
+                raise SpecError(
+                    f"{hf.source}: attn_type_list has lightning-attention layers (0) at "
+                    f"{short(lightning)}: not supported (MiniMax-01 / M1's linear attention); "
+                    "write a model YAML with layer_types, see docs/config.md",
+                    field="attn_type_list",
+                    value=short(lightning),
+                )
+        f_e = need("intermediate_size")
+        out.update(
+            num_experts=need("num_local_experts"),
+            moe_top_k=need("num_experts_per_tok"),
+            moe_ffn_hidden_size=f_e,
+        )
+        shared = need("shared_intermediate_size", minimum=0, required=False)
+        if shared:
+            out["num_shared_experts"] = max(1, round(shared / f_e))
+        if hf.flag("use_mtp", False):
+            depth = need("mtp_transformer_layers", required=False) or 1
+            out["mtp_num_layers"] = need("num_mtp_modules") * depth
+        rotary = need("rotary_dim", required=False)
+        head = spec.get("kv_channels") or spec["hidden_size"] // spec["num_attention_heads"]
+        if rotary:
+            if rotary > head:
+                raise hf._bad("rotary_dim", rotary, f"at most the head dim ({head})")
+            out["rotary_percent"] = rotary / head
     elif mtype in ("qwen3_next", "qwen3_5_moe"):
         f_e = need("moe_intermediate_size")
         out.update(

@@ -24,7 +24,13 @@ from planner.cost.params import (
     total_params,
 )
 from planner.errors import SpecError
-from planner.presets import FAMILY_PRESETS, PRESETS, get_preset, resolve_model
+from planner.presets import (
+    FAMILY_PRESETS,
+    PRESETS,
+    get_preset,
+    model_from_hf_config,
+    resolve_model,
+)
 from planner.serve.layout import Instance
 from planner.serve.memory import (
     instance_memory,
@@ -491,6 +497,28 @@ FAMILIES = [
         id="glm-4.6",
     ),
     pytest.param(
+        "glm-4.5-air",
+        106e9,
+        None,
+        None,
+        0.01,
+        "huggingface.co/zai-org/GLM-4.5-Air model card and GLM-4.5 report (arXiv:2508.06471): "
+        "106B total, 12B active (two digits: test_whole_billion_active_counts); planner "
+        "106.85B without the MTP layer, 0.8% above",
+        id="glm-4.5-air",
+    ),
+    pytest.param(
+        "minimax-m2",
+        230e9,
+        None,
+        None,
+        0.01,
+        "huggingface.co/MiniMaxAI/MiniMax-M2 model card: 230B total, 10B active (two "
+        "digits: test_whole_billion_active_counts); planner 228.69B without the three MTP "
+        "modules, 0.57% below (test_minimax_m2_total_by_hand)",
+        id="minimax-m2",
+    ),
+    pytest.param(
         "qwen3-next-80b-a3b",
         80e9,
         None,
@@ -705,6 +733,38 @@ def test_qwen_activated_counts_fit_the_published_whole_billions(key, activated):
     assert activated <= got < activated + 1
 
 
+@pytest.mark.parametrize(
+    "key, activated, convention",
+    [
+        # GLM's figures leave the embeddings out (the GLM-4.5 row of FAMILIES, 32B to 1%):
+        # GLM-4.5-Air 13.423B with them, 12.183B without, which rounds to the card's 12B
+        pytest.param("glm-4.5-air", 12, "no embeddings", id="glm-4.5-air"),
+        # MiniMax-M2's card does not say: 11.030B with the embeddings, 10.416B without the
+        # input one, 9.801B without either; the last two round to its 10B, the first does not
+        pytest.param("minimax-m2", 10, "no input embedding", id="minimax-m2-no-input"),
+        pytest.param("minimax-m2", 10, "no embeddings", id="minimax-m2-none"),
+    ],
+)
+def test_whole_billion_active_counts(key, activated, convention):
+    m = get_preset(key)
+    emb, out = embedding_params(m)
+    drop = {"no input embedding": emb, "no embeddings": emb + out - m.hidden_size}[convention]
+    assert round((active_params(m) - drop) / 1e9) == activated
+
+
+def test_minimax_m2_total_by_hand():
+    # MiniMax-M2 config.json: 62 layers of h 3072; attention q and o 3072 x 48*128, k and v
+    # 3072 x 8*128; 256 experts of 3 x 3072 x 1536, the router 3072 x 256, two norms of h;
+    # the embedding and the untied output layer 200,064 x 3072 each, the final norm
+    h, L = 3072, 62
+    attn = 2 * h * 48 * 128 + 2 * h * 8 * 128
+    assert attn == 44_040_192
+    layer = attn + 256 * 3 * h * 1536 + h * 256 + 2 * h
+    total = L * layer + 2 * 200_064 * h + h
+    assert total == 228_689_304_576
+    assert total_params(get_preset("minimax-m2")) == total
+
+
 # -------------------------------------------------------- Hugging Face config.json readers
 
 HF_FAMILIES = [
@@ -719,6 +779,8 @@ HF_FAMILIES = [
     pytest.param("Qwen3-Next-80B-A3B-Instruct", "qwen3-next-80b-a3b", id="qwen3_next"),
     pytest.param("Qwen3.5-35B-A3B", "qwen3.5-35b-a3b", id="qwen3_5_moe-35b"),
     pytest.param("Qwen3.5-397B-A17B", "qwen3.5-397b-a17b", id="qwen3_5_moe-397b"),
+    pytest.param("GLM-4.5-Air", "glm-4.5-air", id="glm4_moe-4.5-air"),
+    pytest.param("MiniMax-M2", "minimax-m2", id="minimax_m2"),
 ]
 
 
@@ -746,6 +808,45 @@ def test_hf_reader_takes_the_mtp_layers_and_nested_text_config():
     dsa = resolve_model(str(HF / "tiny-glm_moe_dsa" / "config.json"))
     assert dsa.is_mla and dsa.attention_kinds == ("dsa",) * 6 and dsa.num_dense_layers == 1
     assert resolve_model(str(HF / "GLM-4.5" / "config.json")).mtp_num_layers == 1
+
+
+def _minimax(**keys) -> dict:
+    """The MiniMax-M2 config.json with keys replaced (None drops one)."""
+    cfg = json.loads((HF / "MiniMax-M2" / "config.json").read_text())
+    for key, value in keys.items():
+        if value is None:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    return cfg
+
+
+def test_minimax_m2_reader():
+    m = resolve_model(str(HF / "MiniMax-M2" / "config.json"))
+    # use_mtp with num_mtp_modules 3 of mtp_transformer_layers 1; RoPE on 64 of 128
+    assert (m.num_experts, m.moe_top_k, m.moe_ffn_hidden_size) == (256, 8, 1536)
+    assert (m.num_shared_experts, m.num_dense_layers, m.mtp_num_layers) == (0, 0, 3)
+    assert m.rotary_percent == 0.5 and m.attention_kinds == ("full",) * 62
+    assert model_from_hf_config(_minimax(use_mtp=False)).mtp_num_layers == 0
+    assert model_from_hf_config(_minimax(attn_type_list=None)).attention_kinds == ("full",) * 62
+    shared = model_from_hf_config(_minimax(shared_intermediate_size=1536))
+    assert shared.num_shared_experts == 1
+
+
+@pytest.mark.parametrize(
+    "keys, words",
+    [
+        # MiniMax-01 / M1's lightning attention is not an attention kind planner prices
+        (dict(attn_type_list=[0] + [1] * 61), "lightning-attention layers (0) at [0]"),
+        (dict(attn_type_list=[1] * 61), "attn_type_list = "),
+        (dict(rotary_dim=256), "rotary_dim = 256: must be at most the head dim (128)"),
+        (dict(num_local_experts=None), "num_local_experts"),
+    ],
+)
+def test_minimax_m2_reader_refuses_what_it_cannot_price(keys, words):
+    with pytest.raises(SpecError) as err:
+        model_from_hf_config(_minimax(**keys))
+    assert words in str(err.value) and "\n" not in str(err.value)
 
 
 def _qwen3_5(**text) -> dict:

@@ -88,6 +88,19 @@ PUBLISHED = [
         id="deepseek-v3",
     ),
     pytest.param(
+        "qwen3-30b-a3b",
+        30.5e9,
+        "huggingface.co/Qwen/Qwen3-30B-A3B model card: 30.5B in total and 3.3B activated, "
+        "29.9B non-embedding",
+        id="qwen3-30b-a3b",
+    ),
+    pytest.param(
+        "qwen3-32b",
+        32.8e9,
+        "huggingface.co/Qwen/Qwen3-32B model card: 32.8B parameters, 31.2B non-embedding",
+        id="qwen3-32b",
+    ),
+    pytest.param(
         "qwen3-235b-a22b",
         235e9,
         "huggingface.co/Qwen/Qwen3-235B-A22B model card: 235B in total and 22B activated",
@@ -142,6 +155,9 @@ def test_preset_parameter_count_within_1pct_of_published(key, published, source)
             "Qwen/Qwen3-235B-A22B model card: 22B activated",
             id="qwen3-235b-a22b",
         ),
+        # Qwen3-30B-A3B's "3.3B activated" is left out: planner counts 3.353B (embeddings
+        # included; 3.04B without the input one), 1.6% above and past the figure's rounding,
+        # a convention the card does not state.
         # DeepSeek-V3's "37B activated" is left out: it evidently excludes the input embedding
         # (0.93B), a convention total_params/active_params do not follow.
     ],
@@ -173,6 +189,7 @@ def test_dense_active_equals_total():
         pytest.param("llama3.1-70b", "llama3-70b", id="llama3.1-70b"),
         pytest.param("llama3.1-8b", "llama3-8b", id="llama3.1-8b"),
         pytest.param("qwen3-235b", "qwen3-235b-a22b", id="qwen3-235b"),
+        pytest.param("qwen3-30b", "qwen3-30b-a3b", id="qwen3-30b"),
         pytest.param("70B", "llama3-70b", id="upper-case-alias"),
         pytest.param("Llama3-70B", "llama3-70b", id="upper-case-preset"),
     ],
@@ -257,6 +274,20 @@ HF = [
         234e9,
         "huggingface.co/Qwen/Qwen3-235B-A22B model card: 235B total, 234B non-embedding",
         id="qwen3-moe",
+    ),
+    pytest.param(
+        "Qwen3-30B-A3B",
+        30.5e9,
+        29.9e9,
+        "huggingface.co/Qwen/Qwen3-30B-A3B model card: 30.5B in total, 29.9B non-embedding",
+        id="qwen3-moe-30b",
+    ),
+    pytest.param(
+        "Qwen3-32B",
+        32.8e9,
+        31.2e9,
+        "huggingface.co/Qwen/Qwen3-32B model card: 32.8B parameters, 31.2B non-embedding",
+        id="qwen3-32b",
     ),
     pytest.param(
         "DeepSeek-V3",
@@ -347,6 +378,8 @@ def test_hf_import_fields(hf_dir, repo, expected):
         pytest.param("Mixtral-8x7B-v0.1", "mixtral-8x7b", id="mixtral-8x7b"),
         pytest.param("DeepSeek-V3", "deepseek-v3", id="deepseek-v3"),
         pytest.param("Qwen3-235B-A22B", "qwen3-235b-a22b", id="qwen3-235b-a22b"),
+        pytest.param("Qwen3-30B-A3B", "qwen3-30b-a3b", id="qwen3-30b-a3b"),
+        pytest.param("Qwen3-32B", "qwen3-32b", id="qwen3-32b"),
     ],
 )
 def test_hf_import_matches_the_preset_copied_from_it(hf_dir, repo, preset):
