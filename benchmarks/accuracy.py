@@ -118,6 +118,16 @@ def corrections() -> dict[str, dict]:
     return out
 
 
+def transcriptions() -> dict[str, dict]:
+    """benchmarks/data/corrections.yaml `transcriptions` by case id: values the collection of
+    a serving case copied wrong, each with the evidence in the case itself (its row id, its
+    note), applied by benchmarks/serve_accuracy.py over the file as collected."""
+    import yaml
+
+    data = yaml.safe_load(CORRECTIONS.read_text())
+    return {e["id"]: e for e in data.get("transcriptions") or []}
+
+
 def _corrections_data() -> dict:
     import yaml
 

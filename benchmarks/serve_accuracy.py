@@ -234,14 +234,20 @@ def harness(case: dict) -> dict:
 
 
 def load_cases(path: Path | None = None, classes=CLASSES) -> list[Case]:
-    """The cases of one data file in `classes`, one Case per measured metric."""
+    """The cases of one data file in `classes`, one Case per measured metric, with the
+    corrections.yaml `transcriptions` that name them applied (a value the collection copied
+    wrong, each with its evidence; the file stays as collected)."""
     import yaml
 
+    from benchmarks.accuracy import corrected, transcriptions
+
     data = yaml.safe_load(Path(path or default_path()).read_text())
+    fixes = transcriptions()  # benchmarks/data/corrections.yaml `transcriptions`
     out = []
     for c in data["cases"]:
         if c["class"] not in classes:
             continue
+        c = corrected(c, fixes.get(c["id"]))
         for metric in METRICS[c["class"]]:
             if metric in c["measured"]:
                 out.append(

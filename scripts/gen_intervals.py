@@ -42,9 +42,10 @@ def residuals(cases=None):
 
 def serve_residuals() -> dict[str, list]:
     """Per serving metric: (class, gpu, log(measured / predicted)) per run, each run read as
-    benchmarks/serve_accuracy.py reads it (its harness settings)."""
+    benchmarks/serve_accuracy.py reads it (its transcriptions and harness settings)."""
     import yaml
 
+    from benchmarks.accuracy import corrected, transcriptions
     from benchmarks.serve_accuracy import harness
     from planner.calibration.intervals import serve_class
     from planner.serve.estimate import estimate
@@ -57,10 +58,12 @@ def serve_residuals() -> dict[str, list]:
         "serving-latency": ("ttft_s", "tpot_s"),
     }
     out: dict[str, list] = {}
+    fixes = transcriptions()  # corrections.yaml: values the collection copied wrong
     for name in ("inference-calibration.yaml", "inference-latency.yaml"):
         for c in yaml.safe_load((data / name).read_text())["cases"]:
             if c["class"] not in want:
                 continue
+            c = corrected(c, fixes.get(c["id"]))
             job, layout = serve_config_from_data(harness(c), source=c["id"])
             est = estimate(job, layout)
             for m in want[c["class"]]:
