@@ -27,6 +27,11 @@ __all__ = [
 ]
 
 _LLAMA = dict(activation="swiglu", tied_embeddings=False)
+# Qwen3 (Qwen config.json files): heads of 128, the 151,936-token vocabulary, RoPE base 1e6;
+# 4k stage-1 pre-training sequences (Qwen3 report, arXiv:2505.09388)
+_QWEN3: dict[str, Any] = dict(
+    kv_channels=128, vocab_size=151936, seq_length=4096, rotary_base=1e6, **_LLAMA
+)
 
 PRESETS: dict[str, dict[str, Any]] = {
     # meta-llama/Llama-2-7b-hf config.json; Touvron et al. 2023 (arXiv:2307.09288): 4k context
@@ -183,52 +188,40 @@ PRESETS: dict[str, dict[str, Any]] = {
     # heads of 128, 4 KV heads, 128 experts of 768 top-8 on every layer; 4k stage-1
     # pre-training as the 235B (Qwen3 report, arXiv:2505.09388)
     "qwen3-30b-a3b": dict(
+        _QWEN3,
         name="Qwen3-30B-A3B",
         num_layers=48,
         hidden_size=2048,
         ffn_hidden_size=6144,
         num_attention_heads=32,
         num_kv_heads=4,
-        kv_channels=128,
-        vocab_size=151936,
-        seq_length=4096,
         num_experts=128,
         moe_top_k=8,
         moe_ffn_hidden_size=768,
-        rotary_base=1e6,
-        **_LLAMA,
     ),
     # Qwen/Qwen3-32B config.json (tests/data/hf/Qwen3-32B): 64 layers of 5120, 64 heads of 128,
     # 8 KV heads, MLP 25600
     "qwen3-32b": dict(
+        _QWEN3,
         name="Qwen3-32B",
         num_layers=64,
         hidden_size=5120,
         ffn_hidden_size=25600,
         num_attention_heads=64,
         num_kv_heads=8,
-        kv_channels=128,
-        vocab_size=151936,
-        seq_length=4096,
-        rotary_base=1e6,
-        **_LLAMA,
     ),
     # Qwen/Qwen3-235B-A22B config.json; Qwen3 report (arXiv:2505.09388): 4k stage-1 pre-training
     "qwen3-235b-a22b": dict(
+        _QWEN3,
         name="Qwen3-235B-A22B",
         num_layers=94,
         hidden_size=4096,
         ffn_hidden_size=12288,
         num_attention_heads=64,
         num_kv_heads=4,
-        kv_channels=128,
-        vocab_size=151936,
-        seq_length=4096,
         num_experts=128,
         moe_top_k=8,
         moe_ffn_hidden_size=1536,
-        rotary_base=1e6,
-        **_LLAMA,
     ),
 }
 
