@@ -915,8 +915,9 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
                 lightning = [i for i, k in enumerate(kinds) if k == 0]
                 raise SpecError(
                     f"{hf.source}: attn_type_list has lightning-attention layers (0) at "
-                    f"{short(lightning)}: not supported (MiniMax-01 / M1's linear attention); "
-                    "write a model YAML with layer_types, see docs/config.md",
+                    f"{short(lightning)}: planner has no cost for MiniMax-01 / M1's lightning "
+                    "attention; to approximate it, write a model YAML with layer_types "
+                    "'linear' (Gated DeltaNet's cost) for those layers, see docs/config.md",
                     field="attn_type_list",
                     value=short(lightning),
                 )
