@@ -121,6 +121,15 @@ def test_the_workload_options_are_refused_for_a_training_file(runner, tmp_path):
         # the distilled R1s are Llama / Qwen models in bf16, not DeepSeek-V3
         pytest.param("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", None, None, id="r1-distill"),
         pytest.param("Qwen/Qwen3-8B-FP8", None, "fp8", id="unknown-model-fp8"),
+        # the Qwen3 presets and their 2507 revisions (the same config.json shapes)
+        pytest.param("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b", None, id="qwen3-30b"),
+        pytest.param(
+            "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8", "qwen3-30b-a3b", "fp8", id="qwen3-30b-2507"
+        ),
+        pytest.param("nvidia/Qwen3-32B-FP4", "qwen3-32b", "fp4", id="qwen3-32b-nvfp4"),
+        pytest.param(
+            "Qwen/Qwen3-235B-A22B-Thinking-2507", "qwen3-235b-a22b", None, id="qwen3-235b-2507"
+        ),
     ],
 )
 def test_the_checkpoint_id_says_its_preset_and_precision(model_id, preset, precision):

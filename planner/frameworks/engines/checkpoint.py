@@ -18,7 +18,8 @@ The ids also name the preset: DeepSeek-V3/R1 (and their -0528/-0324/-Base revisi
 are the deepseek-v3 architecture with the 1 MTP layer their config.json publishes
 (num_nextn_predict_layers 1); Llama 3.1 / 3.3 70B, 8B and 405B are the Llama 3 presets'
 architectures (same config.json shapes; only the context length differs, which serving does
-not read from the preset). An explicit engine flag (--quantization, --kv-cache-dtype) wins.
+not read from the preset); Qwen3-30B-A3B, Qwen3-32B and Qwen3-235B-A22B (with their -2507
+instruct / thinking revisions) are the Qwen3 presets. An explicit engine flag (--quantization, --kv-cache-dtype) wins.
 """
 
 from __future__ import annotations
@@ -61,6 +62,20 @@ _FAMILIES: tuple[tuple[re.Pattern[str], str, tuple[tuple[str, Any], ...], str | 
     (re.compile(r"(?:meta-)?llama-3(?:\.[13])?-70b(?:-instruct)?", re.I), "llama3-70b", (), None),
     (re.compile(r"(?:meta-)?llama-3(?:\.1)?-8b(?:-instruct)?", re.I), "llama3-8b", (), None),
     (re.compile(r"(?:meta-)?llama-3\.1-405b(?:-instruct)?", re.I), "llama3-405b", (), None),
+    # Qwen3: the 2507 instruct / thinking revisions keep the shapes of their config.json
+    (
+        re.compile(r"qwen3-30b-a3b(?:-base|-(?:instruct|thinking)-2507)?", re.I),
+        "qwen3-30b-a3b",
+        (),
+        None,
+    ),
+    (re.compile(r"qwen3-32b", re.I), "qwen3-32b", (), None),
+    (
+        re.compile(r"qwen3-235b-a22b(?:-(?:instruct|thinking)-2507)?", re.I),
+        "qwen3-235b-a22b",
+        (),
+        None,
+    ),
 )
 
 

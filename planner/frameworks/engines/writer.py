@@ -40,6 +40,8 @@ HF_IDS = {  # the public checkpoints of the presets (bf16; FP8/FP4 variants note
     "Mixtral 8x7B": "mistralai/Mixtral-8x7B-Instruct-v0.1",
     "Mixtral 8x22B": "mistralai/Mixtral-8x22B-Instruct-v0.1",
     "DeepSeek-V3": "deepseek-ai/DeepSeek-V3",
+    "Qwen3-30B-A3B": "Qwen/Qwen3-30B-A3B",
+    "Qwen3-32B": "Qwen/Qwen3-32B",
     "Qwen3-235B-A22B": "Qwen/Qwen3-235B-A22B",
 }
 

@@ -64,6 +64,8 @@ _HF_TOKENIZERS = {
     "Llama 3.1 405B": "meta-llama/Llama-3.1-405B",
     "Mixtral 8x7B": "mistralai/Mixtral-8x7B-v0.1",
     "Mixtral 8x22B": "mistralai/Mixtral-8x22B-v0.1",
+    "Qwen3-30B-A3B": "Qwen/Qwen3-30B-A3B",
+    "Qwen3-32B": "Qwen/Qwen3-32B",
     "Qwen3-235B-A22B": "Qwen/Qwen3-235B-A22B",
 }
 # NeMo 2 (nemo.collections.llm.recipes.precision.mixed_precision) and Megatron-Bridge
