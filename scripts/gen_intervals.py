@@ -41,35 +41,25 @@ def residuals(cases=None):
 
 
 def serve_residuals() -> dict[str, list]:
-    """Per serving metric: (class, gpu, log(measured / predicted)) per run, each run read as
-    benchmarks/serve_accuracy.py reads it (its transcriptions and harness settings)."""
-    import yaml
-
-    from benchmarks.accuracy import corrected, transcriptions
-    from benchmarks.serve_accuracy import harness
+    """Per serving metric: (class, gpu, log(measured / predicted)) per run, each run read by
+    benchmarks/serve_accuracy.py load_cases (its transcriptions and harness settings): the
+    offline and static runs and the aggregated ones at a concurrency."""
+    from benchmarks.serve_accuracy import CLASSES, LATENCY, load_cases
     from planner.calibration.intervals import serve_class
     from planner.serve.estimate import estimate
     from planner.serve.specs import serve_config_from_data
 
-    data = ROOT / "benchmarks" / "data"
-    want = {
-        "offline-throughput": ("output_tokens_per_s",),
-        "static-latency": ("e2e_s",),
-        "serving-latency": ("ttft_s", "tpot_s"),
-    }
+    cases = load_cases(classes=CLASSES) + load_cases(LATENCY, ("serving-latency",))
     out: dict[str, list] = {}
-    fixes = transcriptions()  # corrections.yaml: values the collection copied wrong
-    for name in ("inference-calibration.yaml", "inference-latency.yaml"):
-        for c in yaml.safe_load((data / name).read_text())["cases"]:
-            if c["class"] not in want:
-                continue
-            c = corrected(c, fixes.get(c["id"]))
-            job, layout = serve_config_from_data(harness(c), source=c["id"])
-            est = estimate(job, layout)
-            for m in want[c["class"]]:
-                out.setdefault(m, []).append(
-                    (serve_class(job), c["hardware"], math.log(c["measured"][m] / getattr(est, m)))
-                )
+    seen: dict[str, tuple] = {}  # one estimate per run, whatever its metrics
+    for c in cases:
+        if c.id not in seen:
+            job, layout = serve_config_from_data(c.data, source=c.id)
+            seen[c.id] = (serve_class(job), estimate(job, layout))
+        cls, est = seen[c.id]
+        out.setdefault(c.metric, []).append(
+            (cls, c.hardware, math.log(c.measured / getattr(est, c.metric)))
+        )
     return out
 
 
