@@ -78,7 +78,7 @@ def dispatcher_caveats(job: _Job, layout: Layout | None) -> list[str]:
     if layout is None or layout.ep <= 1 or layout.moe_token_dispatcher != "deepep":
         return []
     hw = job.hardware
-    if hw.architecture != "hopper" or layout.ep * layout.etp <= hw.nvlink_domain_size:
+    if hw.architecture != "hopper" or layout.ep_span <= hw.nvlink_domain_size:
         return []
     return [
         "DeepEP across nodes on Hopper is costed at the bandwidth DeepSeek measured on H800 "

@@ -409,6 +409,11 @@ class Layout:
         return self.tp * self.cp * self.pp
 
     @property
+    def ep_span(self) -> int:
+        """GPUs one expert-parallel group spans: ep*etp (inside one NVLink domain or not)."""
+        return self.ep * self.etp
+
+    @property
     def edp(self) -> int:
         """Expert-data-parallel size: world / (etp*ep*pp) (Megatron)."""
         return max(1, self.world_size // (self.etp * self.ep * self.pp))

@@ -728,7 +728,7 @@ def zero3_with_tp_pp(c: Context) -> str | None:
 
 def ep_crosses_node(c: Context) -> str | None:
     lay, hw = c.layout, c.hardware
-    span = lay.etp * lay.ep
+    span = lay.ep_span
     if lay.ep > 1 and span > hw.nvlink_domain_size:
         return (
             f"ep*etp ({lay.ep}*{lay.etp} = {span}) spans beyond one NVLink domain "

@@ -252,7 +252,7 @@ def _trace(job, pick: Layout, mem, how: str, usable: float, fix) -> list[dict]:
     """Steps 3-7 for the pick, one line each with its numbers; pinned axes said to be."""
     m, hw, tr = job.model, job.hardware, job.training
     mb = pick.num_microbatches(tr.global_batch_size)
-    span = pick.ep * pick.etp
+    span = pick.ep_span
     pp_why = (
         "pinned"
         if "pp" in fix
