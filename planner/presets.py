@@ -404,6 +404,47 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
         rotary_percent=0.5,
         **_LLAMA,
     ),
+    # google/gemma-3-12b-it config.json (model_type gemma3; tests/data/hf/gemma-3-12b-it: the
+    # language model's text_config, with Gemma3TextConfig's defaults where it is silent): 48
+    # layers of 3840, 16 heads of 256 and 8 KV heads, a GeGLU MLP of 15,360, tied embeddings of
+    # 262,208, five 1,024-token sliding-window layers to one global. The vision encoder (SigLIP,
+    # 417M, Gemma 3 report arXiv:2503.19786 Table 1) is not planned.
+    "gemma-3-12b": dict(
+        name="Gemma-3-12B",
+        num_layers=48,
+        hidden_size=3840,
+        ffn_hidden_size=15360,
+        num_attention_heads=16,
+        num_kv_heads=8,
+        kv_channels=256,
+        vocab_size=262208,
+        seq_length=4096,
+        activation="geglu",
+        tied_embeddings=True,
+        rotary_base=1e6,
+        layer_types="(['sliding']*5+['full'])*8",
+        window_size=1024,
+    ),
+    # google/gemma-3-27b-it: 62 layers of 5376, 32 heads of 128 and 16 KV heads, GeGLU of
+    # 21,504, otherwise as 12B (62 = 10 x 6 + 2: the last two layers sliding, transformers'
+    # (i + 1) % 6 rule); its 25.60B non-embedding parameters are the report's Table 1 figure
+    # (test_gemma3_non_embedding_counts_by_hand)
+    "gemma-3-27b": dict(
+        name="Gemma-3-27B",
+        num_layers=62,
+        hidden_size=5376,
+        ffn_hidden_size=21504,
+        num_attention_heads=32,
+        num_kv_heads=16,
+        kv_channels=128,
+        vocab_size=262208,
+        seq_length=4096,
+        activation="geglu",
+        tied_embeddings=True,
+        rotary_base=1e6,
+        layer_types="(['sliding']*5+['full'])*10+['sliding']*2",
+        window_size=1024,
+    ),
     # Qwen/Qwen3-Next-80B-A3B-Instruct config.json (model_type qwen3_next): 48 layers, three
     # Gated DeltaNet layers (16 QK / 32 V heads of 128) then one gated full-attention layer
     # (16 heads of 256, 2 KV heads); 512 experts top-10 + 1 shared of 512
@@ -485,6 +526,10 @@ FAMILY_ALIASES = {
     "glm4.6": "glm-4.6",
     "glm4.5-air": "glm-4.5-air",
     "minimax-m2.1": "minimax-m2",
+    "gemma3-12b": "gemma-3-12b",
+    "gemma-3-12b-it": "gemma-3-12b",
+    "gemma3-27b": "gemma-3-27b",
+    "gemma-3-27b-it": "gemma-3-27b",
     "qwen3.5": "qwen3.5-397b-a17b",
     "qwen3.5-397b": "qwen3.5-397b-a17b",
     "qwen3.5-35b": "qwen3.5-35b-a3b",
@@ -514,6 +559,8 @@ PUBLISHED_PARAMS = {
     "glm-4.6": 355e9,
     "glm-4.5-air": 106e9,
     "minimax-m2": 230e9,
+    "gemma-3-12b": 11.771e9,  # the language model: Gemma 3 report Table 1, 1,012M + 10,759M
+    "gemma-3-27b": 27.016e9,  # 1,416M + 25,600M
     "qwen3-next-80b-a3b": 80e9,
     "deepseek-v3.2": 671e9,
     "kimi-k2": 1.04e12,
@@ -590,9 +637,28 @@ _HF_TYPES = {
     "qwen3_next",
     "qwen3_5_moe",
     "minimax_m2",
+    "gemma3",
+    "gemma3_text",
 }
 _DEEPSEEK_LIKE = {"deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32"}
-_NESTED = {"llama4", "qwen3_5_moe"}  # the language model's keys under text_config
+_NESTED = {"llama4", "qwen3_5_moe", "gemma3"}  # the language model's keys under text_config
+_GEMMA3 = {"gemma3", "gemma3_text"}
+_GEMMA3_DEFAULTS: dict[str, Any] = {
+    # transformers' Gemma3TextConfig.__init__ defaults (huggingface/transformers
+    # src/transformers/models/gemma3/configuration_gemma3.py): the published config.json files
+    # leave them out (google/gemma-3-12b-it's text_config gives hidden_size, intermediate_size,
+    # the head and layer counts, rope_scaling and sliding_window only)
+    "vocab_size": 262_208,
+    "head_dim": 256,
+    "num_key_value_heads": 4,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "tie_word_embeddings": True,
+    "rope_theta": 1_000_000.0,
+    "attention_bias": False,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 6,
+}
+_GELU_NAMES = {"gelu_pytorch_tanh", "gelu", "gelu_new", "gelu_fast", "gelu_tanh"}
 _QWEN_HYBRID = {"qwen3_next", "qwen3_5_moe"}
 
 
@@ -684,6 +750,8 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
                 value=inner,
             )
         cfg = dict(inner, _name_or_path=cfg.get("_name_or_path", inner.get("_name_or_path")))
+    if mtype in _GEMMA3:
+        cfg = {**_GEMMA3_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
     hf = _HfConfig(cfg, source, mtype)
     need = hf.count
     h, a = need("hidden_size"), need("num_attention_heads")
@@ -939,6 +1007,33 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
             if rotary > head:
                 raise hf._bad("rotary_dim", rotary, f"at most the head dim ({head})")
             out["rotary_percent"] = rotary / head
+    elif mtype in _GEMMA3:
+        # Gemma 3 (Gemma3TextConfig; the defaults above where the file is silent): a GeGLU MLP
+        # (hidden_activation gelu_pytorch_tanh), tied embeddings, no biases, and five
+        # sliding-window layers to one global: layer_types where given, else transformers'
+        # own rule from sliding_window_pattern P (layer i global when (i + 1) % P == 0). Its
+        # extra norms (pre/post attention and MLP, Q/K) and the sqrt(h) embedding scale are
+        # elementwise work planner does not count apart (docs/config.md "Layer pattern").
+        act = cfg.get("hidden_activation")
+        if not isinstance(act, str) or act not in _GELU_NAMES:
+            raise hf._bad("hidden_activation", act, f"one of {', '.join(sorted(_GELU_NAMES))}")
+        every = need("sliding_window_pattern")
+        out.update(
+            activation="geglu",
+            add_bias_linear=hf.flag("attention_bias", False),
+            normalization="RMSNorm",
+            position_embedding_type="rope",
+            window_size=need("sliding_window"),
+        )
+        out.update(
+            _layer_types(
+                hf,
+                L,
+                default=tuple("full" if (i + 1) % every == 0 else "sliding" for i in range(L)),
+            )
+        )
+        if not {"sliding", "sliding_attention"} & set(out.get("layer_types", ())):
+            out.pop("window_size")  # every layer global: no window to carry
     elif mtype in ("qwen3_next", "qwen3_5_moe"):
         f_e = need("moe_intermediate_size")
         out.update(

@@ -151,8 +151,9 @@ class ModelSpec(_Spec):
     """Head dim d (`--kv-channels`); default hidden_size / num_attention_heads."""
     vocab_size: int = Field(ge=1, le=_MAX_DIM)
     """Vocabulary size before Megatron's padding to a multiple of 128*tp."""
-    activation: Literal["swiglu", "gelu", "squared_relu"] = "gelu"
-    """MLP activation; swiglu is a gated 3-matrix MLP (Megatron default: gelu)."""
+    activation: Literal["swiglu", "geglu", "gelu", "squared_relu"] = "gelu"
+    """MLP activation; swiglu (SiLU) and geglu (tanh-GELU, Gemma's) are gated 3-matrix MLPs
+    (Megatron default: gelu)."""
     tied_embeddings: bool = False
     """Input embedding and output layer share one matrix."""
     normalization: Literal["RMSNorm", "LayerNorm"] | None = None
@@ -377,7 +378,7 @@ class ModelSpec(_Spec):
     def ffn(self) -> int:
         if self.ffn_hidden_size:
             return self.ffn_hidden_size
-        if self.activation == "swiglu":
+        if self.gated:
             return int(4 * self.hidden_size * 2 / 3 / 64) * 64
         return 4 * self.hidden_size
 
@@ -401,7 +402,9 @@ class ModelSpec(_Spec):
 
     @property
     def gated(self) -> bool:
-        return self.activation == "swiglu"
+        """A gated MLP (two input projections and the output one): swiglu or geglu; the two
+        cost the same (the activation is one elementwise kernel either way)."""
+        return self.activation in ("swiglu", "geglu")
 
     @property
     def norm(self) -> str:

@@ -518,6 +518,31 @@ FAMILIES = [
         "modules, 0.57% below (test_minimax_m2_total_by_hand)",
         id="minimax-m2",
     ),
+    # Gemma 3: planner counts the language model, as the report's Table 1 (arXiv:2503.19786)
+    # splits it from the 417M SigLIP vision encoder (the cards' 12B / 27B include it):
+    # embedding 1,012M / 1,416M and non-embedding 10,759M / 25,600M. Planner: 11.766B and
+    # 27.009B, 0.04% and 0.03% below; the non-embedding counts to the million
+    # (test_gemma3_non_embedding_counts_by_hand), the embeddings 262,208 x h (1,006.9M and
+    # 1,409.6M, 0.5% under the table's, which does not say what it adds)
+    pytest.param(
+        "gemma-3-12b",
+        11.771e9,
+        None,
+        None,
+        0.01,
+        "Gemma 3 report (arXiv:2503.19786) Table 1: 1,012M embedding + 10,759M non-embedding "
+        "parameters (the 417M vision encoder apart; the card's 12B includes it)",
+        id="gemma-3-12b",
+    ),
+    pytest.param(
+        "gemma-3-27b",
+        27.016e9,
+        None,
+        None,
+        0.01,
+        "same Table 1: 1,416M embedding + 25,600M non-embedding parameters",
+        id="gemma-3-27b",
+    ),
     pytest.param(
         "qwen3-next-80b-a3b",
         80e9,
@@ -781,6 +806,7 @@ HF_FAMILIES = [
     pytest.param("Qwen3.5-397B-A17B", "qwen3.5-397b-a17b", id="qwen3_5_moe-397b"),
     pytest.param("GLM-4.5-Air", "glm-4.5-air", id="glm4_moe-4.5-air"),
     pytest.param("MiniMax-M2", "minimax-m2", id="minimax_m2"),
+    pytest.param("gemma-3-12b-it", "gemma-3-12b", id="gemma3-12b"),
 ]
 
 
@@ -808,6 +834,72 @@ def test_hf_reader_takes_the_mtp_layers_and_nested_text_config():
     dsa = resolve_model(str(HF / "tiny-glm_moe_dsa" / "config.json"))
     assert dsa.is_mla and dsa.attention_kinds == ("dsa",) * 6 and dsa.num_dense_layers == 1
     assert resolve_model(str(HF / "GLM-4.5" / "config.json")).mtp_num_layers == 1
+
+
+def test_gemma3_non_embedding_counts_by_hand():
+    # Gemma 3 report (arXiv:2503.19786) Table 1, non-embedding parameters: 12B 10,759M, 27B
+    # 25,600M. Per layer: q and o h x a*d, k and v h x g*d, a GeGLU MLP 3 x h x f, two norms
+    # of h (planner's count: Gemma's post-norms and the Q/K norms, 2h + 2d a layer, are
+    # 0.003% of it and left out); plus the final norm
+    def non_embedding(h, L, a, g, d, f):
+        return L * (2 * h * a * d + 2 * h * g * d + 3 * h * f + 2 * h) + h
+
+    for key, shape, report in (
+        ("gemma-3-12b", (3840, 48, 16, 8, 256, 15360), 10_759e6),
+        ("gemma-3-27b", (5376, 62, 32, 16, 128, 21504), 25_600e6),
+    ):
+        m = get_preset(key)
+        by_hand = non_embedding(*shape)
+        assert total_params(m) == by_hand + m.vocab_size * m.hidden_size  # tied: one matrix
+        assert by_hand == pytest.approx(report, abs=0.5e6 + 0.0001 * report)  # to the million
+
+
+def _gemma3(**text) -> dict:
+    """The gemma-3-12b-it config.json with text_config keys replaced (None drops one)."""
+    cfg = json.loads((HF / "gemma-3-12b-it" / "config.json").read_text())
+    for key, value in text.items():
+        if value is None:
+            cfg["text_config"].pop(key, None)
+        else:
+            cfg["text_config"][key] = value
+    return cfg
+
+
+def test_gemma3_reader_takes_transformers_defaults_and_the_window_pattern():
+    m = resolve_model(str(HF / "gemma-3-12b-it" / "config.json"))
+    # absent from the file, Gemma3TextConfig's defaults: head_dim 256, vocab 262,208, tied,
+    # gelu_pytorch_tanh (a GeGLU MLP), sliding_window_pattern 6 (layer i global when
+    # (i + 1) % 6 == 0); the file's sliding_window 1024
+    assert (m.kv_channels, m.vocab_size, m.tied_embeddings) == (256, 262_208, True)
+    assert m.activation == "geglu" and m.gated and m.window_size == 1024
+    assert m.attention_kinds == (("sliding",) * 5 + ("full",)) * 8
+    # the unnested gemma3_text form (Gemma 3 1B) reads the same keys
+    text = dict(_gemma3()["text_config"])
+    assert model_from_hf_config(text).attention_kinds == m.attention_kinds
+    # an explicit layer_types wins over the pattern; a pattern of 2 alternates
+    types = ["sliding_attention", "full_attention"] * 24
+    assert model_from_hf_config(_gemma3(layer_types=types)).attention_kinds == (
+        ("sliding", "full") * 24
+    )
+    alt = model_from_hf_config(_gemma3(sliding_window_pattern=2))
+    assert alt.attention_kinds == ("sliding", "full") * 24
+    # every layer global: no window to carry
+    glob = model_from_hf_config(_gemma3(sliding_window_pattern=1))
+    assert glob.attention_kinds == ("full",) * 48 and glob.window_size is None
+
+
+@pytest.mark.parametrize(
+    "keys, words",
+    [
+        (dict(hidden_activation="silu"), "hidden_activation = 'silu': must be one of"),
+        (dict(sliding_window=0), "sliding_window = 0: must be a positive whole number"),
+        (dict(num_hidden_layers=None), "missing 'num_hidden_layers'"),
+    ],
+)
+def test_gemma3_reader_refuses_in_one_line(keys, words):
+    with pytest.raises(SpecError) as err:
+        model_from_hf_config(_gemma3(**keys))
+    assert words in str(err.value) and "\n" not in str(err.value)
 
 
 def _minimax(**keys) -> dict:
@@ -1054,6 +1146,94 @@ def test_exports_refuse_layer_kinds_they_cannot_write(key, fmt, needle):
     with pytest.raises(InfeasibleError) as err:
         _export(key, fmt)
     assert needle in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "fmt, needle",
+    [
+        pytest.param("megatron", "Megatron-LM has no flag for it", id="megatron"),
+        pytest.param("deepspeed", "not in Megatron-DeepSpeed", id="deepspeed"),
+    ],
+)
+def test_exports_refuse_geglu_they_cannot_write(fmt, needle):
+    # --swiglu is SiLU's gated MLP (Megatron-LM arguments.py: gated_linear_unit with
+    # F.silu), --quick-geglu the quick-GELU one of gpt-oss: neither is Gemma's tanh-GELU
+    from planner.config import Job, resolve_hardware
+    from planner.frameworks.runnable import refusals
+    from planner.layout import Layout
+    from planner.specs import TrainingSpec
+
+    job = Job(
+        model=get_preset("gemma-3-12b"),
+        hardware=resolve_hardware("h100-sxm"),
+        num_gpus=8,
+        training=TrainingSpec(global_batch_size=64, seq_length=4096),
+    )
+    found = [r for r in refusals(job, Layout(dp=8), fmt) if "geglu" in r]
+    assert len(found) == 1 and needle in found[0], found
+    plain = job.model.model_copy(update={"layer_types": None, "window_size": None})
+    assert not refusals(job.__class__(**{**job.__dict__, "model": plain}), Layout(dp=8), "nemo")
+
+
+@pytest.mark.parametrize(
+    "key, target",
+    [
+        ("gemma-3-12b", "megatron.core.activations.fast_gelu"),
+        ("qwen3-30b-a3b", "torch.nn.functional.silu"),
+    ],
+)
+def test_bridge_export_writes_the_activation_func_and_reads_it_back(tmp_path, key, target):
+    # a GPTModelProvider's activation_func defaults to F.gelu (Megatron-Core TransformerConfig):
+    # a gated model's must be written, as Megatron-Bridge's to_yaml writes a function
+    # ({_target_, _call_: false}, utils/yaml_utils.py); gelu_pytorch_tanh is fast_gelu there
+    # (utils/activation_map.py)
+    import yaml
+
+    from planner.frameworks import load_any
+
+    text = _export(key, "megatron-bridge", ep=1)
+    model = yaml.safe_load(text)["model"]
+    assert model["gated_linear_unit"] is True
+    assert model["activation_func"] == {"_target_": target, "_call_": False}
+    path = tmp_path / "bridge.yaml"
+    path.write_text(text)
+    back = load_any(path, hardware="h100-sxm", gpus=8).job.model
+    assert back.activation == get_preset(key).activation
+
+
+def test_bridge_reader_refuses_an_activation_it_cannot_price(tmp_path):
+    import yaml
+
+    from planner.frameworks import load_any
+
+    data = yaml.safe_load(_export("gemma-3-12b", "megatron-bridge", ep=1))
+    data["model"]["activation_func"] = {"_target_": "torch.nn.functional.relu", "_call_": False}
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError) as err:
+        load_any(path, hardware="h100-sxm", gpus=8)
+    assert "model.activation_func = 'torch.nn.functional.relu'" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_nemo_export_writes_geglu_and_the_window_and_reads_back(tmp_path):
+    import yaml
+
+    from planner.frameworks import load_any
+
+    text = _export("gemma-3-12b", "nemo", ep=1)
+    model = yaml.safe_load(text)["model"]
+    assert model["activation"] == "fast-geglu" and model["window_size"] == [1024, 0]
+    assert model["window_attn_skip_freq"] == ([1] * 5 + [0]) * 8
+    path = tmp_path / "gemma.yaml"
+    path.write_text(text)
+    back = load_any(path, hardware="h100-sxm").job.model
+    p = get_preset("gemma-3-12b")
+    assert back.activation == "geglu" and back.attention_kinds == p.attention_kinds
+    # NeMo writes the vocabulary padded to its make_vocab_size_divisible_by (262,208 ->
+    # 262,272); everything else reads back as it was
+    pad = back.vocab_size - p.vocab_size
+    assert 0 <= pad < 128 and total_params(back) == total_params(p) + pad * p.hidden_size
 
 
 def test_megatron_and_nemo_exports_write_interleaved_moe_layers(tmp_path):

@@ -220,6 +220,11 @@ def refusals(job, layout: Layout) -> list[str]:
                 "activation squared_relu is not in Megatron-DeepSpeed",
             ),
             (
+                m.activation == "geglu",
+                "activation geglu (Gemma's tanh-GELU gated MLP) is not in Megatron-DeepSpeed "
+                "(its --swiglu is SiLU's); use --framework megatron-bridge or nemo",
+            ),
+            (
                 m.position_embedding == "none",
                 "position_embedding_type none is not in Megatron-DeepSpeed",
             ),

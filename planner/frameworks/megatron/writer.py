@@ -165,6 +165,12 @@ def refusals(job, layout: Layout, *, bridge: bool = False) -> list[str]:
                 f"{layout.moe_token_dispatcher}: Megatron pads expert inputs to the capacity only "
                 "with the alltoall dispatcher; set moe_token_dispatcher alltoall",
             ),
+            (
+                m.activation == "geglu" and not bridge,
+                "activation geglu (Gemma's tanh-GELU gated MLP): Megatron-LM has no flag for it "
+                "(--swiglu is SiLU's, --quick-geglu gpt-oss's quick-GELU); use --framework "
+                "megatron-bridge (activation_func fast_gelu) or nemo (fast-geglu)",
+            ),
         ]
         + layer_kind_problems(m)
         + store_problems(

@@ -60,6 +60,23 @@ def _preset(model) -> str | None:
     return key if key in PROVIDERS else None
 
 
+# the Megatron-Core callables of planner's activations, written as Megatron-Bridge's to_yaml
+# writes a function ({_target_: module.name, _call_: false}: utils/yaml_utils.py); its
+# activation_map.py maps HF's gelu_pytorch_tanh to megatron.core.activations.fast_gelu
+ACTIVATION_FUNCS = {
+    "swiglu": "torch.nn.functional.silu",
+    "geglu": "megatron.core.activations.fast_gelu",
+    "squared_relu": "megatron.core.activations.squared_relu",
+}
+
+
+def _activation_func(activation: str) -> dict:
+    """`activation_func` for a GPTModelProvider, whose default is F.gelu (TransformerConfig):
+    nothing for gelu."""
+    target = ACTIVATION_FUNCS.get(activation)
+    return {"activation_func": {"_target_": target, "_call_": False}} if target else {}
+
+
 def _shape(job) -> dict:
     m, tr = job.model, job.training
     d: dict = {
@@ -70,7 +87,8 @@ def _shape(job) -> dict:
         "num_query_groups": m.kv_heads,
         "kv_channels": m.kv_channels,
         "vocab_size": m.vocab_size,
-        "gated_linear_unit": m.activation == "swiglu",
+        "gated_linear_unit": m.gated,
+        **_activation_func(m.activation),
         "share_embeddings_and_output_weights": m.tied_embeddings,
         "normalization": "RMSNorm" if m.norm == "RMSNorm" else "LayerNorm",
         "add_bias_linear": m.bias,

@@ -35,7 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from planner.errors import SpecError, Violation
+from planner.errors import SpecError, Violation, short
 from planner.frameworks.common import (
     Imported,
     Overrides,
@@ -360,8 +360,8 @@ _NEMO2_PRESETS = {
 _ACTIVATIONS = {
     "swiglu": "swiglu",
     "fast-swiglu": "swiglu",
-    "geglu": "swiglu",
-    "fast-geglu": "swiglu",
+    "geglu": "geglu",
+    "fast-geglu": "geglu",
     "reglu": "swiglu",
     "fast-reglu": "swiglu",
     "gelu": "gelu",
@@ -921,6 +921,44 @@ def target(section: dict) -> str:
     return str(section.get("_target_", "")).rsplit(".", 1)[-1].lower()
 
 
+# Megatron-Core activation callables by name (the last part of a `_target_`, or the short names
+# of Megatron-Bridge's utils/activation_map.py): what each is, gated (gated_linear_unit) or not
+_MCORE_ACTIVATIONS = {
+    "silu": ("swiglu", None),
+    "gelu": ("geglu", "gelu"),
+    "fast_gelu": ("geglu", "gelu"),
+    "gelu_pytorch_tanh": ("geglu", "gelu"),
+    "openai_gelu": ("geglu", "gelu"),
+    "squared_relu": (None, "squared_relu"),
+    "relu2": (None, "squared_relu"),
+}
+
+
+def mcore_activation(config: dict, gated: bool, *, where: str) -> str:
+    """The activation of a TransformerConfig-named mapping: `activation_func` as Megatron-Bridge's
+    to_yaml writes a callable ({_target_: megatron.core.activations.fast_gelu, _call_: false})
+    or by its short name; absent, gated_linear_unit alone says swiglu (the recipes' gated
+    models are SwiGLU's) or gelu."""
+    func = config.get("activation_func")
+    if func is None:
+        return "swiglu" if gated else "gelu"
+    name = func.get("_target_") if isinstance(func, dict) else func
+    key = str(name).rsplit(".", 1)[-1] if isinstance(name, str) else None
+    kind = _MCORE_ACTIVATIONS.get(key or "", (None, None))[0 if gated else 1]
+    if kind is None:
+        known = ", ".join(
+            k for k, v in _MCORE_ACTIVATIONS.items() if v[0 if gated else 1] is not None
+        )
+        raise SpecError(
+            f"{where}.activation_func = {short(name)}: planner prices "
+            f"{'gated (gated_linear_unit true)' if gated else 'ungated'} MLPs with {known}; "
+            "fix the value or gated_linear_unit",
+            field=f"{where}.activation_func",
+            value=name,
+        )
+    return kind
+
+
 def mcore_model(
     config: dict,
     ov: Overrides,
@@ -973,7 +1011,7 @@ def mcore_model(
         num_kv_heads=_int(config, "num_query_groups", None, where=where),
         kv_channels=_int(config, "kv_channels", None, where=where),
         vocab_size=vocab,
-        activation="swiglu" if gated else "gelu",
+        activation=mcore_activation(config, gated, where=where),
         tied_embeddings=as_bool(config, "share_embeddings_and_output_weights", False, where=where),
         normalization=_NORMS.get(
             str(config.get("normalization", "layernorm")).lower(), "LayerNorm"

@@ -52,7 +52,12 @@ from planner.layout import Layout
 
 __all__ = ["render", "nemo_config", "check_supported", "refusals", "runs_as", "tokenizer"]
 
-_ACTIVATION = {"swiglu": "fast-swiglu", "gelu": "gelu", "squared_relu": "squared-relu"}
+_ACTIVATION = {
+    "swiglu": "fast-swiglu",
+    "geglu": "fast-geglu",
+    "gelu": "gelu",
+    "squared_relu": "squared-relu",
+}
 _PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp8": "bf16-mixed"}
 # planner presets -> the Hugging Face repository whose tokenizer they use (presets.py)
 _HF_TOKENIZERS = {
