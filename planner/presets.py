@@ -303,6 +303,16 @@ _QWEN_HYBRID: dict[str, Any] = dict(
 
 # The model families of 2026 (docs/config.md "Layer pattern"): kept apart from PRESETS so the
 # figures tests/test_presets.py pins stay those of the older presets; get_preset reads both.
+# what Gemma 3's sizes share (Gemma3TextConfig's defaults and the files' 1,024-token window)
+_GEMMA3_COMMON: dict[str, Any] = dict(
+    vocab_size=262208,
+    seq_length=4096,
+    activation="geglu",
+    tied_embeddings=True,
+    rotary_base=1e6,
+    window_size=1024,
+)
+
 FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     # moonshotai/Kimi-K2-Instruct config.json (model_type kimi_k2, DeepSeek-V3's architecture):
     # 384 routed experts, 1 dense layer, 64 heads; Kimi K2 report (arXiv:2507.20534): 4k
@@ -417,13 +427,8 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
         num_attention_heads=16,
         num_kv_heads=8,
         kv_channels=256,
-        vocab_size=262208,
-        seq_length=4096,
-        activation="geglu",
-        tied_embeddings=True,
-        rotary_base=1e6,
         layer_types="(['sliding']*5+['full'])*8",
-        window_size=1024,
+        **_GEMMA3_COMMON,
     ),
     # google/gemma-3-27b-it: 62 layers of 5376, 32 heads of 128 and 16 KV heads, GeGLU of
     # 21,504, otherwise as 12B (62 = 10 x 6 + 2: the last two layers sliding, transformers'
@@ -437,13 +442,8 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
         num_attention_heads=32,
         num_kv_heads=16,
         kv_channels=128,
-        vocab_size=262208,
-        seq_length=4096,
-        activation="geglu",
-        tied_embeddings=True,
-        rotary_base=1e6,
         layer_types="(['sliding']*5+['full'])*10+['sliding']*2",
-        window_size=1024,
+        **_GEMMA3_COMMON,
     ),
     # Qwen/Qwen3-Next-80B-A3B-Instruct config.json (model_type qwen3_next): 48 layers, three
     # Gated DeltaNet layers (16 QK / 32 V heads of 128) then one gated full-attention layer

@@ -854,15 +854,19 @@ def test_gemma3_non_embedding_counts_by_hand():
         assert by_hand == pytest.approx(report, abs=0.5e6 + 0.0001 * report)  # to the million
 
 
-def _gemma3(**text) -> dict:
-    """The gemma-3-12b-it config.json with text_config keys replaced (None drops one)."""
-    cfg = json.loads((HF / "gemma-3-12b-it" / "config.json").read_text())
+def _text_config(folder: str, **text) -> dict:
+    """tests/data/hf/<folder>/config.json with text_config keys replaced (None drops one)."""
+    cfg = json.loads((HF / folder / "config.json").read_text())
     for key, value in text.items():
         if value is None:
             cfg["text_config"].pop(key, None)
         else:
             cfg["text_config"][key] = value
     return cfg
+
+
+def _gemma3(**text) -> dict:
+    return _text_config("gemma-3-12b-it", **text)
 
 
 def test_gemma3_reader_takes_transformers_defaults_and_the_window_pattern():
@@ -942,14 +946,7 @@ def test_minimax_m2_reader_refuses_what_it_cannot_price(keys, words):
 
 
 def _qwen3_5(**text) -> dict:
-    """The Qwen3.5-397B-A17B config.json with text_config keys replaced (None drops one)."""
-    cfg = json.loads((HF / "Qwen3.5-397B-A17B" / "config.json").read_text())
-    for key, value in text.items():
-        if value is None:
-            cfg["text_config"].pop(key, None)
-        else:
-            cfg["text_config"][key] = value
-    return cfg
+    return _text_config("Qwen3.5-397B-A17B", **text)
 
 
 def test_qwen3_5_reads_its_mtp_depth_and_rope_parameters():
