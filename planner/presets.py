@@ -227,8 +227,16 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # Shapes shared by a family's presets (each preset below sets what differs).
 # gpt-oss (openai/gpt-oss-120b and -20b config.json): 2880 wide, 64 heads of 64, 8 KV heads,
-# 128-token windows on every other layer, sinks, biases, top-4 MXFP4 experts of 2880
+# 128-token windows on every other layer, sinks, biases, top-4 MXFP4 experts of 2880; the
+# experts' gated MLP is quick-GELU's, x * sigmoid(1.702 x), with its inputs clamped to
+# swiglu_limit 7.0 and 1 added to the linear half (transformers GptOssExperts:
+# `(up + 1) * glu`; Megatron-Bridge GPTOSSProvider: quick_gelu, glu_linear_offset 1.0,
+# activation_func_clamp_value 7.0)
 _GPT_OSS: dict[str, Any] = dict(
+    activation="quick_geglu",
+    glu_linear_offset=1.0,
+    activation_clamp=7.0,
+    tied_embeddings=False,
     hidden_size=2880,
     ffn_hidden_size=2880,
     num_attention_heads=64,
@@ -245,7 +253,6 @@ _GPT_OSS: dict[str, Any] = dict(
     position_embedding_type="rope",
     expert_precision="mxfp4",
     rotary_base=150000.0,
-    **_LLAMA,
 )
 # Llama 4 (Scout and Maverick text_config): 48 layers of 5120, 40 heads, 8 KV heads, dense MLP
 # 16384, experts of 8192 top-1 + 1 shared, chunked attention (8192) on 3 of 4 layers
@@ -662,6 +669,25 @@ _GELU_NAMES = {"gelu_pytorch_tanh", "gelu", "gelu_new", "gelu_fast", "gelu_tanh"
 _QWEN_HYBRID = {"qwen3_next", "qwen3_5_moe"}
 
 
+_HF_GATED_ACTS = {
+    "silu": "swiglu",
+    "swish": "swiglu",
+    **{g: "geglu" for g in _GELU_NAMES},
+    "relu": "reglu",
+}
+"""hidden_act of the gated-MLP families (LlamaMLP-like: act(gate_proj(x)) * up_proj(x)) ->
+ModelSpec.activation; transformers' ACT2FN names."""
+
+
+def _gated_act(hf: _HfConfig) -> str:
+    """The gated MLP's activation from `hidden_act` (the families' default silu where absent);
+    a name planner cannot write is one line naming it."""
+    act = hf.cfg.get("hidden_act", "silu")
+    if not isinstance(act, str) or act not in _HF_GATED_ACTS:
+        raise hf._bad("hidden_act", act, f"one of {', '.join(_HF_GATED_ACTS)}")
+    return _HF_GATED_ACTS[act]
+
+
 class _HfConfig:
     """Typed access to a config.json: each value planner uses is checked where it is read,
     so a wrong type or a zero is one line naming the key (never a crash further on)."""
@@ -766,7 +792,7 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
         num_attention_heads=a,
         num_kv_heads=need("num_key_value_heads", required=False) or a,
         vocab_size=need("vocab_size"),
-        activation="swiglu",
+        activation=_gated_act(hf) if mtype not in _GEMMA3 else "geglu",
         tied_embeddings=hf.flag("tie_word_embeddings", outer_tied),
     )
     head_dim = need("head_dim", required=False)
@@ -920,6 +946,11 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
             add_bias_linear=hf.flag("attention_bias", True),
             normalization="RMSNorm",
             position_embedding_type="rope",
+            # transformers GptOssExperts: (up + 1) * gate * sigmoid(1.702 gate), both halves
+            # clamped to swiglu_limit (GptOssConfig's default 7.0)
+            activation="quick_geglu",
+            glu_linear_offset=1.0,
+            activation_clamp=hf.positive("swiglu_limit") or 7.0,
         )
         out.update(_layer_types(hf, L, default="full"))
         quant = cfg.get("quantization_config")

@@ -132,6 +132,10 @@ class _Spec(BaseModel):
         return value
 
 
+GATED_ACTIVATIONS = ("swiglu", "geglu", "reglu", "quick_geglu")
+"""ModelSpec.activation values of a gated (3-matrix) MLP."""
+
+
 class ModelSpec(_Spec):
     """A decoder-only transformer, in Megatron-LM's vocabulary."""
 
@@ -151,9 +155,20 @@ class ModelSpec(_Spec):
     """Head dim d (`--kv-channels`); default hidden_size / num_attention_heads."""
     vocab_size: int = Field(ge=1, le=_MAX_DIM)
     """Vocabulary size before Megatron's padding to a multiple of 128*tp."""
-    activation: Literal["swiglu", "geglu", "gelu", "squared_relu"] = "gelu"
-    """MLP activation; swiglu (SiLU) and geglu (tanh-GELU, Gemma's) are gated 3-matrix MLPs
-    (Megatron default: gelu)."""
+    activation: Literal[
+        "swiglu", "geglu", "reglu", "quick_geglu", "gelu", "relu", "squared_relu"
+    ] = "gelu"
+    """MLP activation. Gated 3-matrix MLPs (`gated`): swiglu (SiLU), geglu (tanh-GELU,
+    Gemma's), reglu (ReLU; NeMo's reglu), quick_geglu (x * sigmoid(1.702 x), Megatron's
+    --quick-geglu, gpt-oss's). Two-matrix MLPs: gelu (Megatron's default), relu, squared_relu.
+    The gated ones cost the same, as do the ungated ones: the activation is one elementwise
+    kernel; the name is what the exports write."""
+    glu_linear_offset: float = Field(default=0.0, ge=-1e3, le=1e3)
+    """A constant added to the linear half of a gated MLP before the product (gpt-oss: 1.0,
+    `(up + 1) * glu`; Megatron `--glu-linear-offset`); no cost, written by the exports."""
+    activation_clamp: float | None = Field(default=None, gt=0, le=1e6)
+    """The gated MLP's inputs clamped to this magnitude (gpt-oss: swiglu_limit 7.0; Megatron
+    `--activation-func-clamp-value`); no cost, written by the exports."""
     tied_embeddings: bool = False
     """Input embedding and output layer share one matrix."""
     normalization: Literal["RMSNorm", "LayerNorm"] | None = None
@@ -293,6 +308,12 @@ class ModelSpec(_Spec):
                 "multi-latent attention (kv_lora_rank set) also needs qk_head_dim "
                 "and v_head_dim (qk_pos_emb_head_dim defaults to 64)"
             )
+        if not self.gated and (self.glu_linear_offset or self.activation_clamp is not None):
+            raise ValueError(
+                f"glu_linear_offset and activation_clamp shape a gated MLP; activation "
+                f"{self.activation} has none: use a gated one ({', '.join(GATED_ACTIVATIONS)}) "
+                "or drop them"
+            )
         self._check_pattern()
         return self
 
@@ -402,9 +423,9 @@ class ModelSpec(_Spec):
 
     @property
     def gated(self) -> bool:
-        """A gated MLP (two input projections and the output one): swiglu or geglu; the two
-        cost the same (the activation is one elementwise kernel either way)."""
-        return self.activation in ("swiglu", "geglu")
+        """A gated MLP (two input projections and the output one): swiglu, geglu, reglu or
+        quick_geglu; they cost the same (the activation is one elementwise kernel either way)."""
+        return self.activation in GATED_ACTIVATIONS
 
     @property
     def norm(self) -> str:

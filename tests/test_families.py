@@ -1090,8 +1090,163 @@ def test_megatron_quick_geglu_and_learnable_softmax(tmp_path):
     from planner.frameworks import load_any
 
     m = load_any(_script(tmp_path, "--quick-geglu --softmax-type learnable")).job.model
-    # --quick-geglu sets gated_linear_unit: a 3-matrix MLP like --swiglu; learnable = sinks
-    assert m.gated and m.attention_sinks
+    # --quick-geglu sets gated_linear_unit with quick_gelu (Megatron-LM arguments.py): a
+    # 3-matrix MLP like --swiglu, but not SiLU's; learnable = sinks
+    assert m.gated and m.attention_sinks and m.activation == "quick_geglu"
+    assert (m.glu_linear_offset, m.activation_clamp) == (0.0, None)
+
+
+def test_gpt_oss_is_quick_geglu_with_its_offset_and_clamp():
+    # transformers GptOssExperts: glu = gate * sigmoid(1.702 gate), out = (up + 1) * glu, both
+    # clamped to config.swiglu_limit (7.0 in openai/gpt-oss-20b's config.json); Megatron-
+    # Bridge's GPTOSSProvider: quick_gelu, glu_linear_offset 1.0, activation_func_clamp_value 7.0
+    import json
+
+    from planner.presets import model_from_hf_config
+
+    for m in (get_preset("gpt-oss-20b"), get_preset("gpt-oss-120b")):
+        assert (m.activation, m.glu_linear_offset, m.activation_clamp) == ("quick_geglu", 1.0, 7.0)
+        assert m.gated
+    cfg = json.loads((HF / "gpt-oss-20b" / "config.json").read_text())
+    read = model_from_hf_config(dict(cfg, swiglu_limit=5.5), source="config.json")
+    assert (read.activation, read.glu_linear_offset, read.activation_clamp) == (
+        "quick_geglu",
+        1.0,
+        5.5,
+    )
+
+
+@pytest.mark.parametrize(
+    "fmt, name, needles",
+    [
+        pytest.param(
+            "megatron",
+            "train.sh",
+            ["--quick-geglu", "--glu-linear-offset 1 ", "--activation-func-clamp-value 7 "],
+            id="megatron",
+        ),
+        pytest.param(
+            "megatron-bridge",
+            "bridge.yaml",
+            [
+                "_target_: megatron.core.activations.quick_gelu",
+                "glu_linear_offset: 1.0",
+                "activation_func_clamp_value: 7.0",
+            ],
+            id="bridge",
+        ),
+    ],
+)
+def test_gpt_oss_exports_its_activation_and_reads_it_back(tmp_path, fmt, name, needles):
+    # a --swiglu export would train SiLU's MLP without the offset and the clamp: another model
+    from planner.frameworks import load_any
+
+    text = _export("gpt-oss-20b", fmt)
+    assert all(n in text for n in needles), [n for n in needles if n not in text]
+    assert "--swiglu" not in text
+    path = tmp_path / name
+    path.write_text(text)
+    back = load_any(path, hardware="h100-sxm", gpus=8).job.model
+    assert (back.activation, back.glu_linear_offset, back.activation_clamp) == (
+        "quick_geglu",
+        1.0,
+        7.0,
+    )
+
+
+def _with_activation(key: str, activation: str):
+    p = get_preset(key)
+    return type(p)(**{**p.model_dump(exclude_unset=True), "activation": activation})
+
+
+def _export_model(m, fmt: str) -> str:
+    from planner.config import Job, resolve_hardware
+    from planner.frameworks.export import export
+    from planner.layout import Layout
+    from planner.specs import TrainingSpec
+
+    job = Job(
+        model=m,
+        hardware=resolve_hardware("h100-sxm"),
+        num_gpus=8,
+        training=TrainingSpec(global_batch_size=64, seq_length=4096),
+    )
+    return export(job, Layout(tp=1, pp=1, dp=8), fmt)
+
+
+@pytest.mark.parametrize(
+    "activation, fmt, name, needle",
+    [
+        pytest.param("reglu", "nemo", "nemo.yaml", "activation: fast-reglu", id="reglu-nemo"),
+        pytest.param(
+            "reglu", "megatron-bridge", "b.yaml", "torch.nn.functional.relu", id="reglu-bridge"
+        ),
+        pytest.param(
+            "relu", "megatron-bridge", "b.yaml", "torch.nn.functional.relu", id="relu-bridge"
+        ),
+    ],
+)
+def test_relu_mlps_export_and_read_back(tmp_path, activation, fmt, name, needle):
+    # NeMo 1's reglu / fast-reglu (get_activation_fn: F.relu in a GLU) and Megatron-Core's
+    # activation_func F.relu with gated_linear_unit true (reglu) or false (relu): read back as
+    # written, where the reader used to take reglu for swiglu and export fast-swiglu
+    from planner.frameworks import load_any
+
+    text = _export_model(_with_activation("llama3-8b", activation), fmt)
+    assert needle in text
+    path = tmp_path / name
+    path.write_text(text)
+    back = load_any(path, hardware="h100-sxm", gpus=8).job.model
+    assert back.activation == activation
+    assert back.gated == (activation == "reglu")
+
+
+@pytest.mark.parametrize(
+    "activation, fmt, needle",
+    [
+        pytest.param("reglu", "megatron", "Megatron-LM has no flag for it", id="megatron-reglu"),
+        pytest.param("relu", "megatron", "Megatron-LM has no flag for it", id="megatron-relu"),
+        pytest.param("relu", "nemo", "no plain ReLU", id="nemo-relu"),
+        pytest.param("quick_geglu", "nemo", "no plain ReLU, quick-GELU", id="nemo-quick"),
+        pytest.param("reglu", "deepspeed", "not in Megatron-DeepSpeed", id="deepspeed-reglu"),
+        pytest.param("quick_geglu", "deepspeed", "not in Megatron-DeepSpeed", id="deepspeed-q"),
+    ],
+)
+def test_exports_refuse_an_activation_they_cannot_write(activation, fmt, needle):
+    from planner.errors import InfeasibleError
+
+    with pytest.raises(InfeasibleError) as err:
+        _export_model(_with_activation("llama3-8b", activation), fmt)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_torchtitan_names_no_flavor_for_another_activation():
+    # torchtitan's llama3 MLP is SiLU-gated (w2(silu(w1 x) * w3 x)): a ReLU-gated model of
+    # Llama 3 8B's shape is not its 8B flavor, so the export names none
+    plain = _export_model(get_preset("llama3-8b"), "torchtitan")
+    relu = _export_model(_with_activation("llama3-8b", "reglu"), "torchtitan")
+    assert 'flavor = "8B"' in plain
+    assert 'flavor = "8B"' not in relu and "not one we can name" in relu
+
+
+def test_hf_reader_maps_hidden_act_of_a_gated_family():
+    from planner.presets import model_from_hf_config
+
+    cfg = json.loads((HF / "Qwen3-8B" / "config.json").read_text())
+    assert model_from_hf_config(cfg).activation == "swiglu"
+    assert model_from_hf_config(dict(cfg, hidden_act="gelu_pytorch_tanh")).activation == "geglu"
+    assert model_from_hf_config(dict(cfg, hidden_act="relu")).activation == "reglu"
+    with pytest.raises(SpecError) as err:
+        model_from_hf_config(dict(cfg, hidden_act="mish"), source="config.json")
+    assert "hidden_act = 'mish'" in str(err.value) and "silu" in str(err.value)
+
+
+def test_glu_offset_needs_a_gated_mlp():
+    from pydantic import ValidationError
+
+    p = get_preset("llama3-8b")
+    with pytest.raises(ValidationError, match="glu_linear_offset and activation_clamp"):
+        type(p)(**{**p.model_dump(exclude_unset=True), "activation": "gelu", "activation_clamp": 7})
 
 
 def _export(key: str, fmt: str, **fix) -> str:
@@ -1204,12 +1359,12 @@ def test_bridge_reader_refuses_an_activation_it_cannot_price(tmp_path):
     from planner.frameworks import load_any
 
     data = yaml.safe_load(_export("gemma-3-12b", "megatron-bridge", ep=1))
-    data["model"]["activation_func"] = {"_target_": "torch.nn.functional.relu", "_call_": False}
+    data["model"]["activation_func"] = {"_target_": "torch.nn.functional.mish", "_call_": False}
     path = tmp_path / "bridge.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(SpecError) as err:
         load_any(path, hardware="h100-sxm", gpus=8)
-    assert "model.activation_func = 'torch.nn.functional.relu'" in str(err.value)
+    assert "model.activation_func = 'torch.nn.functional.mish'" in str(err.value)
     assert "\n" not in str(err.value)
 
 

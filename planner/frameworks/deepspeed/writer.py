@@ -220,9 +220,10 @@ def refusals(job, layout: Layout) -> list[str]:
                 "activation squared_relu is not in Megatron-DeepSpeed",
             ),
             (
-                m.activation == "geglu",
-                "activation geglu (Gemma's tanh-GELU gated MLP) is not in Megatron-DeepSpeed "
-                "(its --swiglu is SiLU's); use --framework megatron-bridge or nemo",
+                m.activation in ("geglu", "reglu", "quick_geglu", "relu"),
+                f"activation {m.activation} is not in Megatron-DeepSpeed (its --swiglu is "
+                "SiLU's, else GELU); use --framework megatron-bridge"
+                + {"quick_geglu": " or megatron", "relu": ""}.get(m.activation, " or nemo"),
             ),
             (
                 m.position_embedding == "none",

@@ -139,6 +139,8 @@ _BOOLEAN = frozenset(
 # flags taking exactly one value (the ones planner reads): a second word after one is stray
 _SINGLE = frozenset(
     {
+        "--glu-linear-offset",
+        "--activation-func-clamp-value",
         "--tensor-model-parallel-size",
         "--pipeline-model-parallel-size",
         "--context-parallel-size",
@@ -904,14 +906,20 @@ def model_from_flags(
         ),
         kv_channels=flags.int("--kv-channels", fix=fix),
         vocab_size=_vocab(flags, ov, source, deepspeed, out),
-        # --quick-geglu sets gated_linear_unit (a 3-matrix gated MLP, as --swiglu)
+        # --quick-geglu: gated_linear_unit with quick_gelu, x * sigmoid(1.702 x) (gpt-oss's;
+        # megatron/training/arguments.py), with --glu-linear-offset and
+        # --activation-func-clamp-value its offset and clamp
         activation=(
             "swiglu"
-            if flags.has("--swiglu") or flags.has("--quick-geglu")
+            if flags.has("--swiglu")
+            else "quick_geglu"
+            if flags.has("--quick-geglu")
             else "squared_relu"
             if flags.has("--squared-relu")
             else "gelu"
         ),
+        glu_linear_offset=flags.float("--glu-linear-offset") or 0.0,
+        activation_clamp=flags.float("--activation-func-clamp-value"),
         tied_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
         normalization=_norm(flags, deepspeed),
         add_bias_linear=not flags.has("--disable-bias-linear"),

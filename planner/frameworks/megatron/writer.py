@@ -171,6 +171,13 @@ def refusals(job, layout: Layout, *, bridge: bool = False) -> list[str]:
                 "(--swiglu is SiLU's, --quick-geglu gpt-oss's quick-GELU); use --framework "
                 "megatron-bridge (activation_func fast_gelu) or nemo (fast-geglu)",
             ),
+            (
+                m.activation in ("reglu", "relu") and not bridge,
+                f"activation {m.activation} (ReLU{' gated' if m.gated else ''} MLP): Megatron-LM "
+                "has no flag for it (--swiglu, --quick-geglu, --squared-relu, else GELU); use "
+                "--framework megatron-bridge (activation_func relu)"
+                + (" or nemo (fast-reglu)" if m.gated else ""),
+            ),
         ]
         + layer_kind_problems(m)
         + store_problems(
@@ -232,8 +239,14 @@ def model_flags(m: ModelSpec, *, seq_length: int) -> list[Flag]:
         flags += [("--group-query-attention", None), ("--num-query-groups", str(m.kv_heads))]
     if m.activation == "swiglu":
         flags.append(("--swiglu", None))
+    elif m.activation == "quick_geglu":
+        flags.append(("--quick-geglu", None))
     elif m.activation == "squared_relu":
         flags.append(("--squared-relu", None))
+    if m.glu_linear_offset:
+        flags.append(("--glu-linear-offset", f"{m.glu_linear_offset:g}"))
+    if m.activation_clamp is not None:
+        flags.append(("--activation-func-clamp-value", f"{m.activation_clamp:g}"))
     if m.norm == "RMSNorm":
         flags += [("--normalization", "RMSNorm")]
     if m.position_embedding != "learned_absolute":

@@ -66,15 +66,24 @@ def _preset(model) -> str | None:
 ACTIVATION_FUNCS = {
     "swiglu": "torch.nn.functional.silu",
     "geglu": "megatron.core.activations.fast_gelu",
+    "reglu": "torch.nn.functional.relu",
+    "quick_geglu": "megatron.core.activations.quick_gelu",
+    "relu": "torch.nn.functional.relu",
     "squared_relu": "megatron.core.activations.squared_relu",
 }
 
 
-def _activation_func(activation: str) -> dict:
+def _activation_func(m) -> dict:
     """`activation_func` for a GPTModelProvider, whose default is F.gelu (TransformerConfig):
-    nothing for gelu."""
-    target = ACTIVATION_FUNCS.get(activation)
-    return {"activation_func": {"_target_": target, "_call_": False}} if target else {}
+    nothing for gelu; gpt-oss's GLU offset and clamp as its GPTOSSProvider sets them
+    (glu_linear_offset, activation_func_clamp_value)."""
+    target = ACTIVATION_FUNCS.get(m.activation)
+    out: dict = {"activation_func": {"_target_": target, "_call_": False}} if target else {}
+    if m.glu_linear_offset:
+        out["glu_linear_offset"] = m.glu_linear_offset
+    if m.activation_clamp is not None:
+        out["activation_func_clamp_value"] = m.activation_clamp
+    return out
 
 
 def _shape(job) -> dict:
@@ -88,7 +97,7 @@ def _shape(job) -> dict:
         "kv_channels": m.kv_channels,
         "vocab_size": m.vocab_size,
         "gated_linear_unit": m.gated,
-        **_activation_func(m.activation),
+        **_activation_func(m),
         "share_embeddings_and_output_weights": m.tied_embeddings,
         "normalization": "RMSNorm" if m.norm == "RMSNorm" else "LayerNorm",
         "add_bias_linear": m.bias,

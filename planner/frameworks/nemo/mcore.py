@@ -27,6 +27,7 @@ memory or time and that planner does not model is a warning naming it.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -94,6 +95,23 @@ def as_bool(section: dict, key: str, default: bool, *, where: str) -> bool:
         field=f"{where}.{key}",
         value=value,
     )
+
+
+def as_number(section: dict, key: str, *, where: str) -> float | None:
+    """A real-valued key (a finite int or float); absent or null is None."""
+    value = section.get(key)
+    if isinstance(value, Unresolved):
+        value.fail()
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        hint = " (a number, not a quoted string)" if isinstance(value, str) else ""
+        raise SpecError(
+            f"{where}.{key} = {value!r} must be a number{hint}; fix the value",
+            field=f"{where}.{key}",
+            value=value,
+        )
+    return float(value)
 
 
 def as_int(

@@ -362,13 +362,13 @@ _ACTIVATIONS = {
     "fast-swiglu": "swiglu",
     "geglu": "geglu",
     "fast-geglu": "geglu",
-    "reglu": "swiglu",
-    "fast-reglu": "swiglu",
+    "reglu": "reglu",
+    "fast-reglu": "reglu",
     "gelu": "gelu",
     "fast-gelu": "gelu",
     "approx-gelu": "gelu",
     "squared-relu": "squared_relu",
-    "relu": "gelu",
+    "relu": "relu",
 }
 _NORMS = {
     "rmsnorm": "RMSNorm",
@@ -931,6 +931,8 @@ _MCORE_ACTIVATIONS = {
     "openai_gelu": ("geglu", "gelu"),
     "squared_relu": (None, "squared_relu"),
     "relu2": (None, "squared_relu"),
+    "relu": ("reglu", "relu"),
+    "quick_gelu": ("quick_geglu", None),
 }
 
 
@@ -1012,6 +1014,8 @@ def mcore_model(
         kv_channels=_int(config, "kv_channels", None, where=where),
         vocab_size=vocab,
         activation=mcore_activation(config, gated, where=where),
+        glu_linear_offset=mcore.as_number(config, "glu_linear_offset", where=where) or 0.0,
+        activation_clamp=mcore.as_number(config, "activation_func_clamp_value", where=where),
         tied_embeddings=as_bool(config, "share_embeddings_and_output_weights", False, where=where),
         normalization=_NORMS.get(
             str(config.get("normalization", "layernorm")).lower(), "LayerNorm"

@@ -55,9 +55,12 @@ __all__ = ["render", "nemo_config", "check_supported", "refusals", "runs_as", "t
 _ACTIVATION = {
     "swiglu": "fast-swiglu",
     "geglu": "fast-geglu",
+    "reglu": "fast-reglu",
     "gelu": "gelu",
     "squared_relu": "squared-relu",
 }
+"""planner's activations -> NeMo 1's model.activation (its get_activation_fn accepts gelu,
+geglu, reglu, swiglu, squared-relu and the fast- GLUs; no plain relu, no quick-GELU)."""
 _PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp8": "bf16-mixed"}
 # planner presets -> the Hugging Face repository whose tokenizer they use (presets.py)
 _HF_TOKENIZERS = {
@@ -146,6 +149,17 @@ def refusals(job, layout: Layout) -> list[str]:
         (
             job.model.attention_sinks,
             "attention_sinks (gpt-oss): NeMo 1 has no learnable softmax offset",
+        )
+    )
+    problems.append(
+        (
+            job.model.activation not in _ACTIVATION
+            or bool(job.model.glu_linear_offset)
+            or job.model.activation_clamp is not None,
+            f"activation {job.model.activation}"
+            + (" with a GLU offset / clamp" if job.model.activation in _ACTIVATION else "")
+            + f": NeMo 1's model.activation is one of {', '.join(_ACTIVATION.values())} "
+            "(no plain ReLU, quick-GELU, GLU offset or clamp); export megatron-bridge",
         )
     )
     problems += store_problems(layout, "NeMo 1", config_fields=True)

@@ -317,7 +317,9 @@ def _shape(m: ModelSpec) -> tuple:
         m.kv_heads,
         m.head_dim,
         m.vocab_size,
-        m.gated,
+        m.activation,  # torchtitan's MLPs are SiLU-gated: another activation has no flavor
+        m.glu_linear_offset,
+        m.activation_clamp,
         m.tied_embeddings,
         m.num_experts or 0,
         m.expert_ffn,
