@@ -841,6 +841,8 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
         "qwen2_moe",
     ):
         spec.update(_family_2026(hf, mtype, spec))
+    else:
+        spec.update(_classic_window(hf, mtype, spec["num_layers"]))
     theta, factor = _rope(hf)
     if theta is not None:
         spec["rotary_base"] = theta
@@ -1103,6 +1105,31 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
             )
         )
     return out
+
+
+_QWEN_WINDOWED = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
+
+
+def _classic_window(hf: _HfConfig, mtype: str, L: int) -> dict[str, Any]:
+    """Sliding-window attention of the Llama-era families, as transformers applies it: a
+    layer_types list where the file has one; else Mistral's and Mixtral's sliding_window (when
+    not null) on every layer (MistralAttention passes it to every layer), and Qwen2's / Qwen3's
+    only with use_sliding_window, on the layers from max_window_layers on (Qwen2Config: the
+    first max_window_layers layers attend in full); Llama has none."""
+    if hf.cfg.get("layer_types") is not None:
+        return _layer_types(hf, L, default="full")
+    if mtype in ("mistral", "mixtral"):
+        window = hf.count("sliding_window", required=False)
+        return {"layer_types": ("sliding",) * L, "window_size": window} if window else {}
+    if mtype in _QWEN_WINDOWED and hf.flag("use_sliding_window", False):
+        window = hf.count("sliding_window")
+        full = hf.count("max_window_layers", minimum=0, required=False)
+        full = L if full is None else min(full, L)
+        if full >= L:
+            return {}
+        kinds = tuple("full" if i < full else "sliding" for i in range(L))
+        return {"layer_types": kinds, "window_size": window}
+    return {}
 
 
 def _layer_types(hf: _HfConfig, L: int, *, default: str | tuple[str, ...]) -> dict[str, Any]:

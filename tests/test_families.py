@@ -1585,3 +1585,45 @@ def test_layer_kinds_no_run_has_are_said_to_be_extrapolated(key, words):
     assert line.startswith(words) and line.endswith("extrapolated")
     assert layer_kind_caveats(get_preset("deepseek-v3")) == []
     assert layer_kind_caveats(get_preset("70b")) == []
+
+
+def test_hf_reader_applies_the_classic_families_sliding_windows():
+    # transformers MistralAttention passes config.sliding_window to every layer
+    # (mistralai/Mistral-7B-v0.1 config.json: 4096; Mixtral-8x7B-v0.1: null); Qwen2Config /
+    # Qwen3Config use it only with use_sliding_window, on the layers from max_window_layers on
+    from planner.presets import model_from_hf_config
+
+    mistral = model_from_hf_config(json.loads((HF / "Mistral-7B-v0.1" / "config.json").read_text()))
+    assert mistral.window_size == 4096 and set(mistral.attention_kinds) == {"sliding"}
+    mixtral = model_from_hf_config(
+        json.loads((HF / "Mixtral-8x7B-v0.1" / "config.json").read_text())
+    )
+    assert mixtral.window_size is None and set(mixtral.attention_kinds) == {"full"}
+    qwen = json.loads((HF / "Qwen3-8B" / "config.json").read_text())
+    assert set(model_from_hf_config(qwen).attention_kinds) == {"full"}  # use_sliding_window false
+    on = model_from_hf_config(
+        dict(qwen, use_sliding_window=True, sliding_window=4096, max_window_layers=28)
+    )
+    # 36 layers: 0..27 full, 28..35 windowed
+    assert on.attention_kinds == ("full",) * 28 + ("sliding",) * 8 and on.window_size == 4096
+    listed = dict(
+        qwen, layer_types=["full_attention"] * 35 + ["sliding_attention"], sliding_window=512
+    )
+    assert model_from_hf_config(listed).attention_kinds[-1] == "sliding"
+
+
+def test_a_window_no_longer_than_the_sequence_costs_nothing_extra():
+    # Mistral-7B-v0.1 at 4,096 tokens: its 4,096-token window spans the whole causal sequence,
+    # so the windowed read costs what the full one does; at 8,192 the window halves nothing in
+    # the first 4,096 positions and caps the rest, so attention FLOPs fall
+    from planner.presets import model_from_hf_config
+
+    cfg = json.loads((HF / "Mistral-7B-v0.1" / "config.json").read_text())
+    win = model_from_hf_config(cfg)
+    full = model_from_hf_config(dict(cfg, sliding_window=None))
+    assert model_flops_per_step(shape_of(win), seq=4096, global_batch_size=8) == pytest.approx(
+        model_flops_per_step(shape_of(full), seq=4096, global_batch_size=8)
+    )
+    assert model_flops_per_step(shape_of(win), seq=8192, global_batch_size=8) < (
+        model_flops_per_step(shape_of(full), seq=8192, global_batch_size=8)
+    )
