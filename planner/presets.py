@@ -29,8 +29,9 @@ __all__ = [
 _LLAMA = dict(activation="swiglu", tied_embeddings=False)
 # Qwen3 (Qwen config.json files): heads of 128, the 151,936-token vocabulary, RoPE base 1e6;
 # 4k stage-1 pre-training sequences (Qwen3 report, arXiv:2505.09388)
+# and an RMSNorm on each query and key head (Qwen3Attention q_norm / k_norm)
 _QWEN3: dict[str, Any] = dict(
-    kv_channels=128, vocab_size=151936, seq_length=4096, rotary_base=1e6, **_LLAMA
+    kv_channels=128, vocab_size=151936, seq_length=4096, rotary_base=1e6, qk_norm="head", **_LLAMA
 )
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -271,6 +272,7 @@ _LLAMA4: dict[str, Any] = dict(
     layer_types="(['chunked']*3+['full'])*12",
     attention_chunk_size=8192,
     rotary_base=500000.0,
+    qk_norm="l2",  # use_qk_norm: Llama4TextL2Norm on the RoPE layers' queries and keys
     **_LLAMA,
 )
 # GLM-4.5 and GLM-4.6 (zai-org config.json, glm4_moe): one shape
@@ -290,6 +292,7 @@ _GLM: dict[str, Any] = dict(
     num_dense_layers=3,
     rotary_base=1e6,
     rotary_percent=0.5,
+    qk_norm="head",  # use_qk_norm true (GLM-4.5-Air's config.json: false)
     **_LLAMA,
 )
 # Qwen3-Next and Qwen3.5: gated full attention (heads of 256, 2 KV heads) every 4th layer,
@@ -305,6 +308,7 @@ _QWEN_HYBRID: dict[str, Any] = dict(
     attention_output_gate=True,
     rotary_base=1e7,
     rotary_percent=0.25,
+    qk_norm="head",
     **_LLAMA,
 )
 
@@ -318,6 +322,7 @@ _GEMMA3_COMMON: dict[str, Any] = dict(
     tied_embeddings=True,
     rotary_base=1e6,
     window_size=1024,
+    qk_norm="head",
 )
 
 FAMILY_PRESETS: dict[str, dict[str, Any]] = {
@@ -398,6 +403,7 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
         num_experts=128,
         moe_ffn_hidden_size=1408,
         num_dense_layers=1,
+        qk_norm="none",
     ),
     # MiniMaxAI/MiniMax-M2 config.json (model_type minimax_m2; tests/data/hf/MiniMax-M2): 62
     # layers of 3072, softmax attention on every layer (48 heads of 128, 8 KV heads, RoPE on 64
@@ -419,6 +425,7 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
         moe_ffn_hidden_size=1536,
         rotary_base=5e6,
         rotary_percent=0.5,
+        qk_norm="layer",  # use_qk_norm with qk_norm_type per_layer: one RMSNorm over all heads
         **_LLAMA,
     ),
     # google/gemma-3-12b-it config.json (model_type gemma3; tests/data/hf/gemma-3-12b-it: the
@@ -795,6 +802,7 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
         activation=_gated_act(hf) if mtype not in _GEMMA3 else "geglu",
         tied_embeddings=hf.flag("tie_word_embeddings", outer_tied),
     )
+    spec["qk_norm"] = _qk_norm(hf, mtype)
     head_dim = need("head_dim", required=False)
     if head_dim and head_dim != h // a:
         spec["kv_channels"] = head_dim
@@ -1105,6 +1113,29 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
             )
         )
     return out
+
+
+_QK_HEAD_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "gemma3", "gemma3_text"}
+"""Families whose attention always normalizes each query and key head (transformers'
+Qwen3Attention, Qwen3NextAttention, Qwen3_5MoeAttention, Gemma3Attention: q_norm / k_norm)."""
+
+
+def _qk_norm(hf: _HfConfig, mtype: str) -> str:
+    """ModelSpec.qk_norm: the families above; GLM-4.5's use_qk_norm (per head); Llama 4's
+    use_qk_norm (Llama4TextL2Norm, weightless; transformers' default true); MiniMax-M2's
+    use_qk_norm with qk_norm_type per_layer (one RMSNorm over all heads) or per_head."""
+    if mtype in _QK_HEAD_NORM:
+        return "head"
+    if mtype in ("glm4_moe", "glm_moe_dsa"):
+        return "head" if hf.flag("use_qk_norm", False) else "none"
+    if mtype == "llama4":
+        return "l2" if hf.flag("use_qk_norm", True) else "none"
+    if mtype == "minimax_m2" and hf.flag("use_qk_norm", False):
+        kind = hf.cfg.get("qk_norm_type", "per_layer")
+        if kind not in ("per_layer", "per_head"):
+            raise hf._bad("qk_norm_type", kind, "per_layer or per_head")
+        return "layer" if kind == "per_layer" else "head"
+    return "none"
 
 
 _QWEN_WINDOWED = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}

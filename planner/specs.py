@@ -169,6 +169,13 @@ class ModelSpec(_Spec):
     activation_clamp: float | None = Field(default=None, gt=0, le=1e6)
     """The gated MLP's inputs clamped to this magnitude (gpt-oss: swiglu_limit 7.0; Megatron
     `--activation-func-clamp-value`); no cost, written by the exports."""
+    qk_norm: Literal["none", "head", "l2", "layer"] = "none"
+    """A norm on the queries and keys before RoPE and attention: head (an RMSNorm per head, over
+    its head dim: Qwen3, Qwen3-Next / 3.5, Gemma 3, GLM-4.5; Megatron `--qk-layernorm`), l2
+    (a weightless L2 norm: Llama 4's use_qk_norm; Megatron `--qk-l2-norm`) or layer (one
+    RMSNorm over all heads: MiniMax-M2's qk_norm_type per_layer). Written by the exports;
+    not counted (its saved inputs, about (a + g) d x 2 bytes a token and layer, and one
+    elementwise pass)."""
     tied_embeddings: bool = False
     """Input embedding and output layer share one matrix."""
     normalization: Literal["RMSNorm", "LayerNorm"] | None = None

@@ -1394,8 +1394,11 @@ def test_megatron_and_nemo_exports_write_interleaved_moe_layers(tmp_path):
     from planner.frameworks import load_any
     from planner.presets import FAMILY_PRESETS
 
-    # Maverick with full attention everywhere (its chunks refuse Megatron): MoE on layers 1, 3..
-    FAMILY_PRESETS["maverick-full"] = dict(FAMILY_PRESETS["llama4-maverick"], layer_types=None)
+    # Maverick with full attention everywhere (its chunks refuse Megatron) and no QK L2 norm
+    # (NeMo 1 has none): MoE on layers 1, 3..
+    FAMILY_PRESETS["maverick-full"] = dict(
+        FAMILY_PRESETS["llama4-maverick"], layer_types=None, qk_norm="none"
+    )
     try:
         text = _export("maverick-full", "megatron")
         nemo = yaml.safe_load(_export("maverick-full", "nemo", ep=8))
@@ -1627,3 +1630,126 @@ def test_a_window_no_longer_than_the_sequence_costs_nothing_extra():
     assert model_flops_per_step(shape_of(win), seq=8192, global_batch_size=8) < (
         model_flops_per_step(shape_of(full), seq=8192, global_batch_size=8)
     )
+
+
+@pytest.mark.parametrize(
+    "folder, kind",
+    [
+        # transformers: Qwen3Attention / Qwen3NextAttention / Gemma3Attention always q_norm /
+        # k_norm (RMSNorm over head_dim); Glm4MoeAttention only with use_qk_norm (GLM-4.5:
+        # true, GLM-4.5-Air: false); Llama4TextAttention's L2 norm with use_qk_norm;
+        # MiniMax-M2's qk_norm_type per_layer, one norm over every head
+        pytest.param("Qwen3-8B", "head", id="qwen3"),
+        pytest.param("Qwen3-30B-A3B", "head", id="qwen3-moe"),
+        pytest.param("Qwen3-Next-80B-A3B-Instruct", "head", id="qwen3-next"),
+        pytest.param("gemma-3-12b-it", "head", id="gemma3"),
+        pytest.param("GLM-4.5", "head", id="glm"),
+        pytest.param("GLM-4.5-Air", "none", id="glm-air"),
+        pytest.param("Llama-4-Scout-17B-16E", "l2", id="llama4"),
+        pytest.param("MiniMax-M2", "layer", id="minimax"),
+        pytest.param("Meta-Llama-3-70B", "none", id="llama3"),
+        pytest.param("DeepSeek-V3", "none", id="deepseek"),
+    ],
+)
+def test_hf_reader_reads_the_query_key_norm(folder, kind):
+    from planner.presets import model_from_hf_config
+
+    cfg = json.loads((HF / folder / "config.json").read_text())
+    assert model_from_hf_config(cfg).qk_norm == kind
+
+
+@pytest.mark.parametrize(
+    "fmt, name, needle",
+    [
+        pytest.param("megatron", "train.sh", "--qk-layernorm", id="megatron"),
+        pytest.param("megatron-bridge", "bridge.yaml", "qk_layernorm: true", id="bridge"),
+        pytest.param("nemo", "nemo.yaml", "qk_layernorm: true", id="nemo"),
+    ],
+)
+def test_qwen3_exports_its_query_key_norm_and_reads_it_back(tmp_path, fmt, name, needle):
+    # without it Megatron trains a Qwen3 without q_norm / k_norm: another model
+    from planner.frameworks import load_any
+
+    text = _export_model(get_preset("qwen3-32b"), fmt)
+    assert needle in text
+    path = tmp_path / name
+    path.write_text(text)
+    assert load_any(path, hardware="h100-sxm", gpus=8).job.model.qk_norm == "head"
+
+
+def test_llama4s_l2_norm_goes_to_megatron_as_qk_l2_norm(tmp_path):
+    from planner.frameworks import load_any
+
+    full = _with_layer_types_none("llama4-scout")
+    text = _export_model(full, "megatron")
+    assert "--qk-l2-norm" in text and "--qk-layernorm" not in text
+    path = tmp_path / "train.sh"
+    path.write_text(text)
+    assert load_any(path, hardware="h100-sxm", gpus=8).job.model.qk_norm == "l2"
+
+
+def _with_layer_types_none(key: str):
+    p = get_preset(key)
+    return type(p)(**{**p.model_dump(exclude_unset=True), "layer_types": None})
+
+
+@pytest.mark.parametrize(
+    "key, fmt, needle",
+    [
+        pytest.param("qwen3-32b", "deepspeed", "Megatron-DeepSpeed's attention has none", id="ds"),
+        pytest.param("minimax-m2", "megatron", "no export writes it", id="minimax-megatron"),
+        pytest.param("minimax-m2", "megatron-bridge", "no export writes it", id="minimax-bridge"),
+        pytest.param("minimax-m2", "nemo", "no export writes it", id="minimax-nemo"),
+    ],
+)
+def test_exports_refuse_a_query_key_norm_they_cannot_write(key, fmt, needle):
+    from planner.errors import InfeasibleError
+
+    with pytest.raises(InfeasibleError) as err:
+        _export_model(get_preset(key), fmt)
+    assert needle in str(err.value)
+
+
+def test_torchtitan_flavors_match_on_the_query_key_norm():
+    # torchtitan's qwen3 attention has q_norm / k_norm; its llama4 has no use_qk_norm
+    # (models/llama4/model/args.py), so Llama 4's L2 norm is named in a note, not dropped
+    plain = _export_model(get_preset("qwen3-32b"), "torchtitan")
+    assert 'name = "qwen3"' in plain
+    p = get_preset("qwen3-32b")
+    bare = type(p)(**{**p.model_dump(exclude_unset=True), "qk_norm": "none"})
+    assert 'name = "qwen3"' not in _export_model(bare, "torchtitan")
+    from planner.config import Job, resolve_hardware
+    from planner.frameworks.export import export
+    from planner.layout import Layout
+    from planner.specs import TrainingSpec
+
+    m = get_preset("llama4-scout")
+    job = Job(
+        model=m,
+        hardware=resolve_hardware("h100-sxm"),
+        num_gpus=8,
+        training=TrainingSpec(global_batch_size=64, seq_length=8192),
+    )
+    text = export(job, Layout(tp=1, pp=1, ep=8, dp=8), "torchtitan")
+    assert 'name = "llama4"' in text and "has no use_qk_norm" in text
+
+
+def test_bridge_provider_class_gives_its_query_key_norm(tmp_path):
+    # Qwen3MoEModelProvider235B_A22B sets qk_layernorm True: a recipe naming the class has it,
+    # with or without the shape keys written out; an explicit key wins
+    import yaml
+
+    from planner.frameworks import load_any
+
+    data = yaml.safe_load(_export_model(get_preset("qwen3-235b-a22b"), "megatron-bridge"))
+    assert data["model"]["_target_"].endswith("Qwen3MoEModelProvider235B_A22B")
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_any(path, hardware="h100-sxm", gpus=8).job.model.qk_norm == "head"
+    shape = dict(num_layers=94, hidden_size=4096, num_attention_heads=64, vocab_size=151936)
+    data["model"].update(shape, ffn_hidden_size=12288, num_query_groups=4, kv_channels=128)
+    path.write_text(yaml.safe_dump(data))
+    assert load_any(path, hardware="h100-sxm", gpus=8).job.model.qk_norm == "head"
+    data["model"]["qk_layernorm"] = False
+    path.write_text(yaml.safe_dump(data))
+    assert load_any(path, hardware="h100-sxm", gpus=8).job.model.qk_norm == "none"

@@ -220,6 +220,11 @@ def refusals(job, layout: Layout) -> list[str]:
                 "activation squared_relu is not in Megatron-DeepSpeed",
             ),
             (
+                m.qk_norm != "none",
+                f"qk_norm {m.qk_norm} ({m.name}'s query / key norm): Megatron-DeepSpeed's "
+                "attention has none; use --framework megatron or megatron-bridge",
+            ),
+            (
                 m.activation in ("geglu", "reglu", "quick_geglu", "relu"),
                 f"activation {m.activation} is not in Megatron-DeepSpeed (its --swiglu is "
                 "SiLU's, else GELU); use --framework megatron-bridge"

@@ -918,6 +918,9 @@ def model_from_flags(
             if flags.has("--squared-relu")
             else "gelu"
         ),
+        qk_norm=(
+            "head" if flags.has("--qk-layernorm") else "l2" if flags.has("--qk-l2-norm") else "none"
+        ),
         glu_linear_offset=flags.float("--glu-linear-offset") or 0.0,
         activation_clamp=flags.float("--activation-func-clamp-value"),
         tied_embeddings=not flags.has("--untie-embeddings-and-output-weights"),

@@ -172,6 +172,18 @@ def refusals(job, layout: Layout, *, bridge: bool = False) -> list[str]:
                 "megatron-bridge (activation_func fast_gelu) or nemo (fast-geglu)",
             ),
             (
+                m.qk_norm == "layer",
+                "qk_norm layer (one RMSNorm over all query / key heads, MiniMax-M2's per_layer): "
+                + (
+                    "Megatron-Bridge normalizes per head (qk_layernorm) or with an L2 norm "
+                    "(qk_l2_norm) only"
+                    if bridge
+                    else "Megatron-LM normalizes per head (--qk-layernorm) or with an L2 norm "
+                    "(--qk-l2-norm) only"
+                )
+                + "; no export writes it",
+            ),
+            (
                 m.activation in ("reglu", "relu") and not bridge,
                 f"activation {m.activation} (ReLU{' gated' if m.gated else ''} MLP): Megatron-LM "
                 "has no flag for it (--swiglu, --quick-geglu, --squared-relu, else GELU); use "
@@ -249,6 +261,10 @@ def model_flags(m: ModelSpec, *, seq_length: int) -> list[Flag]:
         flags.append(("--activation-func-clamp-value", f"{m.activation_clamp:g}"))
     if m.norm == "RMSNorm":
         flags += [("--normalization", "RMSNorm")]
+    if m.qk_norm == "head":
+        flags.append(("--qk-layernorm", None))
+    elif m.qk_norm == "l2":
+        flags.append(("--qk-l2-norm", None))
     if m.position_embedding != "learned_absolute":
         flags.append(("--position-embedding-type", m.position_embedding))
     if m.position_embedding == "rope" and m.rotary_base is not None and whole(m.rotary_base):

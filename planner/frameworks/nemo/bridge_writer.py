@@ -98,6 +98,8 @@ def _shape(job) -> dict:
         "vocab_size": m.vocab_size,
         "gated_linear_unit": m.gated,
         **_activation_func(m),
+        **({"qk_layernorm": True} if m.qk_norm == "head" else {}),
+        **({"qk_l2_norm": True} if m.qk_norm == "l2" else {}),
         "share_embeddings_and_output_weights": m.tied_embeddings,
         "normalization": "RMSNorm" if m.norm == "RMSNorm" else "LayerNorm",
         "add_bias_linear": m.bias,

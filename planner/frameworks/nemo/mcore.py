@@ -97,6 +97,21 @@ def as_bool(section: dict, key: str, default: bool, *, where: str) -> bool:
     )
 
 
+def qk_norm(config: dict, *, where: str) -> str:
+    """ModelSpec.qk_norm of a TransformerConfig-named mapping: qk_layernorm (an RMSNorm per
+    query / key head) or qk_l2_norm (Llama 4's weightless L2 norm); both is an error."""
+    head = as_bool(config, "qk_layernorm", False, where=where)
+    l2 = as_bool(config, "qk_l2_norm", False, where=where)
+    if head and l2:
+        raise SpecError(
+            f"{where}.qk_layernorm and {where}.qk_l2_norm are both true; Megatron-Core applies "
+            "one query / key norm: keep one",
+            field=f"{where}.qk_l2_norm",
+            value=True,
+        )
+    return "head" if head else "l2" if l2 else "none"
+
+
 def as_number(section: dict, key: str, *, where: str) -> float | None:
     """A real-valued key (a finite int or float); absent or null is None."""
     value = section.get(key)

@@ -148,6 +148,8 @@ _MODEL_USED = frozenset(
         "num_query_groups",
         "kv_channels",
         "activation",
+        "qk_layernorm",
+        "qk_l2_norm",
         "normalization",
         "bias",
         "position_embedding_type",
@@ -686,6 +688,7 @@ def _nemo1_model(
         kv_channels=_int(model, "kv_channels", None, where=w),
         vocab_size=_vocab(model, source, ov),
         activation=_ACTIVATIONS[act],
+        qk_norm=mcore.qk_norm(model, where=w),
         tied_embeddings=as_bool(model, "share_embeddings_and_output_weights", True, where=w),
         normalization=_NORMS.get(str(model.get("normalization", "layernorm")).lower(), "LayerNorm"),
         add_bias_linear=as_bool(model, "bias", True, where=w),
@@ -1014,6 +1017,13 @@ def mcore_model(
         kv_channels=_int(config, "kv_channels", None, where=where),
         vocab_size=vocab,
         activation=mcore_activation(config, gated, where=where),
+        # a provider class's own default where the keys are silent (Qwen3's providers set
+        # qk_layernorm True)
+        qk_norm=(
+            mcore.qk_norm(config, where=where)
+            if preset is None or {"qk_layernorm", "qk_l2_norm"} & set(config)
+            else get_preset(preset).qk_norm
+        ),
         glu_linear_offset=mcore.as_number(config, "glu_linear_offset", where=where) or 0.0,
         activation_clamp=mcore.as_number(config, "activation_func_clamp_value", where=where),
         tied_embeddings=as_bool(config, "share_embeddings_and_output_weights", False, where=where),

@@ -153,6 +153,18 @@ def refusals(job, layout: Layout) -> list[str]:
     )
     problems.append(
         (
+            job.model.qk_norm in ("l2", "layer"),
+            f"qk_norm {job.model.qk_norm}: NeMo 1's GPT model normalizes queries and keys per "
+            "head only (model.qk_layernorm); "
+            + (
+                "export megatron or megatron-bridge (qk_l2_norm)"
+                if job.model.qk_norm == "l2"
+                else "no export writes it"
+            ),
+        )
+    )
+    problems.append(
+        (
             job.model.activation not in _ACTIVATION
             or bool(job.model.glu_linear_offset)
             or job.model.activation_clamp is not None,
@@ -211,6 +223,7 @@ def _model_shape(job, layout: Layout) -> dict:
         "num_query_groups": m.kv_heads,
         "kv_channels": m.kv_channels,
         "activation": _ACTIVATION[m.activation],
+        **({"qk_layernorm": True} if m.qk_norm == "head" else {}),
         "normalization": "rmsnorm" if m.norm == "RMSNorm" else "layernorm",
         "bias": m.bias,
         "position_embedding_type": m.position_embedding,

@@ -143,7 +143,7 @@ def _qwen3(
         vocab_size=vocab,
         seq_length=4096,
         rotary_base=theta,
-        **dict(_LLAMA, tied_embeddings=tied),
+        **dict(_LLAMA, tied_embeddings=tied, qk_norm="head"),
         **moe,
     )
 
@@ -318,6 +318,10 @@ def _shape(m: ModelSpec) -> tuple:
         m.head_dim,
         m.vocab_size,
         m.activation,  # torchtitan's MLPs are SiLU-gated: another activation has no flavor
+        # its qwen3 attention normalizes each query / key head (q_norm, k_norm), llama3's and
+        # llama4's do not (Llama 4's weightless L2 norm is left out of torchtitan's llama4:
+        # the export says so, writer._notes)
+        m.qk_norm == "head",
         m.glu_linear_offset,
         m.activation_clamp,
         m.tied_embeddings,

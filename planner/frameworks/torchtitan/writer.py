@@ -481,6 +481,13 @@ def _notes(job, layout: Layout, found: Flavor | None) -> list[str]:
             f"{found.name} {found.flavor} uses {found.spec.rotary_base:g} (no TOML knob; "
             "it changes no memory or time)."
         )
+    if found is not None and job.model.qk_norm != found.spec.qk_norm:
+        notes.append(
+            f"QK norm: the plan's model has qk_norm {job.model.qk_norm} (Llama 4's weightless "
+            f"L2 norm of the queries and keys); torchtitan's {found.name} {found.flavor} has "
+            f"{found.spec.qk_norm} (its llama4 model has no use_qk_norm; no TOML knob, no "
+            "parameters, it changes no memory or time)."
+        )
     if found is not None and job.model.rotary_percent != found.spec.rotary_percent:
         notes.append(
             f"RoPE share: the plan's model rotates {job.model.rotary_percent:g} of each "
