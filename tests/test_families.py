@@ -1159,19 +1159,21 @@ def _with_activation(key: str, activation: str):
     return type(p)(**{**p.model_dump(exclude_unset=True), "activation": activation})
 
 
-def _export_model(m, fmt: str) -> str:
+def _export_model(m, fmt: str, **fix) -> str:
+    """`m` exported on 8 H100s: tp 1, pp 1, dp 8 (ep 8 for an MoE model), `fix` over that."""
     from planner.config import Job, resolve_hardware
     from planner.frameworks.export import export
     from planner.layout import Layout
     from planner.specs import TrainingSpec
 
+    lay = Layout(**dict(dict(tp=1, pp=1, ep=8 if m.is_moe else 1, dp=8), **fix))
     job = Job(
         model=m,
         hardware=resolve_hardware("h100-sxm"),
-        num_gpus=8,
-        training=TrainingSpec(global_batch_size=64, seq_length=4096),
+        num_gpus=lay.tp * lay.pp * lay.dp,
+        training=TrainingSpec(global_batch_size=64, seq_length=m.seq_length or 4096),
     )
-    return export(job, Layout(tp=1, pp=1, dp=8), fmt)
+    return export(job, lay, fmt)
 
 
 @pytest.mark.parametrize(
@@ -1250,20 +1252,7 @@ def test_glu_offset_needs_a_gated_mlp():
 
 
 def _export(key: str, fmt: str, **fix) -> str:
-    from planner.config import Job, resolve_hardware
-    from planner.frameworks.export import export
-    from planner.layout import Layout
-    from planner.specs import TrainingSpec
-
-    m = get_preset(key)
-    lay = Layout(**dict(dict(tp=1, pp=1, ep=8, dp=8), **fix))
-    job = Job(
-        model=m,
-        hardware=resolve_hardware("h100-sxm"),
-        num_gpus=lay.tp * lay.pp * lay.dp,
-        training=TrainingSpec(global_batch_size=64, seq_length=m.seq_length or 4096),
-    )
-    return export(job, lay, fmt)
+    return _export_model(get_preset(key), fmt, **fix)
 
 
 def test_megatron_export_writes_the_pattern_and_reads_back(tmp_path):
@@ -1718,19 +1707,7 @@ def test_torchtitan_flavors_match_on_the_query_key_norm():
     p = get_preset("qwen3-32b")
     bare = type(p)(**{**p.model_dump(exclude_unset=True), "qk_norm": "none"})
     assert 'name = "qwen3"' not in _export_model(bare, "torchtitan")
-    from planner.config import Job, resolve_hardware
-    from planner.frameworks.export import export
-    from planner.layout import Layout
-    from planner.specs import TrainingSpec
-
-    m = get_preset("llama4-scout")
-    job = Job(
-        model=m,
-        hardware=resolve_hardware("h100-sxm"),
-        num_gpus=8,
-        training=TrainingSpec(global_batch_size=64, seq_length=8192),
-    )
-    text = export(job, Layout(tp=1, pp=1, ep=8, dp=8), "torchtitan")
+    text = _export_model(get_preset("llama4-scout"), "torchtitan")
     assert 'name = "llama4"' in text and "has no use_qk_norm" in text
 
 
