@@ -482,11 +482,14 @@ def _notes(job, layout: Layout, found: Flavor | None) -> list[str]:
             "it changes no memory or time)."
         )
     if found is not None and job.model.qk_norm != found.spec.qk_norm:
+        kind = {
+            "l2": "a weightless L2 norm of the queries and keys, Llama 4's use_qk_norm",
+            "layer": "one RMSNorm over all query / key heads",
+        }.get(job.model.qk_norm, job.model.qk_norm)
         notes.append(
-            f"QK norm: the plan's model has qk_norm {job.model.qk_norm} (Llama 4's weightless "
-            f"L2 norm of the queries and keys); torchtitan's {found.name} {found.flavor} has "
-            f"{found.spec.qk_norm} (its llama4 model has no use_qk_norm; no TOML knob, no "
-            "parameters, it changes no memory or time)."
+            f"QK norm: the plan's model has qk_norm {job.model.qk_norm} ({kind}); torchtitan's "
+            f"{found.name} {found.flavor} trains without it ({found.name}'s model args have no "
+            "such norm; no TOML knob; it changes no planner number)."
         )
     if found is not None and job.model.rotary_percent != found.spec.rotary_percent:
         notes.append(
