@@ -26,6 +26,7 @@ __all__ = [
     "PipelineSplit",
     "planned_for",
     "store_problems",
+    "pattern_keys",
 ]
 
 _PLANNED = re.compile(r"^[\s#/\"'-]*planner: hardware=([\w.+-]+) num_gpus=(\d{1,9})\b", re.M)
@@ -203,3 +204,22 @@ def store_problems(
             "export megatron-bridge or nemo, or set activation_func_fp8_input_store false",
         ),
     ]
+
+
+def pattern_keys(m) -> dict:
+    """The TransformerConfig keys of a model's layer pattern, as NeMo and Megatron-Bridge write
+    them and `window_fields` / `moe_fields` read them back: moe_layer_freq (a 0/1 list, 1 an
+    MoE layer) where not every layer is MoE, window_size [W, 0] and window_attn_skip_freq (1 a
+    window layer, 0 a full one) with sliding layers, softmax_type learnable for sinks
+    (planner/frameworks/nemo/mcore.py reads them)."""
+    out: dict = {}
+    if m.is_moe and m.num_moe_layers != m.num_layers:
+        out["moe_layer_freq"] = [int(x) for x in m.moe_layers]
+    kinds = m.attention_kinds
+    if "sliding" in kinds:
+        out["window_size"] = [m.window_size, 0]
+        if set(kinds) != {"sliding"}:
+            out["window_attn_skip_freq"] = [int(k == "sliding") for k in kinds]
+    if m.attention_sinks:
+        out["softmax_type"] = "learnable"
+    return out

@@ -18,7 +18,7 @@ import yaml
 from planner.errors import InfeasibleError
 from planner.frameworks.megatron.writer import refusals as megatron_refusals
 from planner.frameworks.nemo.writer import _BRIDGE_FP8, _config_fields, _Dumper, _fsdp, _parallel
-from planner.frameworks.writing import header_lines
+from planner.frameworks.writing import header_lines, pattern_keys
 from planner.layout import Layout
 
 __all__ = ["render", "bridge_config", "refusals", "runs_as", "PROVIDERS"]
@@ -113,8 +113,6 @@ def _shape(job) -> dict:
         )
         if m.num_shared_experts:
             d["moe_shared_expert_intermediate_size"] = m.num_shared_experts * m.expert_ffn
-        if m.num_dense_layers:
-            d["moe_layer_freq"] = [0] * m.num_dense_layers + [1] * m.num_moe_layers
         if m.moe_capacity_factor != 1.0:
             d["moe_expert_capacity_factor"] = m.moe_capacity_factor
     if m.is_mla:
@@ -128,6 +126,7 @@ def _shape(job) -> dict:
         ):
             if getattr(m, k, None) is not None:
                 d[k] = getattr(m, k)
+    d.update(pattern_keys(m))
     del tr
     return d
 

@@ -45,6 +45,7 @@ from planner.errors import InfeasibleError
 from planner.frameworks.writing import (
     header_lines,
     nodes_and_devices,
+    pattern_keys,
     pipeline_split,
     store_problems,
 )
@@ -248,8 +249,6 @@ def _model_shape(job, layout: Layout) -> dict:
         d.update(_dispatcher(layout, m.moe_capacity_factor))
         if m.num_shared_experts:
             d["moe_shared_expert_intermediate_size"] = m.num_shared_experts * m.expert_ffn
-        if m.num_moe_layers != m.num_layers:
-            d["moe_layer_freq"] = [int(x) for x in m.moe_layers]
         if m.moe_capacity_factor != 1.0:
             d["moe_expert_capacity_factor"] = m.moe_capacity_factor
         if m.moe_router_num_groups and m.moe_router_group_topk:  # group-limited routing
@@ -259,11 +258,7 @@ def _model_shape(job, layout: Layout) -> dict:
             )
     if m.mtp_num_layers:
         d["mtp_num_layers"] = m.mtp_num_layers
-    kinds = m.attention_kinds
-    if "sliding" in kinds:  # Megatron-Core TransformerConfig: 1 = window layer, 0 = full
-        d["window_size"] = [m.window_size, 0]
-        if set(kinds) != {"sliding"}:
-            d["window_attn_skip_freq"] = [int(k == "sliding") for k in kinds]
+    d.update(pattern_keys(m))  # MoE layers, windows (sinks: refused above)
     return d
 
 
