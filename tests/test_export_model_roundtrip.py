@@ -1,4 +1,5 @@
-"""Every preset through every training export and back: an export either refuses in one line,
+"""Every preset and every Hugging Face config.json of tests/data/hf through every training
+export and back: an export either refuses in one line,
 or its file reads back (`planner validate`'s readers) with the model the plan priced -- the
 shape, the MLP's activation and its GLU offset / clamp, the query / key norm, the MoE layers
 and routing, the attention kinds, windows and sinks. A field an export drops trains another
@@ -16,6 +17,9 @@ Three documented differences are asserted as such, not skipped:
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from planner.config import Job, resolve_hardware
@@ -24,7 +28,7 @@ from planner.errors import InfeasibleError
 from planner.frameworks import load_any
 from planner.frameworks.export import export
 from planner.layout import Layout
-from planner.presets import FAMILY_PRESETS, PRESETS, get_preset
+from planner.presets import FAMILY_PRESETS, PRESETS, get_preset, model_from_hf_config
 from planner.specs import TrainingSpec
 
 EXT = {
@@ -70,8 +74,19 @@ FIELDS = (
 )
 
 
-def _job(key: str) -> tuple[Job, Layout]:
-    m = get_preset(key)
+HF = Path(__file__).resolve().parent / "data" / "hf"
+SOURCES = [*PRESETS, *FAMILY_PRESETS, *(f"hf:{d.name}" for d in sorted(HF.iterdir()))]
+
+
+def _model(source: str):
+    if source.startswith("hf:"):
+        path = HF / source[3:] / "config.json"
+        return model_from_hf_config(json.loads(path.read_text()), source=str(path))
+    return get_preset(source)
+
+
+def _job(source: str) -> tuple[Job, Layout]:
+    m = _model(source)
     ep = 8 if m.is_moe and (m.num_experts or 0) % 8 == 0 else 1
     lay = Layout(tp=1, pp=1, ep=ep, dp=8)
     job = Job(
@@ -84,9 +99,9 @@ def _job(key: str) -> tuple[Job, Layout]:
 
 
 @pytest.mark.parametrize("fmt", list(EXT))
-@pytest.mark.parametrize("key", [*PRESETS, *FAMILY_PRESETS])
-def test_an_export_refuses_in_one_line_or_reads_back_the_model_it_priced(tmp_path, key, fmt):
-    job, lay = _job(key)
+@pytest.mark.parametrize("source", SOURCES)
+def test_an_export_refuses_in_one_line_or_reads_back_the_model_it_priced(tmp_path, source, fmt):
+    job, lay = _job(source)
     m = job.model
     try:
         text = export(job, lay, fmt)
@@ -96,7 +111,7 @@ def test_an_export_refuses_in_one_line_or_reads_back_the_model_it_priced(tmp_pat
     if fmt == "torchtitan" and "(not one we can name)" in text:
         assert "[model]\nname" not in text  # no flavor written: the user picks one
         return
-    path = tmp_path / f"{key}{EXT[fmt]}"
+    path = tmp_path / f"model{EXT[fmt]}"
     path.write_text(text)
     back = load_any(path, hardware="h100-sxm", gpus=8).job.model
     expected = {f: getattr(m, f) for f in FIELDS}

@@ -209,12 +209,16 @@ def store_problems(
 def pattern_keys(m) -> dict:
     """The TransformerConfig keys of a model's layer pattern, as NeMo and Megatron-Bridge write
     them and `window_fields` / `moe_fields` read them back: moe_layer_freq (a 0/1 list, 1 an
-    MoE layer) where not every layer is MoE, window_size [W, 0] and window_attn_skip_freq (1 a
+    MoE layer) where not every layer is MoE, the router's group limits (moe_router_num_groups,
+    moe_router_group_topk: DeepSeek-V3's 8 and 4), window_size [W, 0] and window_attn_skip_freq (1 a
     window layer, 0 a full one) with sliding layers, softmax_type learnable for sinks
     (planner/frameworks/nemo/mcore.py reads them)."""
     out: dict = {}
     if m.is_moe and m.num_moe_layers != m.num_layers:
         out["moe_layer_freq"] = [int(x) for x in m.moe_layers]
+    if m.is_moe and m.moe_router_num_groups and m.moe_router_group_topk:  # group-limited
+        out["moe_router_num_groups"] = m.moe_router_num_groups
+        out["moe_router_group_topk"] = m.moe_router_group_topk
     kinds = m.attention_kinds
     if "sliding" in kinds:
         out["window_size"] = [m.window_size, 0]

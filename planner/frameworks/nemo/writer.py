@@ -251,11 +251,6 @@ def _model_shape(job, layout: Layout) -> dict:
             d["moe_shared_expert_intermediate_size"] = m.num_shared_experts * m.expert_ffn
         if m.moe_capacity_factor != 1.0:
             d["moe_expert_capacity_factor"] = m.moe_capacity_factor
-        if m.moe_router_num_groups and m.moe_router_group_topk:  # group-limited routing
-            d.update(
-                moe_router_num_groups=m.moe_router_num_groups,
-                moe_router_group_topk=m.moe_router_group_topk,
-            )
     if m.mtp_num_layers:
         d["mtp_num_layers"] = m.mtp_num_layers
     d.update(pattern_keys(m))  # MoE layers, windows (sinks: refused above)
