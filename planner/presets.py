@@ -30,6 +30,11 @@ _LLAMA = dict(activation="swiglu", tied_embeddings=False)
 # Qwen3 (Qwen config.json files): heads of 128, the 151,936-token vocabulary, RoPE base 1e6;
 # 4k stage-1 pre-training sequences (Qwen3 report, arXiv:2505.09388)
 # and an RMSNorm on each query and key head (Qwen3Attention q_norm / k_norm)
+# DeepSeek-V3's router (deepseek-ai/DeepSeek-V3 config.json: scoring_func sigmoid,
+# routed_scaling_factor 2.5, topk_method noaux_tc: the auxiliary-loss-free bias, report §2.1.2)
+_DEEPSEEK_ROUTER: dict[str, Any] = dict(
+    moe_router_score="sigmoid", moe_router_scaling=2.5, moe_router_expert_bias=True
+)
 _QWEN3: dict[str, Any] = dict(
     kv_channels=128, vocab_size=151936, seq_length=4096, rotary_base=1e6, qk_norm="head", **_LLAMA
 )
@@ -183,6 +188,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         rotary_base=10000.0,
         moe_router_num_groups=8,
         moe_router_group_topk=4,
+        **_DEEPSEEK_ROUTER,
         **_LLAMA,
     ),
     # Qwen/Qwen3-30B-A3B config.json (tests/data/hf/Qwen3-30B-A3B): 48 layers of 2048, 32
@@ -273,6 +279,7 @@ _LLAMA4: dict[str, Any] = dict(
     attention_chunk_size=8192,
     rotary_base=500000.0,
     qk_norm="l2",  # use_qk_norm: Llama4TextL2Norm on the RoPE layers' queries and keys
+    moe_router_score="sigmoid",  # Llama4TextMoe: sigmoid of the top-1 logit, no bias
     **_LLAMA,
 )
 # GLM-4.5 and GLM-4.6 (zai-org config.json, glm4_moe): one shape
@@ -293,6 +300,8 @@ _GLM: dict[str, Any] = dict(
     rotary_base=1e6,
     rotary_percent=0.5,
     qk_norm="head",  # use_qk_norm true (GLM-4.5-Air's config.json: false)
+    # Glm4MoeTopkRouter: sigmoid scores with e_score_correction_bias; routed_scaling_factor 2.5
+    **_DEEPSEEK_ROUTER,
     **_LLAMA,
 )
 # Qwen3-Next and Qwen3.5: gated full attention (heads of 256, 2 KV heads) every 4th layer,
@@ -348,6 +357,8 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
         qk_pos_emb_head_dim=64,
         v_head_dim=128,
         rotary_base=50000.0,
+        # moonshotai/Kimi-K2-Instruct config.json: DeepSeek-V3's router, routed_scaling_factor 2.827
+        **dict(_DEEPSEEK_ROUTER, moe_router_scaling=2.827),
         **_LLAMA,
     ),
     # deepseek-ai/DeepSeek-V3.2-Exp config.json (model_type deepseek_v32): DeepSeek-V3 plus
@@ -404,6 +415,7 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
         moe_ffn_hidden_size=1408,
         num_dense_layers=1,
         qk_norm="none",
+        moe_router_scaling=None,  # routed_scaling_factor 1.0
     ),
     # MiniMaxAI/MiniMax-M2 config.json (model_type minimax_m2; tests/data/hf/MiniMax-M2): 62
     # layers of 3072, softmax attention on every layer (48 heads of 128, 8 KV heads, RoPE on 64
@@ -426,6 +438,8 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
         rotary_base=5e6,
         rotary_percent=0.5,
         qk_norm="layer",  # use_qk_norm with qk_norm_type per_layer: one RMSNorm over all heads
+        moe_router_score="sigmoid",  # scoring_func sigmoid
+        moe_router_expert_bias=True,  # use_routing_bias (e_score_correction_bias)
         **_LLAMA,
     ),
     # google/gemma-3-12b-it config.json (model_type gemma3; tests/data/hf/gemma-3-12b-it: the
@@ -851,6 +865,8 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
         spec.update(_family_2026(hf, mtype, spec))
     else:
         spec.update(_classic_window(hf, mtype, spec["num_layers"]))
+    if spec.get("num_experts"):
+        spec.update(_router(hf, mtype))
     theta, factor = _rope(hf)
     if theta is not None:
         spec["rotary_base"] = theta
@@ -1136,6 +1152,40 @@ def _qk_norm(hf: _HfConfig, mtype: str) -> str:
             raise hf._bad("qk_norm_type", kind, "per_layer or per_head")
         return "layer" if kind == "per_layer" else "head"
     return "none"
+
+
+_SIGMOID_ROUTERS = {"deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe", "glm_moe_dsa", "llama4"}
+"""Families whose router scores experts with a sigmoid whatever the file says (transformers'
+DeepseekV3TopkRouter and Glm4MoeTopkRouter, with e_score_correction_bias; Llama4TextMoe's
+top-1 sigmoid, without)."""
+
+
+def _router(hf: _HfConfig, mtype: str) -> dict[str, Any]:
+    """ModelSpec's router fields: `scoring_func` where a file gives it (DeepSeek remote code,
+    MiniMax-M2), else sigmoid for the families above and softmax for the others;
+    `routed_scaling_factor` (1 = none; transformers' DeepseekV3Config default 2.5,
+    Glm4MoeConfig's 1.0); the auxiliary-loss-free expert bias for DeepSeek-V3's family
+    (topk_method noaux_tc, transformers' only method) and GLM (always), MiniMax-M2's
+    use_routing_bias. DeepSeek-V2's softmax routers (greedy, group_limited_greedy) have none."""
+    score = hf.cfg.get("scoring_func", "sigmoid" if mtype in _SIGMOID_ROUTERS else "softmax")
+    if score not in ("softmax", "sigmoid"):
+        raise hf._bad("scoring_func", score, "softmax or sigmoid")
+    v3 = mtype in ("deepseek_v3", "deepseek_v32", "kimi_k2")
+    default_scale = 2.5 if v3 else None
+    scale = hf.positive("routed_scaling_factor") or default_scale
+    if v3:
+        bias = hf.cfg.get("topk_method", "noaux_tc") == "noaux_tc"
+    elif mtype in ("glm4_moe", "glm_moe_dsa"):
+        bias = True
+    elif mtype == "minimax_m2":
+        bias = hf.flag("use_routing_bias", False)
+    else:
+        bias = False
+    return {
+        "moe_router_score": score,
+        "moe_router_scaling": None if scale in (None, 1.0) else scale,
+        "moe_router_expert_bias": bias and score == "sigmoid",
+    }
 
 
 _QWEN_WINDOWED = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}

@@ -213,6 +213,18 @@ class ModelSpec(_Spec):
     moe_router_group_topk: int | None = Field(default=None, ge=1, le=100_000)
     """Group-limited routing: the groups each token's experts may come from (Megatron
     `--moe-router-group-topk`, HF `topk_group`; DeepSeek-V3: 4, so at most 4 nodes)."""
+    moe_router_score: Literal["softmax", "sigmoid"] = "softmax"
+    """How the router scores the experts: softmax (Mixtral, Qwen3-MoE, gpt-oss) or sigmoid
+    (DeepSeek-V3, Kimi K2, GLM-4.5, MiniMax-M2, Llama 4; Megatron
+    `--moe-router-score-function`). No cost (one elementwise pass either way); written by the
+    exports."""
+    moe_router_scaling: float | None = Field(default=None, gt=0, le=1e4)
+    """The factor the routed experts' weights are scaled by (HF `routed_scaling_factor`:
+    DeepSeek-V3 2.5, Kimi K2 2.827; Megatron `--moe-router-topk-scaling-factor`); unset = 1."""
+    moe_router_expert_bias: bool = False
+    """Auxiliary-loss-free balancing: a per-expert bias added to the scores for the top-k choice
+    (DeepSeek-V3's noaux_tc, GLM-4.5's and MiniMax-M2's e_score_correction_bias; Megatron
+    `--moe-router-enable-expert-bias`, which needs the sigmoid score)."""
     q_lora_rank: int | None = Field(default=None, ge=1, le=_MAX_DIM)
     """MLA query low-rank size (`--q-lora-rank`); unset = full-rank queries."""
     kv_lora_rank: int | None = Field(default=None, ge=1, le=_MAX_DIM)
@@ -314,6 +326,21 @@ class ModelSpec(_Spec):
             raise ValueError(
                 "multi-latent attention (kv_lora_rank set) also needs qk_head_dim "
                 "and v_head_dim (qk_pos_emb_head_dim defaults to 64)"
+            )
+        routed = (
+            self.moe_router_score != "softmax"
+            or self.moe_router_scaling is not None
+            or self.moe_router_expert_bias
+        )
+        if routed and not self.is_moe:
+            raise ValueError(
+                "moe_router_score, moe_router_scaling and moe_router_expert_bias describe an "
+                "MoE router; set num_experts or drop them"
+            )
+        if self.moe_router_expert_bias and self.moe_router_score != "sigmoid":
+            raise ValueError(
+                "moe_router_expert_bias (auxiliary-loss-free balancing) needs moe_router_score "
+                "sigmoid, as Megatron-Core requires; set it or drop the bias"
             )
         if not self.gated and (self.glu_linear_offset or self.activation_clamp is not None):
             raise ValueError(
@@ -747,6 +774,20 @@ class ConfigSpec(_Spec):
     """The layout."""
 
 
+def _key_list(keys: list[str], limit: int = 360) -> str:
+    """The keys, comma-separated, cut at a key boundary after `limit` characters with how many
+    more there are and where they are listed (the error stays one readable line)."""
+    shown: list[str] = []
+    used = 0
+    for key in keys:
+        if shown and used + len(key) + 2 > limit:
+            rest = len(keys) - len(shown)
+            return f"{', '.join(shown)} ... and {rest} more (docs/config.md, 'Every key')"
+        shown.append(key)
+        used += len(key) + 2
+    return ", ".join(shown)
+
+
 def field_help(cls: type[BaseModel]) -> dict[str, str]:
     """{field: the docstring under it} for a spec class (the help text of its keys); a class
     built from a table (ParallelSpec) carries them as the fields' descriptions."""
@@ -955,7 +996,7 @@ def spec_error(exc: ValidationError, cls: type[BaseModel], *, where: str = "") -
                 f"({close[0]}: {about.rstrip('.')}) " if about else ""
             )
         return SpecError(
-            f"unknown key {short(field, 120)}; {hint}valid keys here: {', '.join(valid)}",
+            f"unknown key {short(field, 120)}; {hint}valid keys here: {_key_list(valid)}",
             field=field,
             value=value,
         )

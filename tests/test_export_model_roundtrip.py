@@ -12,7 +12,9 @@ Three documented differences are asserted as such, not skipped:
 - torchtitan's llama4 has no QK norm (models/llama4/model/args.py has no use_qk_norm): Llama
   4's L2 norm is named in the export's notes and reads back as none;
 - NeMo 1 writes an unknown tokenizer's vocabulary as override_vocab_size, padded to a multiple
-  of 128 x tp as Megatron pads it (NeMo builds the embedding with exactly that size).
+  of 128 x tp as Megatron pads it (NeMo builds the embedding with exactly that size);
+- torchtitan's routers are its flavors' own (MoEArgs, no TOML knob): where they differ from
+  the model's (Llama 4: torchtitan balances with an expert bias), the export names both.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ FIELDS = (
     "attention_chunk_size",
     "attention_sinks",
     "attention_output_gate",
+    "moe_router_score",
+    "moe_router_scaling",
+    "moe_router_expert_bias",
     "mtp_num_layers",
 )
 
@@ -118,6 +123,10 @@ def test_an_export_refuses_in_one_line_or_reads_back_the_model_it_priced(tmp_pat
     if fmt == "torchtitan" and m.qk_norm == "l2":
         assert "trains without it" in text
         expected["qk_norm"] = "none"
+    router = ("moe_router_score", "moe_router_scaling", "moe_router_expert_bias")
+    if fmt == "torchtitan" and any(getattr(back, f) != getattr(m, f) for f in router):
+        assert "Router: the plan's model scores experts" in text  # the flavor's own, named
+        expected.update({f: getattr(back, f) for f in router})
     if fmt == "nemo" and "override_vocab_size" in text:
         expected["vocab_size"] = padded_vocab(m.vocab_size, lay.tp)
     got = {f: getattr(back, f) for f in FIELDS}

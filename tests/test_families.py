@@ -1730,3 +1730,87 @@ def test_bridge_provider_class_gives_its_query_key_norm(tmp_path):
     data["model"]["qk_layernorm"] = False
     path.write_text(yaml.safe_dump(data))
     assert load_any(path, hardware="h100-sxm", gpus=8).job.model.qk_norm == "none"
+
+
+@pytest.mark.parametrize(
+    "folder, score, scale, bias",
+    [
+        # config.json scoring_func / routed_scaling_factor / topk_method noaux_tc (DeepSeek-V3,
+        # Kimi K2), Glm4MoeTopkRouter's sigmoid with e_score_correction_bias (GLM-4.5 2.5,
+        # GLM-4.5-Air 1.0), MiniMax-M2's scoring_func with use_routing_bias, Llama4TextMoe's
+        # top-1 sigmoid without a bias, softmax routers elsewhere
+        pytest.param("DeepSeek-V3", "sigmoid", 2.5, True, id="deepseek"),
+        pytest.param("Kimi-K2-Instruct", "sigmoid", 2.827, True, id="kimi"),
+        pytest.param("GLM-4.5", "sigmoid", 2.5, True, id="glm"),
+        pytest.param("GLM-4.5-Air", "sigmoid", None, True, id="glm-air"),
+        pytest.param("MiniMax-M2", "sigmoid", None, True, id="minimax"),
+        pytest.param("Llama-4-Scout-17B-16E", "sigmoid", None, False, id="llama4"),
+        pytest.param("Qwen3-30B-A3B", "softmax", None, False, id="qwen3"),
+        pytest.param("Mixtral-8x7B-v0.1", "softmax", None, False, id="mixtral"),
+    ],
+)
+def test_hf_reader_reads_the_router(folder, score, scale, bias):
+    from planner.presets import model_from_hf_config
+
+    m = model_from_hf_config(json.loads((HF / folder / "config.json").read_text()))
+    assert (m.moe_router_score, m.moe_router_scaling, m.moe_router_expert_bias) == (
+        score,
+        scale,
+        bias,
+    )
+
+
+def test_hf_reader_refuses_a_router_it_cannot_write():
+    from planner.presets import model_from_hf_config
+
+    cfg = json.loads((HF / "DeepSeek-V3" / "config.json").read_text())
+    with pytest.raises(SpecError) as err:
+        model_from_hf_config(dict(cfg, scoring_func="sqrtsoftplus"), source="config.json")
+    assert "scoring_func = 'sqrtsoftplus'" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_megatron_writes_deepseeks_router_and_reads_it_back(tmp_path):
+    # without them Megatron-LM trains DeepSeek-V3 with a softmax router, unscaled, balanced
+    # by the auxiliary loss alone: another routing than the report's (arXiv:2412.19437 §2.1.2)
+    from planner.frameworks import load_any
+    from planner.presets import model_from_hf_config
+
+    m = model_from_hf_config(json.loads((HF / "DeepSeek-V3" / "config.json").read_text()))
+    text = _export_model(m, "megatron")
+    for flag in (
+        "--moe-router-score-function sigmoid",
+        "--moe-router-topk-scaling-factor 2.5",
+        "--moe-router-enable-expert-bias",
+    ):
+        assert flag in text
+    path = tmp_path / "train.sh"
+    path.write_text(text)
+    back = load_any(path, hardware="h100-sxm", gpus=8).job.model
+    assert (back.moe_router_score, back.moe_router_scaling, back.moe_router_expert_bias) == (
+        "sigmoid",
+        2.5,
+        True,
+    )
+    path.write_text(text.replace("sigmoid", "sqrtsoftplus"))
+    with pytest.raises(SpecError, match="--moe-router-score-function 'sqrtsoftplus'"):
+        load_any(path, hardware="h100-sxm", gpus=8)
+
+
+def test_router_fields_are_checked_as_megatron_core_checks_them():
+    from pydantic import ValidationError
+
+    moe = get_preset("mixtral-8x7b")
+    with pytest.raises(ValidationError, match="needs moe_router_score sigmoid"):
+        type(moe)(**{**moe.model_dump(exclude_unset=True), "moe_router_expert_bias": True})
+    dense = get_preset("llama3-8b")
+    with pytest.raises(ValidationError, match="describe an MoE router"):
+        type(dense)(**{**dense.model_dump(exclude_unset=True), "moe_router_score": "sigmoid"})
+
+
+def test_deepspeed_refuses_a_router_its_gate_has_not():
+    from planner.errors import InfeasibleError
+
+    p = get_preset("mixtral-8x7b")
+    m = type(p)(**{**p.model_dump(exclude_unset=True), "moe_router_score": "sigmoid"})
+    with pytest.raises(InfeasibleError, match="softmax top-k router"):
+        _export_model(m, "deepspeed")

@@ -210,7 +210,8 @@ def pattern_keys(m) -> dict:
     """The TransformerConfig keys of a model's layer pattern, as NeMo and Megatron-Bridge write
     them and `window_fields` / `moe_fields` read them back: moe_layer_freq (a 0/1 list, 1 an
     MoE layer) where not every layer is MoE, the router's group limits (moe_router_num_groups,
-    moe_router_group_topk: DeepSeek-V3's 8 and 4), window_size [W, 0] and window_attn_skip_freq (1 a
+    moe_router_group_topk: DeepSeek-V3's 8 and 4), its score function, top-k scaling factor and
+    expert bias (sigmoid, 2.5, on for DeepSeek-V3), window_size [W, 0] and window_attn_skip_freq (1 a
     window layer, 0 a full one) with sliding layers, softmax_type learnable for sinks
     (planner/frameworks/nemo/mcore.py reads them)."""
     out: dict = {}
@@ -219,6 +220,12 @@ def pattern_keys(m) -> dict:
     if m.is_moe and m.moe_router_num_groups and m.moe_router_group_topk:  # group-limited
         out["moe_router_num_groups"] = m.moe_router_num_groups
         out["moe_router_group_topk"] = m.moe_router_group_topk
+    if m.is_moe and m.moe_router_score != "softmax":
+        out["moe_router_score_function"] = m.moe_router_score
+    if m.is_moe and m.moe_router_scaling is not None:
+        out["moe_router_topk_scaling_factor"] = m.moe_router_scaling
+    if m.is_moe and m.moe_router_expert_bias:
+        out["moe_router_enable_expert_bias"] = True
     kinds = m.attention_kinds
     if "sliding" in kinds:
         out["window_size"] = [m.window_size, 0]

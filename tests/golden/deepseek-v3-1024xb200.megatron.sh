@@ -41,6 +41,9 @@ torchrun \
     --moe-layer-freq '([0]*3+[1]*58)' \
     --moe-router-num-groups 8 \
     --moe-router-group-topk 4 \
+    --moe-router-score-function sigmoid \
+    --moe-router-topk-scaling-factor 2.5 \
+    --moe-router-enable-expert-bias \
     --moe-token-dispatcher-type allgather \
     --moe-grouped-gemm \
     --attention-dropout 0 \

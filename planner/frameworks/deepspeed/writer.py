@@ -220,6 +220,18 @@ def refusals(job, layout: Layout) -> list[str]:
                 "activation squared_relu is not in Megatron-DeepSpeed",
             ),
             (
+                m.is_moe
+                and (
+                    m.moe_router_score != "softmax"
+                    or m.moe_router_scaling is not None
+                    or m.moe_router_expert_bias
+                ),
+                f"{m.name}'s router (score {m.moe_router_score}, scaling "
+                f"{m.moe_router_scaling or 1:g}, expert bias "
+                f"{'on' if m.moe_router_expert_bias else 'off'}): DeepSpeed MoE's gate is a "
+                "softmax top-k router without either; export megatron or megatron-bridge",
+            ),
+            (
                 m.qk_norm != "none",
                 f"qk_norm {m.qk_norm} ({m.name}'s query / key norm): Megatron-DeepSpeed's "
                 "attention has none; use --framework megatron or megatron-bridge",

@@ -134,6 +134,7 @@ _BOOLEAN = frozenset(
         "--fp8-dot-product-attention",
         "--fp8-multi-head-attention",
         "--quick-geglu",
+        "--moe-router-enable-expert-bias",
     }
 )
 # flags taking exactly one value (the ones planner reads): a second word after one is stray
@@ -188,6 +189,8 @@ _SINGLE = frozenset(
         "--moe-layer-freq",
         "--moe-router-num-groups",
         "--moe-router-group-topk",
+        "--moe-router-score-function",
+        "--moe-router-topk-scaling-factor",
         "--rotary-percent",
     }
 )
@@ -1103,6 +1106,20 @@ def _moe_fields(
     group_topk = flags.int("--moe-router-group-topk", fix=fix)
     if groups is not None or group_topk is not None:  # ModelSpec checks they go together
         moe.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
+    if not deepspeed:
+        score = flags.text("--moe-router-score-function", "softmax", fix=fix)
+        if score not in ("softmax", "sigmoid"):
+            raise SpecError(
+                f"{flags.source}: --moe-router-score-function {_short(str(score))!r}: planner "
+                "reads softmax or sigmoid routers; fix the value or give --model",
+                field="--moe-router-score-function",
+                value=score,
+            )
+        moe["moe_router_score"] = score
+        scale = flags.float("--moe-router-topk-scaling-factor", fix=fix)
+        if scale is not None and scale != 1.0:
+            moe["moe_router_scaling"] = scale
+        moe["moe_router_expert_bias"] = flags.has("--moe-router-enable-expert-bias")
     return moe
 
 

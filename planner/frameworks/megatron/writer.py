@@ -385,6 +385,12 @@ def moe_flags(m: ModelSpec, layout: Layout | None = None) -> list[Flag]:
             ("--moe-router-num-groups", str(m.moe_router_num_groups)),
             ("--moe-router-group-topk", str(m.moe_router_group_topk)),
         ]
+    if m.moe_router_score != "softmax":
+        flags.append(("--moe-router-score-function", m.moe_router_score))
+    if m.moe_router_scaling is not None:
+        flags.append(("--moe-router-topk-scaling-factor", f"{m.moe_router_scaling:g}"))
+    if m.moe_router_expert_bias:
+        flags.append(("--moe-router-enable-expert-bias", None))
     padded = layout is not None and layout.moe_pad_expert_input_to_capacity
     if m.moe_capacity_factor != 1.0 or padded:  # token dropping at this capacity (Megatron-Core's
         # default: dropless); drop-and-pad needs the factor written, 1.0 included

@@ -846,7 +846,38 @@ def moe_fields(
     group_topk = as_int(cfg, "moe_router_group_topk", None, where=where, minimum=1)
     if groups is not None or group_topk is not None:  # ModelSpec checks they go together
         fields.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
+    fields.update(router_fields(cfg, where=where))
     return fields
+
+
+_SCORES = ("softmax", "sigmoid")
+
+
+def router_fields(cfg: dict, *, where: str) -> dict[str, Any]:
+    """ModelSpec's router fields from the keys a mapping gives (the others stay the model's or
+    the preset's): moe_router_score_function, moe_router_topk_scaling_factor (1 = none),
+    moe_router_enable_expert_bias."""
+    out: dict[str, Any] = {}
+    score = cfg.get("moe_router_score_function")
+    if isinstance(score, Unresolved):
+        score.fail()
+    if score is not None:
+        if score not in _SCORES:
+            raise SpecError(
+                f"{where}.moe_router_score_function = {score!r}: planner writes and reads "
+                "softmax or sigmoid; fix the value",
+                field=f"{where}.moe_router_score_function",
+                value=score,
+            )
+        out["moe_router_score"] = score
+    scale = as_number(cfg, "moe_router_topk_scaling_factor", where=where)
+    if scale is not None:
+        out["moe_router_scaling"] = None if scale == 1.0 else scale
+    if "moe_router_enable_expert_bias" in cfg:
+        out["moe_router_expert_bias"] = as_bool(
+            cfg, "moe_router_enable_expert_bias", False, where=where
+        )
+    return out
 
 
 def _dense_layers(

@@ -1039,6 +1039,9 @@ def mcore_model(
     fields.update(
         mcore.moe_fields(config, where=where, num_layers=num_layers, out=out, prefix="nemo")
     )
+    if preset and fields.get("num_experts"):  # the provider class's router where keys are silent
+        for key in ("moe_router_score", "moe_router_scaling", "moe_router_expert_bias"):
+            fields.setdefault(key, getattr(get_preset(preset), key))
     fields.update(mcore.mla_fields(config, where=where))
     fields.update(mcore.window_fields(config, where=where, num_layers=num_layers))
     return inline_model(fields, source=source, fmt=fmt)

@@ -111,6 +111,10 @@ def _llama4(experts: int, step: int, name: str, *, chunk: int | None = None) -> 
         moe_top_k=top_k,
         moe_ffn_hidden_size=expert,
         num_shared_experts=shared,
+        # torchtitan's MoEArgs defaults (models/moe.py): score_func sigmoid, route_scale 1.0,
+        # load_balance_coeff 1e-3 (the auxiliary-loss-free expert bias)
+        moe_router_score="sigmoid",
+        moe_router_expert_bias=True,
         **freq,
         **irope,
         **_LLAMA,

@@ -447,6 +447,12 @@ def _value(v) -> str:
     return json.dumps(v)  # a TOML basic string (our strings are plain ASCII)
 
 
+def _router(m) -> str:
+    scale = f", scaled x{m.moe_router_scaling:g}" if m.moe_router_scaling else ""
+    bias = ", an expert bias" if m.moe_router_expert_bias else ""
+    return f"a {m.moe_router_score}{scale}{bias}"
+
+
 def _notes(job, layout: Layout, found: Flavor | None) -> list[str]:
     tr = job.training
     m = layout.num_microbatches(tr.global_batch_size)
@@ -490,6 +496,17 @@ def _notes(job, layout: Layout, found: Flavor | None) -> list[str]:
             f"QK norm: the plan's model has qk_norm {job.model.qk_norm} ({kind}); torchtitan's "
             f"{found.name} {found.flavor} trains without it ({found.name}'s model args have no "
             "such norm; no TOML knob; it changes no planner number)."
+        )
+    router = ("moe_router_score", "moe_router_scaling", "moe_router_expert_bias")
+    if (
+        found is not None
+        and job.model.is_moe
+        and any(getattr(job.model, k) != getattr(found.spec, k) for k in router)
+    ):
+        notes.append(
+            f"Router: the plan's model scores experts with {_router(job.model)}; torchtitan's "
+            f"{found.name} {found.flavor} with {_router(found.spec)} (its MoEArgs, models/"
+            "moe.py; no TOML knob; it changes no planner number)."
         )
     if found is not None and job.model.rotary_percent != found.spec.rotary_percent:
         notes.append(
