@@ -300,6 +300,7 @@ _GLM: dict[str, Any] = dict(
     rotary_base=1e6,
     rotary_percent=0.5,
     qk_norm="head",  # use_qk_norm true (GLM-4.5-Air's config.json: false)
+    add_qkv_bias=True,  # attention_bias true: q, k, v biases (Glm4MoeAttention)
     # Glm4MoeTopkRouter: sigmoid scores with e_score_correction_bias; routed_scaling_factor 2.5
     **_DEEPSEEK_ROUTER,
     **_LLAMA,
@@ -817,6 +818,12 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
         tied_embeddings=hf.flag("tie_word_embeddings", outer_tied),
     )
     spec["qk_norm"] = _qk_norm(hf, mtype)
+    # query / key / value biases alone: Qwen2Attention's always, Glm4MoeAttention's with
+    # attention_bias (its o_proj has none)
+    if mtype in ("qwen2", "qwen2_moe") or (
+        mtype in ("glm4_moe", "glm_moe_dsa") and hf.flag("attention_bias", False)
+    ):
+        spec["add_qkv_bias"] = True
     head_dim = need("head_dim", required=False)
     if head_dim and head_dim != h // a:
         spec["kv_channels"] = head_dim

@@ -182,6 +182,10 @@ class ModelSpec(_Spec):
     """Default RMSNorm for swiglu models, LayerNorm (with bias) otherwise."""
     add_bias_linear: bool | None = None
     """Biases in the linear layers; default false for swiglu models, true otherwise (GPT)."""
+    add_qkv_bias: bool = False
+    """Biases on the query, key and value projections alone (Qwen2, GLM-4.5's attention_bias;
+    Megatron `--add-qkv-bias`), where the other linear layers have none. Written by the
+    exports; its (a + 2g) d parameters a layer are not counted."""
     position_embedding_type: Literal["rope", "learned_absolute", "none"] | None = None
     """Default rope for swiglu models, learned_absolute (GPT) otherwise."""
     seq_length: int | None = Field(default=None, ge=1, le=100_000_000)

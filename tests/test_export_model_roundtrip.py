@@ -55,6 +55,7 @@ FIELDS = (
     "tied_embeddings",
     "norm",
     "bias",
+    "add_qkv_bias",
     "position_embedding",
     "rotary_percent",
     "num_experts",

@@ -1814,3 +1814,27 @@ def test_deepspeed_refuses_a_router_its_gate_has_not():
     m = type(p)(**{**p.model_dump(exclude_unset=True), "moe_router_score": "sigmoid"})
     with pytest.raises(InfeasibleError, match="softmax top-k router"):
         _export_model(m, "deepspeed")
+
+
+def test_qkv_biases_alone_are_read_and_written(tmp_path):
+    # Qwen2Attention: q/k/v with bias=True, o_proj without; Glm4MoeAttention the same with
+    # attention_bias (zai-org/GLM-4.5 config.json: true); Megatron --add-qkv-bias beside
+    # --disable-bias-linear, Megatron-Core add_qkv_bias beside add_bias_linear false
+    import yaml
+
+    from planner.errors import InfeasibleError
+    from planner.frameworks import load_any
+    from planner.presets import model_from_hf_config
+
+    qwen2 = model_from_hf_config(json.loads((HF / "Qwen2-72B" / "config.json").read_text()))
+    assert qwen2.add_qkv_bias and not qwen2.bias
+    assert get_preset("glm-4.5").add_qkv_bias and not get_preset("qwen3-32b").add_qkv_bias
+    text = _export_model(qwen2, "megatron", tp=8, dp=1)
+    assert "--add-qkv-bias" in text and "--disable-bias-linear" in text
+    path = tmp_path / "train.sh"
+    path.write_text(text)
+    assert load_any(path, hardware="h100-sxm", gpus=8).job.model.add_qkv_bias
+    bridge = yaml.safe_load(_export_model(qwen2, "megatron-bridge", tp=8, dp=1))
+    assert bridge["model"]["add_qkv_bias"] is True and bridge["model"]["add_bias_linear"] is False
+    with pytest.raises(InfeasibleError, match="no flag for those biases alone"):
+        _export_model(qwen2, "deepspeed", tp=8, dp=1)

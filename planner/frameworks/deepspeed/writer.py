@@ -232,6 +232,12 @@ def refusals(job, layout: Layout) -> list[str]:
                 "softmax top-k router without either; export megatron or megatron-bridge",
             ),
             (
+                m.add_qkv_bias and not m.bias,
+                f"add_qkv_bias ({m.name}'s query / key / value biases without the others'): "
+                "planner's Megatron-DeepSpeed export has no flag for those biases alone; export "
+                "megatron or megatron-bridge",
+            ),
+            (
                 m.qk_norm != "none",
                 f"qk_norm {m.qk_norm} ({m.name}'s query / key norm): Megatron-DeepSpeed's "
                 "attention has none; use --framework megatron or megatron-bridge",

@@ -929,6 +929,7 @@ def model_from_flags(
         tied_embeddings=not flags.has("--untie-embeddings-and-output-weights"),
         normalization=_norm(flags, deepspeed),
         add_bias_linear=not flags.has("--disable-bias-linear"),
+        add_qkv_bias=flags.has("--add-qkv-bias") and flags.has("--disable-bias-linear"),
         seq_length=seq,
     )
     fields.update(_position(flags, deepspeed))

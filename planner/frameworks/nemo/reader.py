@@ -150,6 +150,7 @@ _MODEL_USED = frozenset(
         "activation",
         "qk_layernorm",
         "qk_l2_norm",
+        "add_qkv_bias",
         "normalization",
         "bias",
         "position_embedding_type",
@@ -692,6 +693,8 @@ def _nemo1_model(
         tied_embeddings=as_bool(model, "share_embeddings_and_output_weights", True, where=w),
         normalization=_NORMS.get(str(model.get("normalization", "layernorm")).lower(), "LayerNorm"),
         add_bias_linear=as_bool(model, "bias", True, where=w),
+        add_qkv_bias=as_bool(model, "add_qkv_bias", False, where=w)
+        and not as_bool(model, "bias", True, where=w),
         position_embedding_type=_position(model.get("position_embedding_type", "learned_absolute")),
         seq_length=seq,
         rotary_base=_rotary(model, w),
@@ -1031,6 +1034,8 @@ def mcore_model(
             str(config.get("normalization", "layernorm")).lower(), "LayerNorm"
         ),
         add_bias_linear=as_bool(config, "add_bias_linear", True, where=where),
+        add_qkv_bias=as_bool(config, "add_qkv_bias", False, where=where)
+        and not as_bool(config, "add_bias_linear", True, where=where),
         position_embedding_type=_position(config.get("position_embedding_type", "rope")),
         seq_length=_int(config, "seq_length", None, where=where) or seq,
         rotary_base=_rotary(config, where),

@@ -326,6 +326,7 @@ def _shape(m: ModelSpec) -> tuple:
         # llama4's do not (Llama 4's weightless L2 norm is left out of torchtitan's llama4:
         # the export says so, writer._notes)
         m.qk_norm == "head",
+        m.add_qkv_bias,
         m.glu_linear_offset,
         m.activation_clamp,
         m.tied_embeddings,
