@@ -207,13 +207,13 @@ def store_problems(
 
 
 def pattern_keys(m) -> dict:
-    """The TransformerConfig keys of a model's layer pattern, as NeMo and Megatron-Bridge write
-    them and `window_fields` / `moe_fields` read them back: moe_layer_freq (a 0/1 list, 1 an
-    MoE layer) where not every layer is MoE, the router's group limits (moe_router_num_groups,
-    moe_router_group_topk: DeepSeek-V3's 8 and 4), its score function, top-k scaling factor and
-    expert bias (sigmoid, 2.5, on for DeepSeek-V3), window_size [W, 0] and window_attn_skip_freq (1 a
-    window layer, 0 a full one) with sliding layers, softmax_type learnable for sinks
-    (planner/frameworks/nemo/mcore.py reads them)."""
+    """The TransformerConfig keys of a model's layer pattern and router, as NeMo and
+    Megatron-Bridge write them and planner/frameworks/nemo/mcore.py reads them back:
+    moe_layer_freq (a 0/1 list, 1 an MoE layer) where not every layer is MoE; the router's
+    group limits (moe_router_num_groups, moe_router_group_topk: DeepSeek-V3's 8 and 4), score
+    function, top-k scaling factor and expert bias (DeepSeek-V3: sigmoid, 2.5, on);
+    window_size [W, 0] and window_attn_skip_freq (1 a window layer, 0 a full one) with sliding
+    layers; softmax_type learnable for sinks."""
     out: dict = {}
     if m.is_moe and m.num_moe_layers != m.num_layers:
         out["moe_layer_freq"] = [int(x) for x in m.moe_layers]

@@ -229,7 +229,8 @@ def refusals(job, layout: Layout) -> list[str]:
                 f"{m.name}'s router (score {m.moe_router_score}, scaling "
                 f"{m.moe_router_scaling or 1:g}, expert bias "
                 f"{'on' if m.moe_router_expert_bias else 'off'}): DeepSpeed MoE's gate is a "
-                "softmax top-k router without either; export megatron or megatron-bridge",
+                "softmax top-k router, unscaled, without a bias; export megatron or "
+                "megatron-bridge",
             ),
             (
                 m.add_qkv_bias and not m.bias,
