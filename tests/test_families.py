@@ -1838,3 +1838,43 @@ def test_qkv_biases_alone_are_read_and_written(tmp_path):
     assert bridge["model"]["add_qkv_bias"] is True and bridge["model"]["add_bias_linear"] is False
     with pytest.raises(InfeasibleError, match="no flag for those biases alone"):
         _export_model(qwen2, "deepspeed", tp=8, dp=1)
+
+
+@pytest.mark.parametrize(
+    "act, kind, broken",
+    [
+        pytest.param("fast-reglu", "reglu", False, id="fast-reglu"),
+        pytest.param("reglu", "reglu", False, id="reglu"),
+        pytest.param("relu", "relu", True, id="relu"),
+        pytest.param("approx-gelu", "gelu", True, id="approx-gelu"),
+    ],
+)
+def test_nemo1_activation_is_read_as_written_and_rejected_as_nemo_rejects_it(
+    tmp_path, act, kind, broken
+):
+    # NeMo 1's activation_to_func (nemo/collections/nlp/modules/common/megatron/utils.py)
+    # accepts gelu, geglu, reglu, swiglu, squared-relu and the fast- GLUs, and raises on the rest
+    import yaml
+
+    from planner.frameworks import load_any
+
+    cfg = {
+        "trainer": {"devices": 8, "num_nodes": 1, "precision": "bf16"},
+        "model": {
+            "micro_batch_size": 1,
+            "global_batch_size": 8,
+            "encoder_seq_length": 2048,
+            "max_position_embeddings": 2048,
+            "num_layers": 4,
+            "hidden_size": 512,
+            "ffn_hidden_size": 2048,
+            "num_attention_heads": 8,
+            "activation": act,
+            "tokenizer": {"library": "megatron", "type": "GPT2BPETokenizer"},
+        },
+    }
+    path = tmp_path / "nemo.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    imp = load_any(path)
+    assert imp.job.model.activation == kind
+    assert any(v.rule == "nemo-activation" for v in imp.violations) == broken

@@ -373,6 +373,10 @@ _ACTIVATIONS = {
     "squared-relu": "squared_relu",
     "relu": "relu",
 }
+_NEMO1_REJECTS = frozenset({"relu", "fast-gelu", "approx-gelu"})
+"""Activation names other Megatron stacks use that NeMo 1's activation_to_func (nemo/
+collections/nlp/modules/common/megatron/utils.py: gelu, geglu, reglu, swiglu, squared-relu and
+the fast- GLUs) rejects: read for the cost, reported as a broken rule."""
 _NORMS = {
     "rmsnorm": "RMSNorm",
     "layernorm": "LayerNorm",
@@ -678,6 +682,16 @@ def _nemo1_model(
             f"of {', '.join(_ACTIVATIONS)} or give --model",
             field="model.activation",
             value=act,
+        )
+    if act in _NEMO1_REJECTS:
+        out.append(
+            Violation(
+                "nemo-activation",
+                f"model.activation {act!r}: NeMo 1's activation_to_func accepts "
+                f"{', '.join(a for a in _ACTIVATIONS if a not in _NEMO1_REJECTS)} and raises "
+                f"on {act!r} (ValueError at model build); use one of them",
+                "error",
+            )
         )
     num_layers = _int(model, "num_layers", None, where=w)
     fields = dict(
