@@ -388,6 +388,21 @@ def seq_divisible_by_cp(c: Context) -> str | None:
     return None
 
 
+def cp_sliding_window(c: Context) -> str | None:
+    """Transformer Engine's context-parallel attention (Megatron-Core's) runs sliding-window
+    layers only with the a2a or all-gather exchange: its ring (p2p, a2a+p2p) asserts "The
+    context parallel running configs cannot support sliding window attention!"
+    (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py)."""
+    lay, m = c.layout, c.model
+    if lay.cp > 1 and lay.cp_comm_type in ("p2p", "a2a+p2p") and "sliding" in m.attention_kinds:
+        return (
+            f"cp {lay.cp} with cp_comm_type {lay.cp_comm_type} and {m.window_size}-token "
+            "sliding-window layers: Transformer Engine's context-parallel ring cannot run a "
+            "window (it asserts); set cp_comm_type a2a or allgather, or cp 1"
+        )
+    return None
+
+
 def seq_divisible_by_tp(c: Context) -> str | None:
     """With sequence parallelism each TP rank takes seq/(cp*tp) tokens: (seq/cp) % tp == 0."""
     lay, s = c.layout, c.training.seq_length
@@ -787,6 +802,7 @@ RULES: list[tuple[str, Rule]] = [
     ("vpp-needs-microbatches", vpp_needs_microbatches),
     ("dualpipe-shape", dualpipe_shape),
     ("seq-divisible-by-cp", seq_divisible_by_cp),
+    ("cp-sliding-window", cp_sliding_window),
     ("seq-divisible-by-tp", seq_divisible_by_tp),
     ("overlap-flags", overlap_flags),
     ("experts-divisible-by-ep", experts_divisible_by_ep),

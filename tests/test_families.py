@@ -1878,3 +1878,34 @@ def test_nemo1_activation_is_read_as_written_and_rejected_as_nemo_rejects_it(
     imp = load_any(path)
     assert imp.job.model.activation == kind
     assert any(v.rule == "nemo-activation" for v in imp.violations) == broken
+
+
+def test_context_parallelism_with_windows_needs_the_a2a_or_allgather_exchange(tmp_path):
+    # Transformer Engine's context-parallel attention asserts "The context parallel running
+    # configs cannot support sliding window attention!" unless cp_comm_type is a2a or
+    # all_gather (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py)
+    from planner.config import Job, resolve_hardware
+    from planner.layout import Layout
+    from planner.rules import Context, cp_sliding_window
+    from planner.search import SearchOptions, search
+    from planner.specs import TrainingSpec
+
+    m = get_preset("gemma-3-12b")
+    tr = TrainingSpec(global_batch_size=64, seq_length=32768)
+    hw = resolve_hardware("h100-sxm")
+
+    def verdict(cp, kind):
+        lay = Layout(tp=1, cp=cp, dp=8 // cp, cp_comm_type=kind)
+        return cp_sliding_window(Context(model=m, hardware=hw, training=tr, num_gpus=8, layout=lay))
+
+    assert "cannot run a window" in verdict(2, "p2p") and verdict(2, "a2a+p2p")
+    assert verdict(2, "a2a") is None and verdict(2, "allgather") is None
+    assert verdict(1, "p2p") is None
+    full = get_preset("llama3-8b")
+    lay = Layout(tp=1, cp=2, dp=4)
+    ctx = Context(model=full, hardware=hw, training=tr, num_gpus=8, layout=lay)
+    assert cp_sliding_window(ctx) is None
+    # the search's CP is the ring: it proposes no cp > 1 for a windowed model
+    job = Job(model=m, hardware=hw, num_gpus=8, training=tr)
+    plans = search(job, SearchOptions(top=5)).plans
+    assert plans and all(p.layout.cp == 1 for p in plans)

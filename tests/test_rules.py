@@ -378,6 +378,14 @@ TRIGGERED = [
         ["seq_length (8191) must be divisible by 2*cp (4); try cp 1"],
         id="cp/odd-seq",
     ),
+    # Gemma 3's 1,024-token windows on five of six layers, cp 2 on the p2p ring: Transformer
+    # Engine's context-parallel attention asserts the window needs a2a or all_gather
+    pytest.param(
+        "cp-sliding-window",
+        dict(model="gemma-3-12b", tp=2, cp=2, seq_length=32768, global_batch_size=64),
+        ["cp 2 with cp_comm_type p2p and 1024-token sliding-window layers", "set cp_comm_type a2a"],
+        id="cp/window-p2p",
+    ),
     pytest.param(
         "seq-divisible-by-tp",
         dict(tp=8, sp=True, seq_length=8190),
@@ -611,6 +619,18 @@ CLEAN = [
         "vpp-needs-microbatches", dict(tp=8, pp=4, vpp=5, global_batch_size=8), id="vpp/m-equals-pp"
     ),
     pytest.param("seq-divisible-by-cp", dict(tp=8, cp=2, seq_length=8192), id="cp/seq-8192"),
+    pytest.param(
+        "cp-sliding-window",
+        dict(
+            model="gemma-3-12b",
+            tp=2,
+            cp=2,
+            cp_comm_type="a2a",
+            seq_length=32768,
+            global_batch_size=64,
+        ),
+        id="cp/window-a2a",
+    ),
     pytest.param("seq-divisible-by-tp", dict(tp=8, sp=False, seq_length=8190), id="sp/off"),
     pytest.param("overlap-flags", dict(tp=8, sp=True, tp_comm_overlap=True), id="overlap/with-sp"),
     pytest.param(

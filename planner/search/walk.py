@@ -21,6 +21,7 @@ from planner.layout import Layout
 from planner.rules import (
     Context,
     batch_ok,
+    cp_sliding_window,
     expert_grid,
     experts_divisible_by_ep,
     fits,
@@ -103,6 +104,8 @@ def _groups(job: Job, space: _Space, cnt: _Counter, pairs: list | None = None):
             if kv_heads_vs_tp(probe)
             else "seq-divisible-by-cp"
             if seq_divisible_by_cp(ctx(Layout(tp=tp, cp=cp)))
+            else "cp-sliding-window"  # the search's CP is the p2p ring
+            if cp_sliding_window(ctx(Layout(tp=tp, cp=cp)))
             else None
         )
         if rule:
