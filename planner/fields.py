@@ -29,6 +29,8 @@ __all__ = [
     "Recompute",
     "RecomputeModule",
     "Dispatcher",
+    "RouterScore",
+    "ROUTER_SCORES",
     "PipelineSchedule",
     "CudaGraphs",
     "StateDtype",
@@ -71,6 +73,9 @@ CudaGraphs = Literal["none", "partial", "full"]
 StateDtype = Literal["fp32", "bf16"]
 ActivationCache = Literal["te", "deepseek"]
 CpCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]
+RouterScore = Literal["softmax", "sigmoid"]
+ROUTER_SCORES: tuple[str, ...] = ("softmax", "sigmoid")
+"""RouterScore's values, for the readers that check a file's router against them."""
 
 PARTS = {
     "dtypes": "bytes per parameter of the model states (CostModel.dtypes)",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError, clip, short
+from planner.fields import ROUTER_SCORES
 from planner.io import load_json, read_text, read_yaml, ref_path, safe_is_dir, safe_is_file
 from planner.specs import ModelSpec, parse_spec
 
@@ -1175,7 +1176,7 @@ def _router(hf: _HfConfig, mtype: str) -> dict[str, Any]:
     (topk_method noaux_tc, transformers' only method) and GLM (always), MiniMax-M2's
     use_routing_bias. DeepSeek-V2's softmax routers (greedy, group_limited_greedy) have none."""
     score = hf.cfg.get("scoring_func", "sigmoid" if mtype in _SIGMOID_ROUTERS else "softmax")
-    if score not in ("softmax", "sigmoid"):
+    if score not in ROUTER_SCORES:
         raise hf._bad("scoring_func", score, "softmax or sigmoid")
     v3 = mtype in ("deepseek_v3", "deepseek_v32", "kimi_k2")
     default_scale = 2.5 if v3 else None

@@ -30,6 +30,7 @@ from planner.fields import (
     Dispatcher,
     Recompute,
     RecomputeModule,
+    RouterScore,
     StateDtype,
 )
 from planner.io import (
@@ -217,7 +218,7 @@ class ModelSpec(_Spec):
     moe_router_group_topk: int | None = Field(default=None, ge=1, le=100_000)
     """Group-limited routing: the groups each token's experts may come from (Megatron
     `--moe-router-group-topk`, HF `topk_group`; DeepSeek-V3: 4, so at most 4 nodes)."""
-    moe_router_score: Literal["softmax", "sigmoid"] = "softmax"
+    moe_router_score: RouterScore = "softmax"
     """How the router scores the experts: softmax (Mixtral, Qwen3-MoE, gpt-oss) or sigmoid
     (DeepSeek-V3, Kimi K2, GLM-4.5, MiniMax-M2, Llama 4; Megatron
     `--moe-router-score-function`). No cost (one elementwise pass either way); written by the
@@ -472,6 +473,12 @@ class ModelSpec(_Spec):
     @property
     def bias(self) -> bool:
         return self.add_bias_linear if self.add_bias_linear is not None else not self.gated
+
+    @property
+    def qkv_bias_only(self) -> bool:
+        """Biases on the query, key and value projections and on no other linear layer: what
+        the exports write as --add-qkv-bias / add_qkv_bias beside no linear biases."""
+        return self.add_qkv_bias and not self.bias
 
     @property
     def position_embedding(self) -> str:

@@ -233,7 +233,7 @@ def refusals(job, layout: Layout) -> list[str]:
                 "megatron-bridge",
             ),
             (
-                m.add_qkv_bias and not m.bias,
+                m.qkv_bias_only,
                 f"add_qkv_bias ({m.name}'s query / key / value biases without the others'): "
                 "planner's Megatron-DeepSpeed export has no flag for those biases alone; export "
                 "megatron or megatron-bridge",

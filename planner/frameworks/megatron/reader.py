@@ -30,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 from planner.errors import SpecError, Violation
+from planner.fields import ROUTER_SCORES
 from planner.frameworks.common import (
     MAX_GPUS,
     Imported,
@@ -1109,7 +1110,7 @@ def _moe_fields(
         moe.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
     if not deepspeed:
         score = flags.text("--moe-router-score-function", "softmax", fix=fix)
-        if score not in ("softmax", "sigmoid"):
+        if score not in ROUTER_SCORES:
             raise SpecError(
                 f"{flags.source}: --moe-router-score-function {_short(str(score))!r}: planner "
                 "reads softmax or sigmoid routers; fix the value or give --model",

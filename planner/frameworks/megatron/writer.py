@@ -261,7 +261,7 @@ def model_flags(m: ModelSpec, *, seq_length: int) -> list[Flag]:
         flags.append(("--activation-func-clamp-value", f"{m.activation_clamp:g}"))
     if m.norm == "RMSNorm":
         flags += [("--normalization", "RMSNorm")]
-    if m.add_qkv_bias and not m.bias:
+    if m.qkv_bias_only:
         flags.append(("--add-qkv-bias", None))
     if m.qk_norm == "head":
         flags.append(("--qk-layernorm", None))

@@ -103,7 +103,7 @@ def _shape(job) -> dict:
         "share_embeddings_and_output_weights": m.tied_embeddings,
         "normalization": "RMSNorm" if m.norm == "RMSNorm" else "LayerNorm",
         "add_bias_linear": m.bias,
-        **({"add_qkv_bias": True} if m.add_qkv_bias and not m.bias else {}),
+        **({"add_qkv_bias": True} if m.qkv_bias_only else {}),
         "position_embedding_type": m.position_embedding,
     }
     if m.is_moe:

@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from planner.errors import SpecError, Violation
+from planner.fields import ROUTER_SCORES
 from planner.readers.omegaconf import Unresolved
 
 __all__ = [
@@ -97,9 +98,12 @@ def as_bool(section: dict, key: str, default: bool, *, where: str) -> bool:
     )
 
 
-def qk_norm(config: dict, *, where: str) -> str:
-    """ModelSpec.qk_norm of a TransformerConfig-named mapping: qk_layernorm (an RMSNorm per
-    query / key head) or qk_l2_norm (Llama 4's weightless L2 norm); both is an error."""
+def qk_fields(config: dict, *, where: str) -> dict[str, Any]:
+    """{qk_norm: ...} where a TransformerConfig-named mapping states qk_layernorm or qk_l2_norm
+    (empty where it states neither: the model's or the preset's stays): head (an RMSNorm per
+    query / key head), l2 (Llama 4's weightless L2 norm) or none; both true is an error."""
+    if not {"qk_layernorm", "qk_l2_norm"} & set(config):
+        return {}
     head = as_bool(config, "qk_layernorm", False, where=where)
     l2 = as_bool(config, "qk_l2_norm", False, where=where)
     if head and l2:
@@ -109,7 +113,7 @@ def qk_norm(config: dict, *, where: str) -> str:
             field=f"{where}.qk_l2_norm",
             value=True,
         )
-    return "head" if head else "l2" if l2 else "none"
+    return {"qk_norm": "head" if head else "l2" if l2 else "none"}
 
 
 def as_number(section: dict, key: str, *, where: str) -> float | None:
@@ -850,9 +854,6 @@ def moe_fields(
     return fields
 
 
-_SCORES = ("softmax", "sigmoid")
-
-
 def router_fields(cfg: dict, *, where: str) -> dict[str, Any]:
     """ModelSpec's router fields from the keys a mapping gives (the others stay the model's or
     the preset's): moe_router_score_function, moe_router_topk_scaling_factor (1 = none),
@@ -862,7 +863,7 @@ def router_fields(cfg: dict, *, where: str) -> dict[str, Any]:
     if isinstance(score, Unresolved):
         score.fail()
     if score is not None:
-        if score not in _SCORES:
+        if score not in ROUTER_SCORES:
             raise SpecError(
                 f"{where}.moe_router_score_function = {score!r}: planner writes and reads "
                 "softmax or sigmoid; fix the value",

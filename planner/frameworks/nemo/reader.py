@@ -373,6 +373,9 @@ _ACTIVATIONS = {
     "squared-relu": "squared_relu",
     "relu": "relu",
 }
+_PROVIDER_DEFAULTS = ("qk_norm", "moe_router_score", "moe_router_scaling", "moe_router_expert_bias")
+"""ModelSpec fields a Megatron-Bridge / NeMo 2 provider class sets for its model that a recipe
+giving the shape keys may leave out: read from the class's preset where the keys are silent."""
 _NEMO1_REJECTS = frozenset({"relu", "fast-gelu", "approx-gelu"})
 """Activation names other Megatron stacks use that NeMo 1's activation_to_func (nemo/
 collections/nlp/modules/common/megatron/utils.py: gelu, geglu, reglu, swiglu, squared-relu and
@@ -703,7 +706,7 @@ def _nemo1_model(
         kv_channels=_int(model, "kv_channels", None, where=w),
         vocab_size=_vocab(model, source, ov),
         activation=_ACTIVATIONS[act],
-        qk_norm=mcore.qk_norm(model, where=w),
+        **mcore.qk_fields(model, where=w),
         tied_embeddings=as_bool(model, "share_embeddings_and_output_weights", True, where=w),
         normalization=_NORMS.get(str(model.get("normalization", "layernorm")).lower(), "LayerNorm"),
         add_bias_linear=as_bool(model, "bias", True, where=w),
@@ -1034,13 +1037,7 @@ def mcore_model(
         kv_channels=_int(config, "kv_channels", None, where=where),
         vocab_size=vocab,
         activation=mcore_activation(config, gated, where=where),
-        # a provider class's own default where the keys are silent (Qwen3's providers set
-        # qk_layernorm True)
-        qk_norm=(
-            mcore.qk_norm(config, where=where)
-            if preset is None or {"qk_layernorm", "qk_l2_norm"} & set(config)
-            else get_preset(preset).qk_norm
-        ),
+        **mcore.qk_fields(config, where=where),
         glu_linear_offset=mcore.as_number(config, "glu_linear_offset", where=where) or 0.0,
         activation_clamp=mcore.as_number(config, "activation_func_clamp_value", where=where),
         tied_embeddings=as_bool(config, "share_embeddings_and_output_weights", False, where=where),
@@ -1058,9 +1055,11 @@ def mcore_model(
     fields.update(
         mcore.moe_fields(config, where=where, num_layers=num_layers, out=out, prefix="nemo")
     )
-    if preset and fields.get("num_experts"):  # the provider class's router where keys are silent
-        for key in ("moe_router_score", "moe_router_scaling", "moe_router_expert_bias"):
-            fields.setdefault(key, getattr(get_preset(preset), key))
+    if preset:  # a provider class's own settings where the keys are silent (Qwen3's set
+        # qk_layernorm, DeepSeek-V3's its sigmoid router)
+        for key in _PROVIDER_DEFAULTS:
+            if key.startswith("qk") or fields.get("num_experts"):
+                fields.setdefault(key, getattr(get_preset(preset), key))
     fields.update(mcore.mla_fields(config, where=where))
     fields.update(mcore.window_fields(config, where=where, num_layers=num_layers))
     return inline_model(fields, source=source, fmt=fmt)

@@ -227,7 +227,7 @@ def _model_shape(job, layout: Layout) -> dict:
         **({"qk_layernorm": True} if m.qk_norm == "head" else {}),
         "normalization": "rmsnorm" if m.norm == "RMSNorm" else "layernorm",
         "bias": m.bias,
-        **({"add_qkv_bias": True} if m.add_qkv_bias and not m.bias else {}),
+        **({"add_qkv_bias": True} if m.qkv_bias_only else {}),
         "position_embedding_type": m.position_embedding,
     }
     if m.position_embedding == "rope" and m.rotary_base is not None:
