@@ -332,8 +332,10 @@ _GEMMA3_COMMON: dict[str, Any] = dict(
     activation="geglu",
     tied_embeddings=True,
     rotary_base=1e6,
+    rotary_base_local=10000.0,  # rope_local_base_freq: the window layers' base
     window_size=1024,
     qk_norm="head",
+    norm_placement="sandwich",  # Gemma3DecoderLayer's post-attention and post-MLP norms
 )
 
 FAMILY_PRESETS: dict[str, dict[str, Any]] = {
@@ -473,6 +475,7 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
         num_kv_heads=16,
         kv_channels=128,
         layer_types="(['sliding']*5+['full'])*10+['sliding']*2",
+        softmax_scale=168**-0.5,  # query_pre_attn_scalar 168 = 5376 / 32, heads of 128
         **_GEMMA3_COMMON,
     ),
     # Qwen/Qwen3-Next-80B-A3B-Instruct config.json (model_type qwen3_next): 48 layers, three
@@ -687,6 +690,8 @@ _GEMMA3_DEFAULTS: dict[str, Any] = {
     "attention_bias": False,
     "sliding_window": 4096,
     "sliding_window_pattern": 6,
+    "rope_local_base_freq": 10_000.0,
+    "query_pre_attn_scalar": 256,
 }
 _GELU_NAMES = {"gelu_pytorch_tanh", "gelu", "gelu_new", "gelu_fast", "gelu_tanh"}
 _QWEN_HYBRID = {"qwen3_next", "qwen3_5_moe"}
@@ -1076,20 +1081,29 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
         # Gemma 3 (Gemma3TextConfig; the defaults above where the file is silent): a GeGLU MLP
         # (hidden_activation gelu_pytorch_tanh), tied embeddings, no biases, and five
         # sliding-window layers to one global: layer_types where given, else transformers'
-        # own rule from sliding_window_pattern P (layer i global when (i + 1) % P == 0). Its
-        # extra norms (pre/post attention and MLP, Q/K) and the sqrt(h) embedding scale are
-        # elementwise work planner does not count apart (docs/config.md "Layer pattern").
+        # own rule from sliding_window_pattern P (layer i global when (i + 1) % P == 0).
+        # Gemma3DecoderLayer normalizes each sublayer's input and output (the sandwich:
+        # post_attention_layernorm, post_feedforward_layernorm); the window layers rotate
+        # with rope_local_base_freq, the global ones with rope_theta; the logits scale is
+        # 1/sqrt(query_pre_attn_scalar) (Gemma3Attention.scaling), carried where it is not
+        # 1/sqrt(head_dim). The sqrt(h) embedding scale is not counted apart.
         act = cfg.get("hidden_activation")
         if not isinstance(act, str) or act not in _GELU_NAMES:
             raise hf._bad("hidden_activation", act, f"one of {', '.join(sorted(_GELU_NAMES))}")
         every = need("sliding_window_pattern")
+        scalar = hf.positive("query_pre_attn_scalar")
+        head = spec.get("kv_channels") or spec["hidden_size"] // spec["num_attention_heads"]
         out.update(
             activation="geglu",
             add_bias_linear=hf.flag("attention_bias", False),
             normalization="RMSNorm",
             position_embedding_type="rope",
             window_size=need("sliding_window"),
+            norm_placement="sandwich",
+            rotary_base_local=hf.positive("rope_local_base_freq"),
         )
+        if scalar is not None and scalar != head:
+            out["softmax_scale"] = scalar**-0.5
         out.update(
             _layer_types(
                 hf,
@@ -1099,6 +1113,7 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
         )
         if not {"sliding", "sliding_attention"} & set(out.get("layer_types", ())):
             out.pop("window_size")  # every layer global: no window to carry
+            out.pop("rotary_base_local")
     elif mtype in ("qwen3_next", "qwen3_5_moe"):
         f_e = need("moe_intermediate_size")
         out.update(

@@ -177,6 +177,25 @@ class ModelSpec(_Spec):
     RMSNorm over all heads: MiniMax-M2's qk_norm_type per_layer). Written by the exports;
     not counted (its saved inputs, about (a + g) d x 2 bytes a token and layer, and one
     elementwise pass)."""
+    norm_placement: Literal["pre", "sandwich"] = "pre"
+    """Where a layer's RMSNorms sit: pre (an input norm before attention and before the MLP:
+    Llama and every other family planner reads), or sandwich (Gemma 3: a second norm on each
+    sublayer's output before its residual add, transformers' post_attention_layernorm and
+    post_feedforward_layernorm). In planner sandwich stands for Gemma 3's layer, the one
+    Megatron-Bridge builds with its Gemma3ModelProvider (which also brings Gemma's
+    zero-centred (1 + w) norm weights and the sqrt(h) embedding scale); Megatron-LM, NeMo 1,
+    Megatron-DeepSpeed and torchtitan have no such layer and their exports refuse it. Counted:
+    the two extra norms keep their inputs, the sublayer outputs, 4h bytes a token and layer
+    (÷ tp with SP); their 2h weights a layer are not."""
+    rotary_base_local: float | None = Field(default=None, gt=0, le=1e12)
+    """The RoPE base of the sliding-window layers where it is not rotary_base's (Gemma 3:
+    10,000 against its global layers' 1,000,000; HF `rope_local_base_freq`; Megatron-Bridge's
+    Gemma3ModelProvider `rotary_base: [local, global]`). No cost; written by the
+    Megatron-Bridge export, refused by the exports with one base."""
+    softmax_scale: float | None = Field(default=None, gt=0, le=10.0)
+    """The attention logits' scale where it is not 1/sqrt(head dim) (Gemma 3 27B: 1/sqrt(168)
+    with 128-wide heads, HF `query_pre_attn_scalar`; Megatron-Core `softmax_scale`). No cost;
+    written by the Megatron-Bridge export, refused by the exports that have no such knob."""
     tied_embeddings: bool = False
     """Input embedding and output layer share one matrix."""
     normalization: Literal["RMSNorm", "LayerNorm"] | None = None
@@ -386,6 +405,11 @@ class ModelSpec(_Spec):
                 "linear_value_head_dim",
             ),
         }
+        if self.rotary_base_local is not None and "sliding" not in kinds:
+            raise ValueError(
+                f"rotary_base_local ({self.rotary_base_local:g}) is the RoPE base of the "
+                "sliding-window layers and layer_types has none; drop it or give the windows"
+            )
         for kind in sorted(kinds):
             missing = [k for k in need.get(kind, ()) if getattr(self, k) is None]
             if missing:

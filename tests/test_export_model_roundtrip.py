@@ -1,7 +1,8 @@
 """Every preset and every Hugging Face config.json of tests/data/hf through every training
 export and back: an export either refuses in one line,
 or its file reads back (`planner validate`'s readers) with the model the plan priced -- the
-shape, the MLP's activation and its GLU offset / clamp, the query / key norm, the MoE layers
+shape, the MLP's activation and its GLU offset / clamp, the query / key norm, the norms'
+placement (Gemma 3's sandwich), its window layers' RoPE base and logits scale, the MoE layers
 and routing, the attention kinds, windows and sinks. A field an export drops trains another
 model than the one planned (the Megatron-Bridge export once wrote no window keys, so gpt-oss
 and Gemma 3 trained with full attention everywhere).
@@ -52,6 +53,9 @@ FIELDS = (
     "glu_linear_offset",
     "activation_clamp",
     "qk_norm",
+    "norm_placement",
+    "rotary_base_local",
+    "softmax_scale",
     "tied_embeddings",
     "norm",
     "bias",

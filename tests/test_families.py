@@ -1312,18 +1312,35 @@ def test_exports_refuse_geglu_they_cannot_write(fmt, needle):
     )
     found = [r for r in refusals(job, Layout(dp=8), fmt) if "geglu" in r]
     assert len(found) == 1 and needle in found[0], found
-    plain = job.model.model_copy(update={"layer_types": None, "window_size": None})
+    plain = job.model.model_copy(
+        update={
+            "layer_types": None,
+            "window_size": None,
+            "norm_placement": "pre",
+            "rotary_base_local": None,
+        }
+    )
     assert not refusals(job.__class__(**{**job.__dict__, "model": plain}), Layout(dp=8), "nemo")
 
 
+def _pre_norm_gemma():
+    """Gemma-3-12B's shape, GeGLU and windows with Llama's pre-norm layer and one RoPE base: a
+    geglu model the Megatron-Core GPT layer (NeMo 1, a GPTModelProvider) can build."""
+    p = get_preset("gemma-3-12b")
+    fields = p.model_dump(exclude_unset=True)
+    fields.update(norm_placement="pre", rotary_base_local=None, name="geglu-12b")
+    return type(p)(**fields)
+
+
 @pytest.mark.parametrize(
-    "key, target",
+    "make, target",
     [
-        ("gemma-3-12b", "megatron.core.activations.fast_gelu"),
-        ("qwen3-30b-a3b", "torch.nn.functional.silu"),
+        (_pre_norm_gemma, "megatron.core.activations.fast_gelu"),
+        (lambda: get_preset("qwen3-30b-a3b"), "torch.nn.functional.silu"),
     ],
+    ids=["geglu", "swiglu"],
 )
-def test_bridge_export_writes_the_activation_func_and_reads_it_back(tmp_path, key, target):
+def test_bridge_export_writes_the_activation_func_and_reads_it_back(tmp_path, make, target):
     # a GPTModelProvider's activation_func defaults to F.gelu (Megatron-Core TransformerConfig):
     # a gated model's must be written, as Megatron-Bridge's to_yaml writes a function
     # ({_target_, _call_: false}, utils/yaml_utils.py); gelu_pytorch_tanh is fast_gelu there
@@ -1332,14 +1349,15 @@ def test_bridge_export_writes_the_activation_func_and_reads_it_back(tmp_path, ke
 
     from planner.frameworks import load_any
 
-    text = _export(key, "megatron-bridge", ep=1)
+    m = make()
+    text = _export_model(m, "megatron-bridge", ep=1)
     model = yaml.safe_load(text)["model"]
     assert model["gated_linear_unit"] is True
     assert model["activation_func"] == {"_target_": target, "_call_": False}
     path = tmp_path / "bridge.yaml"
     path.write_text(text)
     back = load_any(path, hardware="h100-sxm", gpus=8).job.model
-    assert back.activation == get_preset(key).activation
+    assert back.activation == m.activation
 
 
 def test_bridge_reader_refuses_an_activation_it_cannot_price(tmp_path):
@@ -1347,7 +1365,7 @@ def test_bridge_reader_refuses_an_activation_it_cannot_price(tmp_path):
 
     from planner.frameworks import load_any
 
-    data = yaml.safe_load(_export("gemma-3-12b", "megatron-bridge", ep=1))
+    data = yaml.safe_load(_export_model(_pre_norm_gemma(), "megatron-bridge", ep=1))
     data["model"]["activation_func"] = {"_target_": "torch.nn.functional.mish", "_call_": False}
     path = tmp_path / "bridge.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -1362,14 +1380,16 @@ def test_nemo_export_writes_geglu_and_the_window_and_reads_back(tmp_path):
 
     from planner.frameworks import load_any
 
-    text = _export("gemma-3-12b", "nemo", ep=1)
+    # Gemma 3's own sandwich layer NeMo 1 refuses (test_gemma3_layer_*); its shape, GeGLU and
+    # windows on the pre-norm layer NeMo 1 builds
+    p = _pre_norm_gemma()
+    text = _export_model(p, "nemo", ep=1)
     model = yaml.safe_load(text)["model"]
     assert model["activation"] == "fast-geglu" and model["window_size"] == [1024, 0]
     assert model["window_attn_skip_freq"] == ([1] * 5 + [0]) * 8
     path = tmp_path / "gemma.yaml"
     path.write_text(text)
     back = load_any(path, hardware="h100-sxm").job.model
-    p = get_preset("gemma-3-12b")
     assert back.activation == "geglu" and back.attention_kinds == p.attention_kinds
     # NeMo writes the vocabulary padded to its make_vocab_size_divisible_by (262,208 ->
     # 262,272); everything else reads back as it was

@@ -238,7 +238,10 @@ def layer_activation_bytes(
     f MLP width, x = GEMM_INPUT_BYTES: 2 in bf16, ~1 with an FP8 recipe):
       outside the TP region (÷t with SP): the two norm inputs (the residual stream) 4h and
         the two norm outputs the next GEMMs keep, 2h each in bf16; with FP8 the GEMM keeps
-        its own x*h copy instead, except the MoE router (a bf16 GEMM), which keeps 2h
+        its own x*h copy instead, except the MoE router (a bf16 GEMM), which keeps 2h; a
+        sandwich layer (Gemma 3) normalizes the attention and MLP outputs again before the
+        residual adds, and those two norms keep their inputs, 4h more (Megatron-Bridge's
+        TERowParallelLinearLayerNorm: a TENorm after the row-parallel GEMM's reduce-scatter)
       attention (÷t): Q, K, V 2(q + 2gd) (MLA: the latents 2(q_lora + kv_lora + rope),
         the normed latents the up-projections keep, x(q_lora + kv_lora), and the
         up-projected Q, K, V);
@@ -317,7 +320,7 @@ def layer_activation_bytes(
     else:
         # `mlp` checkpoints the MLP from the residual: the fused norm's output goes too
         ln_mlp = 0.0 if "mlp" in mods or regen else (x * h if fp8 else 2.0 * h)
-    outside = 4.0 * h + ln_gemm + ln_mlp
+    outside = 4.0 * h + ln_gemm + ln_mlp + (4.0 * h if shape.sandwich else 0.0)
     up_proj = shape.mla and "mla_up_proj" in mods
     qkv = 0.0 if up_proj else shape.act_qkv
     # the normed latents the up-projections keep (x each: Transformer Engine's LayerNormLinear

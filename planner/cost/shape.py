@@ -44,6 +44,7 @@ class ModelShape:
     tied: bool
     mla: bool
     capacity_factor: float
+    sandwich: bool  # a norm on each sublayer's output too (Gemma 3's norm_placement sandwich)
     # parameters of one layer, by sharding
     dense_tp: float  # TP-sharded params of a dense layer (attention + MLP)
     dense_rep: int  # replicated params of a dense layer (norms)
@@ -182,6 +183,7 @@ def model_shape(m: ModelSpec) -> ModelShape:
         tied=m.tied_embeddings,
         mla=m.is_mla,
         capacity_factor=m.moe_capacity_factor,
+        sandwich=m.norm_placement == "sandwich",
         dense_tp=dense.attention + dense.mlp,
         dense_rep=dense.replicated,
         moe_tp=moe.attention + moe.mlp,

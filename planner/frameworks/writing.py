@@ -27,6 +27,9 @@ __all__ = [
     "planned_for",
     "store_problems",
     "pattern_keys",
+    "gemma3_local_run",
+    "gemma3_provider_problem",
+    "gemma_layer_problems",
 ]
 
 _PLANNED = re.compile(r"^[\s#/\"'-]*planner: hardware=([\w.+-]+) num_gpus=(\d{1,9})\b", re.M)
@@ -202,6 +205,74 @@ def store_problems(
             f"activation_func_fp8_input_store: {framework} has no setting for it (it is "
             "Megatron-Core's TransformerConfig field, which pretrain_gpt.py does not expose); "
             "export megatron-bridge or nemo, or set activation_func_fp8_input_store false",
+        ),
+    ]
+
+
+def gemma3_local_run(m) -> int | None:
+    """The window layers a global one follows in Megatron-Bridge's Gemma 3 layer pattern
+    (`interleaved_attn_pattern` (n, 1): layer l, counted from 1, is a window layer unless
+    l % (n + 1) == 0; gemma3_provider._is_local_attn_layer), when the model's layer kinds are
+    that pattern (n = 0: every layer global); None when they are not."""
+    kinds = m.attention_kinds
+    if set(kinds) - {"sliding", "full"}:
+        return None
+    full = [i for i, k in enumerate(kinds) if k == "full"]
+    n = full[0] if full else len(kinds)
+    if not full and n:
+        return None  # windows only: the pattern always has a global layer
+    if all((k == "full") == ((i + 1) % (n + 1) == 0) for i, k in enumerate(kinds)):
+        return n
+    return None
+
+
+def gemma3_provider_problem(m) -> str | None:
+    """Why Megatron-Bridge's Gemma3ModelProvider cannot build this sandwich-norm model (its
+    gemma3_layer_spec: a dense gated MLP, per-head Q/K norms, RMSNorm, no biases, RoPE, the
+    (n, 1) window pattern), or None when it can."""
+    why = [
+        (m.is_moe, "its layer spec has a dense MLP, no experts"),
+        (m.is_mla, "its attention is GQA, not MLA"),
+        (not m.gated, "its MLP is gated"),
+        (m.qk_norm != "head", "it normalizes every query / key head (qk_norm head)"),
+        (m.norm != "RMSNorm", "its norms are RMSNorms"),
+        (m.bias or m.qkv_bias_only, "its linear layers have no biases"),
+        (m.position_embedding != "rope", "it uses RoPE"),
+        (m.attention_sinks, "its softmax has no sinks"),
+        (gemma3_local_run(m) is None, "its window layers follow (n, 1): n window, one global"),
+    ]
+    for broken, msg in why:
+        if broken:
+            return f"Megatron-Bridge's Gemma3ModelProvider builds the sandwich layer, and {msg}"
+    return None
+
+
+def gemma_layer_problems(m, framework: str) -> list[tuple[bool, str]]:
+    """(broken, message) for Gemma 3's layer (norm_placement sandwich, rotary_base_local,
+    softmax_scale) in an export to `framework`: Megatron-Bridge writes it through its
+    Gemma3ModelProvider where that provider can build the model; the other frameworks have no
+    post-sublayer norm, one RoPE base and the 1/sqrt(head dim) scale."""
+    bridge = framework == "Megatron-Bridge"
+    sandwich = m.norm_placement == "sandwich"
+    problem = gemma3_provider_problem(m) if sandwich else None
+    return [
+        (
+            sandwich and not bridge,
+            f"norm_placement sandwich ({m.name}'s norms on the attention and MLP outputs, "
+            f"Gemma 3's layer): {framework} has only the input norms; use --framework "
+            "megatron-bridge (its Gemma3ModelProvider)",
+        ),
+        (sandwich and bridge and problem is not None, f"norm_placement sandwich: {problem}"),
+        (
+            m.rotary_base_local is not None and not (sandwich and bridge),
+            f"rotary_base_local {m.rotary_base_local or 0:g} (the window layers' RoPE base): "
+            f"{framework} has one base for every layer"
+            + ("" if bridge else "; use --framework megatron-bridge"),
+        ),
+        (
+            m.softmax_scale is not None and not bridge,
+            f"softmax_scale {m.softmax_scale or 0:.6g}: {framework} scales the attention logits by "
+            "1/sqrt(head dim) only; use --framework megatron-bridge (softmax_scale)",
         ),
     ]
 

@@ -60,6 +60,7 @@ from planner.frameworks.megatron.writer import (
     whole,
 )
 from planner.frameworks.writing import (
+    gemma_layer_problems,
     header_lines,
     nodes_and_devices,
     shape_tail_flags,
@@ -157,7 +158,8 @@ def refusals(job, layout: Layout) -> list[str]:
         )
     own = partition_split(m.num_layers, layout.pp)
     problems = (
-        [
+        gemma_layer_problems(m, "Megatron-DeepSpeed")
+        + [
             (
                 layout.pipeline_schedule in ("dualpipe", "dualpipev", "interleaved"),
                 f"pipeline_schedule {layout.pipeline_schedule}: DeepSpeed's pipeline engine runs 1F1B "

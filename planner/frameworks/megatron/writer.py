@@ -50,6 +50,7 @@ import shlex
 from planner.errors import InfeasibleError
 from planner.fields import framework_names
 from planner.frameworks.writing import (
+    gemma_layer_problems,
     header_lines,
     nodes_and_devices,
     pipeline_split,
@@ -107,7 +108,8 @@ def refusals(job, layout: Layout, *, bridge: bool = False) -> list[str]:
     m, tr = job.model, job.training
     offload = layout.cpu_offloading_num_layers
     problems = (
-        [
+        gemma_layer_problems(m, "Megatron-Bridge" if bridge else "Megatron-LM")
+        + [
             (
                 "torchtitan_op" in layout.selective_modules,
                 "recompute_modules [torchtitan_op]: torchtitan's op-level checkpointing; Megatron's "
@@ -115,7 +117,8 @@ def refusals(job, layout: Layout, *, bridge: bool = False) -> list[str]:
                 "layernorm ...) or recompute full",
             ),
             (
-                m.position_embedding == "rope"
+                not bridge
+                and m.position_embedding == "rope"
                 and m.rotary_base is not None
                 and whole(m.rotary_base) is None,
                 f"rotary_base {m.rotary_base}: Megatron's --rotary-base takes a whole number",
@@ -196,8 +199,6 @@ def refusals(job, layout: Layout, *, bridge: bool = False) -> list[str]:
             layout, "Megatron-Bridge" if bridge else "Megatron-LM", config_fields=bridge
         )
     )
-    if bridge:
-        problems = problems[:1] + problems[2:]
     return [msg for broken, msg in problems if broken]
 
 

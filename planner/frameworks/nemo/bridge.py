@@ -59,6 +59,8 @@ _PRESETS = {
     "mixtralmodelprovider8x22b": "mixtral-8x22b",
     "deepseekv3modelprovider": "deepseek-v3",
     "qwen3moemodelprovider235b_a22b": "qwen3-235b-a22b",
+    "gemma3modelprovider12b": "gemma-3-12b",
+    "gemma3modelprovider27b": "gemma-3-27b",
 }
 _SECTIONS = ("train", "ddp", "optimizer", "mixed_precision")
 

@@ -18,10 +18,18 @@ import yaml
 from planner.errors import InfeasibleError
 from planner.frameworks.megatron.writer import refusals as megatron_refusals
 from planner.frameworks.nemo.writer import _BRIDGE_FP8, _config_fields, _Dumper, _fsdp, _parallel
-from planner.frameworks.writing import header_lines, pattern_keys
+from planner.frameworks.writing import gemma3_local_run, header_lines, pattern_keys
 from planner.layout import Layout
 
-__all__ = ["render", "bridge_config", "refusals", "runs_as", "PROVIDERS"]
+__all__ = [
+    "render",
+    "bridge_config",
+    "refusals",
+    "runs_as",
+    "PROVIDERS",
+    "GEMMA3_PROVIDER",
+    "gemma3_keys",
+]
 
 # planner presets -> Megatron-Bridge 0.6.2 model provider classes (megatron.bridge.models);
 # the reader's table (bridge._PRESETS) maps them back
@@ -36,7 +44,14 @@ PROVIDERS = {
     "mixtral-8x22b": "megatron.bridge.models.MixtralModelProvider8x22B",
     "deepseek-v3": "megatron.bridge.models.DeepSeekV3ModelProvider",
     "qwen3-235b-a22b": "megatron.bridge.models.Qwen3MoEModelProvider235B_A22B",
+    "gemma-3-12b": "megatron.bridge.models.Gemma3ModelProvider12B",
+    "gemma-3-27b": "megatron.bridge.models.Gemma3ModelProvider27B",
 }
+GEMMA3_PROVIDER = "megatron.bridge.models.Gemma3ModelProvider"
+"""The provider of a sandwich-norm (Gemma 3) model that is not a preset: its gemma3_layer_spec
+builds the norms on the attention and MLP outputs (TERowParallelLinearLayerNorm), the
+zero-centred norm weights and the sqrt(h) embedding scale (Gemma3LanguageModelEmbedding),
+megatron/bridge/models/gemma/gemma3_provider.py."""
 _PREFIX = "cannot export to Megatron-Bridge: "
 
 
@@ -54,10 +69,11 @@ def runs_as(job, layout: Layout) -> Layout:
 
 
 def _preset(model) -> str | None:
-    from planner.frameworks.engines.writer import preset_key
+    """The preset with a provider class of its own that this model is (the 2026 families'
+    presets too: Gemma 3's size classes)."""
+    from planner.presets import get_preset
 
-    key = preset_key(model)
-    return key if key in PROVIDERS else None
+    return next((k for k in PROVIDERS if get_preset(k) == model), None)
 
 
 # the Megatron-Core callables of planner's activations, written as Megatron-Bridge's to_yaml
@@ -127,9 +143,27 @@ def _shape(job) -> dict:
         ):
             if getattr(m, k, None) is not None:
                 d[k] = getattr(m, k)
+    if m.softmax_scale is not None:
+        d["softmax_scale"] = m.softmax_scale
     d.update(pattern_keys(m))
     del tr
     return d
+
+
+def gemma3_keys(m) -> dict:
+    """Gemma 3's layer in the form Gemma3ModelProvider takes it (gemma3_provider.py): the
+    window an int (its Gemma3TEDotProductAttention makes it (window, 0) on the window
+    layers), the layer pattern `interleaved_attn_pattern` (n, 1) (layer l, from 1, global
+    when l % (n + 1) == 0) instead of window_attn_skip_freq, `rotary_base` (local, global)
+    (provide() unpacks it: a single number fails there) and `softmax_scale` always (the
+    class's default is 1/sqrt(256), Gemma 3 12B's head dim)."""
+    base = m.rotary_base or 10000.0
+    out: dict = {"interleaved_attn_pattern": [gemma3_local_run(m), 1]}
+    if m.window_size:
+        out["window_size"] = m.window_size
+    out["rotary_base"] = [m.rotary_base_local or base, base]
+    out["softmax_scale"] = m.softmax_scale or m.head_dim**-0.5
+    return out
 
 
 def bridge_config(job, layout: Layout) -> dict:
@@ -139,12 +173,19 @@ def bridge_config(job, layout: Layout) -> dict:
         raise InfeasibleError(_PREFIX + found[0])
     tr = job.training
     preset = _preset(job.model)
+    sandwich = job.model.norm_placement == "sandwich"
     model: dict = {"_target_": PROVIDERS[preset]} if preset else _shape(job)
+    if sandwich and not preset:
+        model = {"_target_": GEMMA3_PROVIDER, **model}
     model["seq_length"] = tr.seq_length
     model.update({k: v for k, v in _parallel(job, layout).items() if v is not None})
     if layout.cp > 1:
         model["cp_comm_type"] = layout.cp_comm_type
     model.update({k: v for k, v in _config_fields(job, layout) if v is not None})
+    if sandwich:
+        for key in ("window_size", "window_attn_skip_freq"):
+            model.pop(key, None)
+        model.update(gemma3_keys(job.model))
     if job.model.is_moe and "overlap_moe_expert_parallel_comm" not in model:
         model["overlap_moe_expert_parallel_comm"] = False
     if tr.precision == "fp8":
@@ -213,5 +254,12 @@ def render(job, layout: Layout, *, estimate=None) -> str:
         "torchrun sets the world size: launch on the plan's GPUs "
         f"({job.num_gpus}); `planner validate --gpus {job.num_gpus}` reads this file back.",
     ]
+    if cfg["model"].get("_target_") == GEMMA3_PROVIDER:
+        head.append(
+            "Gemma3ModelProvider: the published Gemma 3 checkpoints (4B and up) also scale the "
+            "global layers' RoPE linearly by 8 (config.json rope_scaling), which planner does "
+            "not read; set rope_scaling_factor 8.0 to continue from one (the classes "
+            "Gemma3ModelProvider4B / 12B / 27B set it)."
+        )
     body = yaml.dump(cfg, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
     return "\n".join([f"# {line}".rstrip() for line in head] + [body.rstrip()]) + "\n"

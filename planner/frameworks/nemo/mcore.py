@@ -974,6 +974,78 @@ def window_fields(cfg: dict, *, where: str, num_layers: int) -> dict[str, Any]:
     return out
 
 
+GEMMA3_DEFAULTS: dict[str, Any] = {
+    "window_size": 512,
+    "interleaved_attn_pattern": (5, 1),
+    "rotary_base": (10_000, 1_000_000),
+    "softmax_scale": 1.0 / 16,
+}
+"""Megatron-Bridge Gemma3ModelProvider's own values of the keys a file may leave out
+(megatron/bridge/models/gemma/gemma3_provider.py: window 512, pattern (5, 1), RoPE bases
+(local, global) (10,000, 1,000,000), softmax_scale 1/sqrt(256))."""
+
+
+def _pair(cfg: dict, key: str, *, where: str, want: str) -> tuple[float, float]:
+    value = cfg.get(key, GEMMA3_DEFAULTS[key])
+    if isinstance(value, Unresolved):
+        value.fail()
+    if (
+        not isinstance(value, (list, tuple))
+        or len(value) != 2
+        or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value)
+    ):
+        raise SpecError(
+            f"{where}.{key} = {value!r} must be {want} (Gemma3ModelProvider unpacks two "
+            "numbers); fix the value",
+            field=f"{where}.{key}",
+            value=value,
+        )
+    return float(value[0]), float(value[1])
+
+
+def gemma3_fields(cfg: dict, *, where: str, num_layers: int, head_dim: int) -> dict[str, Any]:
+    """A Megatron-Bridge Gemma3ModelProvider's model (its `_target_`): the sandwich layer,
+    `window_size` (an int, the window layers'), `interleaved_attn_pattern` (n, g) (layer l,
+    from 1, global when l % (n + g) == 0: gemma3_provider._is_local_attn_layer), `rotary_base`
+    (local, global) and `softmax_scale`, the class's defaults (GEMMA3_DEFAULTS) where silent."""
+    win = cfg.get("window_size", GEMMA3_DEFAULTS["window_size"])
+    if isinstance(win, Unresolved):
+        win.fail()
+    if isinstance(win, bool) or not isinstance(win, int) or win < 1:
+        raise SpecError(
+            f"{where}.window_size = {win!r} must be a whole number of tokens (Gemma3ModelProvider "
+            "makes it (window, 0) on the window layers); fix the value",
+            field=f"{where}.window_size",
+            value=win,
+        )
+    n, g = _pair(cfg, "interleaved_attn_pattern", where=where, want="[window layers, global]")
+    period = int(n + g)
+    if n < 0 or g < 1 or n != int(n) or g != int(g):
+        raise SpecError(
+            f"{where}.interleaved_attn_pattern = [{n:g}, {g:g}] must be two whole numbers, the "
+            "second at least 1; fix the value",
+            field=f"{where}.interleaved_attn_pattern",
+        )
+    local, glob = _pair(cfg, "rotary_base", where=where, want="[local, global] RoPE bases")
+    if local <= 0 or glob <= 0:
+        raise SpecError(
+            f"{where}.rotary_base = [{local:g}, {glob:g}] must be positive; fix the value",
+            field=f"{where}.rotary_base",
+        )
+    scale = as_number(cfg, "softmax_scale", where=where)
+    scale = GEMMA3_DEFAULTS["softmax_scale"] if scale is None else scale
+    kinds = tuple("full" if (i + 1) % period == 0 else "sliding" for i in range(num_layers))
+    out: dict[str, Any] = {
+        "norm_placement": "sandwich",
+        "rotary_base": glob,
+        "softmax_scale": None if math.isclose(scale, head_dim**-0.5) else scale,
+        "layer_types": kinds,
+    }
+    if "sliding" in kinds:
+        out.update(window_size=win, rotary_base_local=local)
+    return out
+
+
 def mla_fields(cfg: dict, *, where: str) -> dict[str, Any]:
     """ModelSpec MLA fields where the config uses multi-latent attention."""
     if not (

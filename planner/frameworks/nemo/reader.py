@@ -32,6 +32,7 @@ NeMo 2 (error); the recompute keys follow Megatron-core's TransformerConfig chec
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -1049,7 +1050,9 @@ def mcore_model(
         and not as_bool(config, "add_bias_linear", True, where=where),
         position_embedding_type=_position(config.get("position_embedding_type", "rope")),
         seq_length=_int(config, "seq_length", None, where=where) or seq,
-        rotary_base=_rotary(config, where),
+        rotary_base=None
+        if target(config).startswith("gemma3modelprovider")
+        else _rotary(config, where),
         rotary_percent=_rotary_share(config, where, "rotary_percent"),
     )
     fields.update(
@@ -1061,6 +1064,16 @@ def mcore_model(
             if key.startswith("qk") or fields.get("num_experts"):
                 fields.setdefault(key, getattr(get_preset(preset), key))
     fields.update(mcore.mla_fields(config, where=where))
+    if target(config).startswith("gemma3modelprovider"):
+        head = fields["kv_channels"] or fields["hidden_size"] // fields["num_attention_heads"]
+        fields.update(
+            mcore.gemma3_fields(config, where=where, num_layers=num_layers, head_dim=head)
+        )
+        return inline_model(fields, source=source, fmt=fmt)
+    scale = mcore.as_number(config, "softmax_scale", where=where)
+    head = fields["kv_channels"] or fields["hidden_size"] // fields["num_attention_heads"]
+    if scale is not None and not math.isclose(scale, head**-0.5):
+        fields["softmax_scale"] = scale
     fields.update(mcore.window_fields(config, where=where, num_layers=num_layers))
     return inline_model(fields, source=source, fmt=fmt)
 

@@ -43,6 +43,7 @@ import yaml
 
 from planner.errors import InfeasibleError
 from planner.frameworks.writing import (
+    gemma_layer_problems,
     header_lines,
     nodes_and_devices,
     pattern_keys,
@@ -99,7 +100,7 @@ def refusals(job, layout: Layout) -> list[str]:
     nemo`) both read this list."""
     moments = (layout.exp_avg_dtype, layout.exp_avg_sq_dtype)
     sharded = layout.zero in (1, 2, 3)
-    problems = [
+    problems = gemma_layer_problems(job.model, "NeMo 1") + [
         (
             layout.pipeline_schedule in ("dualpipe", "dualpipev"),
             f"pipeline_schedule {layout.pipeline_schedule}: DualPipe is not in NeMo's Megatron "

@@ -326,6 +326,8 @@ def _shape(m: ModelSpec) -> tuple:
         # llama4's do not (Llama 4's weightless L2 norm is left out of torchtitan's llama4:
         # the export says so, writer._notes)
         m.qk_norm == "head",
+        m.norm_placement,  # no torchtitan model has Gemma 3's sandwich norms
+        m.softmax_scale,
         m.add_qkv_bias,
         m.glu_linear_offset,
         m.activation_clamp,

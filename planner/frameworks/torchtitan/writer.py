@@ -481,6 +481,13 @@ def _notes(job, layout: Layout, found: Flavor | None) -> list[str]:
             f"[model]: set name/flavor to torchtitan's definition of {job.model.name} "
             "(not one we can name)."
         )
+        if job.model.norm_placement == "sandwich":
+            notes.append(
+                "Gemma 3's layer: torchtitan's models (llama3, llama4, qwen3, deepseek_v3) "
+                "have no norms on the attention and MLP outputs, no second RoPE base for the "
+                "window layers and no other logits scale: the definition you name must build "
+                "them (the plan counts the sandwich norms' activations)."
+            )
     elif job.model.rotary_base and job.model.rotary_base != found.spec.rotary_base:
         notes.append(
             f"RoPE base: the plan's model has {job.model.rotary_base:g}; torchtitan's "
