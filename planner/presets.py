@@ -320,6 +320,8 @@ _QWEN_HYBRID: dict[str, Any] = dict(
     rotary_base=1e7,
     rotary_percent=0.25,
     qk_norm="head",
+    norm_zero_centered=True,  # Qwen3NextRMSNorm / Qwen3_5MoeRMSNorm: x * (1 + weight)
+    moe_shared_expert_gate=True,  # the shared expert's sigmoid gate (shared_expert_gate)
     **_LLAMA,
 )
 
@@ -336,6 +338,7 @@ _GEMMA3_COMMON: dict[str, Any] = dict(
     window_size=1024,
     qk_norm="head",
     norm_placement="sandwich",  # Gemma3DecoderLayer's post-attention and post-MLP norms
+    norm_zero_centered=True,  # Gemma3RMSNorm: x * (1 + weight)
 )
 
 FAMILY_PRESETS: dict[str, dict[str, Any]] = {
@@ -843,8 +846,10 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
         )
         shared = need("shared_expert_intermediate_size", minimum=0, required=False)
         if shared:
-            # Qwen2-MoE: one shared expert of its own width, expressed in units of f_e
+            # Qwen2-MoE: one shared expert of its own width, expressed in units of f_e, behind
+            # a sigmoid gate (Qwen2MoeSparseMoeBlock.shared_expert_gate)
             spec["num_shared_experts"] = max(1, round(shared / spec["moe_ffn_hidden_size"]))
+            spec["moe_shared_expert_gate"] = True
     if mtype in _DEEPSEEK_LIKE or (mtype == "glm_moe_dsa" and "kv_lora_rank" in cfg):
         spec.update(
             num_experts=need("n_routed_experts"),
@@ -1100,6 +1105,7 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
             position_embedding_type="rope",
             window_size=need("sliding_window"),
             norm_placement="sandwich",
+            norm_zero_centered=True,  # Gemma3RMSNorm: x * (1 + weight)
             rotary_base_local=hf.positive("rope_local_base_freq"),
         )
         if scalar is not None and scalar != head:
@@ -1128,8 +1134,9 @@ def _family_2026(hf: _HfConfig, mtype: str, spec: dict[str, Any]) -> dict[str, A
             linear_conv_kernel_dim=need("linear_conv_kernel_dim", required=False) or 4,
         )
         shared = need("shared_expert_intermediate_size", minimum=0, required=False)
-        if shared:
-            out["num_shared_experts"] = max(1, round(shared / f_e))
+        if shared:  # behind a sigmoid gate (Qwen3NextSparseMoeBlock.shared_expert_gate)
+            out.update(num_shared_experts=max(1, round(shared / f_e)), moe_shared_expert_gate=True)
+        out["norm_zero_centered"] = True  # Qwen3NextRMSNorm: x * (1 + weight)
         step = need("decoder_sparse_step", required=False) or 1
         only = cfg.get("mlp_only_layers") or []
         if not isinstance(only, list) or any(type(i) is not int for i in only):

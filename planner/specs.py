@@ -187,6 +187,12 @@ class ModelSpec(_Spec):
     Megatron-DeepSpeed and torchtitan have no such layer and their exports refuse it. Counted:
     the two extra norms keep their inputs, the sublayer outputs, 4h bytes a token and layer
     (÷ tp with SP); their 2h weights a layer are not."""
+    norm_zero_centered: bool = False
+    """The norms scale by (1 + w) with w initialised to zero (Gemma 3, Qwen3-Next, Qwen3.5:
+    transformers' RMSNorm `x * (1 + weight)`; Megatron `--apply-layernorm-1p`, Megatron-Core
+    `layernorm_zero_centered_gamma`), where the others scale by w initialised to one. The
+    same function at initialisation; weight decay pulls w, so the trained model differs. No
+    cost; written by the exports, refused by those without it."""
     rotary_base_local: float | None = Field(default=None, gt=0, le=1e12)
     """The RoPE base of the sliding-window layers where it is not rotary_base's (Gemma 3:
     10,000 against its global layers' 1,000,000; HF `rope_local_base_freq`; Megatron-Bridge's
@@ -227,6 +233,11 @@ class ModelSpec(_Spec):
     """Routed expert MLP width (`--moe-ffn-hidden-size`); default ffn_hidden_size."""
     num_shared_experts: int = Field(default=0, ge=0, le=1_000)
     """Shared experts, each moe_ffn_hidden_size wide (`--moe-shared-expert-intermediate-size` = n*f_e)."""
+    moe_shared_expert_gate: bool = False
+    """A sigmoid gate (one h-wide weight vector) on the shared experts' output (Qwen2-MoE,
+    Qwen3-Next, Qwen3.5: transformers' shared_expert_gate; Megatron
+    `--moe-shared-expert-gate`). Needs shared experts; its h weights a layer and one GEMV a
+    token are not counted; written by the exports, refused by those without it."""
     num_dense_layers: int = Field(default=0, ge=0, le=10_000)
     """Leading dense layers before the MoE layers (DeepSeek's first_k_dense_replace)."""
     moe_capacity_factor: float = Field(default=1.0, ge=0.1, le=100.0)
@@ -405,6 +416,11 @@ class ModelSpec(_Spec):
                 "linear_value_head_dim",
             ),
         }
+        if self.moe_shared_expert_gate and not (self.is_moe and self.num_shared_experts):
+            raise ValueError(
+                "moe_shared_expert_gate gates the shared experts and the model has none; set "
+                "num_shared_experts or drop it"
+            )
         if self.rotary_base_local is not None and "sliding" not in kinds:
             raise ValueError(
                 f"rotary_base_local ({self.rotary_base_local:g}) is the RoPE base of the "

@@ -54,6 +54,7 @@ FIELDS = (
     "activation_clamp",
     "qk_norm",
     "norm_placement",
+    "norm_zero_centered",
     "rotary_base_local",
     "softmax_scale",
     "tied_embeddings",
@@ -80,7 +81,16 @@ FIELDS = (
     "moe_router_score",
     "moe_router_scaling",
     "moe_router_expert_bias",
+    "moe_shared_expert_gate",
     "mtp_num_layers",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "dsa_index_topk",
+    "dsa_index_heads",
+    "dsa_index_head_dim",
 )
 
 

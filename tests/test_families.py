@@ -1273,8 +1273,9 @@ def test_megatron_export_writes_the_pattern_and_reads_back(tmp_path):
     "key, fmt, needle",
     [
         pytest.param("llama4-scout", "megatron", "chunked", id="megatron-chunked"),
-        pytest.param("qwen3-next-80b-a3b", "megatron", "linear-attention", id="megatron-linear"),
-        pytest.param("deepseek-v3.2", "megatron", "DSA", id="megatron-dsa"),
+        pytest.param("qwen3-next-80b-a3b", "nemo", "Gated DeltaNet", id="nemo-linear"),
+        pytest.param("deepseek-v3.2", "nemo", "multi-latent attention", id="nemo-dsa"),
+        pytest.param("qwen3-next-80b-a3b", "deepspeed", "", id="deepspeed-linear"),
         pytest.param("gpt-oss-20b", "nemo", "attention_sinks", id="nemo-sinks"),
         pytest.param(
             "gpt-oss-20b", "deepspeed", "full causal attention only", id="deepspeed-window"
@@ -1317,6 +1318,7 @@ def test_exports_refuse_geglu_they_cannot_write(fmt, needle):
             "layer_types": None,
             "window_size": None,
             "norm_placement": "pre",
+            "norm_zero_centered": False,
             "rotary_base_local": None,
         }
     )
@@ -1328,7 +1330,9 @@ def _pre_norm_gemma():
     geglu model the Megatron-Core GPT layer (NeMo 1, a GPTModelProvider) can build."""
     p = get_preset("gemma-3-12b")
     fields = p.model_dump(exclude_unset=True)
-    fields.update(norm_placement="pre", rotary_base_local=None, name="geglu-12b")
+    fields.update(
+        norm_placement="pre", norm_zero_centered=False, rotary_base_local=None, name="geglu-12b"
+    )
     return type(p)(**fields)
 
 

@@ -191,6 +191,16 @@ def refusals(job, layout: Layout) -> list[str]:
                 "with full causal attention only; export megatron where it can",
             ),
             (
+                m.norm_zero_centered,
+                "norm_zero_centered ((1 + w) norm weights): Megatron-DeepSpeed has no "
+                "--apply-layernorm-1p; export megatron",
+            ),
+            (
+                m.moe_shared_expert_gate,
+                "moe_shared_expert_gate: Megatron-DeepSpeed's MoE has no shared experts to gate; "
+                "export megatron",
+            ),
+            (
                 layout.vpp > 1,
                 f"vpp {layout.vpp}: DeepSpeed's pipeline engine has no interleaved "
                 "schedule; set vpp 1",

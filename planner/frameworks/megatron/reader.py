@@ -136,6 +136,9 @@ _BOOLEAN = frozenset(
         "--fp8-multi-head-attention",
         "--quick-geglu",
         "--moe-router-enable-expert-bias",
+        "--apply-layernorm-1p",
+        "--moe-shared-expert-gate",
+        "--attention-output-gate",
     }
 )
 # flags taking exactly one value (the ones planner reads): a second word after one is stray
@@ -193,6 +196,16 @@ _SINGLE = frozenset(
         "--moe-router-score-function",
         "--moe-router-topk-scaling-factor",
         "--rotary-percent",
+        "--experimental-attention-variant",
+        "--linear-attention-freq",
+        "--linear-num-key-heads",
+        "--linear-num-value-heads",
+        "--linear-key-head-dim",
+        "--linear-value-head-dim",
+        "--linear-conv-kernel-dim",
+        "--dsa-indexer-n-heads",
+        "--dsa-indexer-head-dim",
+        "--dsa-indexer-topk",
     }
 )
 _SHAPE_REQUIRED = (
@@ -804,22 +817,82 @@ def _window(flags: Flags, num_layers: int, out: list[Violation]) -> dict:
         return {}
     skip = flags.text("--window-attn-skip-freq", fix="set it in the script")
     full = [False] * num_layers
-    if skip is not None and skip.strip().isdigit() and int(skip) > 0:
-        full = [(i + 1) % int(skip) == 0 for i in range(num_layers)]
-    elif skip is not None:
-        try:
-            tree = ast.parse(skip.strip(), mode="eval").body
-            if _PATTERN_CHARS.search(skip) or _pattern_length(tree) != num_layers:
-                raise ValueError(skip)
-            full = [x == 0 for x in _list_expr(tree)]  # Megatron: 1 = window, 0 = full
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            raise SpecError(
-                f"{flags.source}: --window-attn-skip-freq {_short(skip)!r} must be an "
-                f"integer or a 0/1 list of {num_layers} entries; fix the value",
-                field="--window-attn-skip-freq",
-                value=_short(skip),
-            ) from None
+    if skip is not None:  # Megatron: 1 = window, 0 = full
+        full = _full_layers(flags, "--window-attn-skip-freq", skip, num_layers, "1 = window")
     return dict(window_size=nums[0], layer_types=tuple("full" if f else "sliding" for f in full))
+
+
+def _full_layers(flags: Flags, flag: str, text: str, num_layers: int, one: str) -> list[bool]:
+    """The full-attention layers of a Megatron layer-pattern flag (--window-attn-skip-freq,
+    --linear-attention-freq): an int N makes every Nth one full ((i + 1) % N == 0), a 0/1 list
+    expression the 0 entries; anything else is one line naming the flag."""
+    if text.strip().isdigit() and int(text) > 0:
+        return [(i + 1) % int(text) == 0 for i in range(num_layers)]
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+        if _PATTERN_CHARS.search(text) or _pattern_length(tree) != num_layers:
+            raise ValueError(text)
+        return [x == 0 for x in _list_expr(tree)]
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise SpecError(
+            f"{flags.source}: {flag} {_short(text)!r} must be an integer or a 0/1 list of "
+            f"{num_layers} entries ({one}); fix the value",
+            field=flag,
+            value=_short(text),
+        ) from None
+
+
+def _attention_variant(flags: Flags, num_layers: int, fix: str) -> dict:
+    """`--experimental-attention-variant` (Megatron-Core's experimental_attention_variant_module
+    _specs): gated_delta_net (gdn) makes the layers `--linear-attention-freq` names Gated
+    DeltaNet ones (an int N: every Nth layer full attention, the others linear; a 0/1 list: 1
+    linear, 0 full; get_linear_attention_pattern) with the `--linear-*` dims (their
+    TransformerConfig defaults: conv 4, heads 16 QK / 32 V of 128); dsa makes every layer a
+    DSA one, its indexer `--dsa-indexer-n-heads / -head-dim / -topk`. Another variant is one
+    line naming it."""
+    variant = flags.text("--experimental-attention-variant", fix=fix)
+    if variant is None:
+        return {}
+    if variant in ("gated_delta_net", "gdn"):
+        freq = flags.text("--linear-attention-freq", fix=fix)
+        if freq is None:
+            raise SpecError(
+                f"{flags.source}: --experimental-attention-variant {variant} needs "
+                "--linear-attention-freq (the linear / full layer pattern); add it",
+                field="--linear-attention-freq",
+            )
+        full = _full_layers(flags, "--linear-attention-freq", freq, num_layers, "1 = linear")
+        return dict(
+            layer_types=tuple("full" if x else "linear" for x in full),
+            linear_num_key_heads=flags.int("--linear-num-key-heads", 16, fix=fix),
+            linear_num_value_heads=flags.int("--linear-num-value-heads", 32, fix=fix),
+            linear_key_head_dim=flags.int("--linear-key-head-dim", 128, fix=fix),
+            linear_value_head_dim=flags.int("--linear-value-head-dim", 128, fix=fix),
+            linear_conv_kernel_dim=flags.int("--linear-conv-kernel-dim", 4, fix=fix),
+        )
+    if variant == "dsa":
+        need = {
+            "--dsa-indexer-n-heads": "dsa_index_heads",
+            "--dsa-indexer-head-dim": "dsa_index_head_dim",
+            "--dsa-indexer-topk": "dsa_index_topk",
+        }
+        out: dict = {"layer_types": ("dsa",) * num_layers}
+        for flag, key in need.items():
+            value = flags.int(flag, fix=fix)
+            if value is None:
+                raise SpecError(
+                    f"{flags.source}: --experimental-attention-variant dsa needs {flag} "
+                    "(the indexer's shape); add it",
+                    field=flag,
+                )
+            out[key] = value
+        return out
+    raise SpecError(
+        f"{flags.source}: --experimental-attention-variant {_short(variant)!r}: planner prices "
+        "gated_delta_net (gdn) and dsa only; plan the model from a model YAML",
+        field="--experimental-attention-variant",
+        value=_short(variant),
+    )
 
 
 def _pattern_length(node) -> int:
@@ -935,6 +1008,19 @@ def model_from_flags(
     )
     fields.update(_position(flags, deepspeed))
     fields.update(_window(flags, fields["num_layers"], out))
+    if not deepspeed:
+        variant = _attention_variant(flags, fields["num_layers"], fix)
+        if variant and "layer_types" in fields:
+            raise SpecError(
+                f"{source}: --experimental-attention-variant with --window-size: Megatron-Core "
+                "builds the variant's layers without windows; drop one of them",
+                field="--experimental-attention-variant",
+            )
+        fields.update(variant)
+        fields.update(
+            norm_zero_centered=flags.has("--apply-layernorm-1p"),
+            attention_output_gate=flags.has("--attention-output-gate"),
+        )
     if flags.text("--softmax-type", fix="set it in the script") == "learnable":
         fields["attention_sinks"] = True  # a learned sink logit per head (gpt-oss)
     if not deepspeed:
@@ -1099,6 +1185,7 @@ def _moe_fields(
     if shared:
         unit = moe["moe_ffn_hidden_size"] or fields["ffn_hidden_size"] or shared
         moe["num_shared_experts"] = max(1, round(shared / unit))
+        moe["moe_shared_expert_gate"] = not deepspeed and flags.has("--moe-shared-expert-gate")
     capacity = flags.float(
         "--moe-train-capacity-factor" if deepspeed else "--moe-expert-capacity-factor", fix=fix
     )

@@ -194,7 +194,7 @@ def refusals(job, layout: Layout, *, bridge: bool = False) -> list[str]:
                 + (" or nemo (fast-reglu)" if m.gated else ""),
             ),
         ]
-        + layer_kind_problems(m)
+        + layer_kind_problems(m, layout)
         + store_problems(
             layout, "Megatron-Bridge" if bridge else "Megatron-LM", config_fields=bridge
         )
@@ -262,6 +262,8 @@ def model_flags(m: ModelSpec, *, seq_length: int) -> list[Flag]:
         flags.append(("--activation-func-clamp-value", f"{m.activation_clamp:g}"))
     if m.norm == "RMSNorm":
         flags += [("--normalization", "RMSNorm")]
+    if m.norm_zero_centered:
+        flags.append(("--apply-layernorm-1p", None))
     if m.qkv_bias_only:
         flags.append(("--add-qkv-bias", None))
     if m.qk_norm == "head":
@@ -333,31 +335,87 @@ def attention_flags(m: ModelSpec) -> list[Flag]:
             )
     if m.attention_sinks:
         flags.append(("--softmax-type", "learnable"))
+    for key, value in variant_keys(m).items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append((flag, None))
+        elif isinstance(value, list):
+            flags.append((flag, pattern_expr(value)))
+        else:
+            flags.append((flag, str(value)))
     return flags
 
 
-def layer_kind_problems(m: ModelSpec) -> list[tuple[bool, str]]:
-    """The layer kinds a Megatron-LM (GPT) model cannot express with its flags."""
+def variant_keys(m: ModelSpec) -> dict:
+    """Megatron-Core's experimental attention variants as TransformerConfig keys (Megatron-LM
+    writes each as its flag; experimental_attention_variant_module_specs builds the layers):
+    Gated DeltaNet layers (`experimental_attention_variant: gated_delta_net`, its pattern
+    `linear_attention_freq` a 0/1 list, 1 a linear layer, 0 a full one, and the `linear_*`
+    dims), DSA (`dsa`: every layer, the indexer's heads, head dim and top-k), and the gated
+    attention output (`attention_output_gate`, Qwen3-Next's)."""
+    kinds = m.attention_kinds
+    out: dict = {}
+    if "linear" in kinds:
+        out.update(
+            experimental_attention_variant="gated_delta_net",
+            linear_attention_freq=[int(k == "linear") for k in kinds],
+            linear_num_key_heads=m.linear_num_key_heads,
+            linear_num_value_heads=m.linear_num_value_heads,
+            linear_key_head_dim=m.linear_key_head_dim,
+            linear_value_head_dim=m.linear_value_head_dim,
+            linear_conv_kernel_dim=m.linear_conv_kernel_dim,
+        )
+    elif "dsa" in kinds:
+        out.update(
+            experimental_attention_variant="dsa",
+            dsa_indexer_n_heads=m.dsa_index_heads,
+            dsa_indexer_head_dim=m.dsa_index_head_dim,
+            dsa_indexer_topk=m.dsa_index_topk,
+        )
+    if m.attention_output_gate:
+        out["attention_output_gate"] = True
+    return out
+
+
+def layer_kind_problems(m: ModelSpec, layout: Layout | None = None) -> list[tuple[bool, str]]:
+    """The layer kinds a Megatron-Core GPT model cannot express (Megatron-LM's flags and the
+    TransformerConfig keys are the same): chunked attention, and the experimental variants
+    beyond what experimental_attention_variant_module_specs builds (one variant a model,
+    Gated DeltaNet beside full attention only, DSA on every layer and with MLA only, the
+    linear heads divisible by tp x cp: TransformerConfig's checks)."""
     kinds = set(m.attention_kinds)
+    split = layout.tp * layout.cp if layout is not None else 1
     return [
         (
             "chunked" in kinds,
             f"layer_types has chunked-local layers ({m.attention_chunk_size}-token "
-            "chunks, Llama 4's iRoPE): Megatron-LM's GPT model has no chunked "
-            "attention flag; plan it with full layers or train it elsewhere",
+            "chunks, Llama 4's iRoPE): Megatron-Core's GPT model has no chunked "
+            "attention; plan it with full layers or train it elsewhere",
         ),
         (
-            "linear" in kinds,
-            "layer_types has linear-attention (Gated DeltaNet) layers: "
-            "pretrain_gpt.py builds none; use Megatron-Bridge's Qwen3-Next recipe",
+            "linear" in kinds and not kinds <= {"linear", "full"},
+            "layer_types mixes Gated DeltaNet layers with "
+            f"{', '.join(sorted(kinds - {'linear', 'full'}))} ones: Megatron-Core builds "
+            "the linear layers beside full attention only",
         ),
         (
-            "dsa" in kinds,
-            "layer_types has DSA (top-k sparse) layers: Megatron-LM has no DSA indexer flag",
+            "dsa" in kinds and kinds != {"dsa"},
+            "layer_types has DSA layers beside others: Megatron-Core's dsa variant runs on "
+            "every layer",
         ),
         (
-            m.attention_output_gate,
-            "attention_output_gate (Qwen3-Next's gated attention) has no pretrain_gpt.py flag",
+            "dsa" in kinds and not m.is_mla,
+            "DSA layers without multi-latent attention: Megatron-Core's DSA is MLA's only "
+            "(get_dsa_module_spec_for_backend)",
+        ),
+        (
+            "linear" in kinds
+            and split > 1
+            and ((m.linear_num_key_heads or 1) % split or (m.linear_num_value_heads or 1) % split),
+            f"linear_num_key_heads {m.linear_num_key_heads} / linear_num_value_heads "
+            f"{m.linear_num_value_heads} with tp x cp = {split}: Megatron-Core splits the "
+            "Gated DeltaNet heads over tp x cp and needs both divisible; choose tp x cp "
+            "dividing them",
         ),
         (
             m.mtp_dedicated_embeddings,
@@ -381,6 +439,8 @@ def moe_flags(m: ModelSpec, layout: Layout | None = None) -> list[Flag]:
         flags.append(
             ("--moe-shared-expert-intermediate-size", str(m.num_shared_experts * m.expert_ffn))
         )
+    if m.moe_shared_expert_gate:
+        flags.append(("--moe-shared-expert-gate", None))
     if m.num_moe_layers != m.num_layers:
         flags.append(("--moe-layer-freq", moe_layer_freq(m)))
     if m.moe_router_num_groups and m.moe_router_group_topk:  # group-limited routing

@@ -17,6 +17,7 @@ import yaml
 
 from planner.errors import InfeasibleError
 from planner.frameworks.megatron.writer import refusals as megatron_refusals
+from planner.frameworks.megatron.writer import variant_keys
 from planner.frameworks.nemo.writer import _BRIDGE_FP8, _config_fields, _Dumper, _fsdp, _parallel
 from planner.frameworks.writing import gemma3_local_run, header_lines, pattern_keys
 from planner.layout import Layout
@@ -118,6 +119,7 @@ def _shape(job) -> dict:
         **({"qk_l2_norm": True} if m.qk_norm == "l2" else {}),
         "share_embeddings_and_output_weights": m.tied_embeddings,
         "normalization": "RMSNorm" if m.norm == "RMSNorm" else "LayerNorm",
+        **({"layernorm_zero_centered_gamma": True} if m.norm_zero_centered else {}),
         "add_bias_linear": m.bias,
         **({"add_qkv_bias": True} if m.qkv_bias_only else {}),
         "position_embedding_type": m.position_embedding,
@@ -130,6 +132,8 @@ def _shape(job) -> dict:
         )
         if m.num_shared_experts:
             d["moe_shared_expert_intermediate_size"] = m.num_shared_experts * m.expert_ffn
+        if m.moe_shared_expert_gate:
+            d["moe_shared_expert_gate"] = True
         if m.moe_capacity_factor != 1.0:
             d["moe_expert_capacity_factor"] = m.moe_capacity_factor
     if m.is_mla:
@@ -146,8 +150,22 @@ def _shape(job) -> dict:
     if m.softmax_scale is not None:
         d["softmax_scale"] = m.softmax_scale
     d.update(pattern_keys(m))
+    variant = variant_keys(m)
+    if "experimental_attention_variant" in variant:
+        # a GPTModelProvider's default_layer_spec builds standard attention on every layer:
+        # the variants need Megatron-Core's block spec (as Bridge's Qwen3-Next bridge sets it)
+        d["transformer_layer_spec"] = {"_target_": EXPERIMENTAL_BLOCK_SPEC, "_call_": False}
+    d.update(variant)
     del tr
     return d
+
+
+EXPERIMENTAL_BLOCK_SPEC = (
+    "megatron.core.models.gpt.experimental_attention_variant_module_specs."
+    "get_transformer_block_with_experimental_attention_variant_spec"
+)
+"""The block spec of Megatron-Core's experimental attention variants (Gated DeltaNet, DSA),
+written as Bridge's to_yaml writes a function."""
 
 
 def gemma3_keys(m) -> dict:

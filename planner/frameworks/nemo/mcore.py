@@ -823,6 +823,9 @@ def moe_fields(
                 )
             )
         fields["num_shared_experts"] = n
+        fields["moe_shared_expert_gate"] = as_bool(
+            cfg, "moe_shared_expert_gate", False, where=where
+        )
     dense = _dense_layers(
         cfg.get("moe_layer_freq"), num_layers=num_layers, where=where, prefix=prefix, out=out
     )
@@ -972,6 +975,76 @@ def window_fields(cfg: dict, *, where: str, num_layers: int) -> dict[str, Any]:
         full = [v == 0 for v in skip]
     out.update(window_size=win[0], layer_types=tuple("full" if f else "sliding" for f in full))
     return out
+
+
+_LINEAR_DEFAULTS = {
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+}
+"""TransformerConfig's defaults of the Gated DeltaNet dims (megatron/core/transformer/
+transformer_config.py)."""
+_DSA_KEYS = {
+    "dsa_indexer_n_heads": "dsa_index_heads",
+    "dsa_indexer_head_dim": "dsa_index_head_dim",
+    "dsa_indexer_topk": "dsa_index_topk",
+}
+
+
+def variant_fields(cfg: dict, *, where: str, num_layers: int) -> dict[str, Any]:
+    """TransformerConfig `experimental_attention_variant` (Megatron-Core's
+    experimental_attention_variant_module_specs): gated_delta_net / gdn with
+    `linear_attention_freq` (an int N: every Nth layer full, the rest linear; a 0/1 list, 1
+    linear) and the `linear_*` dims (their defaults where silent), or dsa on every layer
+    with its indexer's `dsa_indexer_n_heads / _head_dim / _topk`; another is one line."""
+    variant = cfg.get("experimental_attention_variant")
+    if isinstance(variant, Unresolved):
+        variant.fail()
+    if variant is None:
+        return {}
+    if variant in ("gated_delta_net", "gdn"):
+        freq = cfg.get("linear_attention_freq")
+        if isinstance(freq, Unresolved):
+            freq.fail()
+        if isinstance(freq, int) and not isinstance(freq, bool) and freq > 0:
+            linear = [(i + 1) % freq != 0 for i in range(num_layers)]
+        elif (
+            isinstance(freq, list)
+            and len(freq) == num_layers
+            and all(v in (0, 1) and not isinstance(v, bool) for v in freq)
+        ):
+            linear = [v == 1 for v in freq]
+        else:
+            raise SpecError(
+                f"{where}.linear_attention_freq = {freq!r} must be an integer or a 0/1 list of "
+                f"{num_layers} entries (1 = linear) with experimental_attention_variant "
+                f"{variant}; fix it",
+                field=f"{where}.linear_attention_freq",
+            )
+        out: dict[str, Any] = {"layer_types": tuple("linear" if x else "full" for x in linear)}
+        for key, default in _LINEAR_DEFAULTS.items():
+            out[key] = as_int(cfg, key, default, where=where)
+        return out
+    if variant == "dsa":
+        out = {"layer_types": ("dsa",) * num_layers}
+        for key, field_name in _DSA_KEYS.items():
+            value = as_int(cfg, key, None, where=where)
+            if value is None:
+                raise SpecError(
+                    f"{where}.{key} is missing: experimental_attention_variant dsa needs the "
+                    "indexer's shape; add it",
+                    field=f"{where}.{key}",
+                )
+            out[field_name] = value
+        return out
+    raise SpecError(
+        f"{where}.experimental_attention_variant = {variant!r}: planner prices gated_delta_net "
+        "(gdn) and dsa only; plan the model from a model YAML",
+        field=f"{where}.experimental_attention_variant",
+        value=variant,
+    )
 
 
 GEMMA3_DEFAULTS: dict[str, Any] = {

@@ -710,6 +710,8 @@ def _nemo1_model(
         **mcore.qk_fields(model, where=w),
         tied_embeddings=as_bool(model, "share_embeddings_and_output_weights", True, where=w),
         normalization=_NORMS.get(str(model.get("normalization", "layernorm")).lower(), "LayerNorm"),
+        # layernorm1p: NeMo 1's LayerNorm with (1 + w) weights (layernorm_zero_centered_gamma)
+        norm_zero_centered=str(model.get("normalization", "")).lower() == "layernorm1p",
         add_bias_linear=as_bool(model, "bias", True, where=w),
         add_qkv_bias=as_bool(model, "add_qkv_bias", False, where=w)
         and not as_bool(model, "bias", True, where=w),
@@ -1045,6 +1047,8 @@ def mcore_model(
         normalization=_NORMS.get(
             str(config.get("normalization", "layernorm")).lower(), "LayerNorm"
         ),
+        norm_zero_centered=as_bool(config, "layernorm_zero_centered_gamma", False, where=where),
+        attention_output_gate=as_bool(config, "attention_output_gate", False, where=where),
         add_bias_linear=as_bool(config, "add_bias_linear", True, where=where),
         add_qkv_bias=as_bool(config, "add_qkv_bias", False, where=where)
         and not as_bool(config, "add_bias_linear", True, where=where),
@@ -1075,6 +1079,14 @@ def mcore_model(
     if scale is not None and not math.isclose(scale, head**-0.5):
         fields["softmax_scale"] = scale
     fields.update(mcore.window_fields(config, where=where, num_layers=num_layers))
+    variant = mcore.variant_fields(config, where=where, num_layers=num_layers)
+    if variant and "layer_types" in fields:
+        raise SpecError(
+            f"{source}: {where}.experimental_attention_variant with window_size: Megatron-Core "
+            "builds the variant's layers without windows; drop one of them",
+            field=f"{where}.experimental_attention_variant",
+        )
+    fields.update(variant)
     return inline_model(fields, source=source, fmt=fmt)
 
 

@@ -143,9 +143,38 @@ def refusals(job, layout: Layout) -> list[str]:
     ]
     from planner.frameworks.megatron.writer import layer_kind_problems
 
+    m = job.model
+    kinds = set(m.attention_kinds)
     problems += [
-        (broken, msg.replace("Megatron-LM's GPT model", "NeMo 1's GPT model"))
-        for broken, msg in layer_kind_problems(job.model)
+        (broken, msg.replace("Megatron-Core's GPT model", "NeMo 1's GPT model"))
+        for broken, msg in layer_kind_problems(m, layout)
+    ] + [
+        (
+            "linear" in kinds,
+            "layer_types has Gated DeltaNet layers: NeMo 1's GPT model builds none "
+            "(Megatron-Core's experimental attention variants); export megatron or "
+            "megatron-bridge",
+        ),
+        (
+            "dsa" in kinds,
+            "layer_types has DSA layers: NeMo 1's GPT model builds none; export megatron or "
+            "megatron-bridge",
+        ),
+        (
+            m.attention_output_gate,
+            "attention_output_gate (Qwen3-Next's gated attention): NeMo 1 has none; export "
+            "megatron or megatron-bridge",
+        ),
+        (
+            m.norm_zero_centered and m.norm == "RMSNorm",
+            "norm_zero_centered with RMSNorm ((1 + w) weights): NeMo 1's layernorm1p is a "
+            "LayerNorm; export megatron (--apply-layernorm-1p) or megatron-bridge",
+        ),
+        (
+            m.moe_shared_expert_gate,
+            "moe_shared_expert_gate (the shared experts' sigmoid gate): NeMo 1 has no key for "
+            "it; export megatron or megatron-bridge",
+        ),
     ]
     problems.append(
         (
@@ -226,7 +255,11 @@ def _model_shape(job, layout: Layout) -> dict:
         "kv_channels": m.kv_channels,
         "activation": _ACTIVATION[m.activation],
         **({"qk_layernorm": True} if m.qk_norm == "head" else {}),
-        "normalization": "rmsnorm" if m.norm == "RMSNorm" else "layernorm",
+        "normalization": "rmsnorm"
+        if m.norm == "RMSNorm"
+        else "layernorm1p"
+        if m.norm_zero_centered
+        else "layernorm",
         "bias": m.bias,
         **({"add_qkv_bias": True} if m.qkv_bias_only else {}),
         "position_embedding_type": m.position_embedding,

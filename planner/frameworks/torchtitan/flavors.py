@@ -327,6 +327,8 @@ def _shape(m: ModelSpec) -> tuple:
         # the export says so, writer._notes)
         m.qk_norm == "head",
         m.norm_placement,  # no torchtitan model has Gemma 3's sandwich norms
+        m.norm_zero_centered,  # nor (1 + w) norm weights
+        m.moe_shared_expert_gate,  # nor a gated shared expert
         m.softmax_scale,
         m.add_qkv_bias,
         m.glu_linear_offset,
