@@ -252,3 +252,15 @@ def test_the_qwen_hybrids_config_json_carry_both(name):
     path = HF / name / "config.json"
     m = model_from_hf_config(json.loads(path.read_text()), source=str(path))
     assert m.norm_zero_centered and m.moe_shared_expert_gate
+
+
+def test_bridge_says_an_mla_model_without_a_provider_needs_an_mla_recipe():
+    # Kimi K2's config.json is DeepSeek-V3's architecture but no preset: the file carries the
+    # MLA keys, which only an MLATransformerConfig provider (DeepSeek's, Moonlight's) takes
+    path = HF / "Kimi-K2-Instruct" / "config.json"
+    m = model_from_hf_config(json.loads(path.read_text()), source=str(path))
+    text = export(*_job(m), "megatron-bridge")
+    assert "_target_" not in yaml.safe_load(text)["model"]
+    assert "# Multi-latent attention: merge over an MLA recipe" in text
+    # a preset with its own provider class says nothing of the kind
+    assert "MLA recipe" not in export(*_job(get_preset("deepseek-v3")), "megatron-bridge")

@@ -272,6 +272,12 @@ def render(job, layout: Layout, *, estimate=None) -> str:
         "torchrun sets the world size: launch on the plan's GPUs "
         f"({job.num_gpus}); `planner validate --gpus {job.num_gpus}` reads this file back.",
     ]
+    if job.model.is_mla and "_target_" not in cfg["model"]:
+        head.append(
+            "Multi-latent attention: merge over an MLA recipe (DeepSeek-V3's or Moonlight's: "
+            "their providers are MLATransformerConfigs); a GPTModelProvider has no "
+            "q_lora_rank / kv_lora_rank and would reject them."
+        )
     if cfg["model"].get("_target_") == GEMMA3_PROVIDER:
         head.append(
             "Gemma3ModelProvider: the published Gemma 3 checkpoints (4B and up) also scale the "
