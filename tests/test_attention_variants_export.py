@@ -264,3 +264,28 @@ def test_bridge_says_an_mla_model_without_a_provider_needs_an_mla_recipe():
     assert "# Multi-latent attention: merge over an MLA recipe" in text
     # a preset with its own provider class says nothing of the kind
     assert "MLA recipe" not in export(*_job(get_preset("deepseek-v3")), "megatron-bridge")
+
+
+@pytest.mark.parametrize(
+    "extra, flag",
+    [
+        (["--is-hybrid-model", "--hybrid-override-pattern 'M-M*M-M-'"], "--is-hybrid-model"),
+        (["--heterogeneous-layers-config-path layers.json"], "--heterogeneous-layers-config-path"),
+        (["--enable-mhc-connections"], "--enable-mhc-connections"),
+    ],
+)
+def test_megatron_layers_planner_cannot_price_are_one_line(tmp_path, extra, flag):
+    # read as a GPT, a hybrid Mamba stack (pretrain_mamba.py --is-hybrid-model) was costed as
+    # eight attention + MLP layers and called VALID
+    with pytest.raises(SpecError) as err:
+        load_any(_script(tmp_path, *extra), gpus=8)
+    assert flag in str(err.value) and "no price" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_megatron_settings_the_exports_drop_are_a_warning(tmp_path):
+    path = _script(tmp_path, "--apply-residual-connection-post-layernorm", "--no-rope-freq 4")
+    found = [v for v in load_any(path, gpus=8).violations if v.rule == "megatron-not-written"]
+    assert len(found) == 1 and found[0].severity == "warning"
+    assert "--apply-residual-connection-post-layernorm" in found[0].message
+    assert "--no-rope-freq" in found[0].message

@@ -842,6 +842,54 @@ def _full_layers(flags: Flags, flag: str, text: str, num_layers: int, one: str) 
         ) from None
 
 
+_UNPRICED = {
+    "--is-hybrid-model": "Mamba layers (a hybrid Mamba / attention stack)",
+    "--hybrid-override-pattern": "Mamba layers (a hybrid Mamba / attention stack)",
+    "--hybrid-layer-pattern": "Mamba layers (a hybrid Mamba / attention stack)",
+    "--heterogeneous-layers-config-path": "per-layer shapes (a heterogeneous, NAS-pruned stack)",
+    "--heterogeneous-layers-config-encoded-json": (
+        "per-layer shapes (a heterogeneous, NAS-pruned stack)"
+    ),
+    "--enable-mhc-connections": "hyper-connections (several residual streams a layer)",
+}
+"""Megatron-LM flags that build layers planner has no price for: read as a GPT they would be
+costed as another model, so each is one line naming it (exit 2)."""
+_NOT_WRITTEN = {
+    "--apply-residual-connection-post-layernorm": "the residual taken after the norm",
+    "--no-rope-freq": "layers without RoPE (NoPE)",
+    "--rotary-interleaved": "interleaved RoPE pairs",
+    "--rope-type": "the RoPE variant",
+    "--mrope-section": "multimodal RoPE sections",
+    "--use-rope-scaling": "RoPE scaling",
+    "--rope-scaling-factor": "RoPE scaling",
+    "--rotary-scaling-factor": "RoPE scaling",
+}
+"""Megatron-LM flags that change the model but not its cost: a warning each, since
+planner's exports will not write them back (docs/config.md "Layer pattern")."""
+
+
+def _unpriced(flags: Flags, source: str, out: list[Violation]) -> None:
+    """Refuse the layer kinds planner cannot price (_UNPRICED); warn of the settings that
+    change the model and not the estimate, which the exports drop (_NOT_WRITTEN)."""
+    for flag, what in _UNPRICED.items():
+        if flags.has(flag):
+            raise SpecError(
+                f"{source}: {flag} builds {what}, which planner has no price for; it plans "
+                "attention + MLP layers (GPT, MoE, MLA, sliding windows, Gated DeltaNet, DSA)",
+                field=flag,
+            )
+    found = [f"{flag} ({what})" for flag, what in _NOT_WRITTEN.items() if flags.has(flag)]
+    if found:
+        out.append(
+            Violation(
+                "megatron-not-written",
+                f"{', '.join(found)}: read, cost the same, and not written back by planner's "
+                "exports (an export trains without them)",
+                "warning",
+            )
+        )
+
+
 def _attention_variant(flags: Flags, num_layers: int, fix: str) -> dict:
     """`--experimental-attention-variant` (Megatron-Core's experimental_attention_variant_module
     _specs): gated_delta_net (gdn) makes the layers `--linear-attention-freq` names Gated
@@ -969,6 +1017,8 @@ def model_from_flags(
                 field=f,
             )
     deepspeed = dialect == "Megatron-DeepSpeed"
+    if not deepspeed:
+        _unpriced(flags, source, out)
     fields = dict(
         num_layers=flags.int("--num-layers", fix=fix),
         hidden_size=flags.int("--hidden-size", fix=fix),
