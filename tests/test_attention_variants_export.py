@@ -289,3 +289,29 @@ def test_megatron_settings_the_exports_drop_are_a_warning(tmp_path):
     assert len(found) == 1 and found[0].severity == "warning"
     assert "--apply-residual-connection-post-layernorm" in found[0].message
     assert "--no-rope-freq" in found[0].message
+
+
+@pytest.mark.parametrize(
+    "update, field",
+    [
+        ({"hybrid_override_pattern": "M-M*M-M-"}, "model.hybrid_override_pattern"),
+        ({"_target_": "megatron.bridge.models.NemotronHModelProvider"}, "model._target_"),
+    ],
+)
+def test_a_bridge_mamba_stack_is_one_line(tmp_path, update, field):
+    data = yaml.safe_load(export(*_job(get_preset("qwen3-30b-a3b")), "megatron-bridge"))
+    data["model"].update(update)
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError) as err:
+        load_any(path, hardware="h100-sxm", gpus=8)
+    assert field in str(err.value) and "no price" in str(err.value)
+
+
+def test_a_bridge_setting_the_exports_drop_is_a_warning(tmp_path):
+    data = yaml.safe_load(export(*_job(get_preset("qwen3-30b-a3b")), "megatron-bridge"))
+    data["model"]["rotary_interleaved"] = True
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data))
+    found = [v for v in load_any(path, hardware="h100-sxm", gpus=8).violations]
+    assert [v.severity for v in found if v.rule == "bridge-not-written"] == ["warning"]

@@ -977,6 +977,62 @@ def window_fields(cfg: dict, *, where: str, num_layers: int) -> dict[str, Any]:
     return out
 
 
+_UNPRICED = {
+    "hybrid_override_pattern": "Mamba layers (a hybrid Mamba / attention stack)",
+    "hybrid_layer_pattern": "Mamba layers (a hybrid Mamba / attention stack)",
+    "is_hybrid_model": "Mamba layers (a hybrid Mamba / attention stack)",
+    "heterogeneous_layers_config_path": "per-layer shapes (a heterogeneous, NAS-pruned stack)",
+    "heterogeneous_layers_config_encoded_json": (
+        "per-layer shapes (a heterogeneous, NAS-pruned stack)"
+    ),
+    "enable_mhc_connections": "hyper-connections (several residual streams a layer)",
+}
+"""TransformerConfig / provider keys that build layers planner has no price for (the
+Megatron-LM reader's _UNPRICED, by their config names): one line each, not a GPT."""
+_NOT_WRITTEN = {
+    "apply_residual_connection_post_layernorm": "the residual taken after the norm",
+    "no_rope_freq": "layers without RoPE (NoPE)",
+    "rotary_interleaved": "interleaved RoPE pairs",
+}
+"""Keys that change the model but not its cost, which planner's exports do not write."""
+
+
+def unpriced(cfg: dict, *, where: str, source: str, out: list, fmt: str) -> None:
+    """Refuse a model of layers planner cannot price (_UNPRICED set to a true value, or a Mamba /
+    Nemotron-H provider class); warn of _NOT_WRITTEN settings (true values)."""
+    target = str(cfg.get("_target_", "")).rsplit(".", 1)[-1]
+    for key, what in _UNPRICED.items():
+        value = cfg.get(key)
+        if value not in (None, False, "", 0, [], {}):
+            raise SpecError(
+                f"{source}: {where}.{key} builds {what}, which planner has no price for; it "
+                "plans attention + MLP layers (GPT, MoE, MLA, sliding windows, Gated DeltaNet, "
+                "DSA)",
+                field=f"{where}.{key}",
+            )
+    if "mamba" in target.lower() or "nemotronh" in target.lower():
+        raise SpecError(
+            f"{source}: {where}._target_ {target} builds Mamba layers, which planner has no "
+            "price for; it plans attention + MLP layers",
+            field=f"{where}._target_",
+        )
+    found = [
+        f"{key} ({what})"
+        for key, what in _NOT_WRITTEN.items()
+        if cfg.get(key) not in (None, False, "", 0)
+    ]
+    if found:
+        rule = "bridge-not-written" if fmt == "Megatron-Bridge" else "nemo-not-written"
+        out.append(
+            Violation(
+                rule,
+                f"{where}: {', '.join(found)}: read, cost the same, and not written back by "
+                "planner's exports (an export trains without them)",
+                "warning",
+            )
+        )
+
+
 _LINEAR_DEFAULTS = {
     "linear_num_key_heads": 16,
     "linear_num_value_heads": 32,

@@ -1011,6 +1011,7 @@ def mcore_model(
         )
     if preset and not config.get("num_layers"):
         return get_preset(preset)
+    mcore.unpriced(config, where=where, source=source, out=out, fmt=fmt)
     if not all(config.get(k) for k in ("num_layers", "hidden_size", "num_attention_heads")):
         raise SpecError(
             f"{source}: no model shape ({where} num_layers/hidden_size/"
