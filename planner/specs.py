@@ -183,8 +183,9 @@ class ModelSpec(_Spec):
     sublayer's output before its residual add, transformers' post_attention_layernorm and
     post_feedforward_layernorm). In planner sandwich stands for Gemma 3's layer, the one
     Megatron-Bridge builds with its Gemma3ModelProvider (which also brings Gemma's
-    zero-centred (1 + w) norm weights and the sqrt(h) embedding scale); Megatron-LM, NeMo 1,
-    Megatron-DeepSpeed and torchtitan have no such layer and their exports refuse it. Counted:
+    zero-centred (1 + w) norm weights and the sqrt(h) embedding scale); Megatron-LM, NeMo 1
+    and Megatron-DeepSpeed have no such layer and their exports refuse it, and torchtitan's
+    export says what the model definition you name must build. Counted:
     the two extra norms keep their inputs, the sublayer outputs, 4h bytes a token and layer
     (÷ tp with SP); their 2h weights a layer are not."""
     norm_zero_centered: bool = False

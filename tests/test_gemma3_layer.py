@@ -220,6 +220,7 @@ def test_a_bridge_gemma3_file_that_leaves_keys_out_takes_the_class_defaults(tmp_
     m = load_any(_bridge_file(tmp_path, kv_channels=128), hardware="h100-sxm", gpus=8).job.model
     assert (m.window_size, m.rotary_base_local, m.rotary_base) == (512, 10000.0, 1e6)
     assert m.softmax_scale == 1 / 16 and m.attention_kinds[5] == "full"
+    assert m.norm_zero_centered  # the class's layernorm_zero_centered_gamma
 
 
 @pytest.mark.parametrize(

@@ -1166,6 +1166,8 @@ def gemma3_fields(cfg: dict, *, where: str, num_layers: int, head_dim: int) -> d
     kinds = tuple("full" if (i + 1) % period == 0 else "sliding" for i in range(num_layers))
     out: dict[str, Any] = {
         "norm_placement": "sandwich",
+        # the class sets layernorm_zero_centered_gamma (Gemma's x * (1 + w)) itself
+        "norm_zero_centered": as_bool(cfg, "layernorm_zero_centered_gamma", True, where=where),
         "rotary_base": glob,
         "softmax_scale": None if math.isclose(scale, head_dim**-0.5) else scale,
         "layer_types": kinds,
