@@ -308,6 +308,22 @@ def test_a_bridge_mamba_stack_is_one_line(tmp_path, update, field):
     assert field in str(err.value) and "no price" in str(err.value)
 
 
+def test_a_bridge_override_file_naming_a_mamba_provider_is_that_line(tmp_path):
+    # a recipe override with the class and no shape keys: the Mamba line, not "give --model"
+    path = tmp_path / "bridge.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"_target_": "megatron.bridge.models.NemotronHModelProvider8B"},
+                "train": {"micro_batch_size": 1, "global_batch_size": 8},
+            }
+        )
+    )
+    with pytest.raises(SpecError) as err:
+        load_any(path, hardware="h100-sxm", gpus=8)
+    assert "Mamba layers" in str(err.value)
+
+
 def test_a_bridge_setting_the_exports_drop_is_a_warning(tmp_path):
     data = yaml.safe_load(export(*_job(get_preset("qwen3-30b-a3b")), "megatron-bridge"))
     data["model"]["rotary_interleaved"] = True

@@ -291,6 +291,8 @@ def load(source: str, data: dict, ov: Overrides) -> Imported:
         )
     hardware = hardware_of(ov)
     _override_note(data, model, ov, out)
+    if ov.model is None:  # a Mamba provider class refuses before the shape check
+        mcore.unpriced(model, where="model", source=source, out=[], fmt="Megatron-Bridge")
     if (
         ov.model is None
         and not any(model.get(k) for k in ("num_layers", "hidden_size"))
