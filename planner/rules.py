@@ -403,6 +403,21 @@ def cp_sliding_window(c: Context) -> str | None:
     return None
 
 
+def cp_dsa(c: Context) -> str | None:
+    """Megatron-Core's DSA attention runs context parallelism with the all-gather exchange only
+    (the indexer scores every key): it asserts "DSAttention context parallelism currently
+    supports cp_comm_type=allgather only." (megatron/core/transformer/
+    experimental_attention_variant/dsa.py, DSAttention.forward)."""
+    lay, m = c.layout, c.model
+    if lay.cp > 1 and lay.cp_comm_type != "allgather" and "dsa" in m.attention_kinds:
+        return (
+            f"cp {lay.cp} with cp_comm_type {lay.cp_comm_type} and DSA layers: Megatron-Core's "
+            "DSA attention runs context parallelism with the all-gather exchange only (it "
+            "asserts); set cp_comm_type allgather, or cp 1"
+        )
+    return None
+
+
 def seq_divisible_by_tp(c: Context) -> str | None:
     """With sequence parallelism each TP rank takes seq/(cp*tp) tokens: (seq/cp) % tp == 0."""
     lay, s = c.layout, c.training.seq_length
@@ -803,6 +818,7 @@ RULES: list[tuple[str, Rule]] = [
     ("dualpipe-shape", dualpipe_shape),
     ("seq-divisible-by-cp", seq_divisible_by_cp),
     ("cp-sliding-window", cp_sliding_window),
+    ("cp-dsa", cp_dsa),
     ("seq-divisible-by-tp", seq_divisible_by_tp),
     ("overlap-flags", overlap_flags),
     ("experts-divisible-by-ep", experts_divisible_by_ep),

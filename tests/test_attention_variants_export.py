@@ -331,3 +331,25 @@ def test_a_bridge_setting_the_exports_drop_is_a_warning(tmp_path):
     path.write_text(yaml.safe_dump(data))
     found = [v for v in load_any(path, hardware="h100-sxm", gpus=8).violations]
     assert [v.severity for v in found if v.rule == "bridge-not-written"] == ["warning"]
+
+
+def test_the_search_proposes_no_ring_cp_for_dsa_layers():
+    # Megatron-Core's DSAttention asserts cp_comm_type allgather under CP (dsa.py); the
+    # search's CP is the p2p ring, so a DSA model gets cp 1 (docs/reference/framework-rules.md
+    # R18), where the same shape with full attention may take cp > 1
+    from planner.rules import Context, cp_dsa
+    from planner.search import SearchOptions, search
+
+    m = get_preset("deepseek-v3.2")
+    tr = TrainingSpec(global_batch_size=64, seq_length=32768)
+    hw = resolve_hardware("h100-sxm")
+    lay = Layout(tp=8, cp=2, ep=8, dp=64)
+    ctx = Context(model=m, hardware=hw, training=tr, num_gpus=1024, layout=lay)
+    assert "all-gather exchange only" in cp_dsa(ctx)
+    assert (
+        cp_dsa(Context(**{**ctx.__dict__, "layout": lay.with_(cp_comm_type="allgather")})) is None
+    )
+    job = Job(model=m, hardware=hw, num_gpus=1024, training=tr)
+    result = search(job, SearchOptions(top=5))
+    assert result.plans and all(p.layout.cp == 1 for p in result.plans)
+    assert result.pruned.get("cp-dsa", 0) > 0

@@ -386,6 +386,14 @@ TRIGGERED = [
         ["cp 2 with cp_comm_type p2p and 1024-token sliding-window layers", "set cp_comm_type a2a"],
         id="cp/window-p2p",
     ),
+    # DeepSeek-V3.2's DSA layers with cp 2 on the ring: Megatron-Core's DSAttention asserts
+    # cp_comm_type allgather
+    pytest.param(
+        "cp-dsa",
+        dict(model="deepseek-v3.2", tp=8, cp=2, seq_length=32768, global_batch_size=64),
+        ["cp 2 with cp_comm_type p2p and DSA layers", "set cp_comm_type allgather"],
+        id="cp/dsa-p2p",
+    ),
     pytest.param(
         "seq-divisible-by-tp",
         dict(tp=8, sp=True, seq_length=8190),
@@ -630,6 +638,18 @@ CLEAN = [
             global_batch_size=64,
         ),
         id="cp/window-a2a",
+    ),
+    pytest.param(
+        "cp-dsa",
+        dict(
+            model="deepseek-v3.2",
+            tp=8,
+            cp=2,
+            cp_comm_type="allgather",
+            seq_length=32768,
+            global_batch_size=64,
+        ),
+        id="cp/dsa-allgather",
     ),
     pytest.param("seq-divisible-by-tp", dict(tp=8, sp=False, seq_length=8190), id="sp/off"),
     pytest.param("overlap-flags", dict(tp=8, sp=True, tp_comm_overlap=True), id="overlap/with-sp"),

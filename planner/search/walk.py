@@ -21,6 +21,7 @@ from planner.layout import Layout
 from planner.rules import (
     Context,
     batch_ok,
+    cp_dsa,
     cp_sliding_window,
     expert_grid,
     experts_divisible_by_ep,
@@ -106,6 +107,8 @@ def _groups(job: Job, space: _Space, cnt: _Counter, pairs: list | None = None):
             if seq_divisible_by_cp(ctx(Layout(tp=tp, cp=cp)))
             else "cp-sliding-window"  # the search's CP is the p2p ring
             if cp_sliding_window(ctx(Layout(tp=tp, cp=cp)))
+            else "cp-dsa"
+            if cp_dsa(ctx(Layout(tp=tp, cp=cp)))
             else None
         )
         if rule:
