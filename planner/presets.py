@@ -710,6 +710,30 @@ _HF_GATED_ACTS = {
 ModelSpec.activation; transformers' ACT2FN names."""
 
 
+def _linear_biases(hf: _HfConfig, mtype: str) -> dict[str, Any]:
+    """LlamaAttention / Qwen3Attention put a bias on q, k, v and o with `attention_bias`, and
+    LlamaMLP on its three matrices with `mlp_bias`: both (every linear layer biased) is
+    add_bias_linear; one without the other has no planner field (add_bias_linear biases
+    every linear layer, add_qkv_bias q, k and v alone), so it is one line naming it."""
+    if mtype not in ("llama", "qwen3", "qwen3_moe"):
+        return {}
+    attn = hf.flag("attention_bias", False)
+    mlp = hf.flag("mlp_bias", False) if mtype == "llama" else False  # Qwen3's MLP has none
+    if attn and mlp:
+        return {"add_bias_linear": True}
+    if attn or mlp:
+        key = "attention_bias" if attn else "mlp_bias"
+        raise hf._bad(
+            key,
+            True,
+            "false here: biases on the "
+            + ("attention's q, k, v, o" if attn else "MLP")
+            + " alone have no planner field (add_bias_linear biases every linear layer, "
+            "add_qkv_bias q, k and v); write a model YAML with the nearest",
+        )
+    return {}
+
+
 def _gated_act(hf: _HfConfig) -> str:
     """The gated MLP's activation from `hidden_act` (the families' default silu where absent);
     a name planner cannot write is one line naming it."""
@@ -833,6 +857,7 @@ def model_from_hf_config(cfg: dict, *, source: str = "config.json") -> ModelSpec
         mtype in ("glm4_moe", "glm_moe_dsa") and hf.flag("attention_bias", False)
     ):
         spec["add_qkv_bias"] = True
+    spec.update(_linear_biases(hf, mtype))
     head_dim = need("head_dim", required=False)
     if head_dim and head_dim != h // a:
         spec["kv_channels"] = head_dim

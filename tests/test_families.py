@@ -1933,3 +1933,35 @@ def test_context_parallelism_with_windows_needs_the_a2a_or_allgather_exchange(tm
     job = Job(model=m, hardware=hw, num_gpus=8, training=tr)
     plans = search(job, SearchOptions(top=5)).plans
     assert plans and all(p.layout.cp == 1 for p in plans)
+
+
+@pytest.mark.parametrize(
+    "mtype, update, expected",
+    [
+        # LlamaAttention biases q, k, v and o with attention_bias, LlamaMLP with mlp_bias
+        ("llama", dict(attention_bias=True, mlp_bias=True), True),
+        ("llama", dict(attention_bias=False, mlp_bias=False), False),
+        ("llama", dict(attention_bias=True), "attention_bias"),
+        ("llama", dict(mlp_bias=True), "mlp_bias"),
+        # Qwen3Attention's attention_bias biases q, k, v, o; its MLP never has one
+        ("qwen3", dict(attention_bias=True), "attention_bias"),
+    ],
+)
+def test_hf_linear_biases_are_read_or_one_line(mtype, update, expected):
+    # before: ignored, and every export wrote --disable-bias-linear (a model without them)
+    cfg = {
+        "model_type": mtype,
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "vocab_size": 32000,
+        **update,
+    }
+    if isinstance(expected, bool):
+        assert model_from_hf_config(cfg, source="x/config.json").bias is expected
+        return
+    with pytest.raises(SpecError) as err:
+        model_from_hf_config(cfg, source="x/config.json")
+    assert f"{expected} = True" in str(err.value) and "\n" not in str(err.value)
