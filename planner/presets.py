@@ -1236,11 +1236,44 @@ def _router(hf: _HfConfig, mtype: str) -> dict[str, Any]:
         bias = hf.flag("use_routing_bias", False)
     else:
         bias = False
+    # norm_topk_prob (the top-k weights renormalised): transformers' configs default it to
+    # false for Qwen2-MoE, Qwen3-MoE and DeepSeek-V2, true for the others that read it; a
+    # softmax router without it is Megatron's pre-softmax one, a sigmoid router without it
+    # has no Megatron form (its top-k weights are always renormalised)
+    norm = True
+    if mtype in _NORM_TOPK_READERS:
+        norm = hf.flag("norm_topk_prob", mtype not in ("qwen2_moe", "qwen3_moe", "deepseek_v2"))
+    if not norm and score == "sigmoid":
+        raise hf._bad(
+            "norm_topk_prob",
+            False,
+            "true with a sigmoid router (Megatron-Core renormalises its top-k weights; no "
+            "export can write it)",
+        )
     return {
         "moe_router_score": score,
         "moe_router_scaling": None if scale in (None, 1.0) else scale,
         "moe_router_expert_bias": bias and score == "sigmoid",
+        "moe_router_pre_softmax": not norm,
     }
+
+
+_NORM_TOPK_READERS = frozenset(
+    {
+        "qwen2_moe",
+        "qwen3_moe",
+        "qwen3_next",
+        "qwen3_5_moe",
+        "deepseek_v2",
+        "deepseek_v3",
+        "deepseek_v32",
+        "kimi_k2",
+        "glm4_moe",
+        "glm_moe_dsa",
+    }
+)
+"""The families whose transformers router reads norm_topk_prob (Mixtral's and gpt-oss's always
+renormalise the top-k; Llama 4 routes to one expert)."""
 
 
 _QWEN_WINDOWED = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}

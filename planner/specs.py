@@ -261,6 +261,11 @@ class ModelSpec(_Spec):
     """Auxiliary-loss-free balancing: a per-expert bias added to the scores for the top-k choice
     (DeepSeek-V3's noaux_tc, GLM-4.5's and MiniMax-M2's e_score_correction_bias; Megatron
     `--moe-router-enable-expert-bias`, which needs the sigmoid score)."""
+    moe_router_pre_softmax: bool = False
+    """A softmax router's probabilities taken over all E experts before the top-k, not
+    renormalised over the k chosen (HF `norm_topk_prob: false`: DeepSeek-V2, Qwen1.5 / Qwen2-MoE;
+    Megatron `--moe-router-pre-softmax`); the default renormalises (Mixtral, Qwen3-MoE,
+    gpt-oss). No cost; written by the exports."""
     q_lora_rank: int | None = Field(default=None, ge=1, le=_MAX_DIM)
     """MLA query low-rank size (`--q-lora-rank`); unset = full-rank queries."""
     kv_lora_rank: int | None = Field(default=None, ge=1, le=_MAX_DIM)
@@ -367,11 +372,18 @@ class ModelSpec(_Spec):
             self.moe_router_score != "softmax"
             or self.moe_router_scaling is not None
             or self.moe_router_expert_bias
+            or self.moe_router_pre_softmax
         )
         if routed and not self.is_moe:
             raise ValueError(
-                "moe_router_score, moe_router_scaling and moe_router_expert_bias describe an "
-                "MoE router; set num_experts or drop them"
+                "moe_router_score, moe_router_scaling, moe_router_expert_bias and "
+                "moe_router_pre_softmax describe an MoE router; set num_experts or drop them"
+            )
+        if self.moe_router_pre_softmax and self.moe_router_score != "softmax":
+            raise ValueError(
+                "moe_router_pre_softmax is a softmax router's (over all experts before the "
+                "top-k); a sigmoid router's top-k weights are renormalised (Megatron-Core); "
+                "drop it"
             )
         if self.moe_router_expert_bias and self.moe_router_score != "sigmoid":
             raise ValueError(

@@ -238,8 +238,26 @@ def test_qwen2_moe_gates_its_shared_expert():
     }
     m = model_from_hf_config(cfg, source="Qwen1.5-MoE-A2.7B/config.json")
     assert m.moe_shared_expert_gate and m.num_shared_experts == 4  # 5632 / 1408
-    flags = _flags(export(*_job(m, ep=4, dp=8), "megatron"))
+    # Qwen2MoeConfig's norm_topk_prob defaults to false: the softmax over all 60 experts, the
+    # top 4 not renormalised, Megatron's --moe-router-pre-softmax
+    assert m.moe_router_pre_softmax
+    text = export(*_job(m, ep=4, dp=8), "megatron")
+    flags = _flags(text)
     assert "--moe-shared-expert-intermediate-size 5632 --moe-shared-expert-gate" in flags
+    assert "--moe-router-pre-softmax" in flags
+    bridge = yaml.safe_load(export(*_job(m, ep=4, dp=8), "megatron-bridge"))["model"]
+    assert bridge["moe_router_pre_softmax"] is True
+    assert any("DeepSpeed MoE's gate" in r for r in refusals(*_job(m, ep=4, dp=8), "deepspeed"))
+
+
+def test_a_sigmoid_router_without_renormalised_weights_is_one_line():
+    # Megatron-Core renormalises a sigmoid router's top-k weights (topk_routing_with_score_
+    # function): DeepSeek-V3's architecture with norm_topk_prob false has no export
+    path = HF / "DeepSeek-V3" / "config.json"
+    cfg = dict(json.loads(path.read_text()), norm_topk_prob=False)
+    with pytest.raises(SpecError) as err:
+        model_from_hf_config(cfg, source=str(path))
+    assert "norm_topk_prob = False" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_a_gate_needs_shared_experts():

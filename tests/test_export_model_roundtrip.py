@@ -81,6 +81,7 @@ FIELDS = (
     "moe_router_score",
     "moe_router_scaling",
     "moe_router_expert_bias",
+    "moe_router_pre_softmax",
     "moe_shared_expert_gate",
     "mtp_num_layers",
     "linear_num_key_heads",
@@ -138,7 +139,12 @@ def test_an_export_refuses_in_one_line_or_reads_back_the_model_it_priced(tmp_pat
     if fmt == "torchtitan" and m.qk_norm == "l2":
         assert "trains without it" in text
         expected["qk_norm"] = "none"
-    router = ("moe_router_score", "moe_router_scaling", "moe_router_expert_bias")
+    router = (
+        "moe_router_score",
+        "moe_router_scaling",
+        "moe_router_expert_bias",
+        "moe_router_pre_softmax",
+    )
     if fmt == "torchtitan" and any(getattr(back, f) != getattr(m, f) for f in router):
         assert "Router: the plan's model scores experts" in text  # the flavor's own, named
         expected.update({f: getattr(back, f) for f in router})

@@ -295,6 +295,8 @@ def pattern_keys(m) -> dict:
         out["moe_router_score_function"] = m.moe_router_score
     if m.is_moe and m.moe_router_scaling is not None:
         out["moe_router_topk_scaling_factor"] = m.moe_router_scaling
+    if m.is_moe and m.moe_router_pre_softmax:
+        out["moe_router_pre_softmax"] = True
     if m.is_moe and m.moe_router_expert_bias:
         out["moe_router_enable_expert_bias"] = True
     kinds = m.attention_kinds

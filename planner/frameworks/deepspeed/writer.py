@@ -237,6 +237,7 @@ def refusals(job, layout: Layout) -> list[str]:
                     m.moe_router_score != "softmax"
                     or m.moe_router_scaling is not None
                     or m.moe_router_expert_bias
+                    or m.moe_router_pre_softmax
                 ),
                 f"{m.name}'s router (score {m.moe_router_score}, scaling "
                 f"{m.moe_router_scaling or 1:g}, expert bias "

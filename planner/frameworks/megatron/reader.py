@@ -136,6 +136,7 @@ _BOOLEAN = frozenset(
         "--fp8-multi-head-attention",
         "--quick-geglu",
         "--moe-router-enable-expert-bias",
+        "--moe-router-pre-softmax",
         "--apply-layernorm-1p",
         "--moe-shared-expert-gate",
         "--attention-output-gate",
@@ -1259,6 +1260,7 @@ def _moe_fields(
         if scale is not None and scale != 1.0:
             moe["moe_router_scaling"] = scale
         moe["moe_router_expert_bias"] = flags.has("--moe-router-enable-expert-bias")
+        moe["moe_router_pre_softmax"] = flags.has("--moe-router-pre-softmax")
     return moe
 
 

@@ -454,6 +454,8 @@ def moe_flags(m: ModelSpec, layout: Layout | None = None) -> list[Flag]:
         flags.append(("--moe-router-topk-scaling-factor", f"{m.moe_router_scaling:g}"))
     if m.moe_router_expert_bias:
         flags.append(("--moe-router-enable-expert-bias", None))
+    if m.moe_router_pre_softmax:
+        flags.append(("--moe-router-pre-softmax", None))
     padded = layout is not None and layout.moe_pad_expert_input_to_capacity
     if m.moe_capacity_factor != 1.0 or padded:  # token dropping at this capacity (Megatron-Core's
         # default: dropless); drop-and-pad needs the factor written, 1.0 included

@@ -881,6 +881,8 @@ def router_fields(cfg: dict, *, where: str) -> dict[str, Any]:
         out["moe_router_expert_bias"] = as_bool(
             cfg, "moe_router_enable_expert_bias", False, where=where
         )
+    if "moe_router_pre_softmax" in cfg:
+        out["moe_router_pre_softmax"] = as_bool(cfg, "moe_router_pre_softmax", False, where=where)
     return out
 
 

@@ -374,7 +374,13 @@ _ACTIVATIONS = {
     "squared-relu": "squared_relu",
     "relu": "relu",
 }
-_PROVIDER_DEFAULTS = ("qk_norm", "moe_router_score", "moe_router_scaling", "moe_router_expert_bias")
+_PROVIDER_DEFAULTS = (
+    "qk_norm",
+    "moe_router_score",
+    "moe_router_scaling",
+    "moe_router_expert_bias",
+    "moe_router_pre_softmax",
+)
 """ModelSpec fields a Megatron-Bridge / NeMo 2 provider class sets for its model that a recipe
 giving the shape keys may leave out: read from the class's preset where the keys are silent."""
 _NEMO1_REJECTS = frozenset({"relu", "fast-gelu", "approx-gelu"})

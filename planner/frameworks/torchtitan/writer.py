@@ -450,7 +450,8 @@ def _value(v) -> str:
 def _router(m) -> str:
     scale = f", scaled x{m.moe_router_scaling:g}" if m.moe_router_scaling else ""
     bias = ", an expert bias" if m.moe_router_expert_bias else ""
-    return f"a {m.moe_router_score}{scale}{bias}"
+    pre = " over all experts before the top-k" if m.moe_router_pre_softmax else ""
+    return f"a {m.moe_router_score}{pre}{scale}{bias}"
 
 
 def _notes(job, layout: Layout, found: Flavor | None) -> list[str]:
@@ -504,7 +505,12 @@ def _notes(job, layout: Layout, found: Flavor | None) -> list[str]:
             f"{found.name} {found.flavor} trains without it ({found.name}'s model args have no "
             "such norm; no TOML knob; it changes no planner number)."
         )
-    router = ("moe_router_score", "moe_router_scaling", "moe_router_expert_bias")
+    router = (
+        "moe_router_score",
+        "moe_router_scaling",
+        "moe_router_expert_bias",
+        "moe_router_pre_softmax",
+    )
     if (
         found is not None
         and job.model.is_moe
