@@ -371,3 +371,20 @@ def test_the_search_proposes_no_ring_cp_for_dsa_layers():
     result = search(job, SearchOptions(top=5))
     assert result.plans and all(p.layout.cp == 1 for p in result.plans)
     assert result.pruned.get("cp-dsa", 0) > 0
+
+
+def test_a_bridge_variant_without_its_block_spec_is_a_warning(tmp_path):
+    # a GPTModelProvider's default_layer_spec builds standard attention on every layer
+    data = yaml.safe_load(export(*_job(get_preset("qwen3.5-35b-a3b")), "megatron-bridge"))
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data))
+    rules = [v.rule for v in load_any(path, hardware="h100-sxm", gpus=8).violations]
+    assert "bridge-variant-spec" not in rules  # the export writes the spec
+    del data["model"]["transformer_layer_spec"]
+    path.write_text(yaml.safe_dump(data))
+    found = [
+        v
+        for v in load_any(path, hardware="h100-sxm", gpus=8).violations
+        if v.rule == "bridge-variant-spec"
+    ]
+    assert len(found) == 1 and found[0].severity == "warning"

@@ -1105,6 +1105,30 @@ def variant_fields(cfg: dict, *, where: str, num_layers: int) -> dict[str, Any]:
     )
 
 
+_BLOCK_SPEC = "get_transformer_block_with_experimental_attention_variant_spec"
+
+
+def check_variant_spec(cfg: dict, *, where: str, out: list) -> None:
+    """A Megatron-Bridge model with an experimental attention variant and a plain
+    GPTModelProvider (no `_target_`, or GPTModelProvider) builds the variant's layers only with
+    `transformer_layer_spec` set to Megatron-Core's variant block spec (its default_layer_spec
+    builds standard attention on every layer): a warning when it is not."""
+    target = str(cfg.get("_target_", "")).rsplit(".", 1)[-1]
+    spec = cfg.get("transformer_layer_spec")
+    spec_target = str(spec.get("_target_", "")) if isinstance(spec, dict) else str(spec or "")
+    if target in ("", "GPTModelProvider") and not spec_target.endswith(_BLOCK_SPEC):
+        out.append(
+            Violation(
+                "bridge-variant-spec",
+                f"{where}.experimental_attention_variant with a GPTModelProvider and no "
+                f"transformer_layer_spec {_BLOCK_SPEC}: Bridge would build standard attention "
+                "on every layer (default_layer_spec); planner prices the variant; set it (the "
+                "megatron-bridge export writes it)",
+                "warning",
+            )
+        )
+
+
 GEMMA3_DEFAULTS: dict[str, Any] = {
     "window_size": 512,
     "interleaved_attn_pattern": (5, 1),

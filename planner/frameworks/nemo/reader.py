@@ -1087,6 +1087,8 @@ def mcore_model(
         fields["softmax_scale"] = scale
     fields.update(mcore.window_fields(config, where=where, num_layers=num_layers))
     variant = mcore.variant_fields(config, where=where, num_layers=num_layers)
+    if variant and fmt == "Megatron-Bridge":
+        mcore.check_variant_spec(config, where=where, out=out)
     if variant and "layer_types" in fields:
         raise SpecError(
             f"{source}: {where}.experimental_attention_variant with window_size: Megatron-Core "
