@@ -50,7 +50,39 @@ __all__ = [
     "MAX_GPUS",
     "shell_notes",
     "script_reader",
+    "UNPRICED_KEYS",
+    "NOT_WRITTEN_KEYS",
+    "UNPRICED_MESSAGE",
+    "NOT_WRITTEN_MESSAGE",
 ]
+
+UNPRICED_KEYS = {
+    "is_hybrid_model": "Mamba layers (a hybrid Mamba / attention stack)",
+    "hybrid_override_pattern": "Mamba layers (a hybrid Mamba / attention stack)",
+    "hybrid_layer_pattern": "Mamba layers (a hybrid Mamba / attention stack)",
+    "heterogeneous_layers_config_path": "per-layer shapes (a heterogeneous, NAS-pruned stack)",
+    "heterogeneous_layers_config_encoded_json": (
+        "per-layer shapes (a heterogeneous, NAS-pruned stack)"
+    ),
+    "enable_mhc_connections": "hyper-connections (several residual streams a layer)",
+}
+"""Megatron-Core settings (TransformerConfig / argument names; Megatron-LM's flags are them
+with dashes) that build layers planner has no price for: read as a GPT they would be costed as
+another model, so each is one line naming it (exit 2)."""
+NOT_WRITTEN_KEYS = {
+    "apply_residual_connection_post_layernorm": "the residual taken after the norm",
+    "no_rope_freq": "layers without RoPE (NoPE)",
+    "rotary_interleaved": "interleaved RoPE pairs",
+}
+"""Megatron-Core settings that change the model but not its cost: a warning each, since
+planner's exports do not write them back (docs/frameworks.md)."""
+UNPRICED_MESSAGE = (
+    "which planner has no price for; it plans attention + MLP layers (GPT, MoE, MLA, sliding "
+    "windows, Gated DeltaNet, DSA)"
+)
+NOT_WRITTEN_MESSAGE = (
+    "read, cost the same, and not written back by planner's exports (an export trains without them)"
+)
 
 DEFAULT_HARDWARE = "h100-sxm"  # as in a planner config that names no hardware
 _SET_NAME = re.compile(r"[A-Za-z_]\w*|[1-9][0-9]*")

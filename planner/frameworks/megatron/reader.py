@@ -33,6 +33,10 @@ from planner.errors import SpecError, Violation
 from planner.fields import ROUTER_SCORES
 from planner.frameworks.common import (
     MAX_GPUS,
+    NOT_WRITTEN_KEYS,
+    NOT_WRITTEN_MESSAGE,
+    UNPRICED_KEYS,
+    UNPRICED_MESSAGE,
     Imported,
     Overrides,
     accounted_split,
@@ -848,30 +852,18 @@ def _full_layers(flags: Flags, flag: str, text: str, num_layers: int, one: str) 
         ) from None
 
 
-_UNPRICED = {
-    "--is-hybrid-model": "Mamba layers (a hybrid Mamba / attention stack)",
-    "--hybrid-override-pattern": "Mamba layers (a hybrid Mamba / attention stack)",
-    "--hybrid-layer-pattern": "Mamba layers (a hybrid Mamba / attention stack)",
-    "--heterogeneous-layers-config-path": "per-layer shapes (a heterogeneous, NAS-pruned stack)",
-    "--heterogeneous-layers-config-encoded-json": (
-        "per-layer shapes (a heterogeneous, NAS-pruned stack)"
-    ),
-    "--enable-mhc-connections": "hyper-connections (several residual streams a layer)",
-}
-"""Megatron-LM flags that build layers planner has no price for: read as a GPT they would be
-costed as another model, so each is one line naming it (exit 2)."""
+_UNPRICED = {"--" + k.replace("_", "-"): v for k, v in UNPRICED_KEYS.items()}
+"""common.UNPRICED_KEYS by their Megatron-LM flags."""
 _NOT_WRITTEN = {
-    "--apply-residual-connection-post-layernorm": "the residual taken after the norm",
-    "--no-rope-freq": "layers without RoPE (NoPE)",
-    "--rotary-interleaved": "interleaved RoPE pairs",
+    **{"--" + k.replace("_", "-"): v for k, v in NOT_WRITTEN_KEYS.items()},
     "--rope-type": "the RoPE variant",
     "--mrope-section": "multimodal RoPE sections",
     "--use-rope-scaling": "RoPE scaling",
     "--rope-scaling-factor": "RoPE scaling",
     "--rotary-scaling-factor": "RoPE scaling",
 }
-"""Megatron-LM flags that change the model but not its cost: a warning each, since
-planner's exports will not write them back (docs/config.md "Layer pattern")."""
+"""common.NOT_WRITTEN_KEYS by their flags, and Megatron-LM's RoPE-scaling flags
+(docs/config.md "Layer pattern": rope_scaling is not read)."""
 
 
 def _unpriced(flags: Flags, source: str, out: list[Violation]) -> None:
@@ -879,19 +871,12 @@ def _unpriced(flags: Flags, source: str, out: list[Violation]) -> None:
     change the model and not the estimate, which the exports drop (_NOT_WRITTEN)."""
     for flag, what in _UNPRICED.items():
         if flags.has(flag):
-            raise SpecError(
-                f"{source}: {flag} builds {what}, which planner has no price for; it plans "
-                "attention + MLP layers (GPT, MoE, MLA, sliding windows, Gated DeltaNet, DSA)",
-                field=flag,
-            )
+            raise SpecError(f"{source}: {flag} builds {what}, {UNPRICED_MESSAGE}", field=flag)
     found = [f"{flag} ({what})" for flag, what in _NOT_WRITTEN.items() if flags.has(flag)]
     if found:
         out.append(
             Violation(
-                "megatron-not-written",
-                f"{', '.join(found)}: read, cost the same, and not written back by planner's "
-                "exports (an export trains without them)",
-                "warning",
+                "megatron-not-written", f"{', '.join(found)}: {NOT_WRITTEN_MESSAGE}", "warning"
             )
         )
 

@@ -38,6 +38,12 @@ import yaml
 
 from planner.errors import SpecError, Violation
 from planner.fields import ROUTER_SCORES
+from planner.frameworks.common import (
+    NOT_WRITTEN_KEYS,
+    NOT_WRITTEN_MESSAGE,
+    UNPRICED_KEYS,
+    UNPRICED_MESSAGE,
+)
 from planner.readers.omegaconf import Unresolved
 
 __all__ = [
@@ -957,59 +963,46 @@ def window_fields(cfg: dict, *, where: str, num_layers: int) -> dict[str, Any]:
         )
     if win[0] < 0:
         return out
-    skip = cfg.get("window_attn_skip_freq")
-    if isinstance(skip, Unresolved):
-        skip.fail()
     full = [False] * num_layers
-    if isinstance(skip, int) and not isinstance(skip, bool) and skip > 0:
-        full = [(i + 1) % skip == 0 for i in range(num_layers)]
-    elif skip is not None:
-        if (
-            not isinstance(skip, list)
-            or len(skip) != num_layers
-            or any(v not in (0, 1) or isinstance(v, bool) for v in skip)
-        ):
-            raise SpecError(
-                f"{where}.window_attn_skip_freq must be an integer or a 0/1 list of "
-                f"{num_layers} entries (1 = window layer); fix it",
-                field=f"{where}.window_attn_skip_freq",
-            )
-        full = [v == 0 for v in skip]
+    if cfg.get("window_attn_skip_freq") is not None:
+        full = _full_layers(
+            cfg, "window_attn_skip_freq", where=where, num_layers=num_layers, one="window layer"
+        )
     out.update(window_size=win[0], layer_types=tuple("full" if f else "sliding" for f in full))
     return out
 
 
-_UNPRICED = {
-    "hybrid_override_pattern": "Mamba layers (a hybrid Mamba / attention stack)",
-    "hybrid_layer_pattern": "Mamba layers (a hybrid Mamba / attention stack)",
-    "is_hybrid_model": "Mamba layers (a hybrid Mamba / attention stack)",
-    "heterogeneous_layers_config_path": "per-layer shapes (a heterogeneous, NAS-pruned stack)",
-    "heterogeneous_layers_config_encoded_json": (
-        "per-layer shapes (a heterogeneous, NAS-pruned stack)"
-    ),
-    "enable_mhc_connections": "hyper-connections (several residual streams a layer)",
-}
-"""TransformerConfig / provider keys that build layers planner has no price for (the
-Megatron-LM reader's _UNPRICED, by their config names): one line each, not a GPT."""
-_NOT_WRITTEN = {
-    "apply_residual_connection_post_layernorm": "the residual taken after the norm",
-    "no_rope_freq": "layers without RoPE (NoPE)",
-    "rotary_interleaved": "interleaved RoPE pairs",
-}
-"""Keys that change the model but not its cost, which planner's exports do not write."""
+def _full_layers(cfg: dict, key: str, *, where: str, num_layers: int, one: str) -> list[bool]:
+    """The full-attention layers of a Megatron-Core layer-pattern key (window_attn_skip_freq,
+    linear_attention_freq): an int N makes every Nth layer full ((i + 1) % N == 0), a 0/1 list
+    its 0 entries; anything else is one line naming the key (with `one`: what a 1 is)."""
+    value = cfg.get(key)
+    if isinstance(value, Unresolved):
+        value.fail()
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return [(i + 1) % value == 0 for i in range(num_layers)]
+    if (
+        isinstance(value, list)
+        and len(value) == num_layers
+        and all(v in (0, 1) and not isinstance(v, bool) for v in value)
+    ):
+        return [v == 0 for v in value]
+    raise SpecError(
+        f"{where}.{key} = {value!r} must be an integer or a 0/1 list of {num_layers} entries "
+        f"(1 = {one}); fix it",
+        field=f"{where}.{key}",
+    )
 
 
 def unpriced(cfg: dict, *, where: str, source: str, out: list, fmt: str) -> None:
-    """Refuse a model of layers planner cannot price (_UNPRICED set to a true value, or a Mamba /
-    Nemotron-H provider class); warn of _NOT_WRITTEN settings (true values)."""
+    """Refuse a model of layers planner cannot price (common.UNPRICED_KEYS set to a true value,
+    or a Mamba / Nemotron-H provider class); warn of common.NOT_WRITTEN_KEYS (true values)."""
     target = str(cfg.get("_target_", "")).rsplit(".", 1)[-1]
-    for key, what in _UNPRICED.items():
+    for key, what in UNPRICED_KEYS.items():
         value = cfg.get(key)
         if value not in (None, False, "", 0, [], {}):
             raise SpecError(
-                f"{source}: {where}.{key} builds {what}, which planner has no price for; it "
-                "plans attention + MLP layers (GPT, MoE, MLA, sliding windows, Gated DeltaNet, "
-                "DSA)",
+                f"{source}: {where}.{key} builds {what}, {UNPRICED_MESSAGE}",
                 field=f"{where}.{key}",
             )
     if "mamba" in target.lower() or "nemotronh" in target.lower():
@@ -1020,7 +1013,7 @@ def unpriced(cfg: dict, *, where: str, source: str, out: list, fmt: str) -> None
         )
     found = [
         f"{key} ({what})"
-        for key, what in _NOT_WRITTEN.items()
+        for key, what in NOT_WRITTEN_KEYS.items()
         if cfg.get(key) not in (None, False, "", 0)
     ]
     if found:
@@ -1028,8 +1021,7 @@ def unpriced(cfg: dict, *, where: str, source: str, out: list, fmt: str) -> None
         out.append(
             Violation(
                 rule,
-                f"{where}: {', '.join(found)}: read, cost the same, and not written back by "
-                "planner's exports (an export trains without them)",
+                f"{where}: {', '.join(found)}: {NOT_WRITTEN_MESSAGE}",
                 "warning",
             )
         )
@@ -1063,25 +1055,10 @@ def variant_fields(cfg: dict, *, where: str, num_layers: int) -> dict[str, Any]:
     if variant is None:
         return {}
     if variant in ("gated_delta_net", "gdn"):
-        freq = cfg.get("linear_attention_freq")
-        if isinstance(freq, Unresolved):
-            freq.fail()
-        if isinstance(freq, int) and not isinstance(freq, bool) and freq > 0:
-            linear = [(i + 1) % freq != 0 for i in range(num_layers)]
-        elif (
-            isinstance(freq, list)
-            and len(freq) == num_layers
-            and all(v in (0, 1) and not isinstance(v, bool) for v in freq)
-        ):
-            linear = [v == 1 for v in freq]
-        else:
-            raise SpecError(
-                f"{where}.linear_attention_freq = {freq!r} must be an integer or a 0/1 list of "
-                f"{num_layers} entries (1 = linear) with experimental_attention_variant "
-                f"{variant}; fix it",
-                field=f"{where}.linear_attention_freq",
-            )
-        out: dict[str, Any] = {"layer_types": tuple("linear" if x else "full" for x in linear)}
+        full = _full_layers(
+            cfg, "linear_attention_freq", where=where, num_layers=num_layers, one="linear"
+        )
+        out: dict[str, Any] = {"layer_types": tuple("full" if x else "linear" for x in full)}
         for key, default in _LINEAR_DEFAULTS.items():
             out[key] = as_int(cfg, key, default, where=where)
         return out
