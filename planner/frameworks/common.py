@@ -77,8 +77,9 @@ NOT_WRITTEN_KEYS = {
 """Megatron-Core settings that change the model but not its cost: a warning each, since
 planner's exports do not write them back (docs/frameworks.md)."""
 UNPRICED_MESSAGE = (
-    "which planner has no price for; it plans attention + MLP layers (GPT, MoE, MLA, sliding "
-    "windows, Gated DeltaNet, DSA)"
+    "which planner has no price for (it plans attention + MLP layers: GPT, MoE, MLA, sliding "
+    "windows, Gated DeltaNet, DSA); give --model NAME to plan this file's layout with such a "
+    "model instead"
 )
 NOT_WRITTEN_MESSAGE = (
     "read, cost the same, and not written back by planner's exports (an export trains without them)"

@@ -1007,8 +1007,7 @@ def unpriced(cfg: dict, *, where: str, source: str, out: list, fmt: str) -> None
             )
     if "mamba" in target.lower() or "nemotronh" in target.lower():
         raise SpecError(
-            f"{source}: {where}._target_ {target} builds Mamba layers, which planner has no "
-            "price for; it plans attention + MLP layers",
+            f"{source}: {where}._target_ {target} builds Mamba layers, {UNPRICED_MESSAGE}",
             field=f"{where}._target_",
         )
     found = [
